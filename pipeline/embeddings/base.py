@@ -1,0 +1,128 @@
+"""The provider interface every embedding backend implements, and its errors.
+
+A provider does exactly one thing: turn a list of texts into vectors with one
+request (or one request per text for backends without batching). Packing,
+splitting oversized inputs, retries, validation and fallback live in
+``service.py`` so that every backend gets the same behaviour.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from typing import Any, Mapping
+
+# Headers that carry credentials. They are never part of a fingerprint, so a
+# rotated key does not trigger a full reindex (reference §2.3).
+AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "proxy-authorization"})
+
+
+class ProviderError(Exception):
+    """Any failure of an embedding provider."""
+
+    retryable = False
+
+
+class ProviderAuthError(ProviderError):
+    """The request can never succeed as configured (missing/rejected key, unknown model, bad request)."""
+
+
+class ProviderRateLimited(ProviderError):
+    """HTTP 429. ``retry_after`` is the server's hint in seconds, when it gave one."""
+
+    retryable = True
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderTransientError(ProviderError):
+    """5xx, timeouts, connection resets: worth retrying with backoff."""
+
+    retryable = True
+
+
+class ProviderTooManyItems(ProviderError):
+    """The provider refused the request's number of inputs (or their total size).
+
+    ``max_items`` is the per-request cap when the server's message states it.
+    Splitting the batch helps; retrying it unchanged never does.
+    """
+
+    def __init__(self, message: str, max_items: int | None = None) -> None:
+        super().__init__(message)
+        self.max_items = max_items
+
+
+class InvalidVectorError(ProviderError):
+    """The response had the wrong number of vectors, wrong dims or non-finite values."""
+
+
+class EmbeddingProvider(ABC):
+    """One configured embedding backend.
+
+    ``dims`` is None until known (from a table, the configured output size, or
+    the first response). ``max_input_tokens`` is the per-text limit,
+    ``max_batch_items`` / ``max_batch_tokens`` the per-request caps the service
+    packs to. ``self_truncates`` marks providers that cut over-long input by
+    their own tokenizer, so the service must not split for them.
+    """
+
+    id: str = ""
+    model: str = ""
+    dims: int | None = None
+    max_input_tokens: int = 8192
+    max_batch_items: int = 64
+    max_batch_tokens: int = 8000
+    base_url: str | None = None
+    output_dimensionality: int | None = None  # dims asked of the API, when configurable
+    self_truncates: bool = False
+
+    def __init__(self) -> None:
+        self._secret: str | None = None  # only for redacting error text
+
+    @abstractmethod
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for texts being indexed, in input order (one request)."""
+
+    @abstractmethod
+    def embed_query(self, text: str) -> list[float]:
+        """The vector for a search query."""
+
+    def fingerprint_headers(self) -> Mapping[str, str]:
+        """Headers this provider really sends, beyond auth (override when there are any)."""
+        return {}
+
+    def fingerprint_extra(self) -> Mapping[str, Any]:
+        """Settings besides provider/model/endpoint that change the vectors."""
+        return {}
+
+    def fingerprint(self) -> str:
+        """sha256 of what the vectors depend on: provider, model, endpoint, headers, dims.
+
+        The API key is never part of it; neither are auth headers.
+        """
+        headers = sorted(
+            [k.lower(), str(v)] for k, v in self.fingerprint_headers().items() if k.lower() not in AUTH_HEADERS
+        )
+        doc: dict[str, Any] = {
+            "provider": self.id,
+            "model": self.model,
+            "baseUrl": self.base_url,
+            "headers": headers,
+            "outputDimensionality": self.output_dimensionality,
+        }
+        doc.update(self.fingerprint_extra())
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+    def redact(self, text: str) -> str:
+        """Remove the API key from text that may reach a log or an exception."""
+        if self._secret and len(self._secret) >= 4:
+            text = text.replace(self._secret, "***")
+        return text
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"<{type(self).__name__} id={self.id} model={self.model} base_url={self.base_url}>"

@@ -1,0 +1,127 @@
+"""Gemini embeddings through the ``google-genai`` SDK.
+
+SDK quirks handled here:
+- a custom base URL must not carry the API version: ``.../v1beta`` is split
+  into ``base_url`` + ``api_version`` (the SDK would otherwise default to v1);
+- for multimodal models (gemini-embedding-2-*) the SDK merges a list of plain
+  strings into ONE content with many parts, i.e. one vector for the whole list,
+  so every text is wrapped in its own ``Content``;
+- the Developer API path is always ``models/{m}:batchEmbedContents``, queries
+  included; ``vertexai=False`` keeps GOOGLE_GENAI_USE_VERTEXAI from switching it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from . import http_errors
+from .base import EmbeddingProvider, InvalidVectorError, ProviderAuthError, ProviderError
+from .limits import max_input_tokens
+
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
+DEFAULT_MODEL = "gemini-embedding-001"
+PREVIEW_2 = "gemini-embedding-2-preview"
+PREVIEW_2_DIMS = (768, 1536, 3072)
+_VERSION = re.compile(r"^v\d+(?:(?:alpha|beta)\d*)?$")
+
+
+def split_base_url(url: str) -> tuple[str, str]:
+    """'https://host/v1beta' -> ('https://host/', 'v1beta'); anything from /openai on is dropped."""
+    url = re.sub(r"/openai(/.*)?$", "", url.strip().rstrip("/"))
+    head, _, last = url.rpartition("/")
+    if _VERSION.match(last) and "://" in head + "/":
+        return head + "/", last
+    return url + "/", "v1beta"
+
+
+def output_dims_for(model: str, configured: int | None) -> int | None:
+    """The output_dimensionality to request (None = the model's native size)."""
+    if model.startswith("gemini-embedding-2"):
+        dims = configured or 3072
+        if dims not in PREVIEW_2_DIMS:
+            raise ProviderAuthError(f"gemini: outputDimensionality for {model} must be 768, 1536 or 3072 (got {dims})")
+        return dims
+    if configured:
+        return configured
+    if model == DEFAULT_MODEL:
+        return 768  # spec F3: gemini-embedding-001 at 768 dims
+    return None
+
+
+class GeminiProvider(EmbeddingProvider):
+    id = "gemini"
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        *,
+        base_url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        output_dimensionality: int | None = None,
+        timeout: float = 120.0,
+        max_batch_items: int = 100,  # batchEmbedContents: at most 100 requests per call
+        max_batch_tokens: int = 32_000,
+    ) -> None:
+        super().__init__()
+        self._secret = api_key
+        self.model = model or DEFAULT_MODEL
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.headers = dict(headers or {})
+        self.output_dimensionality = output_dims_for(self.model, output_dimensionality)
+        self.dims = self.output_dimensionality
+        self.max_input_tokens = max_input_tokens("gemini", self.model)
+        self.max_batch_items = max_batch_items
+        self.max_batch_tokens = max_batch_tokens
+        sdk_base, api_version = split_base_url(self.base_url)
+        # retry_options=None -> the SDK makes exactly one attempt; retry.py retries.
+        self._client = genai.Client(
+            api_key=api_key,
+            vertexai=False,
+            http_options=types.HttpOptions(
+                base_url=sdk_base,
+                api_version=api_version,
+                headers=self.headers or None,
+                timeout=int(timeout * 1000),  # milliseconds
+            ),
+        )
+
+    def fingerprint_headers(self) -> Mapping[str, str]:
+        return self.headers
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._embed(list(texts), "RETRIEVAL_DOCUMENT")
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embed([text], "RETRIEVAL_QUERY")[0]
+
+    def _embed(self, texts: list[str], task_type: str) -> list[list[float]]:
+        contents = [types.Content(parts=[types.Part(text=t)]) for t in texts]
+        config = types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.output_dimensionality)
+        try:
+            resp = self._client.models.embed_content(model=self.model, contents=contents, config=config)
+        except genai_errors.APIError as exc:
+            raise self._api_error(exc) from None
+        except http_errors.TRANSPORT_ERRORS as exc:
+            raise http_errors.from_transport(self.id, exc) from None
+        except (ValueError, TypeError) as exc:  # SDK-side validation / malformed response
+            raise ProviderError(self.redact(f"{self.id}: {exc}")) from None
+        embeddings = resp.embeddings or []
+        vectors = [list(e.values or []) for e in embeddings]
+        if any(not v for v in vectors):
+            raise InvalidVectorError(f"{self.id}: response contained an empty embedding")
+        return vectors
+
+    def _api_error(self, exc: genai_errors.APIError) -> ProviderError:
+        status = int(exc.code or 0)
+        message = self.redact(str(exc.message or exc.status or exc))
+        headers: Any = getattr(getattr(exc, "response", None), "headers", None)
+        retry_after = http_errors.retry_after_from_headers(headers) if headers is not None else None
+        if retry_after is None:
+            retry_after = http_errors.retry_delay_from_google_details(exc.details)
+        return http_errors.from_status(self.id, status, message, model=self.model, retry_after=retry_after)

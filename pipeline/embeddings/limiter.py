@@ -1,0 +1,62 @@
+"""Caps how many embedding requests run at once per provider, in this process.
+
+The queue layer may swap in a cross-process (Redis) limiter; anything with an
+``acquire(provider_id)`` context manager fits.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import ContextManager, Iterator, Mapping, Protocol
+
+# Ollama and local models share one machine's CPU/GPU: parallel requests only
+# queue up there and push each request toward its timeout (reference bug 9).
+DEFAULT_CAPS: Mapping[str, int] = {"ollama": 1, "local": 1}
+
+
+class Limiter(Protocol):
+    def acquire(self, provider_id: str) -> ContextManager[None]:
+        """Hold one of the provider's slots for the duration of a request."""
+
+
+class ConcurrencyLimiter:
+    """A registry of semaphores, one per provider id, created on first use."""
+
+    def __init__(self, default_cap: int = 4, caps: Mapping[str, int] | None = None) -> None:
+        if default_cap < 1:
+            raise ValueError("default_cap must be >= 1")
+        self.default_cap = default_cap
+        self.caps = {**DEFAULT_CAPS, **(caps or {})}
+        self._sems: dict[str, threading.BoundedSemaphore] = {}
+        self._lock = threading.Lock()
+
+    def _sem(self, provider_id: str) -> threading.BoundedSemaphore:
+        with self._lock:
+            sem = self._sems.get(provider_id)
+            if sem is None:
+                sem = threading.BoundedSemaphore(max(1, int(self.caps.get(provider_id, self.default_cap))))
+                self._sems[provider_id] = sem
+            return sem
+
+    @contextmanager
+    def acquire(self, provider_id: str) -> Iterator[None]:
+        sem = self._sem(provider_id)
+        sem.acquire()
+        try:
+            yield
+        finally:
+            sem.release()
+
+
+_default: ConcurrencyLimiter | None = None
+_default_lock = threading.Lock()
+
+
+def default_limiter() -> ConcurrencyLimiter:
+    """The process-wide limiter used when a service is not given one."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = ConcurrencyLimiter()
+        return _default

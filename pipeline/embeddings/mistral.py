@@ -1,0 +1,74 @@
+"""Mistral embeddings over plain HTTP (POST {base}/embeddings, OpenAI-like body)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import httpx
+
+from . import http_errors
+from .base import EmbeddingProvider, InvalidVectorError
+from .limits import known_dims, max_input_tokens
+
+DEFAULT_BASE_URL = "https://api.mistral.ai/v1"
+DEFAULT_MODEL = "mistral-embed"
+
+
+class MistralProvider(EmbeddingProvider):
+    id = "mistral"
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        *,
+        base_url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+        max_batch_items: int = 512,  # "Too many inputs in request" above this
+        max_batch_tokens: int = 16_000,  # "Too many tokens in batch. Max is 16384"
+    ) -> None:
+        super().__init__()
+        self._secret = api_key
+        self.model = model or DEFAULT_MODEL
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.headers = dict(headers or {})
+        self.dims = known_dims("mistral", self.model)
+        self.max_input_tokens = max_input_tokens("mistral", self.model)
+        self.max_batch_items = max_batch_items
+        self.max_batch_tokens = max_batch_tokens
+        # Bearer first, configured headers after (they may override it, as in the reference).
+        sent = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", **self.headers}
+        self._client = httpx.Client(headers=sent, timeout=timeout)  # no I/O until a request
+
+    def fingerprint_headers(self) -> Mapping[str, str]:
+        return self.headers
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._embed(list(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embed([text])[0]
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        body = {"model": self.model, "input": texts, "encoding_format": "float"}
+        try:
+            resp = self._client.post(f"{self.base_url}/embeddings", json=body)
+        except httpx.TransportError as exc:
+            raise http_errors.from_transport(self.id, exc) from None
+        if resp.status_code >= 400:
+            raise http_errors.from_status(
+                self.id, resp.status_code, self.redact(http_errors.body_message(resp)), model=self.model, headers=resp.headers
+            )
+        try:
+            payload = resp.json()
+        except ValueError:
+            raise InvalidVectorError(f"{self.id}: response is not JSON") from None
+        if isinstance(payload, dict) and (payload.get("object") == "error" or payload.get("error")):
+            # A failure reported in a 200 body.
+            raise http_errors.from_status(self.id, 400, self.redact(http_errors.body_message(resp)), model=self.model)
+        try:
+            data = sorted(payload["data"], key=lambda d: d.get("index", 0))
+            return [list(d["embedding"]) for d in data]
+        except (KeyError, TypeError) as exc:
+            raise InvalidVectorError(f"{self.id}: malformed response ({exc})") from None

@@ -1,0 +1,246 @@
+"""Multilingual keyword search over FTS5 (F10 keyword arm).
+
+The FTS table uses ``unicode61 remove_diacritics 2``. That tokenizer splits on
+anything that is not a letter/number, so it cannot find words in scripts that
+do not put spaces between words (Chinese, Japanese, Thai, ...): a whole
+sentence would become one token. We therefore store :func:`index_text` of each
+chunk (such runs spaced out into single characters) and build queries with the
+same transformation, so both sides agree on the tokens.
+
+:func:`build_match_query` turns arbitrary user text into an FTS5 MATCH string
+that cannot raise: every term is emitted as a double-quoted phrase made only of
+letters/numbers, so FTS5 operators in the input (``AND``, ``NEAR(``, ``*``,
+``:``, ``^``, quotes, parentheses) are never interpreted as syntax.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+# Inputs beyond this are cut before tokenising: memory queries are short and a
+# bounded input keeps the work (and the MATCH string) bounded.
+MAX_QUERY_CHARS = 4000
+MAX_TERMS = 32
+MAX_PHRASE_TOKENS = 64
+
+# Code point ranges of scripts written without spaces between words.
+# "han" = CJK ideographs + kana (each char is roughly a morpheme, so bigrams
+# are the classic IR unit); "sea" = Southeast Asian abugidas (a char is a
+# letter, so we use trigrams of clusters for partial matches).
+_HAN_RANGES = (
+    (0x2E80, 0x2FDF),  # CJK radicals, Kangxi radicals
+    (0x3005, 0x3007),  # 々 〆 〇
+    (0x3021, 0x3029),  # Hangzhou numerals
+    (0x3031, 0x3035),  # kana repeat marks
+    (0x3038, 0x303C),
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3100, 0x312F),  # Bopomofo
+    (0x31A0, 0x31BF),  # Bopomofo extended
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # halfwidth Katakana
+    (0x1B000, 0x1B16F),  # kana supplement / extended
+    (0x20000, 0x323AF),  # CJK extensions B..H + compatibility supplement
+)
+_SEA_RANGES = (
+    (0x0E00, 0x0E7F),  # Thai
+    (0x0E80, 0x0EFF),  # Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x19E0, 0x19FF),  # Khmer symbols
+    (0xA9E0, 0xA9FF),  # Myanmar extended-B
+    (0xAA60, 0xAA7F),  # Myanmar extended-A
+)
+
+# Letters remove_diacritics does not fold because Unicode has no decomposition
+# for them; Vietnamese users routinely type "d" for "đ".
+_EXTRA_FOLDS = str.maketrans({"đ": "d", "Đ": "D"})
+
+# Function words that only add noise to an OR query. Kept short on purpose:
+# dropping a content word costs recall, keeping a stop word only costs a bit of
+# BM25 precision (its IDF is low anyway).
+STOP_WORDS = frozenset(
+    """
+    a about above after again all am an and any are as at be been before being
+    below between both but by can could did do does doing down during each few
+    for from further had has have having he her here hers him his how i if in
+    into is it its itself just me more most my no nor not now of off on once
+    only or other our ours out over own same she should so some such than that
+    the their theirs them then there these they this those through to too under
+    until up very was we were what when where which while who whom why will
+    with would you your yours s t d ll m re ve don doesn didn isn aren wasn
+    weren won can't cannot couldn shouldn wouldn hasn haven hadn
+    please tell know remember recall anything something thing things
+    yang dan di ke dari untuk dengan adalah ini itu apa atau juga pada akan
+    tidak sudah saya kamu kita kami mereka bagaimana kapan mana siapa
+    el la los las un una unos unas de del y o que en es por para con se su
+    le les des et ou est une du au aux ce qui dans pour sur pas
+    der die das und ist ein eine zu den dem mit von nicht auf
+    o os as um uma do da dos das em no na é com
+    """.split()
+)
+
+
+def _in_ranges(cp: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    return any(lo <= cp <= hi for lo, hi in ranges)
+
+
+def script_family(ch: str) -> str | None:
+    """``"han"``, ``"sea"`` or None for characters of spaced scripts."""
+    cp = ord(ch)
+    if cp < 0x0E00:  # fast path: Latin, Cyrillic, Greek, Arabic, Indic, ...
+        return None
+    if _in_ranges(cp, _SEA_RANGES):
+        return "sea"
+    if _in_ranges(cp, _HAN_RANGES):
+        return "han"
+    return None
+
+
+def is_mark(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("M")
+
+
+def _is_token_char(ch: str) -> bool:
+    # unicode61's default token classes (L*, N*, Co) plus combining marks,
+    # which it folds into the preceding letter or drops; either way a mark
+    # must not start a new token on our side.
+    cat = unicodedata.category(ch)
+    return cat[0] in "LNM" or cat == "Co"
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFC", text).translate(_EXTRA_FOLDS)
+
+
+def index_text(text: str) -> str:
+    """Text to store in the FTS column for *text*.
+
+    NFC-normalises, folds ``đ``→``d``, and puts a space between consecutive
+    characters of spaceless scripts (and between such a character and an
+    adjacent word) so unicode61 indexes them as unigrams. Combining marks stay
+    attached to their base character. Only spaces are inserted, so line
+    structure is unchanged; everything else is left to the tokenizer.
+    """
+    text = _fold(text)
+    out: list[str] = []
+    prev_spaceless = False  # the current cluster belongs to a spaceless script
+    prev_word = False  # the previous char was not whitespace
+    for ch in text:
+        if ch.isspace():
+            out.append(ch)
+            prev_spaceless = prev_word = False
+            continue
+        if is_mark(ch):  # stays glued to its base, inherits its script
+            out.append(ch)
+            prev_word = True
+            continue
+        spaceless = script_family(ch) is not None
+        if prev_word and (spaceless or prev_spaceless):
+            out.append(" ")
+        out.append(ch)
+        prev_spaceless, prev_word = spaceless, True
+    return "".join(out)
+
+
+def keyword_tokens(text: str) -> list[str]:
+    """Approximate unicode61 tokens of ``index_text(text)``, lowercased.
+
+    Spaceless-script characters come out as one token each (with their
+    marks). Tokens consisting only of marks are dropped: FTS5 would not index
+    anything for them.
+    """
+    tokens: list[str] = []
+    buf: list[str] = []
+
+    def flush() -> None:
+        if buf and not all(is_mark(c) for c in buf):
+            tokens.append("".join(buf).lower())
+        buf.clear()
+
+    for ch in index_text(text):
+        if _is_token_char(ch):
+            buf.append(ch)
+        else:
+            flush()
+    flush()
+    return tokens
+
+
+def _quote(tokens: list[str]) -> str:
+    # Tokens hold only letters, numbers and marks, so there is never a '"' to
+    # escape; the quotes make FTS5 treat the content as a plain phrase.
+    return '"' + " ".join(tokens[:MAX_PHRASE_TOKENS]) + '"'
+
+
+def _spaceless_runs(tokens: list[str]) -> list[tuple[str, list[str]]]:
+    """Maximal runs of single-cluster tokens of one spaceless family."""
+    runs: list[tuple[str, list[str]]] = []
+    fam_prev: str | None = None
+    for tok in tokens:
+        fam = script_family(tok[0])
+        if fam is not None and fam == fam_prev:
+            runs[-1][1].append(tok)
+        elif fam is not None:
+            runs.append((fam, [tok]))
+        fam_prev = fam
+    return runs
+
+
+def _ngrams(tokens: list[str], n: int) -> list[list[str]]:
+    return [tokens[i : i + n] for i in range(len(tokens) - n + 1)]
+
+
+def _term_phrases(tokens: list[str]) -> list[list[str]]:
+    """The phrase for one whitespace term plus n-gram sub-phrases of its
+    spaceless runs, so a question written without spaces still matches a
+    chunk containing only part of it (BM25 favours chunks matching more)."""
+    phrases = [tokens]
+    for fam, run in _spaceless_runs(tokens):
+        n = 2 if fam == "han" else 3
+        if len(run) > n:
+            phrases.extend(_ngrams(run, n))
+    return phrases
+
+
+def _is_stop_term(tokens: list[str]) -> bool:
+    return all(t in STOP_WORDS for t in tokens)
+
+
+def build_match_query(query: str) -> str | None:
+    """A safe FTS5 MATCH expression for arbitrary user text, or None.
+
+    Each whitespace-separated term becomes a quoted phrase of its tokens, so
+    ``ERR_CONN_4521`` or ``foo-bar.baz`` must match as adjacent tokens. Runs in
+    spaceless scripts become a phrase of their characters plus overlapping
+    n-gram phrases. Terms are OR-ed: a natural-language question matches
+    chunks sharing only some of its words, and BM25 ranks chunks matching more
+    and rarer terms higher. Stop words are dropped unless nothing else is
+    left; phrases are de-duplicated and capped at :data:`MAX_TERMS`.
+    Returns None when the input has no searchable token (empty, punctuation,
+    emoji, control characters only).
+    """
+    if not isinstance(query, str):
+        return None
+    query = query[:MAX_QUERY_CHARS]
+    kept: list[list[str]] = []
+    stops: list[list[str]] = []
+    for term in query.split():
+        tokens = keyword_tokens(term)
+        if not tokens:
+            continue
+        (stops if _is_stop_term(tokens) else kept).extend(_term_phrases(tokens))
+    phrases = kept or stops
+    seen: set[tuple[str, ...]] = set()
+    parts: list[str] = []
+    for phrase in phrases:
+        key = tuple(phrase[:MAX_PHRASE_TOKENS])
+        if key in seen:
+            continue
+        seen.add(key)
+        parts.append(_quote(phrase))
+        if len(parts) >= MAX_TERMS:
+            break
+    return " OR ".join(parts) if parts else None

@@ -1,0 +1,233 @@
+"""Indexing steps as plain functions: plan a sync, prepare a file, check staleness.
+
+The queue layer (``workers/``) calls these; they know nothing of queues.
+A sync compares disk against the store by (size, mtime) first, so a sync
+that finds nothing to do reads no file contents. A prepared file record is
+JSON-serialisable so it can travel to the single writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from .chunking import chunk_markdown
+from .config import AgentSettings
+from .fingerprint import KEYWORD_ONLY, EmbeddingIdentity, index_fingerprint, same_index
+from .store import FileKey, StoreReader
+from .vectors import to_b64
+from .workspace import MemoryFile, discover
+
+log = logging.getLogger("memindex.indexer")
+
+MAX_MARKDOWN_BYTES = 10 * 1024 * 1024
+
+
+@dataclass
+class FileJob:
+    """One file to (re)index; travels in queue messages as a dict."""
+
+    source: str
+    path: str
+    abs_path: str
+    size: int
+    mtime_ns: int
+    kind: str = "markdown"
+    known_hash: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SyncPlan:
+    generation: int
+    fingerprint: dict[str, Any]
+    role: str  # "live" (update in place) or "building" (rebuild beside the live index)
+    jobs: list[FileJob] = field(default_factory=list)
+    deletes: list[FileKey] = field(default_factory=list)
+    unchanged: int = 0
+
+
+def plan_sync(
+    settings: AgentSettings,
+    reader: StoreReader,
+    ident: EmbeddingIdentity = KEYWORD_ONLY,
+    *,
+    files: Sequence[MemoryFile] | None = None,
+    force: bool = False,
+) -> SyncPlan:
+    """Decide the target generation and which files need work."""
+    fp = index_fingerprint(settings, ident)
+    st = reader.state()
+    if st.live_generation is None:
+        gen, role = 1, "live"
+    elif same_index(st.live_fingerprint, fp) and not force:
+        gen, role = st.live_generation, "live"
+        if st.live_fingerprint and "vectorDims" in st.live_fingerprint and "vectorDims" not in fp:
+            fp["vectorDims"] = st.live_fingerprint["vectorDims"]
+    elif st.building_generation is not None and same_index(st.building_fingerprint, fp) and not force:
+        gen, role = st.building_generation, "building"
+    else:
+        gen = max(st.live_generation, st.building_generation or 0) + 1
+        role = "building"
+    indexed = reader.indexed_files(gen)
+    on_disk = list(files) if files is not None else collect_files(settings)
+    plan = SyncPlan(gen, fp, role)
+    seen: set[FileKey] = set()
+    for f in on_disk:
+        key = (f.source, f.path)
+        seen.add(key)
+        prev = indexed.get(key)
+        if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force:
+            plan.unchanged += 1
+            continue
+        plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
+                                 prev.hash if prev else None))
+    plan.deletes = [k for k in indexed if k not in seen]
+    return plan
+
+
+def collect_files(settings: AgentSettings) -> list[MemoryFile]:
+    """Every file the agent's configured sources contribute."""
+    files: list[MemoryFile] = []
+    if "memory" in settings.sources:
+        files.extend(discover(settings))
+    return files
+
+
+# --- preparing one file --------------------------------------------------------
+
+class ChunkEmbedder(Protocol):
+    identity: EmbeddingIdentity
+
+    def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        """Vectors per text (None = not embedded) and the hashes served from cache."""
+
+
+@dataclass
+class Prepared:
+    record: dict[str, Any] | None  # to write; None when the content is unchanged
+    touch: dict[str, Any] | None = None  # same hash: refresh size/mtime only
+    vanished: bool = False
+
+
+def file_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_text(data: bytes) -> tuple[str | None, str | None]:
+    """Decode a Markdown file: (text, problem). Text is None when it must be skipped."""
+    if b"\x00" in data:
+        return None, "binary file (contains NUL bytes); skipped"
+    try:
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        return data.decode("utf-8", errors="replace"), (
+            f"invalid UTF-8 at byte {exc.start}; undecodable bytes replaced with U+FFFD"
+        )
+
+
+def prepare_file(
+    settings: AgentSettings,
+    job: FileJob,
+    embedder: ChunkEmbedder | None = None,
+    *,
+    max_bytes: int = MAX_MARKDOWN_BYTES,
+    chunk_text: Callable[[str], Iterable[Any]] | None = None,
+) -> Prepared:
+    """Read, hash, chunk and (optionally) embed one file into a writer record."""
+    path = Path(job.abs_path)
+    try:
+        st = os.lstat(path)
+        if not os.path.isfile(path) or os.path.islink(path):
+            return Prepared(None, vanished=True)
+        if st.st_size > max_bytes:
+            return Prepared(_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], None,
+                                    f"file too large ({st.st_size:,} bytes > {max_bytes:,}); skipped"))
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Prepared(None, vanished=True)
+    except OSError as exc:
+        log.warning("cannot read %s: %s", job.path, exc)
+        return Prepared(_record(job, None, f"error:{exc.errno}", [], None, f"unreadable: {exc.strerror}"))
+    digest = file_hash(data)
+    if job.known_hash == digest:
+        return Prepared(None, touch={"source": job.source, "path": job.path, "hash": digest,
+                                     "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    text, problem = read_text(data)
+    if problem:
+        log.warning("%s: %s", job.path, problem)
+    if text is None:
+        return Prepared(_record(job, st, digest, [], None, problem))
+    tokens, overlap = settings.chunk_tokens, settings.chunk_overlap
+    chunks = list(chunk_text(text) if chunk_text else chunk_markdown(text, tokens, overlap))
+    return Prepared(_embed_into_record(job, st, digest, chunks, embedder, problem))
+
+
+def _embed_into_record(job, st, digest, chunks, embedder, problem) -> dict[str, Any]:
+    vectors: list[list[float] | None] = [None] * len(chunks)
+    hits: set[str] = set()
+    ident = None
+    if embedder is not None and chunks:
+        vectors, hits = embedder.embed_chunks([c.text for c in chunks], [c.hash for c in chunks])
+        ident = embedder.identity
+    out = []
+    for c, v in zip(chunks, vectors):
+        out.append({"start_line": c.start_line, "end_line": c.end_line, "hash": c.hash, "text": c.text,
+                    "embedding": to_b64(v) if v else None, "cacheable": c.hash not in hits})
+    rec = _record(job, st, digest, out, ident, problem)
+    rec["cache_hits"] = sorted(hits)
+    return rec
+
+
+def _record(job: FileJob, st: os.stat_result | None, digest: str, chunks: list[dict[str, Any]],
+            ident: EmbeddingIdentity | None, error: str | None) -> dict[str, Any]:
+    return {
+        "source": job.source,
+        "path": job.path,
+        "abs_path": job.abs_path,
+        "hash": digest,
+        "size": st.st_size if st else job.size,
+        "mtime_ns": st.st_mtime_ns if st else job.mtime_ns,
+        "kind": job.kind,
+        "error": error,
+        "chunks": chunks,
+        "embedding": None if ident is None else {
+            "provider": ident.provider, "model": ident.model,
+            "provider_key": ident.provider_key, "dims": ident.dims,
+        },
+    }
+
+
+def is_current(record: dict[str, Any]) -> bool:
+    """Does the file on disk still hold what was chunked? (The writer's stale check.)
+
+    Size+mtime equal means yes without reading; otherwise compare content hashes.
+    Files recorded without a content hash (too large / unreadable) compare by stat only.
+    """
+    path = Path(record["abs_path"])
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if st.st_size == record["size"] and st.st_mtime_ns == record["mtime_ns"]:
+        return True
+    if record["hash"].startswith(("size:", "error:")):
+        return False
+    try:
+        return file_hash(path.read_bytes()) == record["hash"]
+    except OSError:
+        return False
+
+
+def still_on_disk(settings: AgentSettings, key: FileKey) -> bool:
+    """Is this indexed path still a real (non-symlink) file? Deletes are applied only if not."""
+    source, path = key
+    base = settings.sessions_dir.parent if source == "sessions" else settings.workspace
+    candidate = base / path
+    return candidate.is_file() and not candidate.is_symlink()

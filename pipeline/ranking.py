@@ -1,0 +1,394 @@
+"""Ranking math for memory search (F10 hybrid merge, F11 decay, F12 MMR).
+
+Pure functions only: no I/O, no SQLite, no clock. Callers pass ``now`` and
+file mtimes in, which keeps every step testable with hand-computed numbers.
+
+Pipeline order (F12)::
+
+    vector + keyword -> weighted merge -> temporal decay -> sort -> MMR
+    -> minScore filter -> top maxResults
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as _dt
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from pipeline.fts_text import is_mark, script_family
+
+DEFAULT_VECTOR_WEIGHT = 0.7
+DEFAULT_TEXT_WEIGHT = 0.3
+SECONDS_PER_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One chunk on its way through ranking. ``score`` is the current score."""
+
+    chunk_id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    score: float = 0.0
+    has_vector: bool = False
+    has_text: bool = False
+
+
+def _finite(x: float, default: float = 0.0) -> float:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return default
+    return x if math.isfinite(x) else default
+
+
+def _clamp01(x: float) -> float:
+    return min(1.0, max(0.0, _finite(x)))
+
+
+# --------------------------------------------------------------- F10 hybrid
+
+
+def bm25_to_text_score(rank: float) -> float:
+    """Map an FTS5 ``bm25()`` value to a 0..1 text score, monotone in relevance.
+
+    FTS5 returns *negative* values for matches, more negative = better. The
+    reference clamps with ``max(0, rank)`` and so scores every hit 1.0, which
+    throws away BM25's grading. We use ``r/(1+r)`` with ``r = -rank``: 0 for no
+    relevance, approaching 1 for very strong matches, order preserved.
+    ``rank >= 0`` carries no relevance (FTS5 never yields it for a match) and
+    non-finite values are treated as unknown, both mapping to 0.0.
+    """
+    rank = _finite(rank, default=math.nan)
+    if math.isnan(rank) or rank >= 0:
+        return 0.0
+    r = -rank
+    return r / (1.0 + r)
+
+
+def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, float]:
+    """Clamp each weight to [0,1] and rescale to sum 1; (0,0) -> defaults."""
+    vw, tw = _clamp01(vector_weight), _clamp01(text_weight)
+    total = vw + tw
+    if total <= 0:
+        return DEFAULT_VECTOR_WEIGHT, DEFAULT_TEXT_WEIGHT
+    return vw / total, tw / total
+
+
+def _sort_key(c: Candidate) -> tuple[float, str]:
+    return (-c.score, c.chunk_id)
+
+
+def sort_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
+    """Score descending; ties broken by chunk id so output is deterministic."""
+    return sorted(cands, key=_sort_key)
+
+
+def _union(vector_hits: list[Candidate], text_hits: list[Candidate]) -> dict[str, Candidate]:
+    merged: dict[str, Candidate] = {}
+    for hit in vector_hits:
+        vs = _finite(hit.vector_score)
+        old = merged.get(hit.chunk_id)
+        if old is None or vs > old.vector_score:
+            merged[hit.chunk_id] = replace(hit, vector_score=vs, text_score=0.0, has_vector=True, has_text=False)
+    for hit in text_hits:
+        ts = _clamp01(hit.text_score)
+        old = merged.get(hit.chunk_id)
+        if old is None:
+            merged[hit.chunk_id] = replace(hit, vector_score=0.0, text_score=ts, has_vector=False, has_text=True)
+        elif ts >= old.text_score:
+            # Same chunk; keep the vector hit's fields but prefer non-empty text.
+            merged[hit.chunk_id] = replace(old, text_score=ts, has_text=True, text=old.text or hit.text)
+    return merged
+
+
+def merge_hybrid(
+    vector_hits: list[Candidate],
+    text_hits: list[Candidate],
+    vector_weight: float,
+    text_weight: float,
+) -> list[Candidate]:
+    """Union both arms by chunk id and score them; sorted best first.
+
+    ``score = vw*vector_score + tw*text_score`` with normalised weights.
+
+    Degraded modes use the working arm at full scale instead of the
+    reference's weighted formula (which would cap BM25-only at 0.3 and
+    vector-only at 0.7, below the usual minScore): no vector hits (no
+    embeddings, zero query vector) -> ``text_score``; no text hits (no FTS5) ->
+    ``vector_score``.
+
+    Keyword-only rescue. With both arms running, a chunk found *only* by the
+    keyword arm would score ``tw*text_score <= 0.3`` and could never pass
+    minScore 0.35 - yet that is exactly the exact-ID / error-string case that
+    embeddings miss. Such a chunk was not in the vector arm's top-K, so its
+    cosine is unknown. We let keyword evidence stand in for it: the chunk
+    scores as if it had the best vector score seen for this query, discounted
+    by its own keyword confidence::
+
+        score = max(tw*ts, ts * best_vs)      (best_vs = max vector score, >= 0)
+
+    Properties: a weak keyword hit (ts <= 0.35) can never pass 0.35; a strong
+    keyword hit passes when the query has semantically good hits at all; and
+    it never outranks a chunk that is at least as good on both arms, because
+    ``vw*best_vs + tw*ts >= ts*best_vs`` for ``ts <= 1``. With ``text_weight``
+    0 the user switched keywords off, so there is no rescue.
+    """
+    vw, tw = normalize_weights(vector_weight, text_weight)
+    merged = _union(vector_hits, text_hits)
+    if not vector_hits:
+        vw, tw = 0.0, 1.0
+    elif not text_hits:
+        vw, tw = 1.0, 0.0
+    best_vs = max((c.vector_score for c in merged.values() if c.has_vector), default=0.0)
+    anchor = max(0.0, min(1.0, best_vs))
+
+    out: list[Candidate] = []
+    for c in merged.values():
+        score = vw * c.vector_score + tw * c.text_score
+        if c.has_text and not c.has_vector and tw > 0 and vw > 0:
+            score = max(score, c.text_score * anchor)
+        out.append(replace(c, score=score))
+    return sort_candidates(out)
+
+
+# ---------------------------------------------------------- F11 temporal decay
+
+_DATED_PATH = re.compile(r"(?:^|/)memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})\.md$")
+
+
+def _norm_path(path: str) -> str:
+    p = path.replace("\\", "/")
+    while p.startswith("./"):
+        p = p[2:]
+    return p
+
+
+def decay_multiplier(age_days: float, half_life_days: float) -> float:
+    """``exp(-ln2/halfLife * age)``; future dates count as age 0; a
+    non-positive or non-finite half-life disables decay (1.0)."""
+    hl = _finite(half_life_days)
+    if hl <= 0:
+        return 1.0
+    age = max(0.0, _finite(age_days))
+    return math.exp(-math.log(2) / hl * age)
+
+
+def dated_path_date(path: str) -> _dt.date | None:
+    """The date of a daily log ``memory/[...]/YYYY-MM-DD.md``, if a real date."""
+    m = _DATED_PATH.search(_norm_path(path))
+    if not m:
+        return None
+    try:
+        return _dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:  # 2026-02-30 and friends are not dates
+        return None
+
+
+def is_evergreen(path: str, source: str) -> bool:
+    """Curated memory never decays: ``MEMORY.md``/``memory.md`` and undated
+    files under ``memory/`` (only for the ``memory`` source)."""
+    if source != "memory":
+        return False
+    p = _norm_path(path)
+    if p in ("MEMORY.md", "memory.md"):
+        return True
+    return p.startswith("memory/") and dated_path_date(p) is None
+
+
+def result_timestamp(path: str, source: str, mtime: float | None) -> float | None:
+    """Epoch seconds to age a result from, or None for "never decay".
+
+    Dated daily files -> UTC midnight of the file name's date; evergreen
+    files -> None; everything else (sessions, extraPaths) -> ``mtime``.
+    """
+    day = dated_path_date(path)
+    if day is not None:
+        return float(calendar.timegm(day.timetuple()))
+    if is_evergreen(path, source):
+        return None
+    if mtime is None:
+        return None
+    mt = _finite(mtime, default=math.nan)
+    return None if math.isnan(mt) else mt
+
+
+def apply_temporal_decay(
+    cands: list[Candidate],
+    now: float,
+    half_life_days: float,
+    mtimes: Mapping[tuple[str, str], float],
+) -> list[Candidate]:
+    """Multiply each score by its age multiplier; order is unchanged.
+
+    ``mtimes`` maps ``(source, path)`` to the file's mtime. Session results
+    are aged by their transcript mtime (the reference looked it up relative
+    to the workspace, failed, and never decayed sessions).
+    """
+    out: list[Candidate] = []
+    for c in cands:
+        ts = result_timestamp(c.path, c.source, mtimes.get((c.source, c.path)))
+        if ts is None:
+            out.append(c)
+            continue
+        age_days = (now - ts) / SECONDS_PER_DAY
+        out.append(replace(c, score=c.score * decay_multiplier(age_days, half_life_days)))
+    return out
+
+
+# --------------------------------------------------------------------- F12 MMR
+
+# Numbers with internal separators (IPs, versions, times like 14:15) are one
+# token: their pieces alone ("192", "168", "10") are meaningless and would
+# make unrelated notes look alike.
+_COMPOUND_NUMBER = re.compile(r"\d+(?:[.:,]\d+)+")
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch == "_" or unicodedata.category(ch)[0] in "LMN"
+
+
+def mmr_tokens(text: str) -> frozenset[str]:
+    """Token set for Jaccard similarity.
+
+    NFC + lowercase, tokens are runs of letters, marks, numbers and ``_``
+    (the reference's ``[\\p{L}\\p{M}\\p{N}_]+``), except that compound numbers
+    stay whole and spaceless scripts (CJK, kana, Thai, ...) yield one token per
+    character cluster, so texts without spaces still get useful overlap.
+    """
+    text = unicodedata.normalize("NFC", text).lower()
+    tokens: set[str] = set()
+    buf: list[str] = []
+
+    def flush() -> None:
+        if buf:
+            tokens.add("".join(buf))
+            buf.clear()
+
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if not buf and ch.isdigit() and (i == 0 or not _is_word_char(text[i - 1])):
+            m = _COMPOUND_NUMBER.match(text, i)
+            if m:
+                tokens.add(m.group())
+                i = m.end()
+                continue
+        if script_family(ch) is not None and not is_mark(ch):
+            flush()
+            j = i + 1
+            while j < n and is_mark(text[j]):
+                j += 1
+            tokens.add(text[i:j])
+            i = j
+            continue
+        if _is_word_char(ch):
+            buf.append(ch)
+        else:
+            flush()
+        i += 1
+    flush()
+    return frozenset(tokens)
+
+
+def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:
+    """|a∩b| / |a∪b|; two empty sets are identical (1.0), one empty -> 0.0."""
+    if not a and not b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def _relevance(scores: list[float]) -> list[float]:
+    """Scores divided by the best score (all equal or best <= 0 -> 1.0).
+
+    The reference min-max normalises, which stretches a tight top cluster
+    (0.78..0.92 in the seed) over the whole 0..1 range: the lowest candidate
+    always gets relevance 0 and a 0.04 score gap outweighs any realistic
+    redundancy penalty, so the seed's Omada example cannot come out as
+    documented (the seed says results are weighed by their *original*
+    relevance). Dividing by the max keeps ratios, puts the best at 1 and is
+    independent of how much decay has shrunk all scores. With it the seed's
+    example selects 2026-02-10, 2026-02-05, network.md for the top 3 (in the
+    Indonesian, Vietnamese and English texts); min-max selects 2026-02-08.
+    """
+    clean = [max(0.0, _finite(s)) for s in scores]
+    top = max(clean, default=0.0)
+    if top <= 0 or all(s == clean[0] for s in clean):
+        return [1.0] * len(clean)
+    return [s / top for s in clean]
+
+
+def mmr_rerank(cands: list[Candidate], lambda_: float) -> list[Candidate]:
+    """Reorder by Maximal Marginal Relevance; never drops, never rescores.
+
+    Greedily picks ``argmax lambda*rel - (1-lambda)*max_jaccard_to_picked``;
+    ties go to the higher original score, then to input order. ``lambda_`` is
+    clamped to [0,1]; with 1 (or <= 1 candidate) this is a plain score sort.
+    """
+    lam = min(1.0, max(0.0, _finite(lambda_, default=1.0)))
+    ordered = sort_candidates(cands)
+    if len(ordered) <= 1 or lam >= 1.0:
+        return ordered
+    rel = _relevance([c.score for c in ordered])
+    toks = [mmr_tokens(c.text) for c in ordered]
+    # max similarity of each remaining item to anything picked so far
+    max_sim = [0.0] * len(ordered)
+    remaining = list(range(len(ordered)))
+    picked: list[int] = []
+    while remaining:
+        # ``ordered`` is sorted by score, so the first max is the tie winner.
+        best = max(remaining, key=lambda i: (lam * rel[i] - (1 - lam) * max_sim[i], -i))
+        picked.append(best)
+        remaining.remove(best)
+        for i in remaining:
+            max_sim[i] = max(max_sim[i], jaccard(toks[i], toks[best]))
+    return [ordered[i] for i in picked]
+
+
+# ------------------------------------------------------------------- pipeline
+
+
+def rank_pipeline(
+    vector_hits: list[Candidate],
+    text_hits: list[Candidate],
+    *,
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+    text_weight: float = DEFAULT_TEXT_WEIGHT,
+    min_score: float = 0.35,
+    max_results: int = 6,
+    temporal_decay: bool = False,
+    half_life_days: float = 30.0,
+    now: float | None = None,
+    mtimes: Mapping[tuple[str, str], float] | None = None,
+    mmr: bool = False,
+    mmr_lambda: float = 0.7,
+) -> list[Candidate]:
+    """Merge -> decay (optional) -> sort -> MMR (optional) -> minScore -> top-K.
+
+    With MMR on, the top-K are taken in MMR order and then shown by score.
+    ``now`` (epoch seconds) is required when ``temporal_decay`` is on.
+    """
+    cands = merge_hybrid(vector_hits, text_hits, vector_weight, text_weight)
+    if temporal_decay:
+        if now is None:
+            raise ValueError("rank_pipeline: temporal_decay needs 'now'")
+        cands = apply_temporal_decay(cands, now, half_life_days, mtimes or {})
+    cands = sort_candidates(cands)
+    if mmr:
+        cands = mmr_rerank(cands, mmr_lambda)
+    threshold = _finite(min_score)
+    kept = [c for c in cands if c.score >= threshold][: max(0, int(max_results))]
+    # MMR decides *which* results make the cut; they are still presented best
+    # first, as in the seed's Omada example (both of its lists are score-ordered).
+    return sort_candidates(kept) if mmr else kept

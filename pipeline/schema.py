@@ -1,0 +1,107 @@
+"""The per-agent store schema (F6).
+
+An index lives in *generation* tables (``files_g1``, ``chunks_g1``,
+``fts_g1``, ``vec_g1``) inside one SQLite file. ``meta`` names the live
+generation. When the fingerprint changes (F7) the writer fills generation
+N+1 next to the live one and flips ``meta`` in one transaction once it is
+complete: searches keep answering from generation N until then, a rebuild
+killed midway leaves the live index untouched, and there are no temporary
+database files to orphan. The embedding cache is shared by all generations.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+META_KEY = "memory_index_meta_v1"
+BUILDING_KEY = "memory_index_building_v1"
+FTS_TOKENIZER = "unicode61 remove_diacritics 2"
+
+BASE_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+  provider TEXT NOT NULL,
+  model TEXT NOT NULL,
+  provider_key TEXT NOT NULL,
+  dims INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  embedding BLOB NOT NULL,
+  updated_at INTEGER NOT NULL,
+  used_at INTEGER NOT NULL,
+  PRIMARY KEY (provider, model, provider_key, dims, hash)
+);
+CREATE INDEX IF NOT EXISTS idx_embedding_cache_used_at ON embedding_cache(used_at);
+"""
+
+
+def files_table(gen: int) -> str:
+    return f"files_g{int(gen)}"
+
+
+def chunks_table(gen: int) -> str:
+    return f"chunks_g{int(gen)}"
+
+
+def fts_table(gen: int) -> str:
+    return f"fts_g{int(gen)}"
+
+
+def vec_table(gen: int) -> str:
+    return f"vec_g{int(gen)}"
+
+
+def pending_table(gen: int) -> str:
+    return f"pending_g{int(gen)}"
+
+
+def generation_ddl(gen: int) -> str:
+    f, c, p = files_table(gen), chunks_table(gen), pending_table(gen)
+    return f"""
+CREATE TABLE IF NOT EXISTS {f} (
+  source TEXT NOT NULL,
+  path TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL,
+  kind TEXT NOT NULL DEFAULT 'markdown',
+  chunks INTEGER NOT NULL DEFAULT 0,
+  error TEXT,
+  indexed_at INTEGER NOT NULL,
+  extra TEXT,
+  PRIMARY KEY (source, path)
+);
+CREATE TABLE IF NOT EXISTS {c} (
+  rowid INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  source TEXT NOT NULL,
+  path TEXT NOT NULL,
+  start_line INTEGER NOT NULL,
+  end_line INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  kind TEXT NOT NULL DEFAULT 'markdown',
+  text TEXT NOT NULL,
+  embedding BLOB,
+  updated_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_{c}_path ON {c}(source, path);
+CREATE TABLE IF NOT EXISTS {p} (source TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (source, path));
+"""
+
+
+def fts_ddl(gen: int) -> str:
+    # Plain FTS5 keyed by the chunk rowid. The indexed text is fts_text.index_text(text),
+    # which spaces out CJK/Thai so unicode61 can find them.
+    return f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts_table(gen)} USING fts5(text, tokenize='{FTS_TOKENIZER}')"
+
+
+def vec_ddl(gen: int, dims: int) -> str:
+    return (
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {vec_table(gen)} "
+        f"USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
+    )
+
+
+def drop_generation_sql(gen: int) -> list[str]:
+    return [
+        f"DROP TABLE IF EXISTS {t}"
+        for t in (vec_table(gen), fts_table(gen), chunks_table(gen), files_table(gen), pending_table(gen))
+    ]

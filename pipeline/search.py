@@ -1,0 +1,370 @@
+"""``memory_search`` for the agent runtime, in-process (P4, F10-F13, F16).
+
+Reads the store through a read-only connection per thread and never waits
+for indexing: results may be briefly stale. Syncs are *scheduled* through a
+callback the runtime supplies (on search, on session start), never run here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import db
+from .config import AgentSettings
+from .fts_text import build_match_query
+from .ranking import Candidate, bm25_to_text_score, rank_pipeline
+from .schema import chunks_table, fts_table, pending_table, vec_table
+from .scope import check_scope
+from .store import StoreReader, open_reader
+from .vectors import is_zero, pack, unpack
+
+log = logging.getLogger("memindex.search")
+
+SNIPPET_MAX_CHARS = 700
+MAX_CANDIDATES = 200
+
+ScheduleSync = Callable[[AgentSettings, str], None]
+
+
+@dataclass
+class SearchResult:
+    path: str
+    startLine: int
+    endLine: int
+    score: float
+    snippet: str
+    source: str
+    citation: str | None = None
+    vectorScore: float | None = None
+    textScore: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class SearchResponse:
+    results: list[SearchResult]
+    provider: str
+    model: str
+    fallback: bool = False
+    citations: str = "auto"
+    mode: str = "fts-only"
+    backend: str = "builtin"
+    indexing: str | None = None  # "pending" while an index is being built
+    warning: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {
+            "results": [r.as_dict() for r in self.results],
+            "provider": self.provider, "model": self.model, "fallback": self.fallback,
+            "citations": self.citations, "mode": self.mode, "backend": self.backend,
+        }
+        for k in ("indexing", "warning"):
+            if getattr(self, k):
+                d[k] = getattr(self, k)
+        d.update(self.extra)
+        return d
+
+
+def citation_for(path: str, start: int, end: int) -> str:
+    return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
+
+
+def citations_on(mode: str, session_key: str | None) -> bool:
+    """auto: only in direct chats (a key naming a group/channel is not direct)."""
+    if mode == "on":
+        return True
+    if mode == "off":
+        return False
+    if not session_key:
+        return True
+    parts = session_key.lower().split(":")
+    rest = parts[2:] if len(parts) > 2 and parts[0] == "agent" else parts
+    return not ({"group", "channel"} & set(rest))
+
+
+def snippet_of(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit]
+
+
+class QueryEmbedder:
+    """What search needs from an embedding provider (a query vector, or None)."""
+
+    provider: str = "none"
+    model: str = "fts-only"
+    fallback: bool = False
+
+    def embed_query(self, text: str) -> list[float] | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class MemorySearch:
+    """One agent's search. Thread-safe; reuse one instance per agent."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        query_embedder: QueryEmbedder | None = None,
+        schedule_sync: ScheduleSync | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.reader: StoreReader = open_reader(settings)
+        self.query_embedder = query_embedder
+        self.schedule_sync = schedule_sync
+        self.clock = clock
+        self._warm_sessions: set[str] = set()
+        self._lock = threading.Lock()
+        self._matrix_cache: dict[tuple[int, int], tuple[list[int], Any]] = {}
+
+    # -- runtime hooks ----------------------------------------------------------
+    def warm_session(self, session_key: str | None) -> None:
+        """Schedule one sync per session key on session start (fire and forget)."""
+        if not self.schedule_sync or not self.settings.memory_search["sync"]["onSessionStart"]:
+            return
+        key = session_key or ""
+        with self._lock:
+            if key in self._warm_sessions:
+                return
+            self._warm_sessions.add(key)
+        self._schedule("session-start")
+
+    def _schedule(self, reason: str) -> None:
+        if self.schedule_sync is None:
+            return
+        try:
+            self.schedule_sync(self.settings, reason)
+        except Exception as exc:  # noqa: BLE001 - scheduling must never break a search
+            log.warning("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
+
+    # -- search -------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        session_key: str | None = None,
+        chat_type: str | None = None,
+    ) -> SearchResponse:
+        ms = self.settings.memory_search
+        citations_mode = self.settings.memory["citations"]
+        resp = self._empty_response(citations_mode)
+        if not self.settings.enabled:
+            resp.warning = "memory search is disabled for this agent"
+            return resp
+        self.warm_session(session_key)
+        if ms["sync"]["onSearch"]:
+            self._schedule("search")
+        scope = self.settings.memory.get("scope") or ms.get("scope")
+        if not check_scope(scope, session_key, chat_type).allowed:
+            resp.warning = "memory search is not allowed in this chat (scope rules)"
+            return resp
+        query = (query or "").strip()
+        if not query:
+            return resp
+        q = ms["query"]
+        max_results = int(q["maxResults"] if max_results is None else max_results)
+        min_score = float(q["minScore"] if min_score is None else min_score)
+        n_cand = min(MAX_CANDIDATES, max(1, int(max_results * q["hybrid"]["candidateMultiplier"])))
+
+        conn = self.reader.conn()
+        state = self.reader.state() if conn is not None else None
+        gen = state.live_generation if state else None
+        if conn is None or gen is None:
+            resp.indexing = "pending"
+            resp.warning = "the memory index is being built; results will appear shortly"
+            return resp
+        if self._pending_count(conn, gen):
+            resp.indexing = "pending"
+
+        qvec = self._query_vector(query, resp)
+        vector_hits = self._vector_candidates(conn, gen, qvec, n_cand) if qvec is not None else []
+        text_hits = self._keyword_candidates(conn, gen, query, n_cand)
+        hybrid = q["hybrid"]
+        if qvec is not None and not hybrid["enabled"]:
+            text_hits = []
+        decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
+        cands = rank_pipeline(
+            vector_hits, text_hits,
+            vector_weight=hybrid["vectorWeight"], text_weight=hybrid["textWeight"],
+            min_score=min_score, max_results=max_results,
+            temporal_decay=decay["enabled"], half_life_days=decay["halfLifeDays"],
+            now=self.clock(), mtimes=self._mtimes(vector_hits + text_hits) if decay["enabled"] else None,
+            mmr=mmr["enabled"], mmr_lambda=mmr["lambda"],
+        )
+        cite = citations_on(citations_mode, session_key)
+        resp.results = [self._result(c, cite) for c in cands]
+        resp.mode = "hybrid" if vector_hits or qvec is not None else "fts-only"
+        return resp
+
+    def _empty_response(self, citations_mode: str) -> SearchResponse:
+        emb = self.query_embedder
+        return SearchResponse(
+            results=[], provider=emb.provider if emb else "none", model=emb.model if emb else "fts-only",
+            fallback=bool(emb and emb.fallback), citations=citations_mode,
+            mode="hybrid" if emb else "fts-only",
+        )
+
+    def _result(self, c: Candidate, cite: bool) -> SearchResult:
+        snippet = snippet_of(c.text)
+        citation = citation_for(c.path, c.start_line, c.end_line)
+        if cite:
+            snippet = f"{snippet.strip()}\n\nSource: {citation}"
+        return SearchResult(
+            path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
+            snippet=snippet, source=c.source, citation=citation if cite else None,
+            vectorScore=round(c.vector_score, 6) if c.has_vector else None,
+            textScore=round(c.text_score, 6) if c.has_text else None,
+        )
+
+    def _pending_count(self, conn: db.Connection, gen: int) -> int:
+        try:
+            return conn.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+        except db.OperationalError:
+            return 0
+
+    def _query_vector(self, query: str, resp: SearchResponse) -> list[float] | None:
+        emb = self.query_embedder
+        if emb is None:
+            return None
+        try:
+            vec = emb.embed_query(query)
+        except Exception as exc:  # noqa: BLE001 - degrade to keyword search, say so
+            log.warning("query embedding failed (%s); answering keyword-only", exc)
+            resp.warning = f"query embedding failed ({type(exc).__name__}); keyword-only results"
+            return None
+        resp.fallback = bool(emb.fallback)
+        return None if is_zero(vec) else list(vec)
+
+    # -- candidate arms -------------------------------------------------------------
+    def _rows(self, conn: db.Connection, gen: int, rowids: Sequence[int]) -> dict[int, tuple]:
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        rows = conn.execute(
+            f"SELECT rowid, id, path, source, start_line, end_line, text FROM {chunks_table(gen)} "
+            f"WHERE rowid IN ({marks})", list(rowids),
+        )
+        return {r[0]: r for r in rows}
+
+    def _keyword_candidates(self, conn: db.Connection, gen: int, query: str, limit: int) -> list[Candidate]:
+        match = build_match_query(query)
+        if match is None:
+            return []
+        try:
+            hits = conn.execute(
+                f"SELECT rowid, rank FROM {fts_table(gen)} WHERE {fts_table(gen)} MATCH ? ORDER BY rank LIMIT ?",
+                (match, limit),
+            ).fetchall()
+        except db.OperationalError as exc:
+            if "no such table" not in str(exc):
+                log.warning("keyword search failed: %s", exc)
+            return []
+        rows = self._rows(conn, gen, [h[0] for h in hits])
+        out = []
+        for rowid, rank in hits:
+            r = rows.get(rowid)
+            if r is not None:
+                out.append(Candidate(r[1], r[2], r[3], r[4], r[5], r[6],
+                                     text_score=bm25_to_text_score(rank), has_text=True))
+        return out
+
+    def _vector_candidates(self, conn: db.Connection, gen: int, qvec: list[float], limit: int) -> list[Candidate]:
+        hits: list[tuple[int, float]] = []
+        vt = vec_table(gen)
+        if self.reader.vector_error is None and self.reader.table_exists(vt):
+            try:
+                hits = [(rid, 1.0 - dist) for rid, dist in conn.execute(
+                    f"SELECT rowid, distance FROM {vt} WHERE embedding MATCH ? AND k = ?",
+                    (pack(qvec), limit),
+                )]
+            except db.OperationalError as exc:
+                log.warning("sqlite-vec search failed (%s); using in-process cosine", exc)
+                hits = self._cosine_in_process(conn, gen, qvec, limit)
+        else:
+            hits = self._cosine_in_process(conn, gen, qvec, limit)
+        rows = self._rows(conn, gen, [h[0] for h in hits])
+        return [
+            Candidate(r[1], r[2], r[3], r[4], r[5], r[6], vector_score=score, has_vector=True)
+            for rid, score in hits if (r := rows.get(rid)) is not None
+        ]
+
+    def _cosine_in_process(self, conn: db.Connection, gen: int, qvec: list[float], limit: int) -> list[tuple[int, float]]:
+        """Brute-force cosine over stored float32 blobs (no sqlite-vec); cached per data version."""
+        import numpy as np
+
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        key = (gen, version)
+        with self._lock:
+            cached = self._matrix_cache.get(key)
+        if cached is None:
+            rowids, blobs = [], []
+            for rid, blob in conn.execute(
+                f"SELECT rowid, embedding FROM {chunks_table(gen)} WHERE embedding IS NOT NULL"
+            ):
+                rowids.append(rid)
+                blobs.append(blob)
+            dims = len(qvec)
+            ok = [i for i, b in enumerate(blobs) if len(b) == dims * 4]
+            mat = np.frombuffer(b"".join(blobs[i] for i in ok), dtype="<f4").reshape(len(ok), dims) \
+                if ok else np.zeros((0, dims), dtype="<f4")
+            norms = np.linalg.norm(mat, axis=1)
+            norms[norms == 0] = 1.0
+            cached = ([rowids[i] for i in ok], mat / norms[:, None])
+            with self._lock:
+                self._matrix_cache = {key: cached}
+        rowids, mat = cached
+        if not rowids:
+            return []
+        q = np.asarray(qvec, dtype="<f4")
+        qn = float(np.linalg.norm(q)) or 1.0
+        sims = mat @ (q / qn)
+        k = min(limit, len(rowids))
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.argsort(-sims[top])]
+        return [(rowids[i], float(sims[i])) for i in top]
+
+    def _mtimes(self, cands: Sequence[Candidate]) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = {}
+        for c in cands:
+            key = (c.source, c.path)
+            if key in out:
+                continue
+            base = self.settings.sessions_dir.parent if c.source == "sessions" else self.settings.workspace
+            try:
+                out[key] = os.stat(base / c.path).st_mtime
+            except OSError:
+                pass
+        return out
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+_engines: dict[str, MemorySearch] = {}
+_engines_lock = threading.Lock()
+
+
+def engine_for(settings: AgentSettings, **kwargs: Any) -> MemorySearch:
+    """One cached ``MemorySearch`` per agent settings (connection reuse)."""
+    key = settings.digest()
+    with _engines_lock:
+        eng = _engines.get(key)
+        if eng is None:
+            eng = _engines[key] = MemorySearch(settings, **kwargs)
+    return eng
+
+
+def memory_search(settings: AgentSettings, query: str, **kwargs: Any) -> dict[str, Any]:
+    """Convenience for the runtime: the tool payload as a dict."""
+    return engine_for(settings).search(query, **kwargs).as_dict()

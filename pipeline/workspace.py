@@ -1,0 +1,153 @@
+"""Which files are an agent's memory (F1).
+
+``MEMORY.md`` / ``memory.md`` and ``memory/**/*.md`` under the workspace, plus
+``extraPaths`` (files or directories, scanned recursively). Symlinks - files
+and directories - are never followed: a link could point the index (and
+``memory_get``) anywhere on disk. Non-memory trees such as ``.git`` or
+``node_modules`` are skipped so a big extraPaths tree stays cheap to walk and
+to watch.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .config import AgentSettings
+
+ROOT_FILES = ("MEMORY.md", "memory.md")
+MEMORY_DIR = "memory"
+# Directory names never descended into (lowercase compare), reference §3.3 plus common caches.
+IGNORED_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
+     "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".cache", "site-packages",
+     ".idea", ".vscode", "dist", "build", ".next", "target"}
+)
+
+
+@dataclass(frozen=True)
+class MemoryFile:
+    """A discovered file. ``path`` is workspace-relative with ``/`` (``../x`` outside it)."""
+
+    path: str
+    abs_path: Path
+    source: str
+    size: int
+    mtime_ns: int
+    kind: str = "markdown"  # or "image" / "audio" (F17)
+
+
+def rel_path(workspace: Path, abs_path: Path) -> str:
+    return Path(os.path.relpath(abs_path, workspace)).as_posix()
+
+
+def is_ignored_dir(name: str) -> bool:
+    return name.lower() in IGNORED_DIRS
+
+
+def _regular(path: Path) -> os.stat_result | None:
+    """lstat that answers only for regular, non-symlink files."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[Path, os.stat_result, str]]:
+    """Depth-first walk with os.scandir; never follows symlinks, skips ignored dirs."""
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for e in entries:
+            try:
+                if e.is_symlink():
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    if not is_ignored_dir(e.name):
+                        subdirs.append(Path(e.path))
+                    continue
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                kind = keep(e.name)
+                if kind is None:
+                    continue
+                yield Path(e.path), e.stat(follow_symlinks=False), kind
+            except OSError:
+                continue
+        stack.extend(reversed(subdirs))
+
+
+def _markdown_only(name: str) -> str | None:
+    return "markdown" if name.endswith(".md") else None
+
+
+def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
+    out: list[Path] = []
+    for raw in settings.memory_search["extraPaths"]:
+        p = Path(raw).expanduser()
+        out.append(p if p.is_absolute() else settings.workspace / p)
+    return out
+
+
+def discover(settings: AgentSettings, *, extra_kind=None) -> list[MemoryFile]:
+    """All memory Markdown files of the agent, de-duplicated by real path.
+
+    ``extra_kind`` lets multimodal discovery (F17) accept more file kinds, but
+    only under extraPaths, never in the default memory roots.
+    """
+    ws = settings.workspace
+    found: list[MemoryFile] = []
+    seen: set[str] = set()
+
+    def add(p: Path, st: os.stat_result, kind: str) -> None:
+        try:
+            real = os.path.realpath(p)
+        except OSError:
+            return
+        key = os.path.normcase(real)
+        if key in seen:
+            return
+        seen.add(key)
+        found.append(MemoryFile(rel_path(ws, p), p, "memory", st.st_size, st.st_mtime_ns, kind))
+
+    for name in ROOT_FILES:
+        p = ws / name
+        st = _regular(p)
+        if st is not None:
+            add(p, st, "markdown")
+    mem = ws / MEMORY_DIR
+    if mem.is_dir() and not mem.is_symlink():
+        for p, st, kind in _walk(mem, _markdown_only):
+            add(p, st, kind)
+    keep_extra = extra_kind or _markdown_only
+    for extra in resolve_extra_paths(settings):
+        if extra.is_symlink():
+            continue
+        if extra.is_dir():
+            for p, st, kind in _walk(extra, keep_extra):
+                add(p, st, kind)
+        else:
+            st = _regular(extra)
+            kind = keep_extra(extra.name) if st is not None else None
+            if st is not None and kind is not None:
+                add(extra, st, kind)
+    return found
+
+
+def watch_roots(settings: AgentSettings) -> list[Path]:
+    """Directories a watcher must observe (existing, not symlinks)."""
+    roots = [settings.workspace]
+    for extra in resolve_extra_paths(settings):
+        target = extra if extra.is_dir() else extra.parent
+        if target.exists() and not extra.is_symlink():
+            roots.append(target)
+    return roots

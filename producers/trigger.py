@@ -1,0 +1,74 @@
+"""Ask for a sync: enqueue it, and optionally wait until the queues drain.
+
+On the embedded default the in-process workers are started here; on Redis
+the workers run elsewhere (Procfile / compose) and waiting polls queue depth.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from pipeline.config import AgentSettings, Context
+
+ProgressFn = Callable[[int, int], None]
+
+
+def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -> None:
+    """Fire and forget: enqueue a sync of one agent."""
+    from workers import embedded
+    from workers.actors import sync_agent
+
+    embedded.start()
+    sync_agent.send(ctx.as_dict(), force=force, reason=reason)
+
+
+def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None,
+                  timeout: float | None = None) -> dict[str, int]:
+    """Plan now, then block until every queued job for it is written."""
+    from workers import embedded
+    from workers.actors import run_sync
+
+    embedded.start()
+    counts = run_sync(ctx, force=force)
+    wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout)
+    return counts
+
+
+def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = None,
+              timeout: float | None = None) -> bool:
+    from pipeline.agents import settings_for
+    from workers import embedded, queues
+    from workers.broker import is_embedded
+
+    settings = settings_for(ctx)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    quiet = 0
+    while True:
+        if progress is not None and total:
+            progress(total - min(total, pending_files(settings)), total)
+        busy = embedded.outstanding() if is_embedded() else queues.total_outstanding()
+        quiet = quiet + 1 if busy == 0 else 0
+        if quiet >= 3:
+            if progress is not None and total:
+                progress(total - min(total, pending_files(settings)), total)
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def pending_files(settings: AgentSettings) -> int:
+    from pipeline.schema import pending_table
+    from pipeline.store import open_reader
+
+    reader = open_reader(settings)
+    try:
+        st = reader.state()
+        gen = st.building_generation or st.live_generation
+        conn = reader.conn()
+        if conn is None or gen is None or not reader.table_exists(pending_table(gen)):
+            return 0
+        return conn.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+    finally:
+        reader.close()

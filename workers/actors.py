@@ -1,0 +1,167 @@
+"""The actors: sync (plan), index (chunk + embed), and the single writer.
+
+Flow: ``sync_agent`` diffs disk against the store and sends the writer a plan
+(which files are pending) *before* enqueueing ``index_files`` groups, so on the
+FIFO write queue the plan always precedes the writes it announces. Every step
+is idempotent: a duplicated message rewrites the same rows, a lost one leaves
+its file pending until the next sync re-plans it.
+
+Run on Redis with ``dramatiq workers.actors`` (see Procfile); the write queue
+must be consumed by exactly one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import dramatiq
+
+from pipeline.agents import settings_for
+from pipeline.config import Context
+from pipeline.embedder import chunk_embedder_for, identity_for
+from pipeline.indexer import FileJob, is_current, plan_sync, prepare_file, still_on_disk
+from pipeline.store import StoreWriter, open_reader, open_writer
+
+from . import broker as _broker  # noqa: F401  (installs the broker before actors bind)
+
+log = logging.getLogger("memindex.actors")
+
+# Files per index message: big enough to amortise queue overhead, small enough
+# to keep memory bounded and retries cheap.
+GROUP_FILES = 32
+GROUP_BYTES = 4 * 1024 * 1024
+
+RETRY = dict(max_retries=8, min_backoff=500, max_backoff=60_000)
+
+
+def _ctx(d: dict[str, Any]) -> Context:
+    return Context.from_dict(d)
+
+
+# --- sync -----------------------------------------------------------------------
+
+def run_sync(ctx: Context, *, force: bool = False) -> dict[str, int]:
+    """Plan one agent's sync and enqueue its work. Returns counts for callers."""
+    settings = settings_for(ctx)
+    reader = open_reader(settings)
+    try:
+        plan = plan_sync(settings, reader, identity_for(settings), force=force)
+    finally:
+        reader.close()
+    pending = [(j.source, j.path) for j in plan.jobs]
+    write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes)
+    for group in _groups(plan.jobs):
+        index_files.send(ctx.as_dict(), plan.generation, [j.as_dict() for j in group])
+    log.info("sync %s: generation %d (%s), %d to index, %d to delete, %d unchanged",
+             ctx.agent_id, plan.generation, plan.role, len(plan.jobs), len(plan.deletes), plan.unchanged)
+    return {"generation": plan.generation, "to_index": len(plan.jobs), "to_delete": len(plan.deletes),
+            "unchanged": plan.unchanged}
+
+
+def _groups(jobs: list[FileJob]):
+    group: list[FileJob] = []
+    size = 0
+    for j in jobs:
+        if group and (len(group) >= GROUP_FILES or size + j.size > GROUP_BYTES):
+            yield group
+            group, size = [], 0
+        group.append(j)
+        size += j.size
+    if group:
+        yield group
+
+
+@dramatiq.actor(queue_name="sync", time_limit=10 * 60_000, **RETRY)
+def sync_agent(ctx: dict[str, Any], force: bool = False, reason: str = "manual") -> None:
+    log.debug("sync %s requested (%s)", ctx.get("agent_id"), reason)
+    run_sync(_ctx(ctx), force=force)
+
+
+# --- chunk and embed --------------------------------------------------------------
+
+@dramatiq.actor(queue_name="embed", time_limit=30 * 60_000, **RETRY)
+def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]) -> None:
+    context = _ctx(ctx)
+    settings = settings_for(context)
+    embedder = chunk_embedder_for(settings)
+    records, touches, vanished = [], [], []
+    for raw in jobs:
+        job = FileJob(**raw)
+        prepared = prepare_file(settings, job, embedder)
+        if prepared.vanished:
+            vanished.append((job.source, job.path))
+        elif prepared.touch is not None:
+            touches.append(prepared.touch)
+        elif prepared.record is not None:
+            records.append(prepared.record)
+    if records:
+        write_files.send(ctx, generation, records)
+    if touches:
+        write_touch.send(ctx, generation, touches)
+    if vanished:
+        write_deletes.send(ctx, generation, vanished)
+
+
+# --- the single writer -------------------------------------------------------------
+
+_writers: dict[str, StoreWriter] = {}
+_writers_lock = threading.Lock()
+
+
+def _writer(ctx: Context) -> tuple[Any, StoreWriter]:
+    settings = settings_for(ctx)
+    key = str(settings.store_path)
+    with _writers_lock:
+        w = _writers.get(key)
+        if w is None:
+            w = _writers[key] = open_writer(settings)
+    return settings, w
+
+
+def close_writers() -> None:
+    with _writers_lock:
+        for w in _writers.values():
+            w.close()
+        _writers.clear()
+
+
+@dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)
+def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
+               pending: list[list[str]], deletes: list[list[str]]) -> None:
+    settings, w = _writer(_ctx(ctx))
+    # A delete is applied only if the file really is gone: a re-created file keeps its rows.
+    real_deletes = [tuple(k) for k in deletes if not still_on_disk(settings, tuple(k))]
+    w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes)
+
+
+@dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)
+def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    context = _ctx(ctx)
+    settings, w = _writer(context)
+    fresh, stale = [], []
+    for rec in records:
+        (fresh if is_current(rec) else stale).append(rec)
+    if fresh:
+        w.write_files(generation, fresh)
+        max_entries = settings.memory_search["cache"]["maxEntries"]
+        if any(r.get("embedding") for r in fresh) and max_entries:
+            w.prune_cache(max_entries)
+    if stale:
+        # The file changed after it was chunked: drop the write, re-plan from disk.
+        log.info("dropped %d stale write(s) for %s: %s", len(stale), context.agent_id,
+                 ", ".join(r["path"] for r in stale[:5]))
+        sync_agent.send(ctx, reason="stale-write")
+
+
+@dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)
+def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    _, w = _writer(_ctx(ctx))
+    w.touch_files(generation, records)
+
+
+@dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)
+def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
+    settings, w = _writer(_ctx(ctx))
+    w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])

@@ -1,0 +1,69 @@
+"""The embedded default: run the actors on worker threads inside this process.
+
+Two dramatiq ``Worker``s share the in-memory broker: one consumes sync/embed/
+batch with a few threads, the other consumes ``write`` with exactly one thread,
+so each store still has a single writer (P5).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+
+import dramatiq
+
+from .broker import QUEUES, broker, is_embedded
+
+_started: list[dramatiq.Worker] = []
+_lock = threading.Lock()
+
+
+def start(worker_threads: int = 2) -> None:
+    """Start the in-process workers once (no-op on a Redis broker)."""
+    if not is_embedded(broker):
+        return
+    with _lock:
+        if _started:
+            return
+        from . import actors  # noqa: F401  (declare actors before consuming)
+
+        work = dramatiq.Worker(broker, queues={q for q in QUEUES if q != "write"},
+                               worker_threads=worker_threads, worker_timeout=100)
+        writer = dramatiq.Worker(broker, queues={"write"}, worker_threads=1, worker_timeout=100)
+        for w in (work, writer):
+            w.start()
+            _started.append(w)
+        atexit.register(stop)
+
+
+def stop() -> None:
+    with _lock:
+        for w in _started:
+            w.stop(timeout=5000)
+        _started.clear()
+    from .actors import close_writers
+
+    close_writers()
+
+
+def outstanding() -> int:
+    """Messages enqueued (ready or delayed) or in flight, across all queues."""
+    return sum(q.unfinished_tasks for q in broker.queues.values())
+
+
+def wait_idle(timeout: float | None = None, poll: float = 0.02) -> bool:
+    """Block until every queue is drained and nothing is in flight."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    quiet = 0
+    while True:
+        quiet = quiet + 1 if outstanding() == 0 else 0
+        if quiet >= 3:  # stable across polls: no actor is about to enqueue more
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+
+
+def dead_letters() -> list:
+    return list(broker.dead_letters) if is_embedded(broker) else []
