@@ -34,8 +34,14 @@ def chunk_limits(tokens: int, overlap: int) -> tuple[int, int]:
 
 
 def split_lines(text: str) -> list[str]:
-    """Split on \\n; a CR of CRLF is dropped so snippets and hashes don't carry it."""
-    return [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+    """Split on \\n; a CR of CRLF is dropped so snippets and hashes don't carry it.
+
+    A final newline ends the last line rather than starting an empty one.
+    """
+    lines = text.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
 def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:

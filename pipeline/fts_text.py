@@ -15,6 +15,7 @@ letters/numbers, so FTS5 operators in the input (``AND``, ``NEAR(``, ``*``,
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # Inputs beyond this are cut before tokenising: memory queries are short and a
@@ -115,6 +116,12 @@ def _fold(text: str) -> str:
     return unicodedata.normalize("NFC", text).translate(_EXTRA_FOLDS)
 
 
+_SPACELESS_RE = re.compile(
+    "[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _HAN_RANGES + _SEA_RANGES) + "]"
+)
+_FAST_TOKEN_RE = re.compile(r"[^\W_]+")
+
+
 def index_text(text: str) -> str:
     """Text to store in the FTS column for *text*.
 
@@ -125,6 +132,8 @@ def index_text(text: str) -> str:
     structure is unchanged; everything else is left to the tokenizer.
     """
     text = _fold(text)
+    if not _SPACELESS_RE.search(text):  # fast path: nothing to space out
+        return text
     out: list[str] = []
     prev_spaceless = False  # the current cluster belongs to a spaceless script
     prev_word = False  # the previous char was not whitespace
@@ -193,11 +202,11 @@ def _ngrams(tokens: list[str], n: int) -> list[list[str]]:
     return [tokens[i : i + n] for i in range(len(tokens) - n + 1)]
 
 
-def _term_phrases(tokens: list[str]) -> list[list[str]]:
-    """The phrase for one whitespace term plus n-gram sub-phrases of its
-    spaceless runs, so a question written without spaces still matches a
-    chunk containing only part of it (BM25 favours chunks matching more)."""
-    phrases = [tokens]
+def _sub_phrases(tokens: list[str]) -> list[list[str]]:
+    """Overlapping n-grams of a term's spaceless runs, so a question written
+    without spaces still matches a chunk containing only part of it (BM25
+    favours chunks matching more of them)."""
+    phrases: list[list[str]] = []
     for fam, run in _spaceless_runs(tokens):
         n = 2 if fam == "han" else 3
         if len(run) > n:
@@ -227,12 +236,18 @@ def build_match_query(query: str) -> str | None:
     query = query[:MAX_QUERY_CHARS]
     kept: list[list[str]] = []
     stops: list[list[str]] = []
+    subs: list[list[str]] = []
     for term in query.split():
         tokens = keyword_tokens(term)
         if not tokens:
             continue
-        (stops if _is_stop_term(tokens) else kept).extend(_term_phrases(tokens))
-    phrases = kept or stops
+        if _is_stop_term(tokens):
+            stops.append(tokens)
+        else:
+            kept.append(tokens)
+            subs.extend(_sub_phrases(tokens))
+    # Whole terms first so n-grams never push a real term past the cap.
+    phrases = kept + subs if kept else stops
     seen: set[tuple[str, ...]] = set()
     parts: list[str] = []
     for phrase in phrases:
@@ -244,3 +259,27 @@ def build_match_query(query: str) -> str | None:
         if len(parts) >= MAX_TERMS:
             break
     return " OR ".join(parts) if parts else None
+
+
+def fast_tokens(text: str) -> list[str]:
+    """A quick approximation of :func:`keyword_tokens` for scoring (not for queries)."""
+    return _FAST_TOKEN_RE.findall(index_text(text).lower())
+
+
+def query_phrases(query: str) -> list[tuple[str, ...]]:
+    """The query's content terms as token tuples (stop words dropped unless that leaves none)."""
+    kept: list[tuple[str, ...]] = []
+    stops: list[tuple[str, ...]] = []
+    for term in (query or "")[:MAX_QUERY_CHARS].split():
+        tokens = tuple(fast_tokens(term))
+        if tokens:
+            (stops if _is_stop_term(list(tokens)) else kept).append(tokens)
+    return list(dict.fromkeys(kept or stops))[:MAX_TERMS]
+
+
+def coverage(phrases: list[tuple[str, ...]], text: str) -> float:
+    """Fraction of the query's terms that occur (as adjacent tokens) in ``text``."""
+    if not phrases:
+        return 0.0
+    hay = " " + " ".join(fast_tokens(text)) + " "
+    return sum(1 for p in phrases if f" {' '.join(p)} " in hay) / len(phrases)

@@ -75,6 +75,22 @@ def bm25_to_text_score(rank: float) -> float:
     return r / (1.0 + r)
 
 
+# A chunk containing every content term of the query scores at least this.
+COVERAGE_FLOOR = 0.6
+
+
+def keyword_text_score(rank: float, coverage: float) -> float:
+    """BM25 mapped to 0..1, floored by ``COVERAGE_FLOOR * coverage``.
+
+    FTS5's IDF collapses towards zero for a term found in half or more of the
+    documents, which in a small workspace is most terms: a perfect keyword
+    match would then score ~0 and fall under minScore. The share of the
+    query's content terms present in the chunk is a corpus-independent signal,
+    so it sets a floor; in large corpora BM25 usually dominates.
+    """
+    return max(bm25_to_text_score(rank), COVERAGE_FLOOR * _clamp01(coverage))
+
+
 def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, float]:
     """Clamp each weight to [0,1] and rescale to sum 1; (0,0) -> defaults."""
     vw, tw = _clamp01(vector_weight), _clamp01(text_weight)
@@ -116,6 +132,9 @@ def merge_hybrid(
     text_hits: list[Candidate],
     vector_weight: float,
     text_weight: float,
+    *,
+    vector_enabled: bool | None = None,
+    text_enabled: bool | None = None,
 ) -> list[Candidate]:
     """Union both arms by chunk id and score them; sorted best first.
 
@@ -123,9 +142,12 @@ def merge_hybrid(
 
     Degraded modes use the working arm at full scale instead of the
     reference's weighted formula (which would cap BM25-only at 0.3 and
-    vector-only at 0.7, below the usual minScore): no vector hits (no
-    embeddings, zero query vector) -> ``text_score``; no text hits (no FTS5) ->
-    ``vector_score``.
+    vector-only at 0.7, below the usual minScore): no vector arm (no
+    embeddings, zero query vector) -> ``text_score``; no text arm (no FTS5) ->
+    ``vector_score``. An arm counts as absent when its ``*_enabled`` flag is
+    False, or - when the flag is None - when it returned no hits. Callers
+    that know an arm ran but matched nothing pass True to keep the weighted
+    formula, so scores do not jump just because nothing matched.
 
     Keyword-only rescue. With both arms running, a chunk found *only* by the
     keyword arm would score ``tw*text_score <= 0.3`` and could never pass
@@ -137,17 +159,21 @@ def merge_hybrid(
 
         score = max(tw*ts, ts * best_vs)      (best_vs = max vector score, >= 0)
 
-    Properties: a weak keyword hit (ts <= 0.35) can never pass 0.35; a strong
-    keyword hit passes when the query has semantically good hits at all; and
-    it never outranks a chunk that is at least as good on both arms, because
-    ``vw*best_vs + tw*ts >= ts*best_vs`` for ``ts <= 1``. With ``text_weight``
-    0 the user switched keywords off, so there is no rescue.
+    Properties: the rescued score is at most ``ts``, so a weak keyword hit
+    (ts < 0.35) can never pass minScore 0.35; a strong one (bm25 -9 -> 0.9)
+    passes whenever the query has reasonable semantic hits at all (best_vs
+    >= 0.39); and it never scores above a chunk that is at least as good on
+    both arms, because ``vw*best_vs + tw*ts >= ts*best_vs`` for ts, best_vs in
+    [0,1]. With ``text_weight`` 0 the user switched keywords off, so there is
+    no rescue.
     """
     vw, tw = normalize_weights(vector_weight, text_weight)
     merged = _union(vector_hits, text_hits)
-    if not vector_hits:
+    has_vec = bool(vector_hits) if vector_enabled is None else vector_enabled
+    has_txt = bool(text_hits) if text_enabled is None else text_enabled
+    if not has_vec:
         vw, tw = 0.0, 1.0
-    elif not text_hits:
+    elif not has_txt:
         vw, tw = 1.0, 0.0
     best_vs = max((c.vector_score for c in merged.values() if c.has_vector), default=0.0)
     anchor = max(0.0, min(1.0, best_vs))
@@ -373,13 +399,18 @@ def rank_pipeline(
     mtimes: Mapping[tuple[str, str], float] | None = None,
     mmr: bool = False,
     mmr_lambda: float = 0.7,
+    vector_enabled: bool | None = None,
+    text_enabled: bool | None = None,
 ) -> list[Candidate]:
     """Merge -> decay (optional) -> sort -> MMR (optional) -> minScore -> top-K.
 
     With MMR on, the top-K are taken in MMR order and then shown by score.
+    ``vector_enabled``/``text_enabled``: see :func:`merge_hybrid`.
     ``now`` (epoch seconds) is required when ``temporal_decay`` is on.
     """
-    cands = merge_hybrid(vector_hits, text_hits, vector_weight, text_weight)
+    cands = merge_hybrid(
+        vector_hits, text_hits, vector_weight, text_weight, vector_enabled=vector_enabled, text_enabled=text_enabled
+    )
     if temporal_decay:
         if now is None:
             raise ValueError("rank_pipeline: temporal_decay needs 'now'")

@@ -17,8 +17,8 @@ from typing import Any, Callable, Sequence
 
 from . import db
 from .config import AgentSettings
-from .fts_text import build_match_query
-from .ranking import Candidate, bm25_to_text_score, rank_pipeline
+from .fts_text import build_match_query, coverage, query_phrases
+from .ranking import COVERAGE_FLOOR, Candidate, bm25_to_text_score, keyword_text_score, rank_pipeline
 from .schema import chunks_table, fts_table, pending_table, vec_table
 from .scope import check_scope
 from .store import StoreReader, open_reader
@@ -271,12 +271,16 @@ class MemorySearch:
                 log.warning("keyword search failed: %s", exc)
             return []
         rows = self._rows(conn, gen, [h[0] for h in hits])
+        phrases = query_phrases(query)
         out = []
         for rowid, rank in hits:
             r = rows.get(rowid)
-            if r is not None:
-                out.append(Candidate(r[1], r[2], r[3], r[4], r[5], r[6],
-                                     text_score=bm25_to_text_score(rank), has_text=True))
+            if r is None:
+                continue
+            score = bm25_to_text_score(rank)
+            if score < COVERAGE_FLOOR:  # only then can coverage raise it; skip the tokenising otherwise
+                score = keyword_text_score(rank, coverage(phrases, r[6]))
+            out.append(Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=score, has_text=True))
         return out
 
     def _vector_candidates(self, conn: db.Connection, gen: int, qvec: list[float], limit: int) -> list[Candidate]:

@@ -164,6 +164,16 @@ def test_vector_only_when_no_text_hits() -> None:
     assert len(rank_pipeline(vec, [], min_score=0.35)) == 2
 
 
+def test_enabled_arm_with_no_hits_keeps_weighted_formula() -> None:
+    vec = [cand("a", vs=0.5)]
+    assert merge_hybrid(vec, [], 0.7, 0.3, text_enabled=True)[0].score == pytest.approx(0.35)
+    assert merge_hybrid(vec, [], 0.7, 0.3, text_enabled=False)[0].score == pytest.approx(0.5)
+    txt = [cand("b", ts=0.8)]
+    assert merge_hybrid([], txt, 0.7, 0.3, vector_enabled=True)[0].score == pytest.approx(0.24)
+    assert merge_hybrid([], txt, 0.7, 0.3)[0].score == pytest.approx(0.8)
+    assert rank_pipeline(vec, [], text_enabled=True, min_score=0.36) == []
+
+
 def test_merge_keeps_vector_snippet_and_fills_empty_text() -> None:
     out = merge_hybrid([cand("a", vs=0.5, text="")], [cand("a", ts=0.5, text="from fts")], 0.7, 0.3)
     assert out[0].text == "from fts"

@@ -58,6 +58,15 @@ def is_embedded(broker: dramatiq.Broker | None = None) -> bool:
     return isinstance(broker or dramatiq.get_broker(), StubBroker)
 
 
+class _DropDuplicateWorkerWarning(logging.Filter):
+    """Two in-process Workers (pool + single writer) share one broker by design."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "same type twice" not in record.getMessage()
+
+
+logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
+
 broker = make_broker()
 dramatiq.set_broker(broker)
 for _q in QUEUES:

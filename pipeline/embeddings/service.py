@@ -1,0 +1,235 @@
+"""EmbeddingService: what workers and the search path call to get vectors.
+
+Per call it (1) splits texts over the provider's input limit, (2) packs the
+pieces into requests within the provider's item/token caps, (3) retries
+rate limits and transient errors (retry.py), halves batches the provider
+refuses as too large and remembers the smaller cap, (4) validates every vector,
+and (5) when the primary still fails, switches to the fallback provider.
+
+Token estimate: UTF-8 bytes (limits.estimate_tokens), an upper bound for the
+tokenizers these APIs use, against min(provider limit, 8000) as in the
+reference. A text over it is cut into pieces that fit; the text's vector is
+the mean of its pieces' vectors weighted by piece size, renormalised to unit
+length, so it is never sent whole to fail and its tail is never dropped.
+Providers that truncate by their own tokenizer (local) get texts whole.
+
+Vectors are returned L2-normalised (cosine == dot product). A blank text
+gets an empty vector ``[]`` ("not embedded") without a request.
+
+Fallback is sticky: once the primary fails after retries, this service keeps
+using the fallback (one switch, as in the reference), so one index is never
+filled with vectors from two models. Every result says which provider served
+and whether it was the fallback. Queries never fall back on their own: a query
+vector must come from the provider that built the index (pass its fingerprint).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
+
+from .base import EmbeddingProvider, ProviderError, ProviderTransientError
+from .limiter import Limiter, default_limiter
+from .limits import HARD_MAX_INPUT_TOKENS, estimate_tokens, split_to_limit
+from .retry import RetryPolicy, call_with_retry, embed_with_splitting, pack_batches
+from .select import ProviderChoice
+from .validate import l2_normalize, validate_vectors, weighted_mean
+
+log = logging.getLogger(__name__)
+
+REMOTE_QUERY_TIMEOUT_S = 60.0
+LOCAL_QUERY_TIMEOUT_S = 300.0  # CPU inference, and the first call loads the model
+
+
+@dataclass
+class EmbedResult:
+    vectors: list[list[float]]
+    provider_id: str
+    model: str
+    fingerprint: str
+    dims: int | None
+    fallback_used: bool
+    fallback_reason: str | None
+
+    @property
+    def vector(self) -> list[float]:
+        """The single vector of a query result."""
+        if len(self.vectors) != 1:
+            raise ValueError(f"result holds {len(self.vectors)} vectors, not one")
+        return self.vectors[0]
+
+
+class EmbeddingService:
+    def __init__(
+        self,
+        choice: ProviderChoice,
+        limiter: Limiter | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        normalize: bool = True,
+    ) -> None:
+        self.choice = choice
+        self.limiter = limiter or default_limiter()
+        self.retry = retry or RetryPolicy()
+        self.normalize = normalize
+        self._lock = threading.Lock()
+        self._active = choice.primary or choice.fallback
+        self._fallback_reason = choice.primary_error if choice.primary is None and choice.fallback else None
+
+    # --- state ----------------------------------------------------------------
+
+    @property
+    def active_provider(self) -> EmbeddingProvider | None:
+        return self._active
+
+    @property
+    def fallback_active(self) -> bool:
+        return self._active is not None and self._active is self.choice.fallback
+
+    @property
+    def fallback_reason(self) -> str | None:
+        return self._fallback_reason
+
+    def _switch_to_fallback(self, failed: EmbeddingProvider, exc: ProviderError) -> EmbeddingProvider | None:
+        fb = self.choice.fallback
+        with self._lock:
+            if fb is None or failed is fb:
+                return None
+            if self._active is not fb:
+                self._active = fb
+                self._fallback_reason = f"{failed.id} failed: {exc}"
+                log.warning("memory embeddings: switched to fallback provider (%s): %s", fb.id, self._fallback_reason)
+            return fb
+
+    # --- documents --------------------------------------------------------------
+
+    def embed_documents(self, texts: Sequence[str]) -> EmbedResult:
+        """One vector per text (``[]`` for blank text), from the active provider."""
+        provider = self._active
+        if provider is None:
+            raise ProviderError(self.choice.reason)
+        try:
+            vectors = self._embed_all(provider, list(texts))
+        except ProviderError as exc:
+            fb = self._switch_to_fallback(provider, exc)
+            if fb is None:
+                raise
+            provider = fb
+            vectors = self._embed_all(provider, list(texts))
+        return self._result(provider, vectors)
+
+    def _embed_all(self, provider: EmbeddingProvider, texts: list[str]) -> list[list[float]]:
+        limit = min(provider.max_input_tokens, HARD_MAX_INPUT_TOKENS)
+        pieces: list[str] = []
+        owners: list[int] = []
+        for i, text in enumerate(texts):
+            if not text.strip():
+                continue
+            parts = [text] if provider.self_truncates else split_to_limit(text, limit)
+            pieces.extend(parts)
+            owners.extend([i] * len(parts))
+
+        piece_vectors: list[list[float]] = []
+        cap = provider.max_batch_items
+        batches = deque(pack_batches(pieces, cap, provider.max_batch_tokens, estimate_tokens))
+        while batches:
+            batch = batches.popleft()
+            piece_vectors.extend(embed_with_splitting(
+                lambda sub: self._request(provider, sub), batch,
+                on_refused=lambda n, hint: self._lower_cap(provider, n, hint),
+            ))
+            if provider.max_batch_items < cap and batches:  # learned a smaller cap: repack the rest
+                cap = provider.max_batch_items
+                rest = [t for b in batches for t in b]
+                batches = deque(pack_batches(rest, cap, provider.max_batch_tokens, estimate_tokens))
+
+        grouped: dict[int, list[int]] = {}
+        for k, owner in enumerate(owners):
+            grouped.setdefault(owner, []).append(k)
+        out: list[list[float]] = []
+        for i in range(len(texts)):
+            ks = grouped.get(i)
+            if not ks:
+                out.append([])
+            elif len(ks) == 1:
+                v = piece_vectors[ks[0]]
+                out.append(l2_normalize(v) if self.normalize else list(v))
+            else:
+                out.append(weighted_mean([piece_vectors[k] for k in ks], [estimate_tokens(pieces[k]) for k in ks]))
+        return out
+
+    def _lower_cap(self, provider: EmbeddingProvider, refused: int, hint: int | None) -> None:
+        new = hint if hint and hint < refused else max(1, refused // 2)
+        if new < provider.max_batch_items:
+            log.info("memory embeddings: %s refused %d inputs per request; sending at most %d",
+                     provider.id, refused, new)
+            provider.max_batch_items = new
+
+    def _request(self, provider: EmbeddingProvider, texts: list[str], policy: RetryPolicy | None = None,
+                 query: bool = False) -> list[list[float]]:
+        def attempt() -> list[list[float]]:
+            with self.limiter.acquire(provider.id):
+                vecs = [provider.embed_query(texts[0])] if query else provider.embed_documents(texts)
+            dims = validate_vectors(vecs, expected_count=len(texts), expected_dims=provider.dims,
+                                    provider_id=provider.id)
+            if provider.dims is None:
+                provider.dims = dims
+            return vecs
+
+        return call_with_retry(attempt, policy or self.retry, label=f"embeddings ({provider.id})")
+
+    # --- queries ----------------------------------------------------------------
+
+    def provider_for(self, fingerprint: str | None = None) -> EmbeddingProvider:
+        """The active provider, or the configured one whose fingerprint matches an index's."""
+        if fingerprint is None:
+            if self._active is None:
+                raise ProviderError(self.choice.reason)
+            return self._active
+        for p in (self._active, self.choice.primary, self.choice.fallback):
+            if p is not None and p.fingerprint() == fingerprint:
+                return p
+        raise ProviderError("no configured embedding provider matches the index fingerprint; reindex needed")
+
+    def embed_query(self, text: str, timeout_s: float | None = None, *, fingerprint: str | None = None) -> EmbedResult:
+        """The query vector within timeout_s (retries included); raises ProviderError on failure."""
+        provider = self.provider_for(fingerprint)
+        if not text.strip():
+            return self._result(provider, [[]])
+        if timeout_s is None:
+            timeout_s = LOCAL_QUERY_TIMEOUT_S if provider.id == "local" else REMOTE_QUERY_TIMEOUT_S
+        if not provider.self_truncates:
+            text = split_to_limit(text, min(provider.max_input_tokens, HARD_MAX_INPUT_TOKENS))[0]
+        policy = self.retry.with_budget(timeout_s)
+        box: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                box["v"] = self._request(provider, [text], policy, query=True)[0]
+            except BaseException as exc:  # handed to the caller's thread
+                box["e"] = exc
+
+        worker = threading.Thread(target=run, name=f"embed-query-{provider.id}", daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            raise ProviderTransientError(f"memory embeddings query timed out after {timeout_s:g}s")
+        if "e" in box:
+            raise box["e"]  # type: ignore[misc]
+        vec = box["v"]
+        return self._result(provider, [l2_normalize(vec) if self.normalize else list(vec)])  # type: ignore[arg-type]
+
+    def _result(self, provider: EmbeddingProvider, vectors: list[list[float]]) -> EmbedResult:
+        used = provider is self.choice.fallback and self.choice.fallback is not None
+        return EmbedResult(
+            vectors=vectors,
+            provider_id=provider.id,
+            model=provider.model,
+            fingerprint=provider.fingerprint(),
+            dims=provider.dims,
+            fallback_used=used,
+            fallback_reason=self._fallback_reason if used else None,
+        )

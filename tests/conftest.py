@@ -1,0 +1,165 @@
+"""Shared fixtures: a scratch workspace + state dir, indexing through the real
+embedded broker, and real redis-server instances on free ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# Tests must never pick up a developer's Redis or OpenClaw state by accident.
+os.environ.pop("MEMINDEX_BROKER_URL", None)
+for _k in ("OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYAGE_API_KEY", "MISTRAL_API_KEY",
+           "OPENCLAW_CONFIG_PATH", "OPENCLAW_STATE_DIR"):
+    os.environ.pop(_k, None)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+GGUF = SHARED / "models" / "all-MiniLM-L6-v2.F16.gguf"
+
+
+class Agent:
+    """A scratch agent: workspace, state dir, optional config, and helpers."""
+
+    def __init__(self, root: Path, agent_id: str = "main"):
+        self.root = root
+        self.workspace = root / "workspace"
+        self.state = root / "state"
+        self.config_path = root / "openclaw.json"
+        self.agent_id = agent_id
+        (self.workspace / "memory").mkdir(parents=True, exist_ok=True)
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.write_config({})
+
+    def write_config(self, cfg: dict) -> None:
+        self.config_path.write_text(json.dumps(cfg), encoding="utf-8")
+        # Config reloads key on mtime; make sure a rewrite is always seen.
+        st = self.config_path.stat()
+        os.utime(self.config_path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+    def memory_config(self, ms: dict, **top) -> None:
+        self.write_config({"agents": {"defaults": {"memorySearch": ms}}, **top})
+
+    @property
+    def ctx(self):
+        from pipeline.config import Context
+
+        return Context(self.agent_id, str(self.config_path), str(self.state), str(self.workspace))
+
+    def settings(self):
+        from pipeline.agents import settings_for
+
+        return settings_for(self.ctx)
+
+    def write(self, rel: str, text: str | bytes) -> Path:
+        p = self.workspace / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            p.write_bytes(text)
+        else:
+            p.write_text(text, encoding="utf-8")
+        return p
+
+    def index(self, force: bool = False) -> dict:
+        from producers.trigger import sync_and_wait
+
+        return sync_and_wait(self.ctx, force=force, timeout=120)
+
+    def search(self, query: str, **kw) -> dict:
+        from pipeline.search import MemorySearch
+
+        eng = MemorySearch(self.settings())
+        try:
+            return eng.search(query, **kw).as_dict()
+        finally:
+            eng.close()
+
+    def store_rows(self) -> list[tuple]:
+        """The live generation's chunk set, for comparing stores."""
+        from pipeline.store import open_reader
+
+        r = open_reader(self.settings())
+        try:
+            gen = r.state().live_generation
+            if gen is None:
+                return []
+            return sorted(r.conn().execute(
+                f"SELECT source, path, start_line, end_line, hash, text FROM chunks_g{gen}").fetchall())
+        finally:
+            r.close()
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Agent:
+    return Agent(tmp_path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    def __init__(self, port: int):
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+
+@pytest.fixture
+def redis_server():
+    if shutil.which("redis-server") is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is required under CI (install Debian's redis-server)")
+        pytest.skip("redis-server not installed")
+    srv = RedisServer(free_port())
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120, cwd: Path | None = None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "producers.cli", *args], capture_output=True, text=True,
+                          env=e, timeout=timeout, cwd=cwd or REPO)
+
+
+def start_workers(broker_url: str, *, queues: tuple[str, ...] = ("sync", "embed", "batch"),
+                  threads: int = 2, extra_env: dict | None = None) -> subprocess.Popen:
+    """A real ``dramatiq`` worker process consuming the given queues."""
+    env = dict(os.environ, MEMINDEX_BROKER_URL=broker_url, **(extra_env or {}))
+    return subprocess.Popen(
+        [sys.executable, "-m", "dramatiq", "workers.actors", "--processes", "1", "--threads", str(threads),
+         "--queues", *queues],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )

@@ -1,0 +1,123 @@
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError, Context, load_config_file, load_settings, resolve_agent
+
+
+def test_defaults_match_the_spec(tmp_path):
+    s = resolve_agent({}, "main", state_dir=tmp_path)
+    ms = s.memory_search
+    assert ms["provider"] == "auto" and ms["fallback"] == "none"
+    assert ms["chunking"] == {"tokens": 400, "overlap": 80}
+    assert ms["query"]["maxResults"] == 6 and ms["query"]["minScore"] == 0.35
+    h = ms["query"]["hybrid"]
+    assert (h["vectorWeight"], h["textWeight"], h["candidateMultiplier"]) == (0.7, 0.3, 4)
+    assert h["mmr"] == {"enabled": False, "lambda": 0.7}
+    assert h["temporalDecay"] == {"enabled": False, "halfLifeDays": 30}
+    assert ms["sync"]["watchDebounceMs"] == 1500
+    assert ms["sync"]["sessions"] == {"deltaBytes": 100000, "deltaMessages": 50}
+    assert ms["cache"] == {"enabled": True, "maxEntries": 50000}
+    assert ms["remote"]["batch"]["concurrency"] == 2
+    assert s.store_path == tmp_path / "memory" / "main.sqlite"
+    assert s.workspace == (tmp_path / "workspace").resolve()
+    assert s.memory["citations"] == "auto" and s.memory["backend"] == "builtin"
+    assert s.enabled
+
+
+def test_agent_override_merges_over_defaults(tmp_path):
+    cfg = {
+        "agents": {
+            "defaults": {"workspace": str(tmp_path / "ws"),
+                         "memorySearch": {"extraPaths": ["notes", "shared"],
+                                          "query": {"maxResults": 10, "hybrid": {"vectorWeight": 2, "textWeight": 2}}}},
+            "list": [{"id": "ops", "workspace": str(tmp_path / "ops-ws"),
+                      "memorySearch": {"extraPaths": ["shared", " runbooks "], "query": {"minScore": 0.2},
+                                       "store": {"path": str(tmp_path / "stores/{agentId}.db")}}}],
+        }
+    }
+    ops = resolve_agent(cfg, "ops", state_dir=tmp_path)
+    assert ops.workspace == (tmp_path / "ops-ws").resolve()
+    assert ops.memory_search["extraPaths"] == ["notes", "shared", "runbooks"]
+    assert ops.memory_search["query"]["maxResults"] == 10  # from defaults
+    assert ops.memory_search["query"]["minScore"] == 0.2  # from the agent
+    assert ops.memory_search["query"]["hybrid"]["vectorWeight"] == 0.5  # normalised to sum 1
+    assert ops.store_path == tmp_path / "stores" / "ops.db"
+    main = resolve_agent(cfg, "main", state_dir=tmp_path)
+    assert main.workspace == (tmp_path / "ws").resolve()
+    assert main.memory_search["query"]["minScore"] == 0.35
+
+
+def test_sessions_source_needs_the_experimental_flag(tmp_path):
+    cfg = {"agents": {"defaults": {"memorySearch": {"sources": ["memory", "sessions"]}}}}
+    assert resolve_agent(cfg, state_dir=tmp_path).sources == ["memory"]
+    cfg["agents"]["defaults"]["memorySearch"]["experimental"] = {"sessionMemory": True}
+    assert resolve_agent(cfg, state_dir=tmp_path).sources == ["memory", "sessions"]
+
+
+def test_plugins_slot_none_disables_memory(tmp_path):
+    assert not resolve_agent({"plugins": {"slots": {"memory": "none"}}}, state_dir=tmp_path).enabled
+    assert not resolve_agent({"agents": {"defaults": {"memorySearch": {"enabled": False}}}},
+                             state_dir=tmp_path).enabled
+
+
+@pytest.mark.parametrize("ms, key", [
+    ({"provder": "openai"}, "agents.defaults.memorySearch.provder"),
+    ({"provider": "cohere"}, "agents.defaults.memorySearch.provider"),
+    ({"query": {"maxResults": "ten"}}, "agents.defaults.memorySearch.query.maxResults"),
+    ({"query": {"hybrid": {"mmr": {"enabled": "yes"}}}}, "agents.defaults.memorySearch.query.hybrid.mmr.enabled"),
+    ({"remote": {"headers": {"X-A": 1}}}, "agents.defaults.memorySearch.remote.headers"),
+    ({"sources": ["memory", "email"]}, "agents.defaults.memorySearch.sources"),
+    ({"chunking": []}, "agents.defaults.memorySearch.chunking"),
+])
+def test_bad_values_name_the_key(tmp_path, ms, key):
+    with pytest.raises(ConfigError) as err:
+        resolve_agent({"agents": {"defaults": {"memorySearch": ms}}}, state_dir=tmp_path)
+    assert err.value.key == key
+    assert key in str(err.value)
+
+
+def test_bad_agent_and_memory_keys(tmp_path):
+    with pytest.raises(ConfigError, match=r"agents.list\[0\].memorySearch.cache.size"):
+        resolve_agent({"agents": {"list": [{"id": "a", "memorySearch": {"cache": {"size": 3}}}]}}, "a",
+                      state_dir=tmp_path)
+    with pytest.raises(ConfigError, match="memory.citations"):
+        resolve_agent({"memory": {"citations": "maybe"}}, state_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"agents.list\[1\].id"):
+        resolve_agent({"agents": {"list": [{"id": "a"}, {"name": "x"}]}}, state_dir=tmp_path)
+
+
+def test_unrelated_openclaw_keys_load_unchanged(tmp_path):
+    cfg = {"gateway": {"port": 1}, "channels": {"slack": {"x": 1}}, "agents": {"defaults": {"model": "m"}}}
+    assert resolve_agent(cfg, state_dir=tmp_path).enabled
+
+
+def test_json5_file_and_lookup_order(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "openclaw.json").write_text(
+        "// comment\n{agents: {defaults: {memorySearch: {query: {maxResults: 3,},},},},}\n")
+    s = load_settings(Context(state_dir=str(state)))
+    assert s.memory_search["query"]["maxResults"] == 3
+    other = tmp_path / "other.json5"
+    other.write_text("{agents: {defaults: {memorySearch: {query: {maxResults: 4}}}}}")
+    monkeypatch.setenv("OPENCLAW_CONFIG_PATH", str(other))
+    assert load_settings(Context(state_dir=str(state))).memory_search["query"]["maxResults"] == 4
+    explicit = tmp_path / "x.json"
+    explicit.write_text('{"agents": {"defaults": {"memorySearch": {"query": {"maxResults": 5}}}}}')
+    assert load_settings(Context(config=str(explicit), state_dir=str(state))).memory_search["query"]["maxResults"] == 5
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+    monkeypatch.delenv("OPENCLAW_CONFIG_PATH")
+    assert load_settings(Context()).memory_search["query"]["maxResults"] == 3
+
+
+def test_broken_config_file_is_one_clear_error(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{agents: ")
+    with pytest.raises(ConfigError, match="not valid JSON5"):
+        load_config_file(p)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config_file(tmp_path / "missing.json")
+    p.write_bytes(b"{\xff}")
+    with pytest.raises(ConfigError, match="UTF-8"):
+        load_config_file(p)

@@ -1,0 +1,94 @@
+"""memory_search behaviour that needs no embeddings: hostile input, citations, scope, threads."""
+
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pipeline.search import MemorySearch
+
+HOSTILE = [
+    '"', '""', '"unbalanced', "*", "foo*", "NEAR(a b)", "NEAR(", "a AND", "AND", "OR OR", "NOT x", "-x", "- -",
+    "col:val", "text:foo", "^start", "(", ")", "((a)", "a + b", "{a b}", "[x]", "\\", "'; DROP TABLE meta;--",
+    "\x00", "\x00abc", "🤖🔥", "%", "_", "a' OR '1'='1", "x" * 5000, "é" * 300, "東京" * 200, " ", "\t\n",
+    "NEAR(\"a\" \"b\", 3)", "a:b:c", "* * *", "\"\"\"", "OR", "AND NOT", "foo-bar-baz", "ERR_SIG_4012",
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from tests.conftest import Agent
+
+    a = Agent(tmp_path_factory.mktemp("search"))
+    a.write("MEMORY.md", "# Memory\nRouter: Omada ER605. ERR_SIG_4012 fixed by Mara.\n")
+    a.write("memory/2026-02-10.md", "Configured VLAN 10 for IoT devices. Café meeting at 10.\n")
+    a.index()
+    eng = MemorySearch(a.settings())
+    yield eng
+    eng.close()
+
+
+@pytest.mark.parametrize("q", HOSTILE)
+def test_hostile_queries_never_raise(engine, q):
+    res = engine.search(q).as_dict()
+    assert isinstance(res["results"], list)
+
+
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=200))
+def test_random_queries_never_raise(engine, q):
+    assert isinstance(engine.search(q).as_dict()["results"], list)
+
+
+def test_exact_token_found(engine):
+    res = engine.search("ERR_SIG_4012").as_dict()
+    assert res["results"][0]["path"] == "MEMORY.md"
+
+
+def test_citations_modes(agent):
+    agent.write("memory/a.md", "papaya smoothie recipe\n")
+    agent.index()
+    for mode, expect in (("on", True), ("off", False), ("auto", True)):
+        agent.write_config({"memory": {"citations": mode}})
+        r = agent.search("papaya")["results"][0]
+        assert ("Source: memory/a.md#L1" in r["snippet"]) is expect
+        assert r["path"] == "memory/a.md"  # the path stays in the result either way
+    agent.write_config({"memory": {"citations": "auto"}})
+    r = agent.search("papaya", session_key="agent:main:discord:group:123")
+    # auto in a group chat: no citation (and the default scope denies group chats anyway)
+    assert r["results"] == [] or "Source:" not in r["results"][0]["snippet"]
+
+
+def test_snippets_are_capped(agent):
+    agent.write("memory/long.md", "zucchini " * 400)
+    agent.index()
+    r = agent.search("zucchini", max_results=1)["results"][0]
+    assert len(r["snippet"].split("\n\nSource:")[0]) <= 700
+
+
+def test_scope_denies_group_chat_by_default(agent, caplog):
+    agent.write("memory/a.md", "kiwi notes\n")
+    agent.index()
+    assert agent.search("kiwi", session_key="agent:main:direct:bob")["results"]
+    with caplog.at_level("WARNING", logger="memindex.scope"):
+        res = agent.search("kiwi", session_key="agent:main:slack:channel:general")
+    assert res["results"] == []
+    assert sum("denied by scope" in r.message for r in caplog.records) == 1
+
+
+def test_concurrent_searches_from_threads(engine):
+    errors = []
+
+    def run():
+        try:
+            for _ in range(30):
+                assert engine.search("VLAN IoT").results
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
