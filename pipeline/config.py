@@ -148,7 +148,8 @@ def _duration_ms(key: str, v: Any) -> int:
     raise ConfigError(key, f"expected a duration like 5m, 30s or a number of ms, got {v!r}")
 
 
-PROVIDERS = ("auto", "openai", "gemini", "voyage", "mistral", "ollama", "local")
+# "hash" is a deterministic offline embedder for tests and benchmarks only: never auto-selected.
+PROVIDERS = ("auto", "openai", "gemini", "voyage", "mistral", "ollama", "local", "hash")
 FALLBACKS = ("none", "openai", "gemini", "voyage", "mistral", "ollama", "local")
 
 
