@@ -1,20 +1,213 @@
-"""Chunk embedding for the index: provider + embedding cache, per agent.
+"""One agent's embeddings: provider selection, the embedding cache, query vectors.
 
-Returns None when no embedding provider is configured (keyword-only index).
+``chunk_embedder_for(settings)`` is what the index actor uses; it returns None
+when no provider is configured (a keyword-only index, not an error).
+``query_embedder_for(settings)`` is what search uses. Both share one
+``EmbeddingService`` per agent settings in a process, so a fallback switch is
+seen by indexing and search alike.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Mapping, Sequence
 
 from .config import AgentSettings
 from .fingerprint import KEYWORD_ONLY, EmbeddingIdentity
+from .store import open_reader
+from .vectors import unpack
+
+log = logging.getLogger("memindex.embedder")
+
+CACHE_LOOKUP_BATCH = 400
+QUERY_CACHE_SIZE = 256
+QUERY_TIMEOUT_REMOTE_S = 15.0
+QUERY_TIMEOUT_LOCAL_S = 60.0
+
+
+class FallbackSwitched(RuntimeError):
+    """The provider changed while embedding: these vectors belong to another index."""
+
+
+_services: dict[str, tuple[Any, str]] = {}
+_services_lock = threading.Lock()
+
+
+def _service(settings: AgentSettings) -> tuple[Any | None, str]:
+    """(EmbeddingService or None, reason), cached per agent settings."""
+    key = settings.digest()
+    with _services_lock:
+        hit = _services.get(key)
+    if hit is not None:
+        return hit
+    from .embeddings import EmbeddingService, select_provider
+
+    ms = settings.memory_search
+    choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models")
+    service = EmbeddingService(choice, retry=_retry_policy()) if (choice.primary or choice.fallback) else None
+    with _services_lock:
+        _services[key] = (service, choice.reason)
+    return service, choice.reason
+
+
+def _retry_policy() -> Any:
+    """The default policy; MEMINDEX_RETRY_* env vars shrink it (tests, impatient operators)."""
+    from .embeddings import RetryPolicy
+
+    kw: dict[str, Any] = {}
+    if os.environ.get("MEMINDEX_RETRY_BASE_DELAY_S"):
+        kw["base_delay_s"] = float(os.environ["MEMINDEX_RETRY_BASE_DELAY_S"])
+        kw["rate_limit_delay_s"] = float(os.environ["MEMINDEX_RETRY_BASE_DELAY_S"])
+    if os.environ.get("MEMINDEX_RETRY_ATTEMPTS"):
+        kw["transient_attempts"] = int(os.environ["MEMINDEX_RETRY_ATTEMPTS"])
+    return RetryPolicy(**kw)
+
+
+def reset_services() -> None:
+    """Forget cached services (tests; config reloads get a new digest anyway)."""
+    with _services_lock:
+        _services.clear()
+
+
+def _identity(provider: Any) -> EmbeddingIdentity:
+    return EmbeddingIdentity(provider.id, provider.model, provider.fingerprint(), provider.dims)
 
 
 def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
-    emb = chunk_embedder_for(settings)
-    return emb.identity if emb is not None else KEYWORD_ONLY
+    service, _ = _service(settings)
+    if service is None or service.active_provider is None:
+        return KEYWORD_ONLY
+    return _identity(service.active_provider)
 
 
-def chunk_embedder_for(settings: AgentSettings) -> Any | None:
-    return None
+def provider_info(settings: AgentSettings) -> dict[str, Any]:
+    """For status: which provider serves this agent, and why."""
+    try:
+        service, reason = _service(settings)
+    except Exception as exc:  # noqa: BLE001 - status must always answer
+        return {"provider": "none", "model": "fts-only", "reason": f"provider error: {exc}"}
+    if service is None or service.active_provider is None:
+        return {"provider": "none", "model": "fts-only", "reason": reason}
+    p = service.active_provider
+    info = {"provider": p.id, "model": p.model, "reason": reason, "fallback": service.fallback_active}
+    if service.fallback_reason:
+        info["fallbackReason"] = service.fallback_reason
+    return info
+
+
+class ChunkEmbedder:
+    """Embeds chunk texts through the cache; only misses reach the provider."""
+
+    def __init__(self, settings: AgentSettings, service: Any):
+        self.settings = settings
+        self.service = service
+        self.identity = _identity(service.active_provider)
+
+    def _cached(self, hashes: Sequence[str]) -> dict[str, list[float]]:
+        if not self.settings.memory_search["cache"]["enabled"]:
+            return {}
+        reader = open_reader(self.settings)
+        conn = reader.conn()
+        out: dict[str, list[float]] = {}
+        try:
+            if conn is None:
+                return out
+            ident = self.identity
+            unique = list(dict.fromkeys(hashes))
+            for i in range(0, len(unique), CACHE_LOOKUP_BATCH):
+                part = unique[i : i + CACHE_LOOKUP_BATCH]
+                marks = ",".join("?" * len(part))
+                sql = (f"SELECT hash, dims, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
+                       f"AND provider_key = ? AND hash IN ({marks})")
+                for h, dims, blob in conn.execute(sql, [ident.provider, ident.model, ident.provider_key, *part]):
+                    if ident.dims is None or dims == ident.dims:
+                        out[h] = unpack(blob)
+        except Exception as exc:  # noqa: BLE001 - a cache problem must not stop indexing
+            log.warning("embedding cache lookup failed: %s", exc)
+        finally:
+            reader.close()
+        return out
+
+    def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        cached = self._cached(hashes)
+        missing: dict[str, str] = {}
+        for t, h in zip(texts, hashes):
+            if h not in cached and h not in missing:
+                missing[h] = t
+        fresh: dict[str, list[float]] = {}
+        if missing:
+            result = self.service.embed_documents(list(missing.values()))
+            if result.fingerprint != self.identity.provider_key:
+                raise FallbackSwitched(
+                    f"embeddings now come from {result.provider_id} ({result.fallback_reason}); re-planning"
+                )
+            if result.dims:
+                self.identity = EmbeddingIdentity(self.identity.provider, self.identity.model,
+                                                  self.identity.provider_key, result.dims)
+            fresh = {h: v for h, v in zip(missing, result.vectors) if v}
+        vectors = [cached.get(h) or fresh.get(h) for h in hashes]
+        return vectors, set(cached)
+
+
+def chunk_embedder_for(settings: AgentSettings) -> ChunkEmbedder | None:
+    service, _ = _service(settings)
+    if service is None or service.active_provider is None:
+        return None
+    return ChunkEmbedder(settings, service)
+
+
+class AgentQueryEmbedder:
+    """Query vectors for search, from the provider that built the live index."""
+
+    def __init__(self, settings: AgentSettings, service: Any):
+        self.settings = settings
+        self.service = service
+        self._cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def provider(self) -> str:
+        p = self.service.active_provider
+        return p.id if p else "none"
+
+    @property
+    def model(self) -> str:
+        p = self.service.active_provider
+        return p.model if p else "fts-only"
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.service.fallback_active)
+
+    def is_fallback_index(self, index_fp: Mapping[str, Any]) -> bool:
+        fb = self.service.choice.fallback
+        return fb is not None and fb.fingerprint() == index_fp.get("providerKey")
+
+    def embed_query(self, text: str, index_fp: Mapping[str, Any] | None = None) -> list[float] | None:
+        if not index_fp or index_fp.get("provider") in (None, "none"):
+            return None  # the live index has no vectors: keyword search only
+        key = (str(index_fp.get("providerKey")), text)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        p = self.service.active_provider
+        timeout = QUERY_TIMEOUT_LOCAL_S if p is not None and p.id == "local" else QUERY_TIMEOUT_REMOTE_S
+        vec = self.service.embed_query(text, timeout, fingerprint=index_fp.get("providerKey")).vector
+        with self._lock:
+            self._cache[key] = vec
+            while len(self._cache) > QUERY_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return vec
+
+
+def query_embedder_for(settings: AgentSettings) -> AgentQueryEmbedder | None:
+    try:
+        service, _ = _service(settings)
+    except Exception as exc:  # noqa: BLE001 - search degrades to keywords
+        log.warning("embedding provider unavailable for search (%s); keyword-only", exc)
+        return None
+    return AgentQueryEmbedder(settings, service) if service is not None else None

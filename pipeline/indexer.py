@@ -51,6 +51,7 @@ class SyncPlan:
     jobs: list[FileJob] = field(default_factory=list)
     deletes: list[FileKey] = field(default_factory=list)
     unchanged: int = 0
+    session_deltas: list[Any] = field(default_factory=list)  # session_index.SessionDelta: append only
 
 
 def plan_sync(
@@ -83,6 +84,19 @@ def plan_sync(
         key = (f.source, f.path)
         seen.add(key)
         prev = indexed.get(key)
+        if f.source == "sessions" and prev is not None and not force:
+            # Growth below the delta thresholds is left to accumulate (the
+            # session-delta detector owns it); past them only the new part is indexed.
+            from .session_index import next_step
+
+            step = next_step(settings, f, prev)
+            if step == "unchanged":
+                plan.unchanged += 1
+                continue
+            if step != "full":
+                plan.session_deltas.append(step)
+                continue
+            prev = None
         if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force:
             plan.unchanged += 1
             continue
@@ -97,6 +111,10 @@ def collect_files(settings: AgentSettings) -> list[MemoryFile]:
     files: list[MemoryFile] = []
     if "memory" in settings.sources:
         files.extend(discover(settings))
+    if "sessions" in settings.sources:
+        from .session_index import discover_sessions
+
+        files.extend(discover_sessions(settings))
     return files
 
 
@@ -141,6 +159,10 @@ def prepare_file(
     chunk_text: Callable[[str], Iterable[Any]] | None = None,
 ) -> Prepared:
     """Read, hash, chunk and (optionally) embed one file into a writer record."""
+    if job.kind == "session":
+        from .session_index import prepare_session
+
+        return prepare_session(settings, job, embedder)
     path = Path(job.abs_path)
     try:
         st = os.lstat(path)
@@ -210,6 +232,10 @@ def is_current(record: dict[str, Any]) -> bool:
     Size+mtime equal means yes without reading; otherwise compare content hashes.
     Files recorded without a content hash (too large / unreadable) compare by stat only.
     """
+    if record.get("kind") == "session":
+        from .session_index import is_current_session
+
+        return is_current_session(record)  # growth after the read is fine for a transcript
     path = Path(record["abs_path"])
     try:
         st = os.lstat(path)

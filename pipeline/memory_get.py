@@ -63,7 +63,7 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
         raise MemoryGetError("path rejected: contains a NUL byte")
     ws = settings.workspace
     if raw.startswith("qmd/"):
-        raise MemoryGetError("path rejected: qmd/ paths are served only by the qmd backend")
+        return _resolve_qmd_path(settings, raw)
     given = Path(raw).expanduser()
     if given.is_absolute():
         raise MemoryGetError("path rejected: absolute paths are not allowed; use a workspace-relative path")
@@ -88,6 +88,11 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
             if cand == ex:
                 root = extra.parent
                 break
+    if root is None and settings.memory["backend"] == "qmd":
+        from .qmd.paths import collection_containing  # a custom qmd collection inside the workspace
+
+        coll = collection_containing(settings, candidate)
+        root = coll.path if coll is not None else None
     if root is None:
         raise MemoryGetError(
             f"path rejected: {raw!r} is outside the memory files (MEMORY.md, memory.md, memory/, extraPaths)"
@@ -101,6 +106,25 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     if not (real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)):
         raise MemoryGetError("path rejected: resolves outside the memory roots")
     return candidate, rel_path(ws, candidate)
+
+
+def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
+    """``qmd/<collection>/<rel>``: inside that collection's root, matching its pattern (F15)."""
+    if settings.memory["backend"] != "qmd":
+        raise MemoryGetError("path rejected: qmd/ paths are served only by the qmd backend")
+    from .qmd.paths import QmdPathError, qmd_read_target
+
+    try:
+        coll, candidate, display = qmd_read_target(settings, raw)
+    except QmdPathError as exc:
+        raise MemoryGetError(str(exc)) from None
+    if not _no_symlinks_between(coll.path, candidate):
+        raise MemoryGetError("path rejected: qmd path escapes its collection (symlinks are not followed)")
+    real_root = os.path.realpath(coll.path)
+    real = os.path.realpath(candidate)
+    if not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise MemoryGetError("path rejected: qmd path escapes its collection")
+    return candidate, display
 
 
 def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,

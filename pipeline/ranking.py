@@ -419,7 +419,25 @@ def rank_pipeline(
     if mmr:
         cands = mmr_rerank(cands, mmr_lambda)
     threshold = _finite(min_score)
-    kept = [c for c in cands if c.score >= threshold][: max(0, int(max_results))]
+    limit = max(0, int(max_results))
+    kept = [c for c in cands if c.score >= threshold][:limit]
     # MMR decides *which* results make the cut; they are still presented best
     # first, as in the seed's Omada example (both of its lists are score-ordered).
-    return sort_candidates(kept) if mmr else kept
+    kept = sort_candidates(kept) if mmr else kept
+    return kept + keyword_fill(cands, kept, threshold, limit - len(kept))
+
+
+def keyword_fill(cands: list[Candidate], kept: list[Candidate], threshold: float, slots: int) -> list[Candidate]:
+    """Strong keyword matches that fill slots the fused score left empty.
+
+    An exact ID or error string that the embeddings miss scores low on the
+    fused scale (its cosine is poor or unknown). When its own keyword score
+    passes minScore it may still take a *spare* slot - after every result that
+    passed on the fused score, so semantic ranking is never disturbed.
+    """
+    if slots <= 0:
+        return []
+    taken = {c.chunk_id for c in kept}
+    extra = [c for c in cands if c.has_text and c.chunk_id not in taken and c.text_score >= threshold]
+    extra.sort(key=lambda c: (-c.text_score, -c.score, c.chunk_id))
+    return extra[:slots]

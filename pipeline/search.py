@@ -113,13 +113,15 @@ class MemorySearch:
         self,
         settings: AgentSettings,
         *,
-        query_embedder: QueryEmbedder | None = None,
+        query_embedder: QueryEmbedder | None | str = "auto",
         schedule_sync: ScheduleSync | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.reader: StoreReader = open_reader(settings)
-        self.query_embedder = query_embedder
+        # "auto": resolve the agent's provider lazily, on the first search of a vector index.
+        self._auto_embedder = query_embedder == "auto"
+        self.query_embedder = None if self._auto_embedder else query_embedder
         self.schedule_sync = schedule_sync
         self.clock = clock
         self._warm_sessions: set[str] = set()
@@ -187,7 +189,8 @@ class MemorySearch:
         if self._pending_count(conn, gen):
             resp.indexing = "pending"
 
-        qvec = self._query_vector(query, resp)
+        self._describe_index(resp, state.live_fingerprint)
+        qvec = self._query_vector(query, resp, state.live_fingerprint)
         vector_hits = self._vector_candidates(conn, gen, qvec, n_cand) if qvec is not None else []
         text_hits = self._keyword_candidates(conn, gen, query, n_cand)
         hybrid = q["hybrid"]
@@ -204,16 +207,10 @@ class MemorySearch:
         )
         cite = citations_on(citations_mode, session_key)
         resp.results = [self._result(c, cite) for c in cands]
-        resp.mode = "hybrid" if vector_hits or qvec is not None else "fts-only"
         return resp
 
     def _empty_response(self, citations_mode: str) -> SearchResponse:
-        emb = self.query_embedder
-        return SearchResponse(
-            results=[], provider=emb.provider if emb else "none", model=emb.model if emb else "fts-only",
-            fallback=bool(emb and emb.fallback), citations=citations_mode,
-            mode="hybrid" if emb else "fts-only",
-        )
+        return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
 
     def _result(self, c: Candidate, cite: bool) -> SearchResult:
         snippet = snippet_of(c.text)
@@ -233,18 +230,37 @@ class MemorySearch:
         except db.OperationalError:
             return 0
 
-    def _query_vector(self, query: str, resp: SearchResponse) -> list[float] | None:
-        emb = self.query_embedder
+    def _describe_index(self, resp: SearchResponse, fp: dict[str, Any] | None) -> None:
+        """provider/model in results are those of the vectors in the live index."""
+        if not fp:
+            return
+        resp.provider, resp.model = fp.get("provider", "none"), fp.get("model", "fts-only")
+        resp.mode = "hybrid" if resp.provider != "none" else "fts-only"
+
+    def _embedder(self) -> QueryEmbedder | None:
+        if self.query_embedder is None and self._auto_embedder:
+            from .embedder import query_embedder_for
+
+            self.query_embedder = query_embedder_for(self.settings)
+            self._auto_embedder = False
+        return self.query_embedder
+
+    def _query_vector(self, query: str, resp: SearchResponse, fp: dict[str, Any] | None) -> list[float] | None:
+        if not fp or fp.get("provider") in (None, "none"):
+            return None  # keyword-only index
+        emb = self._embedder()
         if emb is None:
+            resp.warning = "no embedding provider available for queries; keyword-only results"
             return None
         try:
-            vec = emb.embed_query(query)
+            vec = emb.embed_query(query, fp)
         except Exception as exc:  # noqa: BLE001 - degrade to keyword search, say so
             log.warning("query embedding failed (%s); answering keyword-only", exc)
             resp.warning = f"query embedding failed ({type(exc).__name__}); keyword-only results"
             return None
-        resp.fallback = bool(emb.fallback)
-        return None if is_zero(vec) else list(vec)
+        check = getattr(emb, "is_fallback_index", None)
+        resp.fallback = bool(check(fp)) if check else bool(emb.fallback)
+        return None if vec is None or is_zero(vec) else list(vec)
 
     # -- candidate arms -------------------------------------------------------------
     def _rows(self, conn: db.Connection, gen: int, rowids: Sequence[int]) -> dict[int, tuple]:
@@ -350,6 +366,13 @@ class MemorySearch:
             except OSError:
                 pass
         return out
+
+    def status(self) -> dict[str, Any]:
+        """The index status report (same shape as ``memindex status --json``)."""
+        from .status import index_status
+
+        emb = self.query_embedder
+        return index_status(self.settings, {"provider": emb.provider, "model": emb.model} if emb else None)
 
     def close(self) -> None:
         self.reader.close()

@@ -115,6 +115,9 @@ def format_status(s: dict[str, Any]) -> str:
 
         ts = _dt.datetime.fromtimestamp(s["lastSyncAt"] / 1000, tz=_dt.timezone.utc)
         lines.append(f"last sync:    {ts.isoformat(timespec='seconds')}")
+    if s.get("fallback"):
+        fb = s["fallback"]
+        lines.append(f"fallback:     {fb['from']} unavailable, serving builtin ({fb.get('reason')})")
     for p in s.get("problems", []):
         lines.append(f"problem:      {p['path']}: {p['error']}")
     return "\n".join(lines)

@@ -60,6 +60,7 @@ class IndexedFile:
     size: int
     mtime_ns: int
     error: str | None = None
+    extra: str | None = None  # raw JSON (e.g. a session transcript's delta state)
 
 
 @dataclass
@@ -106,8 +107,22 @@ def _run_script(conn: db.Connection, script: str) -> None:
 def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFile]:
     if not _table_exists(conn, files_table(gen)):
         return {}
-    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error FROM {files_table(gen)}")
-    return {(s, p): IndexedFile(h, sz, mt, err) for s, p, h, sz, mt, err in rows}
+    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra FROM {files_table(gen)}")
+    return {(s, p): IndexedFile(h, sz, mt, err, ex) for s, p, h, sz, mt, err, ex in rows}
+
+
+def identity_matches(fp: Mapping[str, Any], emb: Mapping[str, Any] | None) -> bool:
+    """Does a record's embedding identity belong in an index with fingerprint ``fp``?"""
+    if not fp:
+        return True
+    if emb is None:
+        return fp.get("provider") in (None, "none")
+    if (fp.get("provider"), fp.get("model"), fp.get("providerKey")) != (
+        emb.get("provider"), emb.get("model"), emb.get("provider_key")
+    ):
+        return False
+    dims = fp.get("vectorDims")
+    return dims is None or emb.get("dims") is None or int(dims) == int(emb["dims"])
 
 
 class StoreWriter:
@@ -237,24 +252,74 @@ class StoreWriter:
     def generation_exists(self, gen: int) -> bool:
         return _table_exists(self.conn, files_table(gen))
 
-    def write_files(self, gen: int, records: Sequence[Mapping[str, Any]]) -> int:
-        """Replace each file's chunks in one transaction. Returns chunks written."""
+    def generation_fingerprint(self, gen: int) -> dict[str, Any] | None:
+        st = self.state()
+        if gen == st.live_generation:
+            return st.live_fingerprint
+        if gen == st.building_generation:
+            return st.building_fingerprint
+        return None
+
+    def write_files(self, gen: int, records: Sequence[Mapping[str, Any]]) -> tuple[int, list[str]]:
+        """Replace each file's chunks in one transaction.
+
+        Returns (chunks written, paths rejected). A record whose vectors come
+        from another provider/model/endpoint than the generation's fingerprint
+        is rejected: vectors of different spaces never mix in one index.
+        """
         if not self.generation_exists(gen):
             log.info("dropping write for generation %d: it no longer exists", gen)
+            return 0, [r["path"] for r in records]
+        fp = dict(self.generation_fingerprint(gen) or {})
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (f"vec_dims_g{gen}",)).fetchone()
+        if row is not None and fp:
+            fp["vectorDims"] = int(row[0])  # the dims this generation's vectors already have
+        written, rejected = 0, []
+        with self._lock, self._tx():
+            for rec in records:
+                if not identity_matches(fp, rec.get("embedding")):
+                    rejected.append(rec["path"])
+                    continue
+                written += self._write_file(gen, rec)
+        if rejected:
+            log.warning("rejected %d write(s) embedded by a different provider than generation %d expects",
+                        len(rejected), gen)
+        self.maybe_promote(gen)
+        return written, rejected
+
+    def append_chunks(self, gen: int, records: Sequence[Mapping[str, Any]]) -> int:
+        """Add each record's chunks to its file, keeping the chunks already there.
+
+        For growing session transcripts: a record holds only the new turns and
+        names the files-row ``hash`` it extends (``base_hash``). It applies only
+        on top of exactly that state; a duplicated or outdated delta (the file
+        was reindexed or extended meanwhile) is skipped. Returns chunks written.
+        """
+        if not self.generation_exists(gen):
             return 0
         written = 0
         with self._lock, self._tx():
             for rec in records:
-                written += self._write_file(gen, rec)
+                row = self.conn.execute(f"SELECT hash FROM {files_table(gen)} WHERE source = ? AND path = ?",
+                                        (rec["source"], rec["path"])).fetchone()
+                if row is None or row[0] != rec["base_hash"]:
+                    log.info("skipping append to %s: it no longer extends the indexed state", rec["path"])
+                    continue
+                written += self._write_file(gen, rec, replace=False)
         self.maybe_promote(gen)
         return written
 
-    def _write_file(self, gen: int, rec: Mapping[str, Any]) -> int:
+    def _write_file(self, gen: int, rec: Mapping[str, Any], replace: bool = True) -> int:
         source, path = rec["source"], rec["path"]
         ident = rec.get("embedding") or {}
         model = ident.get("model") or "fts-only"
         dims = ident.get("dims")
-        self._delete_file(gen, source, path, keep_pending=True)
+        kept = 0
+        if replace:
+            self._delete_file(gen, source, path, keep_pending=True)
+        else:
+            kept = self.conn.execute(f"SELECT count(*) FROM {chunks_table(gen)} WHERE source = ? AND path = ?",
+                                     (source, path)).fetchone()[0]
         chunks = rec.get("chunks") or []
         vec_ok = False
         if dims:
@@ -308,7 +373,7 @@ class StoreWriter:
             "hash=excluded.hash, size=excluded.size, mtime_ns=excluded.mtime_ns, kind=excluded.kind, "
             "chunks=excluded.chunks, error=excluded.error, indexed_at=excluded.indexed_at, extra=excluded.extra",
             (source, path, rec["hash"], rec["size"], rec["mtime_ns"], rec.get("kind", "markdown"),
-             len(chunks), rec.get("error"), ts, json.dumps(rec["extra"]) if rec.get("extra") else None),
+             kept + len(chunks), rec.get("error"), ts, json.dumps(rec["extra"]) if rec.get("extra") else None),
         )
         self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
         return len(chunks)

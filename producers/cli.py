@@ -73,8 +73,25 @@ def cmd_index(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"{agent}: indexed {counts['to_index']} file(s), removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged")
+        _qmd_index(_settings(args, agent), args.quiet)
     _report_dead_letters()
     return 0
+
+
+def _qmd_index(settings: Any, quiet: bool) -> None:
+    """With the qmd backend, `index` also runs qmd update (+ embed when due)."""
+    if settings.memory["backend"] != "qmd":
+        return
+    from pipeline.qmd.runner import QmdError
+    from producers.qmd_sync import sync_qmd_now
+
+    try:
+        report = sync_qmd_now(settings)
+    except QmdError as exc:
+        print(f"warning: qmd update failed for {settings.agent_id}: {exc}", file=sys.stderr)
+        return
+    if not quiet:
+        print(f"{settings.agent_id}: qmd index updated (embed: {report.get('embed')})")
 
 
 def _report_dead_letters() -> None:
@@ -95,6 +112,10 @@ def _search_engine(args: argparse.Namespace, settings: Any):
         qe = query_embedder_for(settings)
     except ImportError:
         qe = None
+    if settings.memory["backend"] == "qmd":
+        from pipeline.backend import search_backend_for
+
+        return search_backend_for(settings, query_embedder=qe)
     return MemorySearch(settings, query_embedder=qe)
 
 
@@ -172,7 +193,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             provider = provider_info(settings)
         except ImportError:
             provider = None
-        reports.append(index_status(settings, provider))
+        report = index_status(settings, provider)
+        if settings.memory["backend"] == "qmd":
+            from pipeline.backend import search_backend_for
+
+            report.update(search_backend_for(settings).status(probe=True))
+        reports.append(report)
     if args.json:
         print(json.dumps(reports if args.all else reports[0], indent=2, default=str))
     else:

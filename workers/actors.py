@@ -20,8 +20,10 @@ import dramatiq
 
 from pipeline.agents import settings_for
 from pipeline.config import Context
-from pipeline.embedder import chunk_embedder_for, identity_for
+from pipeline.embeddings.base import InvalidVectorError, ProviderAuthError
+from pipeline.embedder import FallbackSwitched, chunk_embedder_for, identity_for
 from pipeline.indexer import FileJob, is_current, plan_sync, prepare_file, still_on_disk
+from pipeline.session_index import SessionDelta, prepare_session_delta
 from pipeline.store import StoreWriter, open_reader, open_writer
 
 from . import broker as _broker  # noqa: F401  (installs the broker before actors bind)
@@ -54,9 +56,13 @@ def run_sync(ctx: Context, *, force: bool = False) -> dict[str, int]:
     write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes)
     for group in _groups(plan.jobs):
         index_files.send(ctx.as_dict(), plan.generation, [j.as_dict() for j in group])
-    log.info("sync %s: generation %d (%s), %d to index, %d to delete, %d unchanged",
-             ctx.agent_id, plan.generation, plan.role, len(plan.jobs), len(plan.deletes), plan.unchanged)
-    return {"generation": plan.generation, "to_index": len(plan.jobs), "to_delete": len(plan.deletes),
+    for delta in plan.session_deltas:
+        index_session_delta.send(ctx.as_dict(), plan.generation, delta.as_dict())
+    to_index = len(plan.jobs) + len(plan.session_deltas)
+    log.info("sync %s: generation %d (%s), %d to index (%d session deltas), %d to delete, %d unchanged",
+             ctx.agent_id, plan.generation, plan.role, to_index, len(plan.session_deltas), len(plan.deletes),
+             plan.unchanged)
+    return {"generation": plan.generation, "to_index": to_index, "to_delete": len(plan.deletes),
             "unchanged": plan.unchanged}
 
 
@@ -81,7 +87,11 @@ def sync_agent(ctx: dict[str, Any], force: bool = False, reason: str = "manual")
 
 # --- chunk and embed --------------------------------------------------------------
 
-@dramatiq.actor(queue_name="embed", time_limit=30 * 60_000, **RETRY)
+# A rejected key or a malformed vector will not get better by retrying the message.
+NOT_RETRIED = (ProviderAuthError, InvalidVectorError)
+
+
+@dramatiq.actor(queue_name="embed", time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
 def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]) -> None:
     context = _ctx(ctx)
     settings = settings_for(context)
@@ -89,7 +99,13 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
     records, touches, vanished = [], [], []
     for raw in jobs:
         job = FileJob(**raw)
-        prepared = prepare_file(settings, job, embedder)
+        try:
+            prepared = prepare_file(settings, job, embedder)
+        except FallbackSwitched as exc:
+            # The primary provider failed over: these vectors belong to a new index.
+            log.warning("%s: %s", context.agent_id, exc)
+            sync_agent.send(ctx, reason="fallback")
+            return
         if prepared.vanished:
             vanished.append((job.source, job.path))
         elif prepared.touch is not None:
@@ -102,6 +118,21 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
         write_touch.send(ctx, generation, touches)
     if vanished:
         write_deletes.send(ctx, generation, vanished)
+
+
+@dramatiq.actor(queue_name="embed", time_limit=30 * 60_000, **RETRY)
+def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, Any]) -> None:
+    """Chunk and embed only a transcript's new turns; the writer appends them."""
+    settings = settings_for(_ctx(ctx))
+    d = SessionDelta.from_dict(delta)
+    prepared = prepare_session_delta(settings, d, chunk_embedder_for(settings))
+    rec = prepared.record
+    if prepared.vanished:
+        write_deletes.send(ctx, generation, [[d.source, d.path]])
+    elif rec is not None and "base_hash" in rec:
+        write_session_append.send(ctx, generation, [rec])
+    elif rec is not None:  # the file no longer extends what was indexed: a full rewrite
+        write_files.send(ctx, generation, [rec])
 
 
 # --- the single writer -------------------------------------------------------------
@@ -144,7 +175,9 @@ def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, An
     for rec in records:
         (fresh if is_current(rec) else stale).append(rec)
     if fresh:
-        w.write_files(generation, fresh)
+        _, rejected = w.write_files(generation, fresh)
+        if rejected:
+            sync_agent.send(ctx, reason="provider-changed")
         max_entries = settings.memory_search["cache"]["maxEntries"]
         if any(r.get("embedding") for r in fresh) and max_entries:
             w.prune_cache(max_entries)
@@ -153,6 +186,13 @@ def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, An
         log.info("dropped %d stale write(s) for %s: %s", len(stale), context.agent_id,
                  ", ".join(r["path"] for r in stale[:5]))
         sync_agent.send(ctx, reason="stale-write")
+
+
+@dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)
+def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    _, w = _writer(_ctx(ctx))
+    # A transcript replaced since the read is left to the detector's rebuild.
+    w.append_chunks(generation, [r for r in records if is_current(r)])
 
 
 @dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)

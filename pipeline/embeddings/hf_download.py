@@ -24,7 +24,6 @@ from .base import ProviderError, ProviderTransientError
 log = logging.getLogger(__name__)
 
 HF_BASE_URL = "https://huggingface.co"
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,8 @@ def download_with_resume(
             else:
                 mode = "ab" if resp.status_code == 206 else "wb"  # 200: the server ignored Range, start over
                 with open(part, mode) as fh:
-                    for chunk in resp.iter_bytes(_CHUNK):
+                    # Unbuffered iteration: whatever arrived before a drop is on disk for the resume.
+                    for chunk in resp.iter_bytes():
                         fh.write(chunk)
     except httpx.TransportError as exc:
         raise ProviderTransientError(f"local: download of {url} interrupted: {type(exc).__name__}: {exc}") from None

@@ -20,7 +20,7 @@ ENV_VARS: Mapping[str, tuple[str, ...]] = {
     "ollama": ("OLLAMA_API_KEY",),  # optional: only proxied Ollama servers want one
 }
 _ALL_ENV_NAMES = frozenset(n for names in ENV_VARS.values() for n in names)
-_ENV_REF = re.compile(r"^\$\{?([A-Z_][A-Z0-9_]*)\}?$")
+_ENV_REF = re.compile(r"^\$?\{?([A-Z_][A-Z0-9_]*)\}?$")
 
 
 def _deref(value: Any, env: Mapping[str, str]) -> str | None:

@@ -27,10 +27,8 @@ class OpenAIProvider(EmbeddingProvider):
         timeout: float = 120.0,
         max_batch_items: int = 2048,  # API cap on inputs per request
         max_batch_tokens: int = 250_000,  # API cap is 300k tokens summed per request; margin kept
-        provider_id: str = "openai",
     ) -> None:
         super().__init__()
-        self.id = provider_id
         self._secret = api_key
         self.model = model or DEFAULT_MODEL
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")

@@ -20,7 +20,7 @@ from .keys import ENV_VARS, missing_key_message, resolve_api_key
 log = logging.getLogger(__name__)
 
 AUTO_REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")  # ollama is never auto-selected
-KNOWN = ("openai", "gemini", "voyage", "mistral", "ollama", "local")
+KNOWN = ("openai", "gemini", "voyage", "mistral", "ollama", "local", "hash")
 
 
 @dataclass
@@ -59,6 +59,12 @@ def build_provider(
         raise ProviderError(f"unknown embedding provider {provider_id!r} (expected one of {', '.join(KNOWN)})")
     if provider_id == "local":
         return _build_local(ms, env, cache_dir, hf_base_url)
+    if provider_id == "hash":  # test/benchmark embedder: only when asked for by name
+        from .hashing import HashProvider
+
+        dims = ms.get("outputDimensionality")
+        delay = float(env.get("MEMINDEX_HASH_EMBED_DELAY", "0") or 0)
+        return HashProvider(ms.get("model") or "hash-v1", int(dims) if dims else 384, delay)
     model = resolve_model(provider_id, ms, as_fallback=as_fallback)
     base_url = resolve_base_url(provider_id, ms, providers_cfg)
     headers = resolve_headers(provider_id, ms, providers_cfg)

@@ -1,0 +1,103 @@
+"""Backfill (P2): enqueue a whole workspace in bulk, optionally wait for it.
+
+The plan is made here (one pass of stats, no file reads) and streamed into the
+queue as it is made: ``run_sync`` sends ``index_files`` groups of at most
+``GROUP_FILES`` files, so nothing proportional to file *contents* is ever held
+by the producer. Waiting does not watch queue depth (other agents' work, or a
+dead worker's unacknowledged messages, would keep that above zero): it waits
+until the writer has recorded this sync's plan and the agent's pending set is
+empty, which is exactly "everything announced is written".
+
+On the embedded default the workers run inside this process, so a backfill
+always waits there (returning would drop the queued work with the process).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pipeline.config import AgentSettings, Context
+
+log = logging.getLogger("memindex.backfill")
+
+ProgressFn = Callable[[int, int], None]
+STALL_WARN_S = 30.0  # no progress for this long while waiting: say why it may be stuck
+
+
+@dataclass
+class Backfill:
+    """One agent's enqueued backfill and what waiting for it needs."""
+
+    ctx: Context
+    settings: AgentSettings
+    counts: dict[str, int]
+    plan_marker: str | None  # the store's last_sync_at before this plan
+    started: float = field(default_factory=time.monotonic)
+
+
+def _last_sync_marker(settings: AgentSettings) -> str | None:
+    from pipeline.store import open_reader
+
+    reader = open_reader(settings)
+    try:
+        return reader.state().extra.get("last_sync_at")
+    finally:
+        reader.close()
+
+
+def enqueue(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None) -> Backfill:
+    """Plan one agent and enqueue all of its work; returns at once."""
+    from pipeline.agents import settings_for
+    from workers import embedded
+    from workers.actors import run_sync
+
+    settings = settings_for(ctx)
+    embedded.start()  # no-op on Redis
+    marker = _last_sync_marker(settings)
+    counts = run_sync(ctx, force=force, progress=progress)
+    log.info("backfill %s: %d file(s) enqueued, %d to delete, %d unchanged", ctx.agent_id,
+             counts["to_index"], counts["to_delete"], counts["unchanged"])
+    return Backfill(ctx, settings, counts, marker)
+
+
+def progress_of(b: Backfill) -> tuple[bool, int]:
+    """(plan recorded by the writer, files still pending)."""
+    from producers.trigger import pending_files
+
+    landed = _last_sync_marker(b.settings) != b.plan_marker
+    return landed, pending_files(b.settings) if landed else b.counts["to_index"]
+
+
+def wait(b: Backfill, *, progress: ProgressFn | None = None, timeout: float | None = None,
+         poll: float = 0.1) -> bool:
+    """Block until everything this backfill announced is written. False on timeout."""
+    total = b.counts["to_index"]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last_change, last_pending, warned = time.monotonic(), None, False
+    while True:
+        landed, pending = progress_of(b)
+        if progress is not None:
+            progress(total - min(total, pending), total)
+        if landed and pending == 0:
+            return True
+        now = time.monotonic()
+        if pending != last_pending:
+            last_change, last_pending = now, pending
+        elif not warned and now - last_change > STALL_WARN_S:
+            warned = True
+            log.warning("backfill %s: no progress for %.0f s (%d pending%s); are the worker and the "
+                        "writer running? try `memindex queues`", b.ctx.agent_id, STALL_WARN_S, pending,
+                        "" if landed else ", plan not yet recorded by the writer")
+        if deadline is not None and now > deadline:
+            return False
+        time.sleep(poll)
+
+
+def must_wait() -> bool:
+    """On the embedded broker the work lives in this process: leaving would lose it."""
+    from workers.broker import is_embedded
+
+    return is_embedded()

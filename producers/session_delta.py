@@ -1,0 +1,122 @@
+"""Session-delta detector (F9): notice grown transcripts and enqueue their new part.
+
+``check_sessions(ctx)`` is one cheap pass over an agent's transcripts: a
+stat per file, and for grown ones a newline count over the unindexed tail.
+Past ``sync.sessions.deltaBytes`` or ``deltaMessages`` it enqueues an
+incremental index of only the new turns; a truncated or replaced transcript
+is reindexed from scratch. What was indexed lives in the store (files row
+``extra``), so the detector keeps no state worth losing across restarts;
+the only memory here is which work is already in flight, to avoid flooding
+the queue while a delta waits to be written.
+
+The watcher or an interval loop calls ``check_sessions`` (``DetectorLoop``
+is a ready-made polling thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Iterable
+
+from pipeline.agents import settings_for
+from pipeline.config import Context
+from pipeline.indexer import FileJob
+from pipeline.session_index import KIND, SOURCE, SessionDelta, discover_sessions, next_step
+from pipeline.store import open_reader
+
+log = logging.getLogger("memindex.session_delta")
+
+# How long enqueued work suppresses an identical enqueue. After that it is sent
+# again (a lost message must not stall a transcript); the writer drops duplicates.
+INFLIGHT_TTL_S = 30.0
+
+_inflight: dict[tuple[str, str], tuple[tuple, float]] = {}
+_inflight_lock = threading.Lock()
+
+
+def _claim(key: tuple[str, str], token: tuple) -> bool:
+    """True if this exact work is not already in flight (and marks it so)."""
+    now = time.monotonic()
+    with _inflight_lock:
+        hit = _inflight.get(key)
+        if hit is not None and hit[0] == token and now - hit[1] < INFLIGHT_TTL_S:
+            return False
+        _inflight[key] = (token, now)
+        return True
+
+
+def check_sessions(ctx: Context, *, flush: bool = False) -> int:
+    """One detector pass for one agent; returns how many transcripts were enqueued.
+
+    ``flush`` indexes any growth regardless of thresholds (a final catch-up).
+    Does nothing unless sessions are opted in, or before the agent's first
+    sync (that sync indexes every transcript in full).
+    """
+    settings = settings_for(ctx)
+    if not settings.enabled or SOURCE not in settings.sources:
+        return 0
+    reader = open_reader(settings)
+    try:
+        gen = reader.state().live_generation
+        indexed = reader.indexed_files(gen) if gen is not None else {}
+    finally:
+        reader.close()
+    if gen is None:
+        return 0
+
+    from workers import embedded
+    from workers.actors import index_files, index_session_delta
+
+    embedded.start()
+    sent = 0
+    store = str(settings.store_path)
+    for f in discover_sessions(settings):
+        prev = indexed.get((f.source, f.path))
+        step = next_step(settings, f, prev, flush=flush)
+        if step == "unchanged":
+            continue
+        base = prev.hash if prev is not None else None
+        if isinstance(step, SessionDelta):
+            if not _claim((store, f.path), (base, "append", step.start_byte)):
+                continue
+            index_session_delta.send(ctx.as_dict(), gen, step.as_dict())
+        else:
+            if not _claim((store, f.path), (base, "full")):
+                continue
+            job = FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, KIND)
+            index_files.send(ctx.as_dict(), gen, [job.as_dict()])
+        sent += 1
+        log.debug("%s %s: enqueued %s", ctx.agent_id, f.path, "delta" if isinstance(step, SessionDelta) else "full")
+    return sent
+
+
+class DetectorLoop:
+    """Poll ``check_sessions`` for some agents every ``interval`` seconds on a thread."""
+
+    def __init__(self, ctxs: Iterable[Context], interval: float = 0.5):
+        self.ctxs = list(ctxs)
+        self.interval = interval
+        self.checks = 0
+        self.enqueued = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="session-delta", daemon=True)
+
+    def start(self) -> "DetectorLoop":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for ctx in self.ctxs:
+                try:
+                    self.enqueued += check_sessions(ctx)
+                except Exception:  # noqa: BLE001 - a bad pass must not end the loop
+                    log.exception("session check failed for %s", ctx.agent_id)
+            self.checks += 1
+            self._stop.wait(self.interval)

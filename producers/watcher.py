@@ -1,0 +1,341 @@
+"""File watcher (F8): Markdown changes mark an agent dirty; a debounced sync follows.
+
+What is watched, per agent: the workspace directory itself (non-recursively,
+for ``MEMORY.md`` / ``memory.md`` and the appearance of ``memory/``), every
+directory of the ``memory/`` tree, every directory of each extraPaths tree,
+and the parent of each extraPaths file (``pipeline.workspace.watch_roots``).
+
+Why not one recursive watch per root: watchdog's recursive inotify watch
+descends into *everything*, including ``.git``, ``node_modules`` and
+virtualenvs, which is how a big extraPaths tree exhausts inotify watches.
+Instead each directory this module walked itself (no symlinks, no
+``IGNORED_DIRS``) gets its own non-recursive watch, new directories are added
+as they appear, and the total is capped (``max_dirs``, warn when hit; a capped
+agent gets a periodic catch-up sync instead).
+
+An event marks the agent dirty and (re)starts its debounce timer
+(``sync.watchDebounceMs``, 1.5 s); when the timer fires, one sync is enqueued,
+so a burst of edits becomes one job. Continuous edits still sync at least
+every ``MAX_DELAY_FACTOR`` debounce periods.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
+from pipeline.config import AgentSettings, Context
+from pipeline.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, resolve_extra_paths, watch_roots
+
+log = logging.getLogger("memindex.watcher")
+
+DEFAULT_MAX_DIRS = int(os.environ.get("MEMINDEX_WATCH_MAX_DIRS", "512"))
+MAX_DELAY_FACTOR = 10  # a steady stream of edits still syncs every 10 debounce periods
+CAPPED_RESYNC_S = 300.0  # agents with unwatched directories (cap hit) resync this often
+RETRY_S = 2.0  # enqueue failed (broker down): try again after this long
+
+# Only changes matter: opens/reads (e.g. by our own workers) never reach us.
+EVENT_FILTER = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
+                DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
+
+Enqueue = Callable[[Context, str], object]
+
+
+def _default_enqueue(ctx: Context, reason: str) -> object:
+    from producers.trigger import request_sync
+
+    return request_sync(ctx, reason=reason)
+
+
+def _norm(p: str | os.PathLike[str]) -> str:
+    return os.path.normpath(os.fspath(p))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+@dataclass
+class AgentWatch:
+    """What one agent cares about, as normalised absolute path strings."""
+
+    ctx: Context
+    debounce_s: float
+    files: set[str] = field(default_factory=set)  # exact files: MEMORY.md, memory.md, extra files
+    trees: list[str] = field(default_factory=list)  # memory/ and extra dirs: *.md anywhere below
+    tops: list[str] = field(default_factory=list)  # directories watched non-recursively for the above
+
+    @classmethod
+    def from_settings(cls, ctx: Context, settings: AgentSettings) -> "AgentWatch":
+        ws = settings.workspace
+        w = cls(ctx, settings.memory_search["sync"]["watchDebounceMs"] / 1000.0)
+        w.files = {_norm(ws / name) for name in ROOT_FILES}
+        w.trees = [_norm(ws / MEMORY_DIR)]
+        for extra in resolve_extra_paths(settings):
+            if extra.is_symlink():
+                continue
+            if extra.is_dir():
+                w.trees.append(_norm(extra))
+            elif extra.suffix == ".md" or not extra.exists():
+                # A missing path may become a file or a directory: accept both.
+                w.files.add(_norm(extra))
+                if not extra.exists():
+                    w.trees.append(_norm(extra))
+        w.tops = [_norm(p) for p in watch_roots(settings)]
+        return w
+
+    def relevant(self, path: str, is_dir: bool) -> bool:
+        if not path:
+            return False
+        if path in self.files:
+            return True
+        for t in self.trees:
+            if _under(path, t):
+                rel = path[len(t):].strip(os.sep)
+                if rel and any(is_ignored_dir(part) for part in rel.split(os.sep)[:-1 if not is_dir else None]):
+                    return False
+                return is_dir or path.endswith(".md")
+        return False
+
+    def tree_of(self, path: str) -> str | None:
+        return next((t for t in self.trees if _under(path, t)), None)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: "Watcher") -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        try:
+            self.watcher.handle(event)
+        except Exception:  # noqa: BLE001 - one bad event must not stop the observer thread
+            log.exception("watcher: failed to handle %s", event)
+
+
+class Watcher:
+    """Watch every given agent; enqueue one debounced sync per burst of changes."""
+
+    def __init__(self, agents: Iterable[tuple[Context, AgentSettings]], *, enqueue: Enqueue | None = None,
+                 max_dirs: int = DEFAULT_MAX_DIRS, debounce_s: float | None = None) -> None:
+        self.agents = [AgentWatch.from_settings(c, s) for c, s in agents]
+        if debounce_s is not None:
+            for a in self.agents:
+                a.debounce_s = debounce_s
+        self.enqueue = enqueue or _default_enqueue
+        self.max_dirs = max_dirs
+        self.observer = Observer()
+        self._handler = _Handler(self)
+        self._watches: dict[str, object] = {}  # directory -> ObservedWatch
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._due: dict[int, float] = {}  # agent index -> when to fire
+        self._first: dict[int, float] = {}  # agent index -> first event of the burst
+        self._capped: set[int] = set()
+        self._last_capped_sync: dict[int, float] = {}
+        self._cap_warned = False
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.enqueued = 0  # syncs enqueued (for tests and the bench)
+
+    # -- directories ------------------------------------------------------------------
+    @property
+    def watched_dirs(self) -> list[str]:
+        with self._lock:
+            return sorted(self._watches)
+
+    def _watch_dir(self, d: str) -> bool:
+        """Add one non-recursive watch; False when the cap is reached."""
+        with self._lock:
+            if d in self._watches:
+                return True
+            if len(self._watches) >= self.max_dirs:
+                return False
+            try:
+                self._watches[d] = self.observer.schedule(self._handler, d, recursive=False,
+                                                          event_filter=EVENT_FILTER)
+            except OSError as exc:  # vanished meanwhile, or out of inotify watches
+                log.warning("watcher: cannot watch %s: %s", d, exc)
+                return True
+            return True
+
+    def _unwatch_under(self, root: str) -> None:
+        with self._lock:
+            for d in [d for d in self._watches if _under(d, root)]:
+                watch = self._watches.pop(d)
+                try:
+                    self.observer.unschedule(watch)
+                except (KeyError, OSError):
+                    pass
+
+    def _walk_and_watch(self, root: str) -> bool:
+        """Watch ``root`` and every directory below it (no symlinks, no ignored dirs).
+
+        Returns False if the cap stopped the walk.
+        """
+        try:
+            if os.path.islink(root) or not os.path.isdir(root):
+                return True
+        except OSError:
+            return True
+        stack = [root]
+        while stack:
+            d = stack.pop()
+            if not self._watch_dir(d):
+                return False
+            try:
+                with os.scandir(d) as it:
+                    subdirs = [e.path for e in it
+                               if not is_ignored_dir(e.name) and e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+            stack.extend(sorted(subdirs, reverse=True))
+        return True
+
+    def _cap_hit(self, idx: int, where: str) -> None:
+        self._capped.add(idx)
+        if not self._cap_warned:
+            self._cap_warned = True
+            log.warning("watcher: watching the maximum of %d directories; %s and below are not watched "
+                        "(agent %s). Changes there are picked up by a sync every %.0f s; raise "
+                        "MEMINDEX_WATCH_MAX_DIRS / --max-watch-dirs, or narrow extraPaths.",
+                        self.max_dirs, where, self.agents[idx].ctx.agent_id, CAPPED_RESYNC_S)
+
+    def _watch_agent(self, idx: int) -> None:
+        a = self.agents[idx]
+        for top in a.tops:
+            if os.path.isdir(top) and not os.path.islink(top) and not self._watch_dir(top):
+                self._cap_hit(idx, top)
+        for tree in a.trees:
+            if not self._walk_and_watch(tree):
+                self._cap_hit(idx, tree)
+
+    # -- events -----------------------------------------------------------------------------
+    def handle(self, event: FileSystemEvent) -> None:
+        if event.event_type not in ("created", "modified", "deleted", "moved"):
+            return
+        src = _norm(event.src_path) if event.src_path else ""
+        dest = _norm(event.dest_path) if getattr(event, "dest_path", "") else ""
+        is_dir = event.is_directory
+        if not is_dir and event.event_type in ("created", "modified") and os.path.islink(src):
+            return  # symlinks are never memory
+        if is_dir and event.event_type in ("deleted", "moved"):
+            self._unwatch_under(src)
+        for idx, a in enumerate(self.agents):
+            hit = False
+            for path in (src, dest):
+                if not path or not a.relevant(path, is_dir):
+                    continue
+                hit = True
+                if is_dir and path == (dest or src) and event.event_type in ("created", "moved"):
+                    # A new (or moved-in) directory: watch it and everything below it.
+                    if not self._walk_and_watch(path):
+                        self._cap_hit(idx, path)
+            if hit:
+                self.mark_dirty(idx)
+
+    def mark_dirty(self, idx: int) -> None:
+        now = time.monotonic()
+        with self._cond:
+            first = self._first.setdefault(idx, now)
+            a = self.agents[idx]
+            self._due[idx] = min(now + a.debounce_s, first + a.debounce_s * MAX_DELAY_FACTOR)
+            self._cond.notify()
+
+    # -- the debounce loop ------------------------------------------------------------------
+    def _fire(self, idx: int) -> None:
+        a = self.agents[idx]
+        try:
+            self.enqueue(a.ctx, "watch")
+            self.enqueued += 1
+            log.info("watcher: sync enqueued for %s", a.ctx.agent_id)
+        except Exception as exc:  # noqa: BLE001 - broker unreachable: keep the agent dirty
+            log.warning("watcher: could not enqueue a sync for %s (%s); retrying in %.0f s",
+                        a.ctx.agent_id, exc, RETRY_S)
+            with self._cond:
+                self._first.setdefault(idx, time.monotonic())
+                self._due[idx] = time.monotonic() + RETRY_S
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                now = time.monotonic()
+                for idx in self._capped:
+                    if now - self._last_capped_sync.get(idx, now) >= CAPPED_RESYNC_S:
+                        self._due.setdefault(idx, now)
+                    self._last_capped_sync.setdefault(idx, now)
+                ready = [i for i, t in self._due.items() if t <= now]
+                for i in ready:
+                    del self._due[i]
+                    self._first.pop(i, None)
+                    if i in self._capped:
+                        self._last_capped_sync[i] = now
+                if not ready:
+                    wait = min(self._due.values(), default=now + 1.0) - now
+                    self._cond.wait(timeout=max(0.01, min(wait, 1.0)))
+                    continue
+            for i in ready:
+                self._fire(i)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> "Watcher":
+        for idx in range(len(self.agents)):
+            self._watch_agent(idx)
+        self.observer.start()
+        self._thread = threading.Thread(target=self._loop, name="memindex-watch-debounce", daemon=True)
+        self._thread.start()
+        log.info("watcher: %d agent(s), %d directories watched", len(self.agents), len(self._watches))
+        return self
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self.observer.stop()
+            self.observer.join(timeout=5)
+        except RuntimeError:  # never started
+            pass
+
+    def flush(self) -> None:
+        """Fire every pending debounce now (used on shutdown and in tests)."""
+        with self._cond:
+            ready = list(self._due)
+            self._due.clear()
+            self._first.clear()
+        for i in ready:
+            self._fire(i)
+
+
+def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
+    """Build and start a watcher for these agents (settings resolved from their config)."""
+    from pipeline.agents import settings_for
+
+    pairs = []
+    for ctx in contexts:
+        settings = settings_for(ctx)
+        if not settings.enabled or not settings.memory_search["sync"]["watch"]:
+            log.info("watcher: %s not watched (memory search or sync.watch disabled)", ctx.agent_id)
+            continue
+        pairs.append((ctx, settings))
+    return Watcher(pairs, **kw).start()

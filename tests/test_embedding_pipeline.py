@@ -1,0 +1,217 @@
+"""Embeddings through the whole pipeline: real SDK clients against the local
+wire-protocol server, the embedding cache, fallback, rebuilds and bad vectors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pipeline.embedder import reset_services
+from tests.conftest import GGUF
+from tests.provider_server import ProviderServer
+from workers import embedded
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ProviderServer() as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _fresh(server, monkeypatch):
+    server.reset()
+    reset_services()
+    monkeypatch.setenv("MEMINDEX_RETRY_BASE_DELAY_S", "0.01")
+    monkeypatch.setenv("MEMINDEX_RETRY_ATTEMPTS", "2")
+    yield
+    reset_services()
+
+
+def openai_cfg(server, **extra):
+    return {"provider": "openai", "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}, **extra}
+
+
+def _notes(agent, n=6):
+    for i in range(n):
+        agent.write(f"memory/2026-01-{i + 1:02d}.md", f"# Day {i}\nThe Omada router VLAN {i} serves IoT device {i}.\n")
+    agent.write("MEMORY.md", "# Memory\nERR_SIG_4012 was fixed by rotating the webhook secret.\n")
+
+
+def test_openai_index_and_hybrid_search(agent, server):
+    _notes(agent)
+    agent.memory_config(openai_cfg(server))
+    agent.index()
+    assert server.count("openai") >= 1
+    res = agent.search("ERR_SIG_4012")
+    assert res["provider"] == "openai" and res["model"] == "text-embedding-3-small"
+    assert res["mode"] == "hybrid" and res["fallback"] is False
+    assert res["results"][0]["path"] == "MEMORY.md"
+    from pipeline.status import index_status
+    from pipeline.embedder import provider_info
+
+    st = index_status(agent.settings(), provider_info(agent.settings()))
+    assert st["provider"] == "openai" and st["vector"]["backend"] == "sqlite-vec"
+    assert st["vector"]["dims"] == 1536 and st["cache"]["entries"] == st["chunks"]
+    assert "sk-test-123" not in repr(st)
+
+
+def test_cache_hit_means_zero_requests_on_a_second_full_index(agent, server):
+    _notes(agent)
+    agent.memory_config(openai_cfg(server))
+    agent.index()
+    first = server.count("openai")
+    assert first >= 1
+    counts = agent.index(force=True)  # full rebuild into a new generation
+    assert counts["to_index"] == 7 and counts["generation"] == 2
+    assert server.count("openai") == first  # every chunk came from the cache
+    assert agent.search("Omada router")["results"]
+
+
+def test_fallback_serves_and_is_reported(agent, server, caplog):
+    _notes(agent, 3)
+    server.always("openai", {"status": 500, "message": "upstream down"})
+    cfg = openai_cfg(server, fallback="gemini")
+    cfg["remote"]["baseUrl"] = server.base("openai")
+    agent.write_config({
+        "agents": {"defaults": {"memorySearch": cfg}},
+        "models": {"providers": {"gemini": {"apiKey": "g-key", "baseUrl": server.base("gemini")}}},
+    })
+    with caplog.at_level("WARNING"):
+        agent.index()
+        embedded.wait_idle(timeout=60)
+    assert server.count("gemini") >= 1
+    res = agent.search("Omada router VLAN")
+    assert res["provider"] == "gemini" and res["fallback"] is True
+    assert res["results"]
+    assert any("fallback" in r.getMessage() for r in caplog.records)
+    assert not any("g-key" in r.getMessage() for r in caplog.records)
+
+
+def test_model_change_rebuilds_while_search_keeps_answering(agent, server, monkeypatch):
+    _notes(agent, 20)
+    agent.memory_config({"provider": "hash"})
+    agent.index()
+    assert agent.search("Omada router")["results"]
+    monkeypatch.setenv("MEMINDEX_HASH_EMBED_DELAY", "0.15")
+    reset_services()
+    agent.memory_config({"provider": "hash", "model": "hash-v2"})
+    from producers.trigger import request_sync
+    from pipeline.store import open_reader
+
+    request_sync(agent.ctx, reason="test")
+    seen_building = False
+    answered = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st = open_reader(agent.settings()).state()
+        res = agent.search("Omada router")
+        assert res["results"], "search stopped answering during the rebuild"
+        answered += 1
+        if st.building_generation is not None:
+            seen_building = True
+            assert res["model"] == "hash-v1"  # still the old, complete index
+        elif seen_building and st.live_fingerprint["model"] == "hash-v2":
+            break
+        time.sleep(0.05)
+    assert seen_building and answered > 1
+    embedded.wait_idle(timeout=60)
+    assert agent.search("Omada router")["model"] == "hash-v2"
+    # A restart with the same config does not rebuild again.
+    reset_services()
+    assert agent.index()["to_index"] == 0
+
+
+@pytest.mark.parametrize("kind", ["nan", "wrong_dims"])
+def test_bad_vectors_are_rejected_not_stored(agent, server, kind):
+    _notes(agent, 2)
+    agent.memory_config(openai_cfg(server))
+    agent.index()
+    good = len(agent.store_rows())
+    server.always("openai", {"kind": kind})
+    agent.write("memory/2026-03-01.md", "brand new note about kumquats\n")
+    agent.index()
+    embedded.wait_idle(timeout=30)
+    paths = {r[1] for r in agent.store_rows()}
+    assert "memory/2026-03-01.md" not in paths
+    assert len(agent.store_rows()) == good
+    from pipeline.status import index_status
+
+    assert index_status(agent.settings())["pending"] >= 1  # not indexed, not forgotten
+
+
+def test_401_fails_fast_and_keyword_search_still_answers(agent, server):
+    _notes(agent, 2)
+    agent.memory_config({"provider": "openai", "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-good"}})
+    agent.index()
+    server.always("openai", {"status": 401, "message": "Incorrect API key provided"})
+    reset_services()
+    before = server.count("openai")
+    res = agent.search("ERR_SIG_4012")
+    assert res["results"][0]["path"] == "MEMORY.md"  # keyword arm still answers
+    assert "keyword-only" in res.get("warning", "")
+    assert server.count("openai") == before + 1  # one request, no retries
+
+
+def test_no_provider_anywhere_is_keyword_only_not_an_error(agent):
+    _notes(agent, 2)
+    agent.index()
+    from pipeline.embedder import provider_info
+
+    info = provider_info(agent.settings())
+    assert info["provider"] == "none" and "keyword search only" in info["reason"]
+    assert agent.search("Omada")["mode"] == "fts-only"
+
+
+def test_vectors_never_mix_across_dims(agent, server):
+    _notes(agent, 2)
+    agent.memory_config({"provider": "hash"})
+    agent.index()
+    agent.memory_config({"provider": "hash", "outputDimensionality": 128})
+    reset_services()
+    counts = agent.index()
+    assert counts["generation"] == 2  # new dims -> new generation, never mixed into the old
+    from pipeline.status import index_status
+
+    assert index_status(agent.settings())["vector"]["dims"] == 128
+
+
+@pytest.mark.skipif(not GGUF.exists(), reason="the shared GGUF model is not present")
+def test_local_gguf_provider_end_to_end(agent):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install '.[local]')")
+    agent.write("memory/pets.md", "Caroline adopted a golden retriever puppy named Max.\n")
+    agent.write("memory/work.md", "The quarterly budget review moved to Thursday.\n")
+    agent.memory_config({"provider": "local", "local": {"modelPath": str(GGUF)}})
+    agent.index()
+    res = agent.search("dog", min_score=0.0)
+    assert res["provider"] == "local" and res["results"][0]["path"] == "memory/pets.md"
+    from pipeline.status import index_status
+
+    assert index_status(agent.settings())["vector"]["dims"] == 384
+
+
+def test_search_answers_from_many_threads_with_vectors(agent):
+    _notes(agent, 10)
+    agent.memory_config({"provider": "hash"})
+    agent.index()
+    from pipeline.search import MemorySearch
+
+    eng = MemorySearch(agent.settings())
+    errors = []
+
+    def run():
+        try:
+            for _ in range(20):
+                assert eng.search("router VLAN").results
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    ts = [threading.Thread(target=run) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    eng.close()
+    assert errors == []
