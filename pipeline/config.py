@@ -177,6 +177,8 @@ MEMORY_SEARCH: dict[str, Any] = {
         "baseUrl": F(None, _opt(_str)),
         "apiKey": F(None, _opt(_str)),
         "headers": F({}, _str_map),
+        # Concurrent embedding requests per provider, across all workers (ollama/local: 1).
+        "nonBatchConcurrency": F(4, _int(1)),
         "batch": {
             "enabled": F(False, _bool),
             "wait": F(True, _bool),

@@ -44,10 +44,14 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
     if hit is not None:
         return hit
     from .embeddings import EmbeddingService, select_provider
+    from .embeddings.limiter import make_limiter
 
     ms = settings.memory_search
     choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models")
-    service = EmbeddingService(choice, retry=_retry_policy()) if (choice.primary or choice.fallback) else None
+    service = None
+    if choice.primary or choice.fallback:
+        limiter = make_limiter(int(ms["remote"]["nonBatchConcurrency"]))
+        service = EmbeddingService(choice, limiter, retry=_retry_policy())
     with _services_lock:
         _services[key] = (service, choice.reason)
     return service, choice.reason

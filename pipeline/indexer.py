@@ -13,21 +13,21 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from .chunking import chunk_markdown
 from .config import AgentSettings
 from .fingerprint import KEYWORD_ONLY, EmbeddingIdentity, index_fingerprint, same_index
 from .store import FileKey, StoreReader
 from .vectors import to_b64
-from .workspace import MemoryFile, discover
+from .workspace import MemoryFile, iter_discover
 
 log = logging.getLogger("memindex.indexer")
 
 MAX_MARKDOWN_BYTES = 10 * 1024 * 1024
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a 10,000-file plan holds 10,000 of these
 class FileJob:
     """One file to (re)index; travels in queue messages as a dict."""
 
@@ -40,7 +40,7 @@ class FileJob:
     known_hash: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {f: getattr(self, f) for f in self.__slots__}
 
 
 @dataclass
@@ -77,7 +77,7 @@ def plan_sync(
         gen = max(st.live_generation, st.building_generation or 0) + 1
         role = "building"
     indexed = reader.indexed_files(gen)
-    on_disk = list(files) if files is not None else collect_files(settings)
+    on_disk = files if files is not None else iter_collect_files(settings)  # streamed, not listed
     plan = SyncPlan(gen, fp, role)
     seen: set[FileKey] = set()
     for f in on_disk:
@@ -108,14 +108,17 @@ def plan_sync(
 
 def collect_files(settings: AgentSettings) -> list[MemoryFile]:
     """Every file the agent's configured sources contribute."""
-    files: list[MemoryFile] = []
+    return list(iter_collect_files(settings))
+
+
+def iter_collect_files(settings: AgentSettings) -> Iterator[MemoryFile]:
+    """``collect_files`` as a stream (what a sync of a huge workspace uses)."""
     if "memory" in settings.sources:
-        files.extend(discover(settings))
+        yield from iter_discover(settings)
     if "sessions" in settings.sources:
         from .session_index import discover_sessions
 
-        files.extend(discover_sessions(settings))
-    return files
+        yield from discover_sessions(settings)
 
 
 # --- preparing one file --------------------------------------------------------

@@ -130,7 +130,7 @@ def already_flushed(session_entry: Mapping[str, Any]) -> bool:
 
 
 def flush_decision(
-    token_estimate: int,
+    token_estimate: int | None,
     context_window: int,
     cfg: Mapping[str, Any] | None,
     session_entry: Mapping[str, Any] | None,
@@ -157,9 +157,10 @@ def flush_decision(
         return skip(f"workspace-{access or 'unknown'}")
     if threshold <= 0:
         return skip("threshold-not-positive")
-    if token_estimate <= 0:
+    tokens = _as_int(token_estimate, 0)  # unknown (None, NaN, a bool) never flushes
+    if tokens <= 0:
         return skip("no-token-estimate")
-    if token_estimate < threshold:
+    if tokens < threshold:
         return skip("below-threshold")
     if already_flushed(session_entry):
         return skip("already-flushed")

@@ -54,7 +54,7 @@ class StoreError(RuntimeError):
     pass
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a sync of a huge workspace holds one per file
 class IndexedFile:
     hash: str
     size: int

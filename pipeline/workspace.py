@@ -80,7 +80,9 @@ def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[Pat
                 kind = keep(e.name)
                 if kind is None:
                     continue
-                yield Path(e.path), e.stat(follow_symlinks=False), kind
+                # os.lstat, not e.stat(): DirEntry caches the result, and a
+                # 10,000-entry directory would then hold 10,000 stat results.
+                yield Path(e.path), os.lstat(e.path), kind
             except OSError:
                 continue
         stack.extend(reversed(subdirs))
@@ -104,43 +106,50 @@ def discover(settings: AgentSettings, *, extra_kind=None) -> list[MemoryFile]:
     ``extra_kind`` lets multimodal discovery (F17) accept more file kinds, but
     only under extraPaths, never in the default memory roots.
     """
+    return list(iter_discover(settings, extra_kind=extra_kind))
+
+
+def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[MemoryFile]:
+    """``discover`` as a stream: a sync of a huge workspace never holds the file list."""
     ws = settings.workspace
-    found: list[MemoryFile] = []
     seen: set[str] = set()
 
-    def add(p: Path, st: os.stat_result, kind: str) -> None:
+    def add(p: Path, st: os.stat_result, kind: str) -> MemoryFile | None:
         try:
             real = os.path.realpath(p)
         except OSError:
-            return
+            return None
         key = os.path.normcase(real)
         if key in seen:
-            return
+            return None
         seen.add(key)
-        found.append(MemoryFile(rel_path(ws, p), p, "memory", st.st_size, st.st_mtime_ns, kind))
+        return MemoryFile(rel_path(ws, p), p, "memory", st.st_size, st.st_mtime_ns, kind)
+
+    def found(items) -> Iterator[MemoryFile]:
+        for p, st, kind in items:
+            f = add(p, st, kind)
+            if f is not None:
+                yield f
 
     for name in ROOT_FILES:
         p = ws / name
         st = _regular(p)
         if st is not None:
-            add(p, st, "markdown")
+            yield from found([(p, st, "markdown")])
     mem = ws / MEMORY_DIR
     if mem.is_dir() and not mem.is_symlink():
-        for p, st, kind in _walk(mem, _markdown_only):
-            add(p, st, kind)
+        yield from found(_walk(mem, _markdown_only))
     keep_extra = extra_kind or _markdown_only
     for extra in resolve_extra_paths(settings):
         if extra.is_symlink():
             continue
         if extra.is_dir():
-            for p, st, kind in _walk(extra, keep_extra):
-                add(p, st, kind)
+            yield from found(_walk(extra, keep_extra))
         else:
             st = _regular(extra)
             kind = keep_extra(extra.name) if st is not None else None
             if st is not None and kind is not None:
-                add(extra, st, kind)
-    return found
+                yield from found([(extra, st, kind)])
 
 
 def watch_roots(settings: AgentSettings) -> list[Path]:

@@ -106,11 +106,12 @@ def test_model_change_rebuilds_while_search_keeps_answering(agent, server, monke
     answered = 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        st = open_reader(agent.settings()).state()
+        before = open_reader(agent.settings()).state()
         res = agent.search("Omada router")
+        st = open_reader(agent.settings()).state()
         assert res["results"], "search stopped answering during the rebuild"
         answered += 1
-        if st.building_generation is not None:
+        if before.building_generation is not None and st.building_generation is not None:
             seen_building = True
             assert res["model"] == "hash-v1"  # still the old, complete index
         elif seen_building and st.live_fingerprint["model"] == "hash-v2":

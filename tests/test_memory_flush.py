@@ -183,3 +183,20 @@ def test_mark_flushed_missing_entry(tmp_path):
     assert json.loads(path.read_text()) == {"other": {}}
     assert load_session_entry(path, "missing") is None
     assert load_session_entry(tmp_path / "nope.json", "x") is None
+
+
+@pytest.mark.parametrize("tokens", [None, float("nan"), True, -5, 0])
+def test_unknown_token_estimate_never_flushes(tokens):
+    d = flush_decision(tokens, WINDOW, {}, {"compactionCount": 0}, "rw", NOW)
+    assert (d.run, d.reason) == (False, "no-token-estimate")
+
+
+def test_decision_from_resolved_agent_config(agent):
+    agent.write_config({"agents": {"defaults": {"compaction": {
+        "reserveTokensFloor": 10_000, "memoryFlush": {"softThresholdTokens": 2_000}}}}})
+    cfg = agent.settings().memory_flush
+    assert flush_decision(WINDOW - 12_001, WINDOW, cfg, {}, None, NOW).reason == "below-threshold"
+    d = flush_decision(WINDOW - 12_000, WINDOW, cfg, {}, None, NOW)
+    assert d.run and d.threshold == WINDOW - 12_000 and "NO_REPLY" in d.prompt
+    agent.write_config({"agents": {"defaults": {"compaction": {"memoryFlush": {"enabled": False}}}}})
+    assert flush_decision(10**6, WINDOW, agent.settings().memory_flush, {}, None, NOW).reason == "disabled"

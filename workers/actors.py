@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 import dramatiq
 
@@ -37,6 +38,23 @@ GROUP_BYTES = 4 * 1024 * 1024
 
 RETRY = dict(max_retries=8, min_backoff=500, max_backoff=60_000)
 
+# Backpressure: the writer is the one serial stage. Unbounded, a backfill's
+# chunked records would pile up in the write queue (in this process on the
+# embedded broker, in Redis otherwise) in proportion to the workspace.
+WRITE_BACKLOG_MAX = 16
+WRITE_BACKLOG_WAIT_S = 120.0  # never wait forever: no writer running must not wedge the embedders
+
+
+def _wait_for_writer() -> None:
+    from .queues import ready
+
+    deadline = time.monotonic() + WRITE_BACKLOG_WAIT_S
+    try:
+        while ready("write") > WRITE_BACKLOG_MAX and time.monotonic() < deadline:
+            time.sleep(0.02)
+    except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup): just send
+        log.debug("write backlog check failed: %s", exc)
+
 
 def _ctx(d: dict[str, Any]) -> Context:
     return Context.from_dict(d)
@@ -44,8 +62,12 @@ def _ctx(d: dict[str, Any]) -> Context:
 
 # --- sync -----------------------------------------------------------------------
 
-def run_sync(ctx: Context, *, force: bool = False) -> dict[str, int]:
-    """Plan one agent's sync and enqueue its work. Returns counts for callers."""
+def run_sync(ctx: Context, *, force: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Plan one agent's sync and enqueue its work. Returns counts for callers.
+
+    ``progress(enqueued, total)`` is called as the index groups are sent (backfill's bar).
+    """
     settings = settings_for(ctx)
     reader = open_reader(settings)
     try:
@@ -54,8 +76,12 @@ def run_sync(ctx: Context, *, force: bool = False) -> dict[str, int]:
         reader.close()
     pending = [(j.source, j.path) for j in plan.jobs]
     write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes)
+    sent = 0
     for group in _groups(plan.jobs):
         index_files.send(ctx.as_dict(), plan.generation, [j.as_dict() for j in group])
+        sent += len(group)
+        if progress is not None:
+            progress(sent, len(plan.jobs))
     for delta in plan.session_deltas:
         index_session_delta.send(ctx.as_dict(), plan.generation, delta.as_dict())
     to_index = len(plan.jobs) + len(plan.session_deltas)
@@ -82,7 +108,14 @@ def _groups(jobs: list[FileJob]):
 @dramatiq.actor(queue_name="sync", time_limit=10 * 60_000, **RETRY)
 def sync_agent(ctx: dict[str, Any], force: bool = False, reason: str = "manual") -> None:
     log.debug("sync %s requested (%s)", ctx.get("agent_id"), reason)
-    run_sync(_ctx(ctx), force=force)
+    context = _ctx(ctx)
+    try:  # later requests need a new sync: this one may already have passed their change
+        from producers.hooks import clear_sync_requested
+
+        clear_sync_requested(settings_for(context).store_path)
+    except Exception as exc:  # noqa: BLE001 - the flag's TTL covers a failed clear
+        log.debug("could not clear the sync-requested flag: %s", exc)
+    run_sync(context, force=force)
 
 
 # --- chunk and embed --------------------------------------------------------------
@@ -113,6 +146,7 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
         elif prepared.record is not None:
             records.append(prepared.record)
     if records:
+        _wait_for_writer()
         write_files.send(ctx, generation, records)
     if touches:
         write_touch.send(ctx, generation, touches)

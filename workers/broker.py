@@ -71,3 +71,7 @@ broker = make_broker()
 dramatiq.set_broker(broker)
 for _q in QUEUES:
     broker.declare_queue(_q)
+if not is_embedded(broker):
+    from .limits import install as _install_limits
+
+    _install_limits(broker)

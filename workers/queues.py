@@ -34,6 +34,13 @@ def depth() -> dict[str, dict[str, int]]:
     return out
 
 
+def ready(queue: str) -> int:
+    """Messages waiting on one queue (cheap: one LLEN on Redis); the writer's backpressure."""
+    if is_embedded(broker):
+        return broker.queues[queue].qsize()
+    return int(broker.client.llen(f"{broker.namespace}:{queue}"))
+
+
 def total_outstanding() -> int:
     return sum(v["ready"] + v["delayed"] + v["in_progress"] for v in depth().values())
 
@@ -61,3 +68,46 @@ def _describe(m: Any) -> dict[str, Any]:
     return {"id": m.message_id, "queue": m.queue_name, "actor": m.actor_name, "agent": agent,
             "retries": m.options.get("retries", 0),
             "error": (m.options.get("traceback") or "").strip().splitlines()[-1:] or None}
+
+
+# Options a replayed message must not carry over: a fresh retry budget, a new Redis id.
+_REPLAY_DROP = ("retries", "traceback", "redis_message_id", "eta")
+
+
+def replay_dead_letters(limit: int = 1000) -> int:
+    """Re-enqueue dead-lettered messages on their queue (retry counter reset).
+
+    Each message is removed from the dead-letter set only after it is enqueued
+    again, so a crash in between replays it twice: harmless, every actor is idempotent.
+    """
+    import dataclasses
+
+    from dramatiq import Message
+    from dramatiq.common import q_name
+
+    if is_embedded(broker):
+        n = 0
+        for msgs in broker.dead_letters_by_queue.values():
+            while msgs and n < limit:
+                broker.enqueue(_fresh(dataclasses, msgs.pop(0), q_name))
+                n += 1
+        return n
+    client, ns, n = broker.client, broker.namespace, 0
+    for q in QUEUES:
+        xq = f"{ns}:{q}.XQ"
+        for mid in client.zrange(xq, 0, max(0, limit - n - 1)):
+            data = client.hget(f"{xq}.msgs", mid)
+            if data:
+                broker.enqueue(_fresh(dataclasses, Message.decode(data), q_name))
+            client.zrem(xq, mid)
+            client.hdel(f"{xq}.msgs", mid)
+            n += 1
+        if n >= limit:
+            break
+    return n
+
+
+def _fresh(dataclasses, m: Any, q_name) -> Any:
+    m = getattr(m, "_message", m)  # the embedded broker keeps MessageProxy objects
+    opts = {k: v for k, v in m.options.items() if k not in _REPLAY_DROP}
+    return dataclasses.replace(m, queue_name=q_name(m.queue_name), options=opts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import ContextManager, Iterator, Mapping, Protocol
+from typing import Callable, ContextManager, Iterator, Mapping, Protocol
 
 # Ollama and local models share one machine's CPU/GPU: parallel requests only
 # queue up there and push each request toward its timeout (reference bug 9).
@@ -60,3 +60,20 @@ def default_limiter() -> ConcurrencyLimiter:
         if _default is None:
             _default = ConcurrencyLimiter()
         return _default
+
+
+# The queue layer installs a cross-process limiter factory (Redis) here; the
+# library itself only knows the in-process one.
+_factory: "Callable[[int], Limiter] | None" = None
+
+
+def set_limiter_factory(factory: "Callable[[int], Limiter] | None") -> None:
+    global _factory
+    _factory = factory
+
+
+def make_limiter(default_cap: int) -> Limiter:
+    """A limiter with ``default_cap`` concurrent requests per provider."""
+    if _factory is not None:
+        return _factory(default_cap)
+    return ConcurrencyLimiter(default_cap=default_cap)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import atexit
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,20 @@ class _Loaded:
 
 _MODELS: dict[tuple[Any, ...], _Loaded] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+def _close_models() -> None:
+    """Free models before interpreter teardown (Llama.__del__ fails once modules are gone)."""
+    with _MODELS_LOCK:
+        for loaded in _MODELS.values():
+            try:
+                loaded.llm.close()
+            except Exception:  # noqa: BLE001 - best effort at exit
+                pass
+        _MODELS.clear()
+
+
+atexit.register(_close_models)
 
 
 def _load(path: Path, n_threads: int) -> _Loaded:

@@ -28,10 +28,11 @@ def _has_marker(text: str) -> bool:
     return any(m in low for m in NO_RESULTS_MARKERS)
 
 
-def _first_balanced_array(text: str) -> str | None:
-    """The first ``[...]`` whose brackets balance, ignoring brackets inside strings."""
+def _balanced_arrays(text: str, max_tries: int = 50):
+    """Balanced ``[...]`` substrings in order of their start, ignoring brackets inside strings."""
     start = text.find("[")
-    while start != -1:
+    while start != -1 and max_tries > 0:
+        max_tries -= 1
         depth, in_str, esc = 0, False, False
         for i in range(start, len(text)):
             ch = text[i]
@@ -49,8 +50,20 @@ def _first_balanced_array(text: str) -> str | None:
             elif ch == "]":
                 depth -= 1
                 if depth == 0:
-                    return text[start : i + 1]
+                    yield text[start : i + 1]
+                    break
         start = text.find("[", start + 1)
+
+
+def _first_json_array(text: str) -> list[Any] | None:
+    """The first balanced ``[...]`` that parses (log noise like "[1/3]" may come first)."""
+    for sub in _balanced_arrays(text):
+        try:
+            data = json.loads(sub)
+        except ValueError:
+            continue
+        if isinstance(data, list):
+            return data
     return None
 
 
@@ -66,11 +79,7 @@ def parse_search_json(stdout: str, stderr: str = "") -> list[dict[str, Any]]:
     try:
         data = json.loads(out)
     except ValueError:
-        sub = _first_balanced_array(out)
-        try:
-            data = json.loads(sub) if sub is not None else None
-        except ValueError:
-            data = None
+        data = _first_json_array(out)
         if data is None:
             raise QmdBadOutput(f"qmd returned invalid JSON: {out[:200]!r}") from None
     if not isinstance(data, list):

@@ -1,0 +1,274 @@
+"""Session transcripts in the index (F9): discovery, records, search, isolation, opt-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Agent
+from pipeline.memory_get import MemoryGetError, memory_get
+from pipeline.search import MemorySearch
+from pipeline.session_index import discover_sessions, parse_extra
+from pipeline.status import format_status, index_status
+from pipeline.store import open_reader
+
+OPT_IN = {"sources": ["memory", "sessions"], "experimental": {"sessionMemory": True}}
+
+
+def msg(role: str, content) -> str:
+    return json.dumps({"type": "message", "message": {"role": role, "content": content}}) + "\n"
+
+
+def transcript(agent: Agent, name: str, *lines: str, agent_id: str | None = None) -> Path:
+    d = agent.state / "agents" / (agent_id or agent.agent_id) / "sessions"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / name
+    p.write_text("".join(lines), encoding="utf-8")
+    return p
+
+
+def session_rows(agent: Agent) -> list[tuple]:
+    return [r for r in agent.store_rows() if r[0] == "sessions"]
+
+
+def files_row(settings, path: str):
+    r = open_reader(settings)
+    try:
+        return r.indexed_files(r.state().live_generation).get(("sessions", path))
+    finally:
+        r.close()
+
+
+@pytest.fixture
+def sess(agent: Agent) -> Agent:
+    agent.memory_config(OPT_IN)
+    agent.write("MEMORY.md", "# Memory\n\nNothing about sessions here.\n")
+    return agent
+
+
+def test_transcript_indexed_and_found_with_source_sessions(sess):
+    transcript(
+        sess, "abc.jsonl",
+        json.dumps({"type": "session", "id": "abc"}) + "\n",               # 1 metadata
+        msg("user", "Which port does the Grafana container use?"),       # 2
+        msg("assistant", [{"type": "tool_use", "id": "t", "name": "sh", "input": {}}]),  # 3 tool only
+        msg("toolResult", "3000/tcp grafana"),                            # 4 tool result
+        msg("assistant", [{"type": "text", "text": "Grafana listens on 3000."}]),  # 5
+        msg("system", "you are helpful"),                                 # 6
+    )
+    counts = sess.index()
+    assert counts["to_index"] == 2
+    rows = session_rows(sess)
+    assert [(r[1], r[2], r[3]) for r in rows] == [("sessions/abc.jsonl", 2, 5)]
+    assert rows[0][5] == "User: Which port does the Grafana container use?\nAssistant: Grafana listens on 3000."
+
+    res = sess.search("Grafana port")
+    top = res["results"][0]
+    assert top["source"] == "sessions" and top["path"] == "sessions/abc.jsonl"
+    assert (top["startLine"], top["endLine"]) == (2, 5)
+    assert "Source: sessions/abc.jsonl#L2-L5" in top["snippet"]
+    assert "3000/tcp" not in top["snippet"] and "you are helpful" not in top["snippet"]
+
+
+def test_chunk_line_ranges_map_to_jsonl_lines(sess):
+    lines = [json.dumps({"type": "session"}) + "\n"]
+    for i in range(60):
+        lines.append(msg("user" if i % 2 == 0 else "assistant", f"turn {i} " + "filler words " * 20))
+        if i % 7 == 0:
+            lines.append("\n")  # blank lines shift JSONL numbering
+    p = transcript(sess, "long.jsonl", *lines)
+    sess.index()
+    jsonl = p.read_text().split("\n")
+    rows = session_rows(sess)
+    assert len(rows) > 3
+    for _, _, start, end, _, text in rows:
+        first, last = text.split("\n")[0], text.split("\n")[-1]
+        n_first = first.split(" ")[2]  # "User: turn N ..."
+        n_last = last.split(" ")[2]
+        assert f'"turn {n_first} ' in jsonl[start - 1]
+        assert f'"turn {n_last} ' in jsonl[end - 1]
+
+
+def test_malformed_lines_counted_skipped_and_reported(sess):
+    p = transcript(
+        sess, "bad.jsonl",
+        msg("user", "the okapi is in the garden"),
+        "{not json at all\n",
+        "\n",
+        "[1, 2, 3]\n",
+        msg("assistant", "noted the okapi"),
+        "\x00\xff garbage\n",
+        '{"type": "message", "message": {"role": "user", "content": "half wri',  # still being written
+    )
+    sess.index()
+    rows = session_rows(sess)
+    assert len(rows) == 1 and rows[0][2:4] == (1, 5)
+    extra = parse_extra(files_row(sess.settings(), "sessions/bad.jsonl").extra)
+    assert extra["skipped"] == {"blank": 1, "invalid_json": 2, "other": 1}
+    assert extra["turns"] == 2
+    # The half-written last line is not consumed: indexing resumes there.
+    assert extra["session"]["indexed_bytes"] == p.stat().st_size - len(p.read_bytes().split(b"\n")[-1])
+    status = index_status(sess.settings())
+    assert {"path": "sessions/bad.jsonl", "error": "2 malformed JSONL line(s) skipped (invalid JSON)"} \
+        in status["problems"]
+    assert "problem:      sessions/bad.jsonl: 2 malformed" in format_status(status)
+    assert sess.search("okapi")["results"][0]["source"] == "sessions"
+
+
+def test_garbage_only_transcript_does_not_crash(sess):
+    transcript(sess, "junk.jsonl", "\n".join(["{{{", "nope", "", "]]"]) + "\n")
+    transcript(sess, "empty.jsonl")
+    (sess.state / "agents" / "main" / "sessions" / "binary.jsonl").write_bytes(os.urandom(3000))
+    counts = sess.index()
+    assert counts["to_index"] == 4
+    assert session_rows(sess) == []
+    assert sess.index()["to_index"] == 0  # recorded, so not retried forever
+
+
+def test_discovery_top_level_regular_jsonl_only(sess, tmp_path):
+    transcript(sess, "keep.jsonl", msg("user", "kept transcript"))
+    d = sess.state / "agents" / "main" / "sessions"
+    (d / "sessions.json").write_text("{}")
+    (d / "notes.md").write_text("not a transcript")
+    (d / "sub").mkdir()
+    (d / "sub" / "nested.jsonl").write_text(msg("user", "nested transcript"))
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(msg("user", "linked transcript"))
+    (d / "link.jsonl").symlink_to(outside)
+    (d / "dir.jsonl").mkdir()
+    found = discover_sessions(sess.settings())
+    assert [(f.path, f.source, f.kind) for f in found] == [("sessions/keep.jsonl", "sessions", "session")]
+    sess.index()
+    assert {r[1] for r in session_rows(sess)} == {"sessions/keep.jsonl"}
+
+
+def test_symlinked_sessions_dir_is_refused(sess, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "x.jsonl").write_text(msg("user", "foreign transcript"))
+    (sess.state / "agents" / "main").mkdir(parents=True)
+    (sess.state / "agents" / "main" / "sessions").symlink_to(other)
+    assert discover_sessions(sess.settings()) == []
+
+
+@pytest.mark.parametrize("ms", [
+    {},
+    {"sources": ["memory", "sessions"]},                                # not opted in
+    {"experimental": {"sessionMemory": True}},                          # source not listed
+    {"sources": ["memory"], "experimental": {"sessionMemory": True}},
+])
+def test_sessions_ignored_unless_opted_in(agent, ms):
+    from producers.session_delta import check_sessions
+
+    agent.memory_config(ms)
+    agent.write("MEMORY.md", "# Memory\nzebra facts\n")
+    transcript(agent, "s.jsonl", msg("user", "zebra in a transcript"))
+    agent.index()
+    assert session_rows(agent) == []
+    assert {r["source"] for r in agent.search("zebra")["results"]} == {"memory"}
+    assert check_sessions(agent.ctx) == 0
+
+
+def test_opting_out_drops_indexed_sessions(sess):
+    transcript(sess, "s.jsonl", msg("user", "a capybara appeared"))
+    sess.index()
+    assert session_rows(sess)
+    sess.memory_config({"sources": ["memory"]})
+    sess.index()
+    assert session_rows(sess) == []
+    assert sess.search("capybara")["results"] == []
+
+
+def test_isolation_two_agents_sharing_one_state_dir(tmp_path):
+    alpha, beta = Agent(tmp_path, "alpha"), Agent(tmp_path, "beta")  # one state dir
+    alpha.write_config({"agents": {"defaults": {"memorySearch": OPT_IN},
+                                   "list": [{"id": "alpha"}, {"id": "beta"}]}})
+    transcript(alpha, "a1.jsonl", msg("user", "alpha secret is marmalade"))
+    transcript(alpha, "shared-name.jsonl", msg("user", "alpha also mentions kumquat"))
+    transcript(beta, "shared-name.jsonl", msg("user", "beta secret is kumquat"))
+    alpha.index()
+    beta.index()
+    assert alpha.settings().store_path != beta.settings().store_path
+    a_texts = " ".join(r[5] for r in session_rows(alpha))
+    b_texts = " ".join(r[5] for r in session_rows(beta))
+    assert "marmalade" in a_texts and "beta secret" not in a_texts
+    assert "beta secret is kumquat" in b_texts and "alpha" not in b_texts
+    assert [r["snippet"] for r in beta.search("marmalade")["results"]] == []
+    hits = alpha.search("kumquat")["results"]
+    assert hits and all("beta secret" not in r["snippet"] for r in hits)
+
+
+def test_memory_get_refuses_transcripts(sess):
+    transcript(sess, "s.jsonl", msg("user", "private conversation"))
+    sess.index()
+    settings = sess.settings()
+    for path in ("sessions/s.jsonl", "../state/agents/main/sessions/s.jsonl",
+                 str(settings.sessions_dir / "s.jsonl"), "memory/../../state/agents/main/sessions/s.jsonl"):
+        with pytest.raises(MemoryGetError):
+            memory_get(settings, path)
+
+
+def test_temporal_decay_ages_sessions_by_transcript_mtime(sess):
+    body = msg("user", "the heron nests by the quarry")
+    fresh = transcript(sess, "fresh.jsonl", body)
+    old = transcript(sess, "old.jsonl", body)
+    now = time.time()
+    os.utime(fresh, (now, now))
+    os.utime(old, (now - 30 * 86400, now - 30 * 86400))
+    sess.memory_config({**OPT_IN, "query": {"hybrid": {"temporalDecay": {"enabled": True, "halfLifeDays": 30}}}})
+    sess.index()
+    settings = sess.settings()
+    # Where search looks the transcript up: <state>/agents/<id>/sessions/<file>.
+    assert (settings.sessions_dir.parent / "sessions/old.jsonl").samefile(old)
+    eng = MemorySearch(settings, clock=lambda: now)
+    try:
+        res = {r.path: r for r in eng.search("heron quarry", min_score=0.0).results}
+    finally:
+        eng.close()
+    f, o = res["sessions/fresh.jsonl"], res["sessions/old.jsonl"]
+    assert f.textScore == pytest.approx(o.textScore)
+    assert f.score == pytest.approx(f.textScore, rel=1e-3)
+    assert o.score == pytest.approx(f.score * 0.5, rel=1e-3)
+
+
+def test_sync_leaves_small_growth_to_the_detector_and_indexes_new_transcripts(sess):
+    p = transcript(sess, "s.jsonl", msg("user", "first turn about lanterns"))
+    sess.index()
+    before = session_rows(sess)
+    with open(p, "a") as fh:
+        fh.write(msg("assistant", "a second turn about lanterns"))
+    counts = sess.index()
+    assert counts["to_index"] == 0 and counts["unchanged"] == 2
+    assert session_rows(sess) == before
+    # A transcript never indexed is indexed in full, however small.
+    transcript(sess, "new.jsonl", msg("user", "brand new topic: walruses"))
+    assert sess.index()["to_index"] == 1
+    assert any("walruses" in r[5] for r in session_rows(sess))
+
+
+def test_sync_appends_growth_past_the_threshold(sess):
+    sess.memory_config({**OPT_IN, "sync": {"sessions": {"deltaMessages": 3}}})
+    p = transcript(sess, "s.jsonl", msg("user", "first turn about lanterns"))
+    sess.index()
+    before = session_rows(sess)
+    with open(p, "a") as fh:
+        for i in range(3):
+            fh.write(msg("assistant", f"later turn {i} about tapirs"))
+    assert sess.index()["to_index"] == 1
+    after = session_rows(sess)
+    assert set(before) <= set(after)
+    new = [r for r in after if r not in before]
+    assert [(r[2], r[3]) for r in new] == [(2, 4)] and "tapirs" in new[0][5] and "lanterns" not in new[0][5]
+
+
+def test_deleted_transcript_is_removed(sess):
+    p = transcript(sess, "gone.jsonl", msg("user", "ephemeral pangolin"))
+    sess.index()
+    assert session_rows(sess)
+    p.unlink()
+    assert sess.index()["to_delete"] == 1
+    assert session_rows(sess) == []
