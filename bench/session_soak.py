@@ -43,6 +43,7 @@ class SoakReport:
     poll: float
     delta_bytes: int
     delta_messages: int
+    provider: str
     lags: list[float] = field(default_factory=list)
     search_latencies: list[float] = field(default_factory=list)
     search_errors: list[str] = field(default_factory=list)
@@ -66,7 +67,7 @@ class SoakReport:
         lat_ms = [x * 1000 for x in self.search_latencies]
         return "\n".join([
             f"session soak: {self.messages} messages at {self.rate:g}/s, detector every {self.poll:g} s, "
-            f"deltaBytes={self.delta_bytes} deltaMessages={self.delta_messages}",
+            f"deltaBytes={self.delta_bytes} deltaMessages={self.delta_messages}, embeddings {self.provider}",
             f"lag append->searchable: p50 {q(self.lags, 50):.2f} s  p95 {q(self.lags, 95):.2f} s  "
             f"max {max(self.lags, default=0):.2f} s  ({len(self.lags)} messages)",
             f"search: {len(lat_ms)} queries, latency p50 {q(lat_ms, 50):.1f} ms  p95 {q(lat_ms, 95):.1f} ms  "
@@ -87,7 +88,7 @@ def _record(i: int) -> bytes:
             + "\n").encode()
 
 
-def _setup(root: Path, delta_bytes: int | None, delta_messages: int | None) -> Context:
+def _setup(root: Path, delta_bytes: int | None, delta_messages: int | None, provider: str | None) -> Context:
     sync: dict = {"sessions": {}}
     if delta_bytes is not None:
         sync["sessions"]["deltaBytes"] = delta_bytes
@@ -95,6 +96,8 @@ def _setup(root: Path, delta_bytes: int | None, delta_messages: int | None) -> C
         sync["sessions"]["deltaMessages"] = delta_messages
     cfg = {"agents": {"defaults": {"memorySearch": {
         "sources": ["memory", "sessions"], "experimental": {"sessionMemory": True}, "sync": sync}}}}
+    if provider:
+        cfg["agents"]["defaults"]["memorySearch"]["provider"] = provider
     (root / "workspace" / "memory").mkdir(parents=True, exist_ok=True)
     (root / "workspace" / "MEMORY.md").write_text("# Memory\n\nThe soak test agent.\n", encoding="utf-8")
     sessions = root / "state" / "agents" / "main" / "sessions"
@@ -106,7 +109,7 @@ def _setup(root: Path, delta_bytes: int | None, delta_messages: int | None) -> C
 
 def run_soak(root: Path, *, duration: float = 60.0, rate: float = 10.0, poll: float = 0.5,
              search_every: float = 0.2, delta_bytes: int | None = None,
-             delta_messages: int | None = None) -> SoakReport:
+             delta_messages: int | None = None, provider: str | None = None) -> SoakReport:
     from pipeline.agents import settings_for
     from pipeline.search import MemorySearch
     from pipeline.session_index import thresholds
@@ -115,13 +118,13 @@ def run_soak(root: Path, *, duration: float = 60.0, rate: float = 10.0, poll: fl
     from workers import embedded
 
     started = time.monotonic()
-    ctx = _setup(root, delta_bytes, delta_messages)
+    ctx = _setup(root, delta_bytes, delta_messages, provider)
     settings = settings_for(ctx)
     path = settings.sessions_dir / TRANSCRIPT
     rel = f"sessions/{TRANSCRIPT}"
     n = int(duration * rate)
     db, dm = thresholds(settings)
-    report = SoakReport(n, rate, poll, db, dm)
+    report = SoakReport(n, rate, poll, db, dm, provider or "none (keyword only)")
     sync_and_wait(ctx, timeout=60)  # the first sync indexes the (tiny) transcript in full
 
     appended_at: list[float] = []
@@ -228,11 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--search-every", type=float, default=0.2, help="search interval, s (default 0.2)")
     ap.add_argument("--delta-bytes", type=int, default=None, help="override sync.sessions.deltaBytes")
     ap.add_argument("--delta-messages", type=int, default=None, help="override sync.sessions.deltaMessages")
+    ap.add_argument("--provider", default=None, help="embedding provider (e.g. hash); default keyword-only")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memindex-soak-") as tmp:
         report = run_soak(Path(tmp), duration=args.duration, rate=args.rate, poll=args.poll,
                           search_every=args.search_every, delta_bytes=args.delta_bytes,
-                          delta_messages=args.delta_messages)
+                          delta_messages=args.delta_messages, provider=args.provider)
         from workers import embedded
 
         embedded.stop()

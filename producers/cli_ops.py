@@ -211,7 +211,14 @@ def cmd_queues(args: argparse.Namespace) -> int:
     stop = _Stop() if args.watch else None
     try:
         while True:
-            report = queue_report(contexts)
+            try:
+                report = queue_report(contexts)
+            except Exception as exc:  # noqa: BLE001 - e.g. redis unreachable: a clear message, exit 1
+                print(f"error: cannot read the queues: {type(exc).__name__}: {exc}", file=sys.stderr)
+                if stop is None:
+                    return 1
+                stop.wait(args.interval)
+                continue
             if args.json:
                 print(json.dumps(report, indent=None if args.watch else 2), flush=True)
             else:

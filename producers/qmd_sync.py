@@ -66,7 +66,8 @@ class QmdSyncLoop:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self.manager.runner.kill_all()  # do not wait out a long embed
+        # Do not wait out a long embed (searches sharing the runner keep running).
+        self.manager.runner.kill_all(("update", "embed", "collection"))
         if self._thread is not None:
             self._thread.join(timeout)
 

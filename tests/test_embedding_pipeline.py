@@ -216,3 +216,78 @@ def test_search_answers_from_many_threads_with_vectors(agent):
         t.join()
     eng.close()
     assert errors == []
+
+
+def test_query_embeddings_are_cached(agent, server):
+    _notes(agent, 2)
+    agent.memory_config(openai_cfg(server))
+    agent.index()
+    from pipeline.search import MemorySearch
+
+    eng = MemorySearch(agent.settings())
+    before = server.count("openai")
+    for _ in range(3):
+        eng.search("where is the router")
+    assert server.count("openai") == before + 1
+    eng.close()
+
+
+def test_api_key_never_in_fingerprint_status_or_logs(agent, server, caplog):
+    _notes(agent, 2)
+    agent.memory_config(openai_cfg(server))
+    with caplog.at_level("DEBUG"):
+        agent.index()
+        agent.search("router")
+    from pipeline.status import index_status
+    from pipeline.embedder import provider_info
+
+    st = index_status(agent.settings(), provider_info(agent.settings()))
+    assert "sk-test-123" not in repr(st)
+    assert all("sk-test-123" not in r.getMessage() for r in caplog.records)
+    # The key changing does not change the index identity (no rebuild).
+    agent.memory_config({**openai_cfg(server), "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-other"}})
+    reset_services()
+    assert agent.index()["generation"] == 1
+
+
+def test_killed_rebuild_leaves_live_index_and_resumes(agent, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pipeline.store import open_reader
+    from tests.conftest import REPO
+
+    for i in range(40):
+        agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"note {i} about the Omada router\n")
+    agent.memory_config({"provider": "hash"})
+    agent.index()
+    agent.memory_config({"provider": "hash", "model": "hash-v2"})
+    env = dict(os.environ, MEMINDEX_HASH_EMBED_DELAY="0.1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producers.cli", "--config", str(agent.config_path), "--state-dir", str(agent.state),
+         "--workspace", str(agent.workspace), "index", "-q"], cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # kill once part of the new generation is written
+        r = open_reader(agent.settings())
+        st = r.state()
+        if st.building_generation is not None and r.table_exists("files_g2"):
+            if r.conn().execute("SELECT count(*) FROM files_g2").fetchone()[0] > 0:
+                break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    st = open_reader(agent.settings()).state()
+    assert st.live_generation == 1 and st.building_generation == 2  # killed mid-rebuild
+    res = agent.search("Omada router")
+    assert res["results"] and res["model"] == "hash-v1"  # the live index is intact
+    files = sorted(p.name for p in (agent.state / "memory").iterdir())
+    assert files == ["main.sqlite", "main.sqlite-shm", "main.sqlite-wal"] or files == ["main.sqlite"]
+    reset_services()
+    counts = agent.index()  # the next run resumes the same generation
+    assert counts["generation"] == 2 and counts["to_index"] < 40
+    st = open_reader(agent.settings()).state()
+    assert st.live_generation == 2 and st.building_generation is None
+    assert agent.search("Omada router")["model"] == "hash-v2"

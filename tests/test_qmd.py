@@ -615,3 +615,13 @@ def test_cli_search_and_status_use_qmd(ws):
     assert "fallback:" in res.stdout and "qmd unavailable" in res.stdout
     out = json.loads(run_cli(*base, "search", "--json", "kafka", timeout=60).stdout)
     assert out["backend"] == "builtin" and out["backendFallback"]["kind"] == "missing"
+
+
+def test_shared_models_dir_is_linked_into_agent_cache(ws, tmp_path, monkeypatch):
+    user_cache = tmp_path / "user-cache"
+    (user_cache / "qmd" / "models").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache))
+    configure(ws)
+    QmdRunner(ws.settings()).run(["status"], timeout_ms=10_000)
+    link = qmd_home(ws) / "xdg-cache" / "qmd" / "models"
+    assert link.is_symlink() and link.resolve() == (user_cache / "qmd" / "models").resolve()

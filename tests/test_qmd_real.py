@@ -45,7 +45,9 @@ def _qmd_command() -> tuple[str | None, str]:
             return None, f"qmd CLI {cmd!r} does not run: {exc}"
     if res.returncode != 0:
         # e.g. exit 139 when qmd runs on Node 20 (its SQLite binding segfaults): it needs Bun or Node >= 22.
-        return None, f"qmd CLI {cmd!r} `status` exited {res.returncode}: {(res.stderr or res.stdout)[-300:]}"
+        why = (" (a segfault: on Node 20 qmd's SQLite binding crashes; run it under Bun or Node >= 22)"
+               if res.returncode in (-11, 139) else "")
+        return None, f"qmd CLI {cmd!r} `status` exited {res.returncode}{why}: {(res.stderr or res.stdout)[-300:]}"
     return cmd, ""
 
 

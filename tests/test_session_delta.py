@@ -224,6 +224,36 @@ def test_partial_last_line_waits_for_its_newline(agent):
     assert rows and rows[0][2] == 5  # header 1-2, then 3, 4, and the completed line is 5
 
 
+def test_appended_chunks_get_vectors(agent):
+    from pipeline.embedder import reset_services
+
+    reset_services()
+    agent.memory_config({"provider": "hash", "sources": ["memory", "sessions"],
+                         "experimental": {"sessionMemory": True}, "sync": {"sessions": {"deltaMessages": 2}}})
+    d = agent.state / "agents" / "main" / "sessions"
+    d.mkdir(parents=True)
+    p = d / "t.jsonl"
+    p.write_bytes(msg("user", "the heron colony"))
+    agent.index()
+    with open(p, "ab") as fh:
+        fh.write(msg("user", "ospreys nest on the pylon") + msg("assistant", "osprey nest noted"))
+    assert check_sessions(agent.ctx) == 1
+    assert embedded.wait_idle(timeout=30)
+    from pipeline.store import open_reader
+
+    r = open_reader(agent.settings())
+    try:
+        gen = r.state().live_generation
+        rows = r.conn().execute(f"SELECT start_line, embedding IS NOT NULL FROM chunks_g{gen} "
+                                "WHERE source = 'sessions' ORDER BY start_line").fetchall()
+    finally:
+        r.close()
+    assert rows == [(1, 1), (2, 1)]
+    res = agent.search("osprey nest")
+    assert res["mode"] == "hybrid" and res["results"][0]["startLine"] == 2
+    reset_services()
+
+
 # --- rebuilds ----------------------------------------------------------------------------
 
 def test_truncation_triggers_a_rebuild(agent):

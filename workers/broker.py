@@ -37,12 +37,27 @@ def _middleware() -> list:
     return [AgeLimit(), TimeLimit(), ShutdownNotifications(), Callbacks(), Pipelines(), Retries()]
 
 
+# An idle Redis consumer backs off up to the worker timeout (1 s by default)
+# between polls, and a sync crosses three queues (sync -> embed -> write):
+# capping the idle poll keeps write-to-searchable latency low for ~10 cheap
+# Lua calls per second per idle queue.
+POLL_MS = int(os.environ.get("MEMINDEX_POLL_MS", "100"))
+
+
+def _redis_broker_class():
+    from dramatiq.brokers.redis import RedisBroker
+
+    class _RedisBroker(RedisBroker):
+        def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
+            return super().consume(queue_name, prefetch, min(timeout, POLL_MS))
+
+    return _RedisBroker
+
+
 def make_broker() -> dramatiq.Broker:
     url = broker_url()
     if url:
-        from dramatiq.brokers.redis import RedisBroker
-
-        broker = RedisBroker(url=url, middleware=_middleware(), namespace="memindex")
+        broker = _redis_broker_class()(url=url, middleware=_middleware(), namespace="memindex")
         log.debug("broker: redis at %s", redact(url))
     else:
         from dramatiq.brokers.stub import StubBroker

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..config import AgentSettings
 
@@ -108,6 +108,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def link_shared_models(agent_cache: Path, base: Mapping[str, str] | None = None) -> None:
+    """Point the agent's ``qmd/models`` at the user's, so GGUF models are not fetched per agent."""
+    env = os.environ if base is None else base
+    user_cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    shared = user_cache / "qmd" / "models"
+    mine = agent_cache / "qmd" / "models"
+    if shared == mine or not shared.is_dir() or os.path.lexists(mine):
+        return
+    try:
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        mine.symlink_to(shared, target_is_directory=True)
+    except OSError:
+        pass  # not fatal: qmd would download into the agent's own cache
+
+
 class QmdRunner:
     """Runs ``qmd <args>`` for one agent: env, cwd = workspace, timeouts, output cap."""
 
@@ -117,12 +132,13 @@ class QmdRunner:
         self.env = qmd_env(settings)
         self.cwd = settings.workspace
         self.output_cap = output_cap
-        self._procs: set[subprocess.Popen] = set()
+        self._procs: dict[subprocess.Popen, str] = {}  # running process -> qmd subcommand
         self._lock = threading.Lock()
 
     def prepare_dirs(self) -> None:
         for key in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
             Path(self.env[key]).mkdir(parents=True, exist_ok=True)
+        link_shared_models(Path(self.env["XDG_CACHE_HOME"]))
 
     def run(self, args: Sequence[str], *, timeout_ms: int, discard_stdout: bool = False,
             check: bool = True) -> QmdOutput:
@@ -140,7 +156,7 @@ class QmdRunner:
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise QmdMissing(f"qmd command not runnable ({argv[0]}): {exc.strerror or exc}") from None
         with self._lock:
-            self._procs.add(proc)
+            self._procs[proc] = args[0] if args else ""
         out: list[str] = []
         err: list[str] = []
         readers = [threading.Thread(target=_drain, args=(proc.stderr, self.output_cap, err, [0]), daemon=True)]
@@ -152,17 +168,14 @@ class QmdRunner:
         try:
             proc.wait(max(0.001, timeout_ms / 1000))
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
             raise QmdTimeout(f"qmd {' '.join(args[:1])} timed out after {timeout_ms} ms") from None
         finally:
+            if proc.returncode is None:
+                # Timed out or interrupted: kill the group while the leader is unreaped
+                # (so its pid, the group id, cannot have been reused).
+                _kill_group(proc)
             with self._lock:
-                self._procs.discard(proc)
-            if proc.returncode is not None:
-                # Anything qmd left behind in its group goes with it.
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                self._procs.pop(proc, None)
             for t in readers:
                 t.join(_KILL_GRACE_S)
         res = QmdOutput(argv, proc.returncode, "".join(out), "".join(err), time.monotonic() - started)
@@ -172,9 +185,10 @@ class QmdRunner:
                             res.returncode, res.stdout, res.stderr)
         return res
 
-    def kill_all(self) -> None:
-        """Stop every running qmd command of this runner (shutdown, tests)."""
+    def kill_all(self, commands: Iterable[str] | None = None) -> None:
+        """Stop running qmd commands of this runner (all, or those subcommands)."""
+        wanted = None if commands is None else set(commands)
         with self._lock:
-            procs = list(self._procs)
+            procs = [p for p, cmd in self._procs.items() if wanted is None or cmd in wanted]
         for p in procs:
             _kill_group(p)
