@@ -105,18 +105,13 @@ def _report_dead_letters() -> None:
 def _search_engine(args: argparse.Namespace, settings: Any):
     from pipeline.search import MemorySearch
 
-    qe = None
-    try:
-        from pipeline.embedder import query_embedder_for
-
-        qe = query_embedder_for(settings)
-    except ImportError:
-        qe = None
+    # "auto": the query embedder resolves lazily, so a keyword-only index never
+    # imports a provider SDK (CLI start-up time).
     if settings.memory["backend"] == "qmd":
         from pipeline.backend import search_backend_for
 
-        return search_backend_for(settings, query_embedder=qe)
-    return MemorySearch(settings, query_embedder=qe)
+        return search_backend_for(settings, query_embedder="auto")
+    return MemorySearch(settings, query_embedder="auto")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
