@@ -117,8 +117,8 @@ class ChunkEmbedder:
         conn = reader.conn()
         out: dict[str, list[float]] = {}
         try:
-            if conn is None:
-                return out
+            if conn is None or not reader.table_exists("embedding_cache"):
+                return out  # no store yet: nothing cached
             ident = self.identity
             unique = list(dict.fromkeys(hashes))
             for i in range(0, len(unique), CACHE_LOOKUP_BATCH):
@@ -143,17 +143,32 @@ class ChunkEmbedder:
                 missing[h] = t
         fresh: dict[str, list[float]] = {}
         if missing:
-            result = self.service.embed_documents(list(missing.values()))
-            if result.fingerprint != self.identity.provider_key:
-                raise FallbackSwitched(
-                    f"embeddings now come from {result.provider_id} ({result.fallback_reason}); re-planning"
-                )
-            if result.dims:
-                self.identity = EmbeddingIdentity(self.identity.provider, self.identity.model,
-                                                  self.identity.provider_key, result.dims)
+            result = self._accept(self.service.embed_documents(list(missing.values())))
             fresh = {h: v for h, v in zip(missing, result.vectors) if v}
         vectors = [cached.get(h) or fresh.get(h) for h in hashes]
         return vectors, set(cached)
+
+    def embed_media(self, items: Sequence[tuple[bytes, str]],
+                    hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        """``embed_chunks`` for (bytes, MIME type) items (F17); ``hashes`` (of bytes + MIME) key the cache."""
+        cached = self._cached(hashes)
+        missing = {h: item for item, h in zip(items, hashes) if h not in cached}
+        fresh: dict[str, list[float]] = {}
+        if missing:
+            result = self._accept(self.service.embed_media(list(missing.values())))
+            fresh = {h: v for h, v in zip(missing, result.vectors) if v}
+        return [cached.get(h) or fresh.get(h) for h in hashes], set(cached)
+
+    def _accept(self, result: Any) -> Any:
+        """Check the vectors belong to this index; learn its dims from them."""
+        if result.fingerprint != self.identity.provider_key:
+            raise FallbackSwitched(
+                f"embeddings now come from {result.provider_id} ({result.fallback_reason}); re-planning"
+            )
+        if result.dims:
+            self.identity = EmbeddingIdentity(self.identity.provider, self.identity.model,
+                                              self.identity.provider_key, result.dims)
+        return result
 
 
 def chunk_embedder_for(settings: AgentSettings) -> ChunkEmbedder | None:

@@ -114,7 +114,9 @@ def collect_files(settings: AgentSettings) -> list[MemoryFile]:
 def iter_collect_files(settings: AgentSettings) -> Iterator[MemoryFile]:
     """``collect_files`` as a stream (what a sync of a huge workspace uses)."""
     if "memory" in settings.sources:
-        yield from iter_discover(settings)
+        from .multimodal import extra_kind_for
+
+        yield from iter_discover(settings, extra_kind=extra_kind_for(settings))  # + media under extraPaths (F17)
     if "sessions" in settings.sources:
         from .session_index import discover_sessions
 
@@ -166,20 +168,27 @@ def prepare_file(
         from .session_index import prepare_session
 
         return prepare_session(settings, job, embedder)
+    if job.kind in ("image", "audio"):
+        from .multimodal import prepare_media
+
+        return prepare_media(settings, job, embedder)  # one labelled chunk, vector from the bytes (F17)
     path = Path(job.abs_path)
+    # Skipped files carry the index's identity too: the writer rejects identity-less
+    # records in a vector index, and a rejected file would loop through re-syncs.
+    ident = None if embedder is None else embedder.identity
     try:
         st = os.lstat(path)
         if not os.path.isfile(path) or os.path.islink(path):
             return Prepared(None, vanished=True)
         if st.st_size > max_bytes:
-            return Prepared(_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], None,
+            return Prepared(_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident,
                                     f"file too large ({st.st_size:,} bytes > {max_bytes:,}); skipped"))
         data = path.read_bytes()
     except FileNotFoundError:
         return Prepared(None, vanished=True)
     except OSError as exc:
         log.warning("cannot read %s: %s", job.path, exc)
-        return Prepared(_record(job, None, f"error:{exc.errno}", [], None, f"unreadable: {exc.strerror}"))
+        return Prepared(_record(job, None, f"error:{exc.errno}", [], ident, f"unreadable: {exc.strerror}"))
     digest = file_hash(data)
     if job.known_hash == digest:
         return Prepared(None, touch={"source": job.source, "path": job.path, "hash": digest,
@@ -188,7 +197,7 @@ def prepare_file(
     if problem:
         log.warning("%s: %s", job.path, problem)
     if text is None:
-        return Prepared(_record(job, st, digest, [], None, problem))
+        return Prepared(_record(job, st, digest, [], ident, problem))
     tokens, overlap = settings.chunk_tokens, settings.chunk_overlap
     chunks = list(chunk_text(text) if chunk_text else chunk_markdown(text, tokens, overlap))
     return Prepared(_embed_into_record(job, st, digest, chunks, embedder, problem))
@@ -200,6 +209,9 @@ def _embed_into_record(job, st, digest, chunks, embedder, problem) -> dict[str, 
     ident = None
     if embedder is not None and chunks:
         vectors, hits = embedder.embed_chunks([c.text for c in chunks], [c.hash for c in chunks])
+    if embedder is not None:
+        # Also for a file with no chunks: the writer rejects records whose identity
+        # does not match the index, and an empty file must not loop through re-syncs.
         ident = embedder.identity
     out = []
     for c, v in zip(chunks, vectors):

@@ -31,6 +31,7 @@ from typing import Any, Union
 
 from .chunking import chunk_markdown
 from .config import AgentSettings
+# _embed_into_record: the exact Markdown record shape, so the writer needs nothing new.
 from .indexer import ChunkEmbedder, FileJob, Prepared, _embed_into_record
 from .sessions import (
     HEAD_BYTES,
