@@ -438,6 +438,10 @@ def resolve_agent(
         (w["vectorWeight"] / total, w["textWeight"] / total) if total > 0 else (0.7, 0.3)
     )
     ms["chunking"]["overlap"] = max(0, min(ms["chunking"]["overlap"], ms["chunking"]["tokens"] - 1))
+    from .multimodal import validate_multimodal  # lazy: multimodal imports this module
+
+    validate_multimodal(ms, f"agents.list[{idx}].memorySearch" if "multimodal" in agent_ms
+                        else "agents.defaults.memorySearch")
 
     memory = _deep_merge(_defaults(MEMORY), _validate(MEMORY, cfg.get("memory") or {}, "memory"))
     compaction = defaults.get("compaction") or {}

@@ -122,6 +122,11 @@ _SPACELESS_RE = re.compile(
 _FAST_TOKEN_RE = re.compile(r"[^\W_]+")
 
 
+def has_spaceless_script(text: str) -> bool:
+    """Whether *text* has a character of a script written without spaces (CJK, Thai, ...)."""
+    return _SPACELESS_RE.search(text) is not None
+
+
 def index_text(text: str) -> str:
     """Text to store in the FTS column for *text*.
 

@@ -64,6 +64,12 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     ws = settings.workspace
     if raw.startswith("qmd/"):
         return _resolve_qmd_path(settings, raw)
+    from .multimodal import media_kind_of
+
+    kind = media_kind_of(raw)
+    if kind is not None:  # multimodal results are searchable, never returned as raw content (F17)
+        raise MemoryGetError(f"memory_get reads Markdown only; {raw} is an {kind} file "
+                             "(found through memory_search, not readable as text)")
     given = Path(raw).expanduser()
     if given.is_absolute():
         raise MemoryGetError("path rejected: absolute paths are not allowed; use a workspace-relative path")

@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from pipeline.fts_text import is_mark, script_family
+from pipeline.fts_text import has_spaceless_script, is_mark, script_family
 
 DEFAULT_VECTOR_WEIGHT = 0.7
 DEFAULT_TEXT_WEIGHT = 0.3
@@ -283,6 +283,32 @@ def _is_word_char(ch: str) -> bool:
     return ch == "_" or unicodedata.category(ch)[0] in "LMN"
 
 
+# For ASCII text \w is [A-Za-z0-9_], exactly _is_word_char; twice as fast as the full class below.
+_ASCII_TOKEN = re.compile(rf"(?<!\w){_COMPOUND_NUMBER.pattern}|\w+", re.ASCII)
+_fast_token_re: re.Pattern[str] | None = None
+
+
+def _fast_tokens_pattern() -> re.Pattern[str]:
+    """The per-character loop of :func:`mmr_tokens` as one regex, for texts
+    without spaceless scripts (MMR tokenises every candidate on every search;
+    the loop cost ~4 ms per 1,600-char chunk). ``\\w`` plus every combining
+    mark is exactly :func:`_is_word_char` (checked over all code points);
+    marks exist only in planes 0, 1 and 14. Built once, on first use (~60 ms).
+    """
+    global _fast_token_re
+    if _fast_token_re is None:
+        ranges: list[tuple[int, int]] = []
+        for cp in (*range(0x20000), *range(0xE0000, 0xE1000)):
+            if unicodedata.category(chr(cp))[0] == "M":
+                if ranges and ranges[-1][1] == cp - 1:
+                    ranges[-1] = (ranges[-1][0], cp)
+                else:
+                    ranges.append((cp, cp))
+        word = r"\w" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
+        _fast_token_re = re.compile(rf"(?<![{word}]){_COMPOUND_NUMBER.pattern}|[{word}]+")
+    return _fast_token_re
+
+
 def mmr_tokens(text: str) -> frozenset[str]:
     """Token set for Jaccard similarity.
 
@@ -292,6 +318,15 @@ def mmr_tokens(text: str) -> frozenset[str]:
     character cluster, so texts without spaces still get useful overlap.
     """
     text = unicodedata.normalize("NFC", text).lower()
+    if text.isascii():
+        return frozenset(_ASCII_TOKEN.findall(text))
+    if not has_spaceless_script(text):
+        return frozenset(_fast_tokens_pattern().findall(text))
+    return _scan_tokens(text)
+
+
+def _scan_tokens(text: str) -> frozenset[str]:
+    """:func:`mmr_tokens` on normalised text, character by character."""
     tokens: set[str] = set()
     buf: list[str] = []
 
@@ -332,7 +367,8 @@ def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float
         return 1.0
     if not a or not b:
         return 0.0
-    return len(a & b) / len(a | b)
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
 
 
 def _relevance(scores: list[float]) -> list[float]:

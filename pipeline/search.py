@@ -18,7 +18,9 @@ from typing import Any, Callable, Sequence
 from . import db
 from .config import AgentSettings
 from .fts_text import build_match_query, coverage, query_phrases
-from .ranking import COVERAGE_FLOOR, Candidate, bm25_to_text_score, keyword_text_score, rank_pipeline
+from .ranking import (
+    COVERAGE_FLOOR, Candidate, bm25_to_text_score, keyword_text_score, normalize_weights, rank_pipeline,
+)
 from .schema import chunks_table, fts_table, pending_table, vec_table
 from .scope import check_scope
 from .store import StoreReader, open_reader
@@ -43,6 +45,7 @@ class SearchResult:
     citation: str | None = None
     vectorScore: float | None = None
     textScore: float | None = None
+    kind: str | None = None  # "image" / "audio" for multimodal results (F17); None for text
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -190,12 +193,14 @@ class MemorySearch:
             resp.indexing = "pending"
 
         self._describe_index(resp, state.live_fingerprint)
-        qvec = self._query_vector(query, resp, state.live_fingerprint)
-        vector_hits = self._vector_candidates(conn, gen, qvec, n_cand) if qvec is not None else []
-        text_hits = self._keyword_candidates(conn, gen, query, n_cand)
         hybrid = q["hybrid"]
-        if qvec is not None and not hybrid["enabled"]:
-            text_hits = []
+        vw, tw = normalize_weights(hybrid["vectorWeight"], hybrid["textWeight"])
+        # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
+        qvec = self._query_vector(query, resp, state.live_fingerprint) if vw > 0 else None
+        vector_hits = self._vector_candidates(conn, gen, qvec, n_cand) if qvec is not None else []
+        text_hits = []
+        if qvec is None or (hybrid["enabled"] and tw > 0):
+            text_hits = self._keyword_candidates(conn, gen, query, n_cand)
         decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
         cands = rank_pipeline(
             vector_hits, text_hits,
@@ -206,13 +211,22 @@ class MemorySearch:
             mmr=mmr["enabled"], mmr_lambda=mmr["lambda"],
         )
         cite = citations_on(citations_mode, session_key)
-        resp.results = [self._result(c, cite) for c in cands]
+        kinds = self._media_kinds(conn, gen, [c.chunk_id for c in cands])
+        resp.results = [self._result(c, cite, kinds.get(c.chunk_id)) for c in cands]
         return resp
 
     def _empty_response(self, citations_mode: str) -> SearchResponse:
         return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
 
-    def _result(self, c: Candidate, cite: bool) -> SearchResult:
+    def _media_kinds(self, conn: db.Connection, gen: int, ids: Sequence[str]) -> dict[str, str]:
+        """chunk id -> kind for the image/audio chunks among the results (F17)."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        return dict(conn.execute(f"SELECT id, kind FROM {chunks_table(gen)} WHERE id IN ({marks}) "
+                                 "AND kind IN ('image', 'audio')", list(ids)).fetchall())
+
+    def _result(self, c: Candidate, cite: bool, kind: str | None = None) -> SearchResult:
         snippet = snippet_of(c.text)
         citation = citation_for(c.path, c.start_line, c.end_line)
         if cite:
@@ -221,7 +235,7 @@ class MemorySearch:
             path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
             snippet=snippet, source=c.source, citation=citation if cite else None,
             vectorScore=round(c.vector_score, 6) if c.has_vector else None,
-            textScore=round(c.text_score, 6) if c.has_text else None,
+            textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
         )
 
     def _pending_count(self, conn: db.Connection, gen: int) -> int:

@@ -115,6 +115,10 @@ def format_status(s: dict[str, Any]) -> str:
 
         ts = _dt.datetime.fromtimestamp(s["lastSyncAt"] / 1000, tz=_dt.timezone.utc)
         lines.append(f"last sync:    {ts.isoformat(timespec='seconds')}")
+    if s.get("qmd"):
+        q = s["qmd"]
+        lines.append(f"qmd:          {len(q['collections'])} collections ({q['effectiveSearchMode']}), "
+                     f"index {q['index']}" + (f"  (last error: {q['lastError']})" if q.get("lastError") else ""))
     if s.get("fallback"):
         fb = s["fallback"]
         lines.append(f"fallback:     {fb['from']} unavailable, serving builtin ({fb.get('reason')})")

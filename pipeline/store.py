@@ -297,9 +297,13 @@ class StoreWriter:
         """
         if not self.generation_exists(gen):
             return 0
+        fp = self.generation_fingerprint(gen) or {}
         written = 0
         with self._lock, self._tx():
             for rec in records:
+                if not identity_matches(fp, rec.get("embedding")):
+                    log.warning("rejected an append to %s embedded by a different provider", rec["path"])
+                    continue
                 row = self.conn.execute(f"SELECT hash FROM {files_table(gen)} WHERE source = ? AND path = ?",
                                         (rec["source"], rec["path"])).fetchone()
                 if row is None or row[0] != rec["base_hash"]:

@@ -125,11 +125,34 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
         seen.add(key)
         return MemoryFile(rel_path(ws, p), p, "memory", st.st_size, st.st_mtime_ns, kind)
 
-    def found(items) -> Iterator[MemoryFile]:
+    def found(items, root: Path | None = None) -> Iterator[MemoryFile]:
+        if root is None:
+            for p, st, kind in items:
+                f = add(p, st, kind)
+                if f is not None:
+                    yield f
+            return
+        # Below a walked root nothing is a symlink (the walk never follows one), so a
+        # file's real path is the root's real path + its relative part: one realpath
+        # and one relpath per root instead of per file (the bulk of a no-change sync).
+        base = str(root) + os.sep
+        real_root = os.path.realpath(root)
+        rel_root = rel_path(ws, root)
         for p, st, kind in items:
-            f = add(p, st, kind)
-            if f is not None:
-                yield f
+            sp = str(p)
+            if not sp.startswith(base):
+                f = add(p, st, kind)
+                if f is not None:
+                    yield f
+                continue
+            sub = sp[len(base):]
+            key = os.path.normcase(os.path.join(real_root, sub))
+            if key in seen:
+                continue
+            seen.add(key)
+            sub = sub.replace(os.sep, "/")
+            rel = sub if rel_root == "." else f"{rel_root}/{sub}"
+            yield MemoryFile(rel, p, "memory", st.st_size, st.st_mtime_ns, kind)
 
     for name in ROOT_FILES:
         p = ws / name
@@ -138,13 +161,13 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
             yield from found([(p, st, "markdown")])
     mem = ws / MEMORY_DIR
     if mem.is_dir() and not mem.is_symlink():
-        yield from found(_walk(mem, _markdown_only))
+        yield from found(_walk(mem, _markdown_only), mem)
     keep_extra = extra_kind or _markdown_only
     for extra in resolve_extra_paths(settings):
         if extra.is_symlink():
             continue
         if extra.is_dir():
-            yield from found(_walk(extra, keep_extra))
+            yield from found(_walk(extra, keep_extra), extra)
         else:
             st = _regular(extra)
             kind = keep_extra(extra.name) if st is not None else None

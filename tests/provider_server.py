@@ -6,6 +6,7 @@ One ThreadingHTTPServer on 127.0.0.1 (port 0) serves, under a prefix per flavor:
   voyage   POST /voyage/v1/embeddings         {input, model, input_type, encoding_format}
   mistral  POST /mistral/v1/embeddings
   gemini   POST /gemini/<ver>/models/<m>:batchEmbedContents | :embedContent
+           (text parts, and inline_data {mime_type, data base64} parts: logged in ``media``)
   ollama   POST /ollama/api/embeddings        {model, prompt} -> {embedding}
   hf       GET  /hf/<owner>/<repo>/resolve/<rev>/<file>   (Range: bytes=N- supported)
 
@@ -70,6 +71,7 @@ class _State:
     keys: dict[str, str] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
+    captions: dict[str, str] = field(default_factory=dict)  # sha256(bytes) -> text the media "shows"
     hf_ignore_range: bool = False
     hf_cut_after: int | None = None  # send only this many body bytes once, then drop the connection
 
@@ -78,6 +80,7 @@ class ProviderServer:
     def __init__(self) -> None:
         self.state = _State()
         self.requests: list[LoggedRequest] = []
+        self.media: list[dict[str, Any]] = []  # one entry per gemini inline_data part received
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"owner": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -120,6 +123,17 @@ class ProviderServer:
         with self._lock:
             self.state = _State()
             self.requests.clear()
+            self.media.clear()
+
+    def caption(self, data: bytes, text: str) -> None:
+        """Make gemini embed these media bytes where it embeds the *query* ``text``.
+
+        A stand-in for a real multimodal model, which puts a photo of a sunset
+        near the query "sunset": the fake has no vision, so the test says what
+        the bytes show. Uncaptioned media get a vector from their bytes' hash.
+        """
+        with self._lock:
+            self.state.captions[hashlib.sha256(data).hexdigest()] = text
 
     def script(self, flavor: str, *replies: dict) -> None:
         with self._lock:
@@ -297,7 +311,11 @@ class _Handler(BaseHTTPRequestHandler):
         body = body or {}
         reqs = body.get("requests") if method == "batchEmbedContents" else [body]
         reqs = reqs or []
-        texts = ["".join(p.get("text", "") for p in (r.get("content") or {}).get("parts", [])) for r in reqs]
+        try:
+            texts = [self._gemini_input(r) for r in reqs]
+        except ValueError as exc:
+            self._log("gemini", body, len(reqs))
+            return self._send(400, self._error_body("gemini", 400, str(exc), {}))
         self._log("gemini", body, len(texts))
         reply = self._gate("gemini", len(texts))
         if reply is not None and ("status" in reply or reply.get("kind") == "reset"):
@@ -305,12 +323,38 @@ class _Handler(BaseHTTPRequestHandler):
         default = 768 if model == "text-embedding-004" else 3072
         dims_req = {r.get("outputDimensionality") for r in reqs} - {None}
         dims = self.owner.state.dims.get("gemini") or (dims_req.pop() if dims_req else default)
-        salted = [f"{r.get('taskType', '')}|{t}" for r, t in zip(reqs, texts)]  # task type changes the vector
+        # Task type changes the vector; a captioned medium lands exactly on its caption's query vector.
+        salted = [t[len("caption|"):] if t.startswith("caption|") else f"{r.get('taskType', '')}|{t}"
+                  for r, t in zip(reqs, texts)]
         vecs = self._vectors("gemini", salted, int(dims), reply)
         if method == "embedContent":
             self._send(200, {"embedding": {"values": vecs[0]}})
         else:
             self._send(200, {"embeddings": [{"values": v} for v in vecs]})
+
+    def _gemini_input(self, req: dict) -> str:
+        """What one request's content is embedded from: its text, or its inline media (logged)."""
+        out = []
+        for part in (req.get("content") or {}).get("parts", []):
+            inline = part.get("inline_data") or part.get("inlineData")
+            if inline is None:
+                out.append(part.get("text", ""))
+                continue
+            mime = inline.get("mime_type") or inline.get("mimeType")
+            try:
+                data = base64.b64decode(inline.get("data") or "", validate=True)
+            except ValueError:
+                raise ValueError("Invalid value at 'requests[].content.parts[].inline_data.data' (TYPE_BYTES), "
+                                 "Base64 decoding failed") from None
+            if not mime or not data:
+                raise ValueError("* EmbedContentRequest.content.parts[].inline_data: mime_type and data are required")
+            digest = hashlib.sha256(data).hexdigest()
+            with self.owner._lock:
+                self.owner.media.append({"size": len(data), "mime_type": mime, "sha256": digest,
+                                         "outputDimensionality": req.get("outputDimensionality")})
+                caption = self.owner.state.captions.get(digest)
+            out.append(f"caption|RETRIEVAL_QUERY|{caption}" if caption is not None else f"media:{mime}:{digest}")
+        return "".join(out)
 
     def _ollama(self, body: Any) -> None:
         body = body or {}

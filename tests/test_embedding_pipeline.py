@@ -291,3 +291,14 @@ def test_killed_rebuild_leaves_live_index_and_resumes(agent, tmp_path):
     st = open_reader(agent.settings()).state()
     assert st.live_generation == 2 and st.building_generation is None
     assert agent.search("Omada router")["model"] == "hash-v2"
+
+
+def test_cache_max_entries_prunes_least_recently_used(agent):
+    for i in range(6):
+        agent.write(f"memory/n{i}.md", f"distinct note number {i} about topic {i}\n")
+    agent.memory_config({"provider": "hash", "cache": {"maxEntries": 3}})
+    agent.index()
+    from pipeline.status import index_status
+
+    st = index_status(agent.settings())
+    assert st["chunks"] == 6 and st["cache"]["entries"] == 3

@@ -25,7 +25,7 @@ from pipeline.qmd.runner import QmdBadOutput, QmdMissing, QmdRunner, QmdTimeout
 from pipeline.qmd.sessions_export import export_sessions
 from pipeline.search import MemorySearch, SearchResult
 from producers.qmd_sync import start_qmd_sync, sync_qmd_now
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 
 FAKE = Path(__file__).with_name("fake_qmd.py")
 FAKE_CMD = shlex.join([sys.executable, str(FAKE)])
@@ -225,13 +225,22 @@ def test_sync_loop_runs_on_boot_and_interval(ws):
         assert argvs(ws).count(["update"]) >= 3
     finally:
         loop.stop()
-    configure(ws, update={"interval": "1h", "waitForBootSync": False})
-    agent_builtin = ws.settings()
-    loop = start_qmd_sync(agent_builtin)
+    # Without waitForBootSync the boot update runs in the background.
+    set_mode(ws, "hang", only=["update"])
+    configure(ws, update={"interval": "1h", "waitForBootSync": False, "updateTimeoutMs": 20_000})
+    t0 = time.monotonic()
+    loop = start_qmd_sync(ws.settings())
     try:
-        assert loop._thread is not None  # boot runs in the background
+        assert time.monotonic() - t0 < 1.0
+        deadline = time.monotonic() + 10
+        while not any(c["argv"] == ["<hang>"] for c in calls(ws)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hung = [c for c in calls(ws) if c["argv"] == ["<hang>"]]
+        assert hung
     finally:
-        loop.stop()
+        loop.stop()  # kills the hanging update rather than waiting 20 s
+    assert not pid_alive(hung[-1]["pid"]) and not pid_alive(hung[-1]["child_pid"])
+    set_mode(ws, "ok")
     ws.write_config({})
     assert start_qmd_sync(ws.settings()) is None  # builtin backend: no qmd schedule
 

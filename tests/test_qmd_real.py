@@ -89,6 +89,8 @@ def real(agent, monkeypatch):
     hole = BlackHole()
     monkeypatch.setenv("HF_ENDPOINT", hole.url)
     monkeypatch.setenv("MODEL_ENDPOINT", hole.url)
+    # qmd refuses LLM work when CI=true (query exits 1 at once); test it as production runs it.
+    monkeypatch.delenv("CI", raising=False)
     agent.write("MEMORY.md", "# Memory\n\nThe user prefers green tea.\nDeploys happen on Friday.\n")
     agent.write("memory/2026-01-05.md",
                 "# 2026-01-05\n\nWe planned the kafka migration.\nKafka brokers need an upgrade.\n")
@@ -221,3 +223,18 @@ def test_real_vsearch_without_vectors_answers_empty(real):
     resp = search_backend_for(s, manager=mgr).search("kafka")
     assert resp.backend == "qmd", resp.extra
     assert resp.results == []
+
+
+def test_real_query_under_ci_flag_exits_and_falls_back(real, monkeypatch):
+    # With CI=true qmd 2.8.3 refuses LLM operations: `qmd query` exits 1 instead of hanging.
+    monkeypatch.setenv("CI", "true")
+    configure(real, searchMode="query", update={"commandTimeoutMs": 20_000, "updateTimeoutMs": 20_000},
+              limits={"timeoutMs": 10_000})
+    s = real.settings()
+    real.index()
+    mgr = QmdManager(s)
+    mgr.ensure_collections()
+    resp = search_backend_for(s, manager=mgr).search("kafka")
+    assert resp.backend == "builtin"
+    assert resp.extra["backendFallback"]["kind"] == "exit"
+    assert "disabled in CI" in resp.extra["backendFallback"]["reason"]

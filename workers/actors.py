@@ -13,6 +13,7 @@ must be consumed by exactly one thread.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -129,11 +130,12 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
     context = _ctx(ctx)
     settings = settings_for(context)
     embedder = chunk_embedder_for(settings)
+    deferring = batch_embedder_for(settings, embedder)  # batch mode: cache hits now, misses to a batch job
     records, touches, vanished = [], [], []
     for raw in jobs:
         job = FileJob(**raw)
         try:
-            prepared = prepare_file(settings, job, embedder)
+            prepared = prepare_file(settings, job, deferring or embedder)
         except FallbackSwitched as exc:
             # The primary provider failed over: these vectors belong to a new index.
             log.warning("%s: %s", context.agent_id, exc)
@@ -145,6 +147,8 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
             touches.append(prepared.touch)
         elif prepared.record is not None:
             records.append(prepared.record)
+    if deferring is not None:
+        records = send_to_batch(ctx, settings, generation, records, deferring)  # the rest is ready now
     if records:
         _wait_for_writer()
         write_files.send(ctx, generation, records)
@@ -172,6 +176,7 @@ def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, A
 # --- the single writer -------------------------------------------------------------
 
 _writers: dict[str, StoreWriter] = {}
+_writer_inodes: dict[str, int | None] = {}  # the store file each writer opened
 _writers_lock = threading.Lock()
 
 
@@ -180,9 +185,23 @@ def _writer(ctx: Context) -> tuple[Any, StoreWriter]:
     key = str(settings.store_path)
     with _writers_lock:
         w = _writers.get(key)
+        if w is not None and _writer_inodes.get(key) != _inode(key):
+            # The store was deleted or replaced under us (a manual reset): writing on
+            # would go into an unlinked file nobody reads. Open the new one.
+            log.info("store %s was replaced; reopening", key)
+            w.close()
+            w = None
         if w is None:
             w = _writers[key] = open_writer(settings)
+            _writer_inodes[key] = _inode(key)
     return settings, w
+
+
+def _inode(path: Any) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
 
 
 def close_writers() -> None:
@@ -239,3 +258,7 @@ def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, An
 def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
     settings, w = _writer(_ctx(ctx))
     w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])
+
+
+from .batch_actors import send_to_batch  # noqa: E402  (registers the batch actors too)
+from .batch_route import batch_embedder_for  # noqa: E402

@@ -100,8 +100,15 @@ class GeminiProvider(EmbeddingProvider):
     def embed_query(self, text: str) -> list[float]:
         return self._embed([text], "RETRIEVAL_QUERY")[0]
 
+    def embed_media(self, items: list[tuple[bytes, str]]) -> list[list[float]]:
+        """One vector per (bytes, MIME type), sent as inline-data parts (F17, gemini-embedding-2-*)."""
+        contents = [types.Content(parts=[types.Part.from_bytes(data=d, mime_type=m)]) for d, m in items]
+        return self._embed_contents(contents, "RETRIEVAL_DOCUMENT")
+
     def _embed(self, texts: list[str], task_type: str) -> list[list[float]]:
-        contents = [types.Content(parts=[types.Part(text=t)]) for t in texts]
+        return self._embed_contents([types.Content(parts=[types.Part(text=t)]) for t in texts], task_type)
+
+    def _embed_contents(self, contents: list[types.Content], task_type: str) -> list[list[float]]:
         config = types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.output_dimensionality)
         try:
             resp = self._client.models.embed_content(model=self.model, contents=contents, config=config)

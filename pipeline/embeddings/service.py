@@ -161,6 +161,30 @@ class EmbeddingService:
                 out.append(weighted_mean([piece_vectors[k] for k in ks], [estimate_tokens(pieces[k]) for k in ks]))
         return out
 
+    def embed_media(self, items: Sequence[tuple[bytes, str]]) -> EmbedResult:
+        """One vector per (bytes, MIME type) item (F17), from the active provider.
+
+        No fallback: multimodal config requires ``fallback: "none"``. One file per
+        request, because inline bytes count against the API's request-size cap.
+        """
+        provider = self._active
+        embed = getattr(provider, "embed_media", None)
+        if provider is None or embed is None:
+            raise ProviderError(f"{provider.id if provider else 'no provider'}: cannot embed images or audio")
+        vectors: list[list[float]] = []
+        for item in items:
+            def attempt(item: tuple[bytes, str] = item) -> list[list[float]]:
+                with self.limiter.acquire(provider.id):
+                    vecs = embed([item])
+                dims = validate_vectors(vecs, expected_count=1, expected_dims=provider.dims, provider_id=provider.id)
+                if provider.dims is None:
+                    provider.dims = dims
+                return vecs
+
+            v = call_with_retry(attempt, self.retry, label=f"embeddings ({provider.id})")[0]
+            vectors.append(l2_normalize(v) if self.normalize else list(v))
+        return self._result(provider, vectors)
+
     def _lower_cap(self, provider: EmbeddingProvider, refused: int, hint: int | None) -> None:
         new = hint if hint and hint < refused else max(1, refused // 2)
         if new < provider.max_batch_items:

@@ -12,7 +12,6 @@ import logging
 import re
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from ..config import AgentSettings
@@ -49,6 +48,7 @@ class QmdManager:
         self.clock = clock
         self.sleep = sleep
         self._update_lock = threading.Lock()
+        self._collections_lock = threading.Lock()
         self._idle = threading.Event()
         self._idle.set()
         self._collections_ready = False
@@ -64,11 +64,12 @@ class QmdManager:
 
     # -- collections ---------------------------------------------------------------
     def ensure_collections(self, *, force: bool = False) -> dict[str, Any]:
-        if self._collections_ready and not force:
-            return {}
-        report = ensure_collections(self.runner, self.settings)
-        self._collections_ready = not report["errors"]
-        return report
+        with self._collections_lock:  # an update and a search repair may race here
+            if self._collections_ready and not force:
+                return {}
+            report = ensure_collections(self.runner, self.settings)
+            self._collections_ready = not report["errors"]
+            return report
 
     # -- update / embed -------------------------------------------------------------
     def update(self, reason: str = "manual", *, force: bool = False) -> dict[str, Any]:

@@ -1,0 +1,222 @@
+"""Retrieval quality of ``memory_search`` on the LoCoMo dev split.
+
+    python bench/quality.py [--tokens 256 512] [--state /tmp/memindex-quality]
+
+For each conversation folder of ``../shared/bench/locomo-dev`` (read at run
+time, never copied) the folder is the agent's workspace; the index is built
+through the real pipeline (sync -> chunk -> local GGUF embed -> writer) in a
+scratch state dir under /tmp, once per ``local.maxInputTokens`` setting (the
+store's embedding cache makes re-runs cheap). Every question then goes
+through ``MemorySearch.search`` (maxResults 10, minScore 0) under several
+ranking configs, scored per the data set's README: hit@k = every evidence
+turn's line lies inside the line range of one of the top-k results in the
+same file; MRR = 1/first such k (0 past 10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import copy
+import datetime as dt
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline.config import AgentSettings, Context  # noqa: E402
+from pipeline.ranking import dated_path_date  # noqa: E402
+from pipeline.search import MemorySearch, QueryEmbedder  # noqa: E402
+
+DATA = REPO.parent / "shared" / "bench" / "locomo-dev"
+GGUF = REPO.parent / "shared" / "models" / "all-MiniLM-L6-v2.F16.gguf"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KS = (1, 5, 10)
+
+# name -> overrides of memorySearch.query.hybrid (weights 1/0 and 0/1 switch an arm off)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "keyword-only": {"vectorWeight": 0.0, "textWeight": 1.0},
+    "vector-only": {"vectorWeight": 1.0, "textWeight": 0.0},
+    "hybrid": {},
+    "hybrid+decay": {"temporalDecay": {"enabled": True}},
+    "hybrid+mmr": {"mmr": {"enabled": True}},
+    "hybrid+decay+mmr": {"temporalDecay": {"enabled": True}, "mmr": {"enabled": True}},
+}
+
+
+@dataclass
+class Question:
+    id: str
+    text: str
+    category: int
+    evidence: list[tuple[str, int]]  # (path, 1-based line)
+
+
+def load_questions(conv_dir: Path) -> list[Question]:
+    truth = json.loads((conv_dir / "truth.json").read_text(encoding="utf-8"))
+    out = []
+    for line in (conv_dir / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        q = json.loads(line)
+        ev = [(truth[d]["path"], int(truth[d]["line"])) for d in q["evidence"] if d in truth]
+        if ev:
+            out.append(Question(q["id"], q["question"], int(q["category"]), ev))
+    return out
+
+
+def first_hit(results: list[dict[str, Any]], evidence: list[tuple[str, int]]) -> int | None:
+    """The smallest k such that every evidence line is inside one of the top-k results."""
+    for k in range(1, len(results) + 1):
+        top = results[:k]
+        if all(any(r["path"] == p and r["startLine"] <= ln <= r["endLine"] for r in top) for p, ln in evidence):
+            return k
+    return None
+
+
+def write_config(path: Path, max_tokens: int) -> None:
+    ms = {
+        "provider": "local",
+        "local": {"modelPath": str(GGUF), "maxInputTokens": max_tokens},
+        "sync": {"watch": False, "onSearch": False, "onSessionStart": False},
+    }
+    path.write_text(json.dumps({"agents": {"defaults": {"memorySearch": ms}}}), encoding="utf-8")
+
+
+def build_index(conv_dir: Path, state: Path, max_tokens: int) -> Context:
+    from producers.trigger import sync_and_wait
+
+    state.mkdir(parents=True, exist_ok=True)
+    cfg = state / "openclaw.json"
+    write_config(cfg, max_tokens)
+    ctx = Context("main", str(cfg), str(state), str(conv_dir))
+    t0 = time.perf_counter()
+    counts = sync_and_wait(ctx, timeout=3600)
+    print(f"  {conv_dir.name} tokens={max_tokens}: {counts['to_index']} files (re)indexed "
+          f"in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    return ctx
+
+
+def variant_settings(base: AgentSettings, overrides: dict[str, Any]) -> AgentSettings:
+    ms = copy.deepcopy(base.memory_search)
+    hy = ms["query"]["hybrid"]
+    for k, v in overrides.items():
+        if isinstance(v, dict):
+            hy[k].update(v)
+        else:
+            hy[k] = v
+    return replace(base, memory_search=ms)
+
+
+class MemoQueryEmbedder(QueryEmbedder):
+    """Wraps the agent's query embedder with an unbounded cache: each question is embedded once per index."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.provider, self.model = inner.provider, inner.model
+        self._cache: dict[str, list[float] | None] = {}
+
+    def embed_query(self, text: str, fp: Any = None) -> list[float] | None:  # type: ignore[override]
+        if text not in self._cache:
+            self._cache[text] = self.inner.embed_query(text, fp)
+        return self._cache[text]
+
+    def is_fallback_index(self, fp: Any) -> bool:
+        return self.inner.is_fallback_index(fp)
+
+
+def last_session_clock(conv_dir: Path) -> float:
+    """'now' for decay: the day after the conversation's last session (when the agent would be asked)."""
+    days = [d for p in (conv_dir / "memory").glob("*.md") if (d := dated_path_date(f"memory/{p.name}"))]
+    return float(calendar.timegm((max(days) + dt.timedelta(days=1)).timetuple()))
+
+
+def evaluate(settings: AgentSettings, qe: QueryEmbedder, questions: list[Question], clock: float,
+             ) -> dict[str, list[tuple[int, int | None]]]:
+    """variant -> [(category, first hit k or None)]"""
+    out: dict[str, list[tuple[int, int | None]]] = {}
+    for name, ov in VARIANTS.items():
+        eng = MemorySearch(variant_settings(settings, ov), query_embedder=qe, clock=lambda: clock)
+        try:
+            rows = []
+            for q in questions:
+                res = eng.search(q.text, max_results=10, min_score=0.0).as_dict()["results"]
+                rows.append((q.category, first_hit(res, q.evidence)))
+            out[name] = rows
+        finally:
+            eng.close()
+    return out
+
+
+def metrics(rows: Iterable[tuple[int, int | None]]) -> tuple[int, list[float], float]:
+    rows = list(rows)
+    n = len(rows)
+    if not n:
+        return 0, [0.0] * len(KS), 0.0
+    rec = [sum(1 for _, k in rows if k is not None and k <= K) / n for K in KS]
+    mrr = sum(1.0 / k for _, k in rows if k is not None) / n
+    return n, rec, mrr
+
+
+def print_table(title: str, results: dict[str, list[tuple[int, int | None]]]) -> None:
+    print(f"\n### {title}")
+    print("| method | n | R@1 | R@5 | R@10 | MRR |")
+    print("|---|---|---|---|---|---|")
+    for name, rows in results.items():
+        n, rec, mrr = metrics(rows)
+        print(f"| {name} | {n} | " + " | ".join(f"{r:.3f}" for r in rec) + f" | {mrr:.3f} |")
+    print("\nper category, R@10 / MRR:")
+    cats = sorted({c for rows in results.values() for c, _ in rows})
+    print("| method | " + " | ".join(f"{CATEGORIES.get(c, c)} ({c})" for c in cats) + " |")
+    print("|---|" + "---|" * len(cats))
+    for name, rows in results.items():
+        cells = []
+        for c in cats:
+            n, rec, mrr = metrics((cc, k) for cc, k in rows if cc == c)
+            cells.append(f"{rec[2]:.3f} / {mrr:.3f} (n={n})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--state", type=Path, default=Path("/tmp/memindex-quality"))
+    ap.add_argument("--tokens", type=int, nargs="+", default=[256, 512], help="local.maxInputTokens settings")
+    ap.add_argument("--convs", nargs="*", default=None, help="conversation folders (default: all)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if not GGUF.is_file():
+        print(f"missing {GGUF}", file=sys.stderr)
+        return 2
+    from pipeline.agents import settings_for
+    from pipeline.embedder import query_embedder_for
+
+    convs = sorted(p for p in args.data.glob("conv-*") if p.is_dir() and (not args.convs or p.name in args.convs))
+    for tokens in args.tokens:
+        combined: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
+        t0 = time.perf_counter()
+        for conv in convs:
+            ctx = build_index(conv, args.state / f"t{tokens}" / conv.name, tokens)
+            settings = settings_for(ctx)
+            inner = query_embedder_for(settings)
+            if inner is None:
+                print("no query embedder (is llama-cpp-python installed?)", file=sys.stderr)
+                return 2
+            res = evaluate(settings, MemoQueryEmbedder(inner), load_questions(conv), last_session_clock(conv))
+            for name, rows in res.items():
+                combined[name].extend(rows)
+        print_table(f"LoCoMo dev ({len(convs)} conversations), local all-MiniLM-L6-v2, "
+                    f"maxInputTokens {tokens}, chunks 400/80, maxResults 10, minScore 0", combined)
+        print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
