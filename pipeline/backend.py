@@ -38,7 +38,8 @@ def clamp_injected(results: list[SearchResult], max_chars: int) -> list[SearchRe
         if left <= 0:
             break
         if len(r.snippet) > left:
-            suffix = f"\n\nSource: {r.citation}" if r.citation and r.snippet.endswith(f"Source: {r.citation}") else ""
+            suffix = f"\n\nSource: {r.citation}" if r.citation else ""
+            suffix = suffix if suffix and r.snippet.endswith(suffix) else ""  # keep the citation whole
             body = r.snippet[: len(r.snippet) - len(suffix)]
             keep = left - len(suffix)
             if keep <= 0:

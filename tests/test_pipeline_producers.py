@@ -1,0 +1,334 @@
+"""Producers on the embedded broker: watcher, debounce, directory cap, interval sync, hooks, backfill."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+from pipeline.config import Context
+from producers import hooks
+from producers.interval import IntervalSync
+from producers.watcher import AgentWatch, Watcher
+from tests.conftest import Agent, run_cli
+
+
+def _wait(cond, timeout: float = 10.0, poll: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(poll)
+    return cond()
+
+
+class Recorder:
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, ctx: Context, reason: str) -> None:
+        self.calls.append((ctx.agent_id, reason))
+
+
+def _watcher(agent: Agent, rec, **kw) -> Watcher:
+    return Watcher([(agent.ctx, agent.settings())], enqueue=rec, **kw).start()
+
+
+# --- what is watched ------------------------------------------------------------------
+
+def test_relevance_rules(agent):
+    extra = agent.root / "notes.md"
+    agent.memory_config({"extraPaths": [str(extra), "team"]})
+    (agent.workspace / "team").mkdir()
+    w = AgentWatch.from_settings(agent.ctx, agent.settings())
+    ws, j = str(agent.workspace), os.path.join
+    assert w.relevant(j(ws, "MEMORY.md"), False)
+    assert w.relevant(j(ws, "memory.md"), False)
+    assert not w.relevant(j(ws, "README.md"), False)
+    assert w.relevant(j(ws, "memory", "2026-01-01.md"), False)
+    assert w.relevant(j(ws, "memory", "deep", "x.md"), False)
+    assert not w.relevant(j(ws, "memory", "x.txt"), False)
+    assert not w.relevant(j(ws, "memory", "node_modules", "x.md"), False)
+    assert not w.relevant(j(ws, "memory", ".git"), True)
+    assert w.relevant(j(ws, "memory", "sub"), True)  # a directory that appears or goes
+    assert w.relevant(j(ws, "memory"), True)
+    assert w.relevant(str(extra), False)
+    assert not w.relevant(str(agent.root / "other.md"), False)
+    assert w.relevant(j(ws, "team", "t.md"), False)
+
+
+def test_walk_skips_ignored_dirs_and_symlinks_and_honours_the_cap(agent, caplog):
+    mem = agent.workspace / "memory"
+    for d in ("2025/01", "2025/02", "2026/01", ".git/objects", "node_modules/pkg", ".venv/lib", "venv/bin"):
+        (mem / d).mkdir(parents=True)
+    os.symlink(agent.root, mem / "loop")  # a symlinked dir (pointing up!) must not be walked
+    rec = Recorder()
+    w = _watcher(agent, rec)
+    try:
+        rel = {os.path.relpath(d, agent.workspace) for d in w.watched_dirs}
+        assert rel == {".", "memory", "memory/2025", "memory/2025/01", "memory/2025/02",
+                       "memory/2026", "memory/2026/01"}
+    finally:
+        w.stop()
+
+    caplog.set_level(logging.WARNING, logger="memindex.watcher")
+    w = _watcher(agent, rec, max_dirs=3)
+    try:
+        assert len(w.watched_dirs) == 3
+        assert "maximum of 3 directories" in caplog.text
+    finally:
+        w.stop()
+
+
+# --- events and debounce ------------------------------------------------------------------
+
+def test_a_burst_of_edits_becomes_one_sync(agent):
+    rec = Recorder()
+    w = _watcher(agent, rec, debounce_s=0.3)
+    try:
+        for i in range(25):
+            agent.write(f"memory/2026-01-{i + 1:02d}.md", f"note {i}\n")
+            time.sleep(0.005)
+        assert _wait(lambda: rec.calls, timeout=5)
+        time.sleep(0.6)
+        assert rec.calls == [("main", "watch")]
+    finally:
+        w.stop()
+
+
+def test_irrelevant_changes_and_symlinks_do_not_sync(agent):
+    rec = Recorder()
+    w = _watcher(agent, rec, debounce_s=0.1)
+    try:
+        agent.write("README.md", "not memory")
+        agent.write("memory/notes.txt", "not markdown")
+        (agent.workspace / "memory" / "node_modules").mkdir()
+        time.sleep(0.2)
+        rec.calls.clear()  # creating node_modules is a directory event: ignored by name
+        agent.write("memory/node_modules/x.md", "dependency docs")
+        os.symlink(agent.root / "elsewhere.md", agent.workspace / "memory" / "link.md")
+        time.sleep(0.5)
+        assert rec.calls == []
+        agent.write("MEMORY.md", "curated")
+        assert _wait(lambda: rec.calls == [("main", "watch")], timeout=5)
+    finally:
+        w.stop()
+
+
+def test_new_directories_are_watched(agent):
+    rec = Recorder()
+    w = _watcher(agent, rec, debounce_s=0.1)
+    try:
+        (agent.workspace / "memory" / "2027" / "03").mkdir(parents=True)
+        assert _wait(lambda: any(d.endswith(os.path.join("2027", "03")) for d in w.watched_dirs))
+        assert _wait(lambda: len(rec.calls) == 1)
+        agent.write("memory/2027/03/2027-03-01.md", "deep note")
+        assert _wait(lambda: len(rec.calls) == 2)
+        # memory/ itself removed and re-created: watched again.
+        import shutil
+
+        shutil.rmtree(agent.workspace / "memory")
+        assert _wait(lambda: len(rec.calls) == 3)
+        agent.write("memory/again.md", "back")
+        assert _wait(lambda: any(d.endswith("memory") for d in w.watched_dirs))
+        assert _wait(lambda: len(rec.calls) >= 4)
+    finally:
+        w.stop()
+
+
+def test_failed_enqueue_is_retried(agent, monkeypatch):
+    import producers.watcher as wmod
+
+    monkeypatch.setattr(wmod, "RETRY_S", 0.2)
+    attempts = []
+
+    def flaky(ctx, reason):
+        attempts.append(reason)
+        if len(attempts) == 1:
+            raise ConnectionError("broker down")
+
+    w = _watcher(agent, flaky, debounce_s=0.05)
+    try:
+        agent.write("memory/a.md", "x")
+        assert _wait(lambda: len(attempts) == 2, timeout=5)
+        assert w.enqueued == 1
+    finally:
+        w.stop()
+
+
+def test_watcher_keeps_the_embedded_index_fresh(agent):
+    """Created, edited, renamed and deleted files converge with no manual index."""
+    agent.write("memory/a.md", "the quick brown fox\n")
+    agent.index()
+    w = Watcher([(agent.ctx, agent.settings())], debounce_s=0.1).start()  # default enqueue: request_sync
+    try:
+        agent.write("memory/b.md", "lorem ipsum kumquat\n")
+        assert _wait(lambda: agent.search("kumquat")["results"], timeout=10)
+        agent.write("memory/a.md", "the slow green turtle\n")
+        assert _wait(lambda: agent.search("turtle")["results"] and not agent.search("fox")["results"], timeout=10)
+        os.rename(agent.workspace / "memory/b.md", agent.workspace / "memory/c.md")
+        assert _wait(lambda: [r["path"] for r in agent.search("kumquat")["results"]] == ["memory/c.md"],
+                     timeout=10)
+        (agent.workspace / "memory/c.md").unlink()
+        assert _wait(lambda: agent.search("kumquat")["results"] == [], timeout=10)
+    finally:
+        w.stop()
+    from workers import embedded
+
+    embedded.wait_idle(timeout=10)
+    fresh = Agent(agent.root / "clean")
+    fresh.write("memory/a.md", "the slow green turtle\n")
+    fresh.index()
+    assert [r[1:] for r in agent.store_rows()] == [r[1:] for r in fresh.store_rows()]
+
+
+# --- interval sync ------------------------------------------------------------------------
+
+def test_interval_sync_fires_when_due_and_zero_is_off():
+    now = [0.0]
+    rec = Recorder()
+    a, b = Context("a"), Context("b")
+    every = {a: 60.0, b: 0.0}
+    loop = IntervalSync([a, b], enqueue=rec, interval_of=lambda c: every[c], clock=lambda: now[0])
+    assert loop.tick() == pytest.approx(30.0)  # capped sleep, nothing due
+    now[0] = 59.0
+    loop.tick()
+    assert rec.calls == []
+    now[0] = 60.0
+    assert loop.tick() == pytest.approx(30.0)
+    assert rec.calls == [("a", "interval")]
+    now[0] = 119.0
+    loop.tick()
+    now[0] = 121.0
+    loop.tick()
+    assert rec.calls == [("a", "interval")] * 2
+
+
+def test_interval_reads_the_config(agent):
+    from producers.interval import _interval_s
+
+    assert _interval_s(agent.ctx) == 0.0
+    agent.memory_config({"sync": {"intervalMinutes": 5}})
+    assert _interval_s(agent.ctx) == 300.0
+
+
+# --- hooks ----------------------------------------------------------------------------------
+
+def test_hooks_deduplicate_until_the_sync_starts(agent, monkeypatch):
+    sent = []
+    monkeypatch.setattr("producers.trigger.request_sync", lambda ctx, reason="manual", force=False:
+                        sent.append(reason))
+    settings = agent.settings()
+    hooks.clear_sync_requested(settings.store_path)
+    assert hooks.on_session_start(agent.ctx, "agent:main:direct:alice") is True
+    assert hooks.on_session_start(agent.ctx, "agent:main:direct:bob") is False  # one already queued
+    hooks.schedule_sync(settings, "search")
+    assert sent == ["session-start"]
+    hooks.clear_sync_requested(settings.store_path)  # what sync_agent does as it starts
+    hooks.schedule_sync(settings, "search")
+    assert sent == ["session-start", "search"]
+    hooks.clear_sync_requested(settings.store_path)
+
+
+def test_hooks_respect_config(agent, monkeypatch):
+    sent = []
+    monkeypatch.setattr("producers.trigger.request_sync", lambda ctx, reason="manual", force=False:
+                        sent.append(reason))
+    agent.memory_config({"sync": {"onSessionStart": False}})
+    hooks.clear_sync_requested(agent.settings().store_path)
+    assert hooks.on_session_start(agent.ctx, "s") is False
+    assert sent == []
+
+
+def test_search_schedules_a_sync_and_the_index_fills_in(agent):
+    """First search on a never-indexed agent: pending, a sync is scheduled, results follow."""
+    from pipeline.search import MemorySearch
+    from workers import embedded
+
+    agent.write("memory/a.md", "guava harvest notes\n")
+    hooks.clear_sync_requested(agent.settings().store_path)
+    eng = MemorySearch(agent.settings(), schedule_sync=hooks.schedule_sync)
+    try:
+        first = eng.search("guava").as_dict()
+        assert first["results"] == [] and first["indexing"] == "pending"
+        embedded.wait_idle(timeout=20)
+        assert _wait(lambda: eng.search("guava").as_dict()["results"], timeout=10)
+    finally:
+        eng.close()
+
+
+def test_sync_actor_clears_the_flag(agent):
+    from workers import embedded
+    from workers.actors import sync_agent
+
+    store = agent.settings().store_path
+    assert hooks.mark_sync_requested(store)
+    assert not hooks.mark_sync_requested(store)
+    embedded.start()
+    sync_agent.send(agent.ctx.as_dict(), reason="test")
+    embedded.wait_idle(timeout=20)
+    assert hooks.mark_sync_requested(store)  # cleared by the sync: a new request goes through
+    hooks.clear_sync_requested(store)
+
+
+# --- CLI --------------------------------------------------------------------------------------
+
+def _cli_args(a: Agent) -> list[str]:
+    return ["--config", str(a.config_path), "--state-dir", str(a.state), "--workspace", str(a.workspace)]
+
+
+def test_backfill_cli_on_the_embedded_broker(agent):
+    for i in range(120):
+        agent.write(f"memory/2025-{i // 28 + 1:02d}-{i % 28 + 1:02d}.md", f"# day {i}\nfact {i} mango\n")
+    out = run_cli(*_cli_args(agent), "backfill", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "enqueued 120 file(s)" in out.stdout and "done" in out.stdout
+    assert "backfill waits" in out.stderr  # embedded: the workers live in this process
+    assert len({r[1] for r in agent.store_rows()}) == 120
+    again = run_cli(*_cli_args(agent), "backfill", "--wait", timeout=60)
+    assert "enqueued 0 file(s)" in again.stdout and "120 unchanged" in again.stdout
+
+
+def test_queues_and_dead_letters_cli_on_the_embedded_broker(agent):
+    agent.write("memory/a.md", "x")
+    agent.index()
+    out = run_cli(*_cli_args(agent), "queues", "--json")
+    assert out.returncode == 0, out.stderr
+    import json
+
+    rep = json.loads(out.stdout)
+    assert rep["broker"] == "embedded"
+    assert set(rep["queues"]) >= {"sync", "embed", "write"}
+    assert rep["agents"]["main"]["pending"] == 0
+    out = run_cli(*_cli_args(agent), "dead-letters", "--json")
+    assert out.returncode == 0 and out.stdout.strip() == "[]"
+    assert run_cli("worker").returncode == 2  # a worker process needs a Redis URL
+
+
+def test_watch_cli_indexes_then_stops_cleanly_on_sigint(agent):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    agent.write("memory/a.md", "initial papaya\n")
+    agent.memory_config({"sync": {"watchDebounceMs": 200}})
+    proc = subprocess.Popen([sys.executable, "-m", "producers.cli", *_cli_args(agent), "watch"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert _wait(lambda: agent.search("papaya")["results"], timeout=20)  # the initial sync
+        agent.write("memory/b.md", "later durian\n")
+        assert _wait(lambda: agent.search("durian")["results"], timeout=20)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode in (0, 130), err
+        assert "watching 1 agent(s)" in err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
