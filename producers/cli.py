@@ -249,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_ops.register(sub)
     except ImportError:
         pass
+    __import__("producers.cli_batch").cli_batch.register(sub)  # batches, backfill --batch (after cli_ops)
     return p
 
 
