@@ -43,13 +43,15 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
         hit = _services.get(key)
     if hit is not None:
         return hit
-    from .embeddings import EmbeddingService, select_provider
-    from .embeddings.limiter import make_limiter
+    from .embeddings.select import select_provider
 
     ms = settings.memory_search
     choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models")
     service = None
     if choice.primary or choice.fallback:
+        from .embeddings.limiter import make_limiter
+        from .embeddings.service import EmbeddingService
+
         limiter = make_limiter(int(ms["remote"]["nonBatchConcurrency"]))
         service = EmbeddingService(choice, limiter, retry=_retry_policy())
     with _services_lock:

@@ -95,6 +95,8 @@ def _qmd_index(settings: Any, quiet: bool) -> None:
 
 
 def _report_dead_letters() -> None:
+    if "workers.embedded" not in sys.modules:
+        return  # nothing was enqueued in this process (a no-op sync never loads the broker)
     from workers.broker import is_embedded
     from workers import embedded
 

@@ -25,14 +25,49 @@ def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -
 
 def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None,
                   timeout: float | None = None) -> dict[str, int]:
-    """Plan now, then block until every queued job for it is written."""
+    """Plan now, then block until every queued job for it is written.
+
+    A sync with nothing to do returns without touching the broker: no dramatiq
+    import, no worker threads, no writer message - just the stats.
+    """
+    plan, noop = plan_now(ctx, force=force)
+    counts = {"generation": plan.generation, "to_index": len(plan.jobs) + len(plan.session_deltas),
+              "to_delete": len(plan.deletes), "unchanged": plan.unchanged}
+    if noop:
+        return counts
     from workers import embedded
-    from workers.actors import run_sync
+    from workers.actors import dispatch_plan
 
     embedded.start()
-    counts = run_sync(ctx, force=force)
+    counts = dispatch_plan(ctx, plan)
     wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout)
     return counts
+
+
+def plan_now(ctx: Context, *, force: bool = False):
+    """(plan, nothing-to-do) for one agent, computed in this process."""
+    from pipeline.agents import settings_for
+    from pipeline.embedder import identity_for
+    from pipeline.fingerprint import dumps
+    from pipeline.indexer import plan_sync
+    from pipeline.schema import pending_table
+    from pipeline.store import open_reader
+
+    settings = settings_for(ctx)
+    reader = open_reader(settings)
+    try:
+        plan = plan_sync(settings, reader, identity_for(settings), force=force)
+        st = reader.state()
+        conn = reader.conn()
+        pending = 0
+        if conn is not None and st.live_generation is not None and reader.table_exists(pending_table(plan.generation)):
+            pending = conn.execute(f"SELECT count(*) FROM {pending_table(plan.generation)}").fetchone()[0]
+        noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
+                and st.live_fingerprint is not None and pending == 0
+                and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
+    finally:
+        reader.close()
+    return plan, noop
 
 
 def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = None,
@@ -49,13 +84,15 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
             progress(total - min(total, pending_files(settings)), total)
         busy = embedded.outstanding() if is_embedded() else queues.total_outstanding()
         quiet = quiet + 1 if busy == 0 else 0
-        if quiet >= 3:
+        # A message stays unfinished until its actor (and every send it made) is done,
+        # so two idle readings in a row mean idle; Redis gets one more for its acks.
+        if quiet >= (2 if is_embedded() else 3):
             if progress is not None and total:
                 progress(total - min(total, pending_files(settings)), total)
             return True
         if deadline is not None and time.monotonic() > deadline:
             return False
-        time.sleep(0.05)
+        time.sleep(0.01 if is_embedded() else 0.05)
 
 
 def pending_files(settings: AgentSettings) -> int:

@@ -75,6 +75,11 @@ def run_sync(ctx: Context, *, force: bool = False,
         plan = plan_sync(settings, reader, identity_for(settings), force=force)
     finally:
         reader.close()
+    return dispatch_plan(ctx, plan, progress)
+
+
+def dispatch_plan(ctx: Context, plan: Any, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Send the writer the plan, then enqueue the work it announces."""
     pending = [(j.source, j.path) for j in plan.jobs]
     write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes)
     sent = 0

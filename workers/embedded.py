@@ -39,12 +39,14 @@ def start(worker_threads: int = 2) -> None:
 
 def stop() -> None:
     with _lock:
+        was_running = bool(_started)
         for w in _started:
             w.stop(timeout=5000)
         _started.clear()
-    from .actors import close_writers
+    if was_running:
+        from .actors import close_writers
 
-    close_writers()
+        close_writers()
 
 
 def outstanding() -> int:

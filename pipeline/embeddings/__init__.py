@@ -8,21 +8,21 @@ Typical use::
         result = service.embed_documents(chunk_texts)   # EmbedResult
 """
 
-from .base import (
-    EmbeddingProvider,
-    InvalidVectorError,
-    ProviderAuthError,
-    ProviderError,
-    ProviderRateLimited,
-    ProviderTooManyItems,
-    ProviderTransientError,
-)
-from .keys import resolve_api_key
-from .limiter import ConcurrencyLimiter, Limiter, default_limiter
-from .retry import RetryPolicy, call_with_retry, embed_with_splitting, pack_batches
-from .select import ProviderChoice, build_provider, select_provider
-from .service import EmbeddingService, EmbedResult
-from .validate import l2_normalize, validate_vectors
+import importlib
+from typing import Any
+
+# Names resolve lazily (PEP 562): importing ``pipeline.embeddings.base`` for an
+# exception class must not pull in numpy, httpx and the provider SDKs - that
+# cost ~0.2 s on every CLI start.
+_WHERE = {
+    "EmbeddingProvider": "base", "InvalidVectorError": "base", "ProviderAuthError": "base",
+    "ProviderError": "base", "ProviderRateLimited": "base", "ProviderTooManyItems": "base",
+    "ProviderTransientError": "base", "resolve_api_key": "keys", "ConcurrencyLimiter": "limiter",
+    "Limiter": "limiter", "default_limiter": "limiter", "RetryPolicy": "retry", "call_with_retry": "retry",
+    "embed_with_splitting": "retry", "pack_batches": "retry", "ProviderChoice": "select",
+    "build_provider": "select", "select_provider": "select", "EmbeddingService": "service",
+    "EmbedResult": "service", "l2_normalize": "validate", "validate_vectors": "validate",
+}
 
 __all__ = [
     "EmbeddingProvider",
@@ -48,3 +48,13 @@ __all__ = [
     "l2_normalize",
     "validate_vectors",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+

@@ -14,12 +14,13 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import quote, urlparse
 
-import httpx
-
 from .base import ProviderError, ProviderTransientError
+
+if TYPE_CHECKING:  # httpx is imported where a download happens, not at CLI start-up
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ def download_with_resume(
     client: httpx.Client | None = None,
 ) -> Path:
     """Download url to dest via dest.part, continuing a partial .part with a Range request."""
+    import httpx
+
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     have = part.stat().st_size if part.exists() else 0
