@@ -172,17 +172,42 @@ def prepare_file(
         from .multimodal import prepare_media
 
         return prepare_media(settings, job, embedder)  # one labelled chunk, vector from the bytes (F17)
-    path = Path(job.abs_path)
     # Skipped files carry the index's identity too: the writer rejects identity-less
     # records in a vector index, and a rejected file would loop through re-syncs.
     ident = None if embedder is None else embedder.identity
+    read = read_for_index(job, max_bytes, ident)
+    if isinstance(read, Prepared):
+        return read
+    st, data, digest = read
+    text, problem = read_text(data)
+    if problem:
+        log.warning("%s: %s", job.path, problem)
+    if text is None:
+        return Prepared(_record(job, st, digest, [], ident, problem))
+    tokens, overlap = settings.chunk_tokens, settings.chunk_overlap
+    chunks = list(chunk_text(text) if chunk_text else chunk_markdown(text, tokens, overlap))
+    return Prepared(_embed_into_record(job, st, digest, chunks, embedder, problem))
+
+
+
+def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None,
+                   limit_name: str = "") -> "Prepared | tuple[os.stat_result, bytes, str]":
+    """Read a job's file: (stat, bytes, sha256), or the ``Prepared`` that ends the job early.
+
+    Vanished and symlinked files end as ``vanished``; too-large and unreadable
+    ones as an error record (so the next sync does not retry them); unchanged
+    content as a stat-only ``touch``.
+    """
+    path = Path(job.abs_path)
     try:
         st = os.lstat(path)
         if not os.path.isfile(path) or os.path.islink(path):
             return Prepared(None, vanished=True)
         if st.st_size > max_bytes:
+            limit = f"{limit_name} {max_bytes:,}" if limit_name else f"{max_bytes:,}"
+            log.warning("%s: %d bytes exceeds the limit (%s); skipped", job.path, st.st_size, limit)
             return Prepared(_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident,
-                                    f"file too large ({st.st_size:,} bytes > {max_bytes:,}); skipped"))
+                                    f"file too large ({st.st_size:,} bytes > {limit}); skipped"))
         data = path.read_bytes()
     except FileNotFoundError:
         return Prepared(None, vanished=True)
@@ -193,15 +218,7 @@ def prepare_file(
     if job.known_hash == digest:
         return Prepared(None, touch={"source": job.source, "path": job.path, "hash": digest,
                                      "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-    text, problem = read_text(data)
-    if problem:
-        log.warning("%s: %s", job.path, problem)
-    if text is None:
-        return Prepared(_record(job, st, digest, [], ident, problem))
-    tokens, overlap = settings.chunk_tokens, settings.chunk_overlap
-    chunks = list(chunk_text(text) if chunk_text else chunk_markdown(text, tokens, overlap))
-    return Prepared(_embed_into_record(job, st, digest, chunks, embedder, problem))
-
+    return st, data, digest
 
 def _embed_into_record(job, st, digest, chunks, embedder, problem) -> dict[str, Any]:
     vectors: list[list[float] | None] = [None] * len(chunks)

@@ -185,32 +185,16 @@ def label_for(kind: str, path: str) -> str:
 
 def prepare_media(settings: AgentSettings, job: "FileJob", embedder: Any | None = None) -> "Prepared":
     """One media file -> a writer record holding one labelled chunk with the bytes' vector."""
-    from .indexer import Prepared, _record, file_hash
+    from .indexer import Prepared, _record, read_for_index
 
-    path = Path(job.abs_path)
     limit = int(settings.memory_search["multimodal"]["maxFileBytes"])
     # Every record, skipped ones included, carries the index's identity: the writer
     # rejects identity-less records in a vector index, and the file would loop through syncs.
     ident = None if embedder is None else embedder.identity
-    try:
-        st = os.lstat(path)
-        if not os.path.isfile(path) or os.path.islink(path):
-            return Prepared(None, vanished=True)
-        if st.st_size > limit:
-            log.warning("%s: %d bytes exceeds multimodal.maxFileBytes (%d); skipped", job.path, st.st_size, limit)
-            return Prepared(_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident,
-                                    f"file too large ({st.st_size:,} bytes > multimodal.maxFileBytes "
-                                    f"{limit:,}); skipped"))
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Prepared(None, vanished=True)
-    except OSError as exc:
-        log.warning("cannot read %s: %s", job.path, exc)
-        return Prepared(_record(job, None, f"error:{exc.errno}", [], ident, f"unreadable: {exc.strerror}"))
-    digest = file_hash(data)
-    if job.known_hash == digest:
-        return Prepared(None, touch={"source": job.source, "path": job.path, "hash": digest,
-                                     "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    read = read_for_index(job, limit, ident, "multimodal.maxFileBytes")
+    if isinstance(read, Prepared):
+        return read
+    st, data, digest = read
     problem = content_problem(job.path, data)
     if problem:
         log.warning("%s: %s", job.path, problem)
