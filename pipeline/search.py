@@ -17,19 +17,26 @@ from typing import Any, Callable, Sequence
 
 from . import db
 from .config import AgentSettings
-from .fts_text import build_match_query, coverage, query_phrases
+from .fts_budget import FtsBudget
+from .fts_text import build_match_query
 from .ranking import (
-    COVERAGE_FLOOR, Candidate, bm25_to_text_score, keyword_text_score, normalize_weights, rank_pipeline,
+    Candidate, normalize_weights, rank_pipeline, relative_text_score,
 )
 from .schema import chunks_table, fts_table, pending_table, vec_table
 from .scope import check_scope
 from .store import StoreReader, open_reader
+from .vector_mirror import VectorMirror, knn
 from .vectors import is_zero, pack, unpack
 
 log = logging.getLogger("memindex.search")
 
 SNIPPET_MAX_CHARS = 700
 MAX_CANDIDATES = 200
+# With sqlite-vec, generations from this many chunks are searched in an in-memory
+# mirror (vec0's scalar scan costs ~0.42 us per 384-dim vector), unless the mirror
+# would exceed the byte cap (100k x 1536 dims would): then vec0 it is.
+MIRROR_MIN_ROWS = 10_000
+MIRROR_MAX_BYTES = 400 * 2**20
 
 ScheduleSync = Callable[[AgentSettings, str], None]
 
@@ -129,7 +136,8 @@ class MemorySearch:
         self.clock = clock
         self._warm_sessions: set[str] = set()
         self._lock = threading.Lock()
-        self._matrix_cache: dict[tuple[int, int], tuple[list[int], Any]] = {}
+        self._mirror = VectorMirror(settings.store_path)
+        self._fts_budget = FtsBudget()
 
     # -- runtime hooks ----------------------------------------------------------
     def warm_session(self, session_key: str | None) -> None:
@@ -209,6 +217,8 @@ class MemorySearch:
             temporal_decay=decay["enabled"], half_life_days=decay["halfLifeDays"],
             now=self.clock(), mtimes=self._mtimes(vector_hits + text_hits) if decay["enabled"] else None,
             mmr=mmr["enabled"], mmr_lambda=mmr["lambda"],
+            # a full top-K from the vector arm bounds the cosine of every chunk it did not return
+            unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
         )
         cite = citations_on(citations_mode, session_key)
         kinds = self._media_kinds(conn, gen, [c.chunk_id for c in cands])
@@ -292,6 +302,7 @@ class MemorySearch:
         if match is None:
             return []
         try:
+            match = self._fts_budget.trim(conn, gen, match)
             hits = conn.execute(
                 f"SELECT rowid, rank FROM {fts_table(gen)} WHERE {fts_table(gen)} MATCH ? ORDER BY rank LIMIT ?",
                 (match, limit),
@@ -301,72 +312,53 @@ class MemorySearch:
                 log.warning("keyword search failed: %s", exc)
             return []
         rows = self._rows(conn, gen, [h[0] for h in hits])
-        phrases = query_phrases(query)
-        out = []
-        for rowid, rank in hits:
-            r = rows.get(rowid)
-            if r is None:
-                continue
-            score = bm25_to_text_score(rank)
-            if score < COVERAGE_FLOOR:  # only then can coverage raise it; skip the tokenising otherwise
-                score = keyword_text_score(rank, coverage(phrases, r[6]))
-            out.append(Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=score, has_text=True))
-        return out
+        best = hits[0][1] if hits else 0.0  # ORDER BY rank: the most negative bm25 first
+        return [
+            Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=relative_text_score(rank, best), has_text=True)
+            for rowid, rank in hits if (r := rows.get(rowid)) is not None
+        ]
 
     def _vector_candidates(self, conn: db.Connection, gen: int, qvec: list[float], limit: int) -> list[Candidate]:
-        hits: list[tuple[int, float]] = []
+        hits: list[tuple[int, float]] | None = None
         vt = vec_table(gen)
+        self._mirror.observe(conn)
         if self.reader.vector_error is None and self.reader.table_exists(vt):
-            try:
-                hits = [(rid, 1.0 - dist) for rid, dist in conn.execute(
-                    f"SELECT rowid, distance FROM {vt} WHERE embedding MATCH ? AND k = ?",
-                    (pack(qvec), limit),
-                )]
-            except db.OperationalError as exc:
-                log.warning("sqlite-vec search failed (%s); using in-process cosine", exc)
-                hits = self._cosine_in_process(conn, gen, qvec, limit)
-        else:
-            hits = self._cosine_in_process(conn, gen, qvec, limit)
+            if self._mirror_worthwhile(conn, gen, len(qvec)):
+                snap = self._mirror.fresh(gen, len(qvec))
+                if snap is not None:
+                    hits = knn(snap, qvec, limit)
+                else:  # vec0 answers until the mirror has caught up
+                    self._mirror.load_in_background(gen, len(qvec))
+            if hits is None:
+                try:
+                    hits = [(rid, 1.0 - dist) for rid, dist in conn.execute(
+                        f"SELECT rowid, distance FROM {vt} WHERE embedding MATCH ? AND k = ?",
+                        (pack(qvec), limit),
+                    )]
+                except db.OperationalError as exc:
+                    log.warning("sqlite-vec search failed (%s); using in-process cosine", exc)
+        if hits is None:
+            hits = self._cosine_in_process(gen, qvec, limit)
         rows = self._rows(conn, gen, [h[0] for h in hits])
         return [
             Candidate(r[1], r[2], r[3], r[4], r[5], r[6], vector_score=score, has_vector=True)
             for rid, score in hits if (r := rows.get(rid)) is not None
         ]
 
-    def _cosine_in_process(self, conn: db.Connection, gen: int, qvec: list[float], limit: int) -> list[tuple[int, float]]:
-        """Brute-force cosine over stored float32 blobs (no sqlite-vec); cached per data version."""
-        import numpy as np
+    def _mirror_worthwhile(self, conn: db.Connection, gen: int, dims: int) -> bool:
+        """Large enough that vec0's scalar scan hurts, small enough to hold in memory."""
+        # max(rowid) is an O(log n) upper bound of the chunk count.
+        rows = conn.execute(f"SELECT max(rowid) FROM {chunks_table(gen)}").fetchone()[0] or 0
+        return MIRROR_MIN_ROWS <= rows and rows * dims * 4 <= MIRROR_MAX_BYTES
 
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        key = (gen, version)
-        with self._lock:
-            cached = self._matrix_cache.get(key)
-        if cached is None:
-            rowids, blobs = [], []
-            for rid, blob in conn.execute(
-                f"SELECT rowid, embedding FROM {chunks_table(gen)} WHERE embedding IS NOT NULL"
-            ):
-                rowids.append(rid)
-                blobs.append(blob)
-            dims = len(qvec)
-            ok = [i for i, b in enumerate(blobs) if len(b) == dims * 4]
-            mat = np.frombuffer(b"".join(blobs[i] for i in ok), dtype="<f4").reshape(len(ok), dims) \
-                if ok else np.zeros((0, dims), dtype="<f4")
-            norms = np.linalg.norm(mat, axis=1)
-            norms[norms == 0] = 1.0
-            cached = ([rowids[i] for i in ok], mat / norms[:, None])
-            with self._lock:
-                self._matrix_cache = {key: cached}
-        rowids, mat = cached
-        if not rowids:
+    def _cosine_in_process(self, gen: int, qvec: list[float], limit: int) -> list[tuple[int, float]]:
+        """Exact cosine over the in-memory mirror (no sqlite-vec), reloaded in this thread when stale."""
+        try:
+            snap = self._mirror.fresh(gen, len(qvec)) or self._mirror.load(gen, len(qvec))
+        except (db.Error, ImportError) as exc:  # no numpy / unreadable store: keyword results still answer
+            log.warning("in-process vector search unavailable: %s", exc)
             return []
-        q = np.asarray(qvec, dtype="<f4")
-        qn = float(np.linalg.norm(q)) or 1.0
-        sims = mat @ (q / qn)
-        k = min(limit, len(rowids))
-        top = np.argpartition(-sims, k - 1)[:k]
-        top = top[np.argsort(-sims[top])]
-        return [(rowids[i], float(sims[i])) for i in top]
+        return knn(snap, qvec, limit)
 
     def _mtimes(self, cands: Sequence[Candidate]) -> dict[tuple[str, str], float]:
         out: dict[tuple[str, str], float] = {}
@@ -390,6 +382,7 @@ class MemorySearch:
 
     def close(self) -> None:
         self.reader.close()
+        self._mirror.drop()
 
 
 _engines: dict[str, MemorySearch] = {}

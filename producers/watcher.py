@@ -81,6 +81,7 @@ class AgentWatch:
     files: set[str] = field(default_factory=set)  # exact files: MEMORY.md, memory.md, extra files
     trees: list[str] = field(default_factory=list)  # memory/ and extra dirs: *.md anywhere below
     tops: list[str] = field(default_factory=list)  # directories watched non-recursively for the above
+    extra_keep: Callable[[str], str | None] | None = None  # F17: media files count under extraPaths
 
     @classmethod
     def from_settings(cls, ctx: Context, settings: AgentSettings) -> "AgentWatch":
@@ -88,12 +89,13 @@ class AgentWatch:
         w = cls(ctx, settings.memory_search["sync"]["watchDebounceMs"] / 1000.0)
         w.files = {_norm(ws / name) for name in ROOT_FILES}
         w.trees = [_norm(ws / MEMORY_DIR)]
+        w.extra_keep = _media_filter(settings)
         for extra in resolve_extra_paths(settings):
             if extra.is_symlink():
                 continue
             if extra.is_dir():
                 w.trees.append(_norm(extra))
-            elif extra.suffix == ".md" or not extra.exists():
+            elif extra.suffix == ".md" or not extra.exists() or (w.extra_keep and w.extra_keep(extra.name)):
                 # A missing path may become a file or a directory: accept both.
                 w.files.add(_norm(extra))
                 if not extra.exists():
@@ -106,16 +108,24 @@ class AgentWatch:
             return False
         if path in self.files:
             return True
-        for t in self.trees:
+        for i, t in enumerate(self.trees):
             if _under(path, t):
                 rel = path[len(t):].strip(os.sep)
                 if rel and any(is_ignored_dir(part) for part in rel.split(os.sep)[:-1 if not is_dir else None]):
                     return False
-                return is_dir or path.endswith(".md")
+                if is_dir or path.endswith(".md"):
+                    return True
+                # trees[0] is memory/: media count only under extraPaths (F17).
+                return i > 0 and self.extra_keep is not None and self.extra_keep(os.path.basename(path)) is not None
         return False
 
-    def tree_of(self, path: str) -> str | None:
-        return next((t for t in self.trees if _under(path, t)), None)
+
+def _media_filter(settings: AgentSettings) -> Callable[[str], str | None] | None:
+    try:
+        from pipeline.multimodal import extra_kind_for
+    except ImportError:
+        return None
+    return extra_kind_for(settings)
 
 
 class _Handler(FileSystemEventHandler):
@@ -212,8 +222,8 @@ class Watcher:
         self._capped.add(idx)
         if not self._cap_warned:
             self._cap_warned = True
-            log.warning("watcher: watching the maximum of %d directories; %s and below are not watched "
-                        "(agent %s). Changes there are picked up by a sync every %.0f s; raise "
+            log.warning("watcher: watching the maximum of %d directories; some directories under %s are "
+                        "not watched (agent %s). Changes there are picked up by a sync every %.0f s; raise "
                         "MEMINDEX_WATCH_MAX_DIRS / --max-watch-dirs, or narrow extraPaths.",
                         self.max_dirs, where, self.agents[idx].ctx.agent_id, CAPPED_RESYNC_S)
 

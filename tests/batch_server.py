@@ -23,8 +23,10 @@ the same text, so batch-built and sync-built stores compare equal.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import struct
 import re
 import threading
 import time
@@ -217,7 +219,8 @@ class BatchServer(ProviderServer):
             lines = [{"id": f"batch_req_{i}", "custom_id": cid, "error": None, "response": {
                 "status_code": 200, "request_id": f"req_{i}",
                 "body": {"object": "list", "model": b.model, "usage": {"prompt_tokens": len(t), "total_tokens": len(t)},
-                         "data": [{"object": "embedding", "index": 0, "embedding": self._vector(b, t, extra)}]}}}
+                         "data": [{"object": "embedding", "index": 0, "embedding": _encode(self._vector(b, t, extra),
+                                                                                       extra)}]}}}
                 for i, (cid, t, extra) in enumerate(ok)]
             b.output_file = self._store_file(lines)
         if bad:
@@ -243,6 +246,13 @@ class BatchServer(ProviderServer):
         fid = self._new_id("file-out")
         self.files[fid] = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
         return fid
+
+
+def _encode(vec: list[float], extra: dict) -> Any:
+    """The vector as the request asked for it: floats, or base64 little-endian float32."""
+    if extra.get("encoding_format") == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+    return vec
 
 
 def _parse_multipart(body: bytes, content_type: str) -> dict[str, tuple[str | None, bytes]]:
@@ -380,7 +390,8 @@ class _BatchHandler(_Handler):
                     invalid = f"line {n}: method/url/model invalid"
             if not isinstance(obj.get("custom_id"), str) or not isinstance(text, str):
                 invalid = f"line {n}: custom_id and body.input are required"
-            reqs.append((obj.get("custom_id"), text, {}))
+            reqs.append((obj.get("custom_id"), text, {k: v for k, v in (obj.get("body") or {}).items()
+                                                       if k == "encoding_format"}))
         if len({r[0] for r in reqs}) != len(reqs):
             invalid = "custom_id values must be unique"
         if flavor == "voyage" and not model:

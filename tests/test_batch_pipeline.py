@@ -282,3 +282,29 @@ def test_backfill_batch_flag_needs_batch_enabled(agent, server, capsys):
     base = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
     assert main([*base, "backfill", "--batch"]) == 2
     assert "remote.batch.enabled" in capsys.readouterr().err
+
+
+def test_switching_batch_off_still_collects_the_submitted_job(agent, server):
+    from producers.trigger import request_sync
+    from workers.batch_state import open_state
+
+    notes(agent, 3)
+    server.plan("openai", Plan(hold=True))
+    agent.memory_config(cfg(server, concurrency=1))
+    request_sync(agent.ctx, reason="test")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(j["phase"] == "polling" for j in jobs(agent)):
+        time.sleep(0.02)
+    notes(agent, 2, start=20)
+    request_sync(agent.ctx, reason="test")  # these wait for the one slot
+    st = open_state(agent.settings().store_path)
+    while time.monotonic() < deadline and st.queued()[0] < 2:
+        time.sleep(0.02)
+    st.close()
+    agent.memory_config(cfg(server, enabled=False, concurrency=1))
+    server.release()
+    assert embedded.wait_idle(timeout=30)
+    assert len(server.created("openai")) == 1  # the submitted job was collected, not abandoned
+    assert sorted(sync_texts(server, "openai")) == sorted(
+        f"# Day {i}\nThe Omada router VLAN {i} serves IoT device {i}." for i in (20, 21))
+    assert all_embedded(agent) and len(vectors(agent)) == 5

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -122,14 +123,14 @@ def test_worker_killed_mid_poll_is_resumed_not_resubmitted(tmp_path, redis_serve
 
 
 def test_in_flight_limit_holds_across_four_workers(tmp_path, redis_server, server):
-    server.set_default("openai", Plan(run_s=0.8))
+    server.set_default("openai", Plan(run_s=2.0))
     agents = [_agent(tmp_path / f"agent{i}", server, 3, concurrency=2) for i in range(4)]
     writer = start_workers(redis_server.url, queues=("write",), threads=1)
     workers = [start_workers(redis_server.url, threads=2, extra_env=FAST) for _ in range(4)]
     try:
-        for a in agents:
-            out = _cli(a, redis_server, "backfill")
-            assert out.returncode == 0, out.stderr
+        with ThreadPoolExecutor(4) as pool:  # four backfills at once, contending for two slots
+            for out in pool.map(lambda a: _cli(a, redis_server, "backfill"), agents):
+                assert out.returncode == 0, out.stderr
         _wait(lambda: all(_searchable(a, 3) for a in agents), 50, "every agent to be indexed")
     finally:
         for p in (*workers, writer):

@@ -58,6 +58,18 @@ def test_relevance_rules(agent):
     assert w.relevant(str(extra), False)
     assert not w.relevant(str(agent.root / "other.md"), False)
     assert w.relevant(j(ws, "team", "t.md"), False)
+    assert not w.relevant(j(ws, "team", "photo.png"), False)
+
+
+def test_media_under_extra_paths_count_only_with_multimodal(agent):
+    ws, j = str(agent.workspace), os.path.join
+    (agent.workspace / "media").mkdir()
+    agent.memory_config({"extraPaths": ["media"], "provider": "gemini", "model": "gemini-embedding-2-preview",
+                         "fallback": "none", "multimodal": {"enabled": True, "modalities": ["image"]}})
+    w = AgentWatch.from_settings(agent.ctx, agent.settings())
+    assert w.relevant(j(ws, "media", "photo.png"), False)
+    assert not w.relevant(j(ws, "media", "voice.mp3"), False)  # audio not enabled
+    assert not w.relevant(j(ws, "memory", "photo.png"), False)  # never in memory/
 
 
 def test_walk_skips_ignored_dirs_and_symlinks_and_honours_the_cap(agent, caplog):

@@ -40,7 +40,14 @@ from pipeline.agents import settings_for
 from pipeline.config import AgentSettings, Context
 from pipeline.embedder import FallbackSwitched, chunk_embedder_for
 from pipeline.embeddings.base import ProviderError
-from pipeline.embeddings.batch_base import BatchClient, BatchRequest, BatchResults, batch_client_for, custom_ids
+from pipeline.embeddings.batch_base import (
+    SUPPORTED,
+    BatchClient,
+    BatchRequest,
+    BatchResults,
+    batch_client_for,
+    custom_ids,
+)
 from pipeline.embeddings.validate import l2_normalize
 from pipeline.vectors import to_b64
 
@@ -101,11 +108,19 @@ _clients: dict[tuple[str, str], tuple[Any, BatchClient]] = {}
 _clients_lock = threading.Lock()
 
 
-def _target(settings: AgentSettings) -> tuple[DeferringEmbedder, BatchClient] | None:
-    """The agent's deferring embedder and batch client, or None when batch cannot serve it now."""
+def _target(settings: AgentSettings, *, new_work: bool = True) -> tuple[DeferringEmbedder, BatchClient] | None:
+    """The agent's deferring embedder and batch client, or None when batch cannot serve it.
+
+    ``new_work=False`` (polling a submitted job) does not require ``remote.batch.enabled``:
+    a job submitted before batching was switched off is still collected.
+    """
     from .batch_route import batch_embedder_for
 
-    embedder = batch_embedder_for(settings, chunk_embedder_for(settings))
+    inner = chunk_embedder_for(settings)
+    embedder = batch_embedder_for(settings, inner) if new_work else None
+    if not new_work and inner is not None:
+        p = inner.service.active_provider
+        embedder = DeferringEmbedder(inner) if p is not None and p.id in SUPPORTED else None
     if embedder is None:
         return None
     provider = embedder.inner.service.active_provider
@@ -130,8 +145,8 @@ def send_to_batch(ctx: dict[str, Any], settings: AgentSettings, generation: int,
         with _state(settings) as st:
             added = st.add_items(generation, embedder.identity.provider_key, entries)
         registry.add(_registry_key(settings), ctx)
-        log.info("%s: %d file(s), %d chunk(s) queued for a batch job (%d already queued)", settings.agent_id,
-                 added, sum(len(m) for _, m in entries), len(entries) - added)
+        log.info("%s: %d file(s) with %d uncached chunk(s) handed to batch embedding (%d of them already waiting)",
+                 settings.agent_id, len(entries), sum(len(m) for _, m in entries), len(entries) - added)
         batch_submit.send(ctx)
     return ready
 
@@ -190,8 +205,9 @@ def _fallback_queued(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchS
     st.create_job(key=key, agent=settings.agent_id, provider="-", model="-", provider_key="-", phase=bs.COLLECTED,
                   state="cancelled", outcome="unavailable", error=why, lease_token=token,
                   lease_until=time.time() + FINISH_LEASE_S)
-    items = st.claim(key, st.conn.execute("SELECT provider_key FROM items WHERE job IS NULL LIMIT 1").fetchone()[0],
-                     10**9)
+    for pk in st.queued_provider_keys():
+        st.claim(key, pk, 10**9)
+    items = st.items_for(key)
     st.update(key, files=len(items))
     log.warning("%s: %s; embedding %d queued file(s) synchronously", settings.agent_id, why, len(items))
     batch_finish.send(ctx, key, token)
@@ -256,7 +272,7 @@ def batch_poll(ctx: dict[str, Any], job_key: str, token: str) -> None:
         if not st.update(job_key, token, lease_until=time.time() + t.lease_s):
             return
         slots.renew(job.provider, job_key, t.slot_ttl_s)
-        target = _target(settings)
+        target = _target(settings, new_work=False)
         if target is None or target[0].identity.provider_key != job.provider_key:
             return _give_up(ctx, st, job, token, "the agent's provider/model changed while the batch ran", None)
         _poll_once(ctx, settings, st, t, job, token, target[1])

@@ -50,6 +50,10 @@ class DeferringEmbedder:
             vectors = [v if v is not None else got.get(h) for v, h in zip(vectors, hashes)]
         return vectors, set(cached)
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything beyond chunk texts (e.g. media) keeps the synchronous path.
+        return getattr(self.inner, name)
+
     def missing_in(self, record: dict[str, Any]) -> list[str]:
         """Hashes of a prepared record's chunks that wait for a batch."""
         return sorted({c["hash"] for c in record.get("chunks") or []

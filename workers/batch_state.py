@@ -132,9 +132,10 @@ class BatchStateStore:
         self.path = Path(path)
         self.conn = db.connect(self.path, readonly=readonly)
         if not readonly:
-            for stmt in DDL.split(";"):
-                if stmt.strip():
-                    self.conn.execute(stmt)
+            with self._tx():  # one transaction: a reader never sees half the tables
+                for stmt in DDL.split(";"):
+                    if stmt.strip():
+                        self.conn.execute(stmt)
 
     def close(self) -> None:
         self.conn.close()
@@ -168,6 +169,9 @@ class BatchStateStore:
             "SELECT count(*), coalesce(sum(json_array_length(missing)), 0), min(created_at), max(created_at) "
             "FROM items WHERE job IS NULL").fetchone()
         return int(n), int(hashes), oldest, newest
+
+    def queued_provider_keys(self) -> list[str]:
+        return [k for (k,) in self.conn.execute("SELECT DISTINCT provider_key FROM items WHERE job IS NULL")]
 
     def drop_queued_except(self, provider_key: str) -> int:
         """Forget queued items embedded for another provider/model (the config changed)."""
@@ -328,7 +332,11 @@ def open_state(store_path: Path, *, readonly: bool = False) -> BatchStateStore |
     path = state_path(store_path)
     if readonly and not path.exists():
         return None
-    return BatchStateStore(path, readonly=readonly)
+    st = BatchStateStore(path, readonly=readonly)
+    if readonly and st.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs'").fetchone() is None:
+        st.close()  # created this instant, tables not committed yet
+        return None
+    return st
 
 
 def iter_summaries(store: BatchStateStore, limit: int = 20) -> Iterator[dict[str, Any]]:

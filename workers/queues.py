@@ -52,7 +52,7 @@ def dead_letters(limit: int = 100) -> list[dict[str, Any]]:
         return [_describe(m) for m in broker.dead_letters[:limit]]
     out = []
     for q in QUEUES:
-        ids = broker.client.zrange(f"{broker.namespace}:{q}.XQ", 0, limit)
+        ids = broker.client.zrange(f"{broker.namespace}:{q}.XQ", 0, limit - 1)  # ZRANGE's stop is inclusive
         if not ids:
             continue
         raw = broker.client.hmget(f"{broker.namespace}:{q}.XQ.msgs", ids)

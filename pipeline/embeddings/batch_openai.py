@@ -99,8 +99,10 @@ class OpenAIBatchClient(BatchClient):
         self._client = provider._client.with_options(max_retries=SDK_RETRIES)  # type: ignore[attr-defined]
 
     def request_file(self, requests: Iterable[BatchRequest]) -> bytes:
+        # base64 (little-endian float32) makes the output file ~3x smaller than JSON floats.
         return to_jsonl({"custom_id": r.custom_id, "method": "POST", "url": "/v1/embeddings",
-                         "body": {"model": self.model, "input": r.text}} for r in requests)
+                         "body": {"model": self.model, "input": r.text, "encoding_format": "base64"}}
+                        for r in requests)
 
     def _call(self, what: str, fn: Any, *args: Any, **kw: Any) -> Any:
         try:

@@ -1,0 +1,81 @@
+"""The batch bookkeeping file and the in-flight slots, without any provider."""
+
+from __future__ import annotations
+
+import time
+
+from workers.batch_coord import _LocalSlots
+from workers.batch_state import DONE, POLLING, BatchStateStore, new_token, state_path
+
+
+def rec(path, h="h1", chunks=("a", "b")):
+    return {"source": "memory", "path": path, "hash": h,
+            "chunks": [{"hash": c, "text": c.upper(), "embedding": None} for c in chunks]}
+
+
+def test_state_file_sits_beside_the_store(tmp_path):
+    assert state_path(tmp_path / "memory" / "main.sqlite") == tmp_path / "memory" / "main.batches.sqlite"
+
+
+def test_items_are_deduplicated_and_claimed_in_order_up_to_a_cap(tmp_path):
+    st = BatchStateStore(tmp_path / "s.sqlite")
+    assert st.add_items(1, "pk", [(rec("a.md"), ["a", "b"]), (rec("b.md"), ["b", "c"])]) == 2
+    assert st.add_items(1, "pk", [(rec("a.md"), ["a", "b"])]) == 0  # a re-planned sync queues nothing twice
+    assert st.add_items(1, "pk", [(rec("a.md", h="h2"), ["a"])]) == 1  # new content is new work
+    n, hashes, oldest, newest = st.queued()
+    assert (n, hashes) == (3, 5) and oldest <= newest
+    items = st.claim("job1", "pk", max_hashes=3)  # a+b, then b+c -> {a,b,c}; the next would still fit
+    assert [i.record["path"] for i in items] == ["a.md", "b.md", "a.md"]
+    assert st.queued()[0] == 0
+    st.requeue("job1")
+    assert [i.record["path"] for i in st.claim("job2", "pk", max_hashes=2)] == ["a.md"]  # at least one item
+    assert st.claim("job3", "other-provider", 10) == []
+    assert st.drop_queued_except("other-provider") == 2
+
+
+def test_take_over_needs_an_expired_lease_and_has_one_winner(tmp_path):
+    st = BatchStateStore(tmp_path / "s.sqlite")
+    tok = new_token()
+    st.create_job(key="j", agent="main", provider="openai", model="m", provider_key="pk", phase=POLLING,
+                  state="running", lease_token=tok, lease_until=time.time() + 60)
+    now = time.time()
+    assert not st.take_over("j", tok, "thief", now + 60, now)  # still leased
+    assert st.orphans(now) == []
+    st.update("j", tok, lease_until=now - 1)
+    assert [j.key for j in st.orphans(now)] == ["j"]
+    other = BatchStateStore(tmp_path / "s.sqlite")  # another worker process
+    assert st.take_over("j", tok, "new1", now + 60, now)
+    assert not other.take_over("j", tok, "new2", now + 60, now)
+    assert not st.update("j", tok, phase=DONE)  # the old owner's messages can no longer act
+    assert st.update("j", "new1", phase=DONE) and st.job("j").phase == DONE
+
+
+def test_named_lease_is_exclusive_until_it_expires(tmp_path):
+    st = BatchStateStore(tmp_path / "s.sqlite")
+    now = time.time()
+    assert st.lease("submitter", "a", now + 10, now)
+    assert not st.lease("submitter", "b", now + 10, now)
+    assert st.lease("submitter", "a", now + 20, now)  # renewal
+    assert st.lease("submitter", "b", now + 30, now + 21)  # expired: taken over
+    st.unlease("submitter", "a")  # not the holder: no effect
+    assert st.lease_alive("submitter", now + 22)
+
+
+def test_results_round_trip_as_float32(tmp_path):
+    st = BatchStateStore(tmp_path / "s.sqlite")
+    st.put_results("j", {"h1": [0.5, -0.25], "h2": [1.0, 0.0]})
+    assert st.results("j", ["h1", "h3"]) == {"h1": [0.5, -0.25]}
+    st.drop_results("j")
+    assert st.results("j", ["h1"]) == {}
+
+
+def test_local_slots_limit_renew_release_and_expire():
+    s = _LocalSlots()
+    assert s.acquire("openai", "j1", 2, 60) and s.acquire("openai", "j2", 2, 60)
+    assert not s.acquire("openai", "j3", 2, 60)
+    assert s.acquire("openai", "j1", 2, 60)  # a holder re-acquiring keeps its slot
+    assert s.acquire("gemini", "j3", 2, 60)  # per provider
+    s.release("openai", "j1")
+    assert s.acquire("openai", "j3", 2, 60)
+    s.renew("openai", "j2", -1)  # expired (a dead job's slot)
+    assert s.acquire("openai", "j4", 2, 60) and s.count("openai") == 2

@@ -1,0 +1,610 @@
+"""Hybrid search end to end (issue 6; F6, F10-F13, F16): both vector paths,
+degraded modes, the seeds' decay and MMR examples, citations, result fields,
+scope, multilingual keywords, exact tokens, and searching under a writer."""
+
+from __future__ import annotations
+
+import calendar
+import copy
+import datetime as dt
+import threading
+import time
+import unicodedata
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+import pipeline.search as search_mod
+from pipeline import db
+from pipeline.config import AgentSettings
+from pipeline.embeddings.local import llama_available
+from pipeline.fts_budget import FtsBudget
+from pipeline.ranking import (
+    Candidate,
+    _scan_tokens,
+    merge_hybrid,
+    mmr_rerank,
+    mmr_tokens,
+    rank_pipeline,
+    relative_text_score,
+    sort_candidates,
+    keyword_fill,
+)
+from pipeline.search import MemorySearch, QueryEmbedder, memory_search
+from tests.conftest import GGUF
+
+HASH = {"provider": "hash"}
+LOCAL = {"provider": "local", "local": {"modelPath": str(GGUF), "maxInputTokens": 256}}
+needs_gguf = pytest.mark.skipif(
+    not llama_available() or not GGUF.is_file(), reason="llama-cpp-python or the shared GGUF is missing"
+)
+FEB_10 = float(calendar.timegm(dt.date(2026, 2, 10).timetuple()))
+
+NOTES = {
+    "MEMORY.md": "# Memory\nHome router: Omada ER605.\nVLAN 10 is for IoT devices.\nBackups run nightly at 02:00.\n",
+    "memory/network.md": "# Network\nAdGuard DNS on 192.168.10.2.\nThe NAS lives on VLAN 20.\nWi-Fi 6 access points in every room.\n",
+    "memory/2026-02-01.md": "# 2026-02-01\nMara fixed the flaky deploy by pinning the proxy.\nWe rotated the webhook secret.\n",
+    "memory/2026-02-02.md": "# 2026-02-02\nPlanned the trip to Lisbon in May.\nBooked the hotel near the river.\n",
+    "memory/2026-02-03.md": "# 2026-02-03\nRod started a new team; standup moved to 14:15.\nZeb joins on Fridays.\n",
+    "memory/2026-02-04.md": "# 2026-02-04\nBought a new espresso grinder.\nDialed in 18 g in, 36 g out.\n",
+    "memory/2026-02-05.md": "# 2026-02-05\nThe backup job failed with disk full on the NAS.\nPruned old snapshots.\n",
+    "memory/projects/alpha.md": "# Alpha\nProject Alpha ships the memory search in March.\nOwner: Mara.\n",
+}
+QUERIES = ["router VLAN IoT", "who fixed the deploy", "backup failed NAS", "Lisbon hotel", "espresso",
+           "standup time for Rod", "project alpha owner", "DNS server address"]
+
+
+def with_ms(settings: AgentSettings, **changes: Any) -> AgentSettings:
+    """A copy of ``settings`` with memorySearch keys replaced (dotted paths), without touching the config file."""
+    ms = copy.deepcopy(settings.memory_search)
+    for dotted, value in changes.items():
+        node = ms
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return replace(settings, memory_search=ms)
+
+
+def run(settings: AgentSettings, query: str, clock: float | None = None, **kw: Any) -> dict[str, Any]:
+    eng = MemorySearch(settings, **({"clock": lambda: clock} if clock is not None else {}))
+    try:
+        return eng.search(query, **kw).as_dict()
+    finally:
+        eng.close()
+
+
+def ranked(res: dict[str, Any]) -> list[tuple[str, int, int, float]]:
+    return [(r["path"], r["startLine"], r["endLine"], round(r["score"], 5)) for r in res["results"]]
+
+
+def live_gen(settings: AgentSettings) -> int:
+    eng = MemorySearch(settings)
+    try:
+        return eng.reader.state().live_generation
+    finally:
+        eng.close()
+
+
+@pytest.fixture
+def hybrid_agent(agent):
+    agent.memory_config(HASH)
+    for rel, text in NOTES.items():
+        agent.write(rel, text)
+    agent.index()
+    return agent
+
+
+# ------------------------------------------------------- vector paths (F6)
+
+
+def test_sqlite_vec_and_in_process_fallback_rank_alike(hybrid_agent):
+    base = hybrid_agent.settings()
+    vec0 = with_ms(base, **{"store.vector.enabled": True})
+    fallback = with_ms(base, **{"store.vector.enabled": False})
+    e1, e2 = MemorySearch(vec0), MemorySearch(fallback)
+    try:
+        for q in QUERIES:
+            r1, r2 = e1.search(q, min_score=0.0).as_dict(), e2.search(q, min_score=0.0).as_dict()
+            assert r1["results"], q
+            assert ranked(r1) == ranked(r2), q
+            assert [x.get("vectorScore") for x in r1["results"]] == pytest.approx(
+                [x.get("vectorScore") for x in r2["results"]], abs=1e-5)
+        assert e1.reader.vector_error is None  # really went through vec0
+        assert e2.reader.vector_error == "disabled by config"
+    finally:
+        e1.close()
+        e2.close()
+    # vector arm alone (text weight 0) agrees too
+    for q in QUERIES:
+        a = run(with_ms(vec0, **{"query.hybrid.textWeight": 0.0}), q, min_score=0.0, max_results=8)
+        b = run(with_ms(fallback, **{"query.hybrid.textWeight": 0.0}), q, min_score=0.0, max_results=8)
+        assert ranked(a) == ranked(b) and all("textScore" not in r for r in a["results"])
+
+
+def test_in_memory_mirror_with_sqlite_vec_matches_vec0_and_stays_fresh(hybrid_agent, monkeypatch):
+    """Large generations are searched in an in-memory copy; force it on for a small store."""
+    settings = with_ms(hybrid_agent.settings(), **{"query.hybrid.textWeight": 0.0})  # the vector arm alone
+    before = {q: ranked(run(settings, q, min_score=0.0, max_results=8)) for q in QUERIES}  # plain vec0
+    monkeypatch.setattr(search_mod, "MIRROR_MIN_ROWS", 1)
+    eng = MemorySearch(settings)
+    try:
+        gen = eng.reader.state().live_generation
+        deadline = time.monotonic() + 20
+        while eng._mirror.fresh(gen, 384) is None and time.monotonic() < deadline:
+            eng.search("warm up")  # vec0 answers while the mirror loads in the background
+            time.sleep(0.02)
+        assert eng._mirror.fresh(gen, 384) is not None
+        for q in QUERIES:
+            assert ranked(eng.search(q, min_score=0.0, max_results=8).as_dict()) == before[q], q
+        # a write makes the mirror stale: the very next search must see the new note
+        hybrid_agent.write("memory/2026-02-06.md", "# 2026-02-06\nzanzibar kumquat festival tickets\n")
+        hybrid_agent.index()
+        assert eng.search("zanzibar kumquat festival", min_score=0.0).results[0].path == "memory/2026-02-06.md"
+        deadline = time.monotonic() + 20
+        while eng._mirror.fresh(gen, 384) is None and time.monotonic() < deadline:
+            eng.search("warm up")
+            time.sleep(0.02)
+        assert eng._mirror.fresh(gen, 384) is not None  # reloaded (incrementally) in the background
+        assert eng.search("zanzibar kumquat festival", min_score=0.0).results[0].path == "memory/2026-02-06.md"
+    finally:
+        eng.close()
+
+
+def test_in_process_fallback_sees_writes(hybrid_agent):
+    settings = with_ms(hybrid_agent.settings(), **{"store.vector.enabled": False, "query.hybrid.textWeight": 0.0})
+    eng = MemorySearch(settings)
+    try:
+        assert eng.search("router VLAN IoT", min_score=0.0).results
+        hybrid_agent.write("memory/2026-02-07.md", "# 2026-02-07\nquokka marmalade recipe from Perth\n")
+        hybrid_agent.index()
+        top = eng.search("quokka marmalade recipe", min_score=0.0).results[0]
+        assert top.path == "memory/2026-02-07.md" and top.vectorScore is not None
+        hybrid_agent.write("memory/2026-02-07.md", "# 2026-02-07\nnothing left here\n")
+        hybrid_agent.index()
+        res = eng.search("quokka marmalade recipe", min_score=0.0, max_results=20).results
+        assert res and all("quokka" not in r.snippet for r in res)  # the old vector is gone
+    finally:
+        eng.close()
+
+
+# ------------------------------------------------------ degraded modes (F10)
+
+
+def test_bm25_only_when_the_index_has_no_vectors(agent):
+    for rel, text in NOTES.items():
+        agent.write(rel, text)
+    agent.index()  # no provider configured and no keys: a keyword-only index
+    res = agent.search("backup failed NAS")
+    assert res["mode"] == "fts-only" and res["provider"] == "none" and res["model"] == "fts-only"
+    top = res["results"][0]
+    assert top["path"] == "memory/2026-02-05.md"
+    assert all("vectorScore" not in r and r["score"] == pytest.approx(r["textScore"]) for r in res["results"])
+    assert top["textScore"] == pytest.approx(1.0)  # the best keyword hit of the query
+
+
+class ZeroVector(QueryEmbedder):
+    provider, model = "hash", "hash-v1"
+
+    def embed_query(self, text: str, fp: Any = None) -> list[float]:  # type: ignore[override]
+        return [0.0] * 384
+
+
+def test_bm25_only_when_the_query_vector_is_zero(hybrid_agent):
+    eng = MemorySearch(hybrid_agent.settings(), query_embedder=ZeroVector())
+    try:
+        res = eng.search("backup failed NAS").as_dict()
+    finally:
+        eng.close()
+    assert res["results"] and res["results"][0]["path"] == "memory/2026-02-05.md"
+    assert all("vectorScore" not in r and r["score"] == pytest.approx(r["textScore"]) for r in res["results"])
+
+
+def drop_fts(settings: AgentSettings) -> None:
+    """Make the FTS table unavailable the hard way: a real DROP on the store file."""
+    gen = live_gen(settings)
+    conn = db.connect(settings.store_path)
+    try:
+        conn.execute(f"DROP TABLE fts_g{gen}")
+    finally:
+        conn.close()
+
+
+def test_vector_only_when_fts_is_unavailable(hybrid_agent, caplog):
+    settings = hybrid_agent.settings()
+    drop_fts(settings)
+    with caplog.at_level("WARNING", logger="memindex.search"):
+        res = run(settings, "backup failed NAS", min_score=0.0)
+    assert res["mode"] == "hybrid" and res["provider"] == "hash"
+    assert res["results"], "vector search must still answer"
+    assert res["results"][0]["path"] == "memory/2026-02-05.md"
+    for r in res["results"]:
+        assert "textScore" not in r
+        assert r["score"] == pytest.approx(r["vectorScore"])  # full scale, not 0.7x
+    assert not [r for r in caplog.records if "keyword search failed" in r.message]
+
+
+def test_weights_one_zero_switch_an_arm_off(hybrid_agent):
+    s = hybrid_agent.settings()
+    vec_only = run(with_ms(s, **{"query.hybrid.vectorWeight": 1.0, "query.hybrid.textWeight": 0.0}),
+                   "backup failed NAS", min_score=0.0, max_results=8)
+    kw_only = run(with_ms(s, **{"query.hybrid.vectorWeight": 0.0, "query.hybrid.textWeight": 1.0}),
+                  "backup failed NAS", min_score=0.0, max_results=8)
+    assert vec_only["results"] and all("textScore" not in r for r in vec_only["results"])
+    assert kw_only["results"] and all("vectorScore" not in r for r in kw_only["results"])
+    assert all(r["score"] == pytest.approx(r["textScore"]) for r in kw_only["results"])
+    assert all(r["score"] > 0 for r in kw_only["results"])  # no score-0 padding from the switched-off arm
+
+
+# ------------------------------------------------- seeds: decay and MMR (F11, F12)
+
+
+def _ws(agent, files: dict[str, str], ms: dict[str, Any]) -> None:
+    agent.memory_config(ms)
+    for rel, text in files.items():
+        agent.write(rel, text)
+    agent.index()
+
+
+ROD = {  # the seed's standup example (English text of the seed)
+    "memory/2025-09-15.md": "Rod works Mon-Fri, standup at 10am, pairing at 2pm\n",
+    "memory/2026-02-10.md": "Rod has standup at 14:15, 1:1 with Zeb at 14:45\n",
+    "memory/2026-02-03.md": "Rod started new team, standup moved to 14:15\n",
+}
+OMADA = {  # the seed's router example
+    "memory/2026-02-10.md": "Configured Omada router, set VLAN 10 for IoT devices\n",
+    "memory/2026-02-08.md": "Configured Omada router, moved IoT to VLAN 10\n",
+    "memory/2026-02-05.md": "Set up AdGuard DNS on 192.168.10.2\n",
+    "memory/network.md": "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT\n",
+}
+
+
+@needs_gguf
+def test_rod_schedule_seed_decay_through_config(agent):
+    _ws(agent, ROD, LOCAL)
+    q = "What is Rod's work schedule?"
+    plain = run(agent.settings(), q, clock=FEB_10, min_score=0.0)
+    assert plain["results"][0]["path"] == "memory/2025-09-15.md"  # best match, but old
+    agent.memory_config({**LOCAL, "query": {"hybrid": {"temporalDecay": {"enabled": True}}}})
+    decayed = run(agent.settings(), q, clock=FEB_10, min_score=0.0)
+    assert [r["path"] for r in decayed["results"]] == [
+        "memory/2026-02-10.md", "memory/2026-02-03.md", "memory/2025-09-15.md"]
+    raw = {r["path"]: r["score"] for r in plain["results"]}
+    got = {r["path"]: r["score"] for r in decayed["results"]}
+    assert got["memory/2026-02-10.md"] == pytest.approx(raw["memory/2026-02-10.md"], abs=1e-5)  # today: 100%
+    assert got["memory/2026-02-03.md"] / raw["memory/2026-02-03.md"] == pytest.approx(0.851, abs=0.002)  # 7 d
+    assert got["memory/2025-09-15.md"] / raw["memory/2025-09-15.md"] == pytest.approx(0.0326, abs=0.001)  # 148 d
+    # with the default minScore the 148-day-old note is gone
+    assert "memory/2025-09-15.md" not in [r["path"] for r in run(agent.settings(), q, clock=FEB_10)["results"]]
+
+
+@needs_gguf
+def test_omada_seed_mmr_through_config(agent):
+    _ws(agent, OMADA, LOCAL)
+    q = "home network setup"  # the seed's "pengaturan jaringan rumah"
+    plain = run(agent.settings(), q, min_score=0.0, max_results=3)
+    assert {r["path"] for r in plain["results"]} == {
+        "memory/2026-02-10.md", "memory/2026-02-08.md", "memory/network.md"}
+    agent.memory_config({**LOCAL, "query": {"hybrid": {"mmr": {"enabled": True}}}})
+    diverse = run(agent.settings(), q, min_score=0.0, max_results=3)
+    paths = [r["path"] for r in diverse["results"]]
+    # the near-duplicate 2026-02-08 gives way to the AdGuard note, as in the seed
+    assert set(paths) == {"memory/2026-02-10.md", "memory/network.md", "memory/2026-02-05.md"}
+    scores = [r["score"] for r in diverse["results"]]
+    assert scores == sorted(scores, reverse=True)  # shown best first, scores untouched by MMR
+    before = {r["path"]: r["score"] for r in run(agent.settings(), q, min_score=0.0, max_results=4)["results"]}
+    assert all(before[r["path"]] == pytest.approx(r["score"]) for r in diverse["results"])
+
+
+def test_decay_keeps_evergreen_files(hybrid_agent):
+    s = with_ms(hybrid_agent.settings(), **{"query.hybrid.temporalDecay.enabled": True})
+    far_future = FEB_10 + 3650 * 86400.0
+    res = run(s, "router VLAN IoT", clock=far_future, min_score=0.0, max_results=8)
+    by_path = {r["path"]: r for r in res["results"]}
+    plain = {r["path"]: r for r in run(hybrid_agent.settings(), "router VLAN IoT", min_score=0.0,
+                                        max_results=8)["results"]}
+    assert by_path["MEMORY.md"]["score"] == pytest.approx(plain["MEMORY.md"]["score"])  # never decays
+    assert res["results"][0]["path"] in ("MEMORY.md", "memory/network.md", "memory/projects/alpha.md")
+    dated = [r for r in res["results"] if r["path"].startswith("memory/2026-")]
+    assert all(r["score"] < 0.01 for r in dated)
+
+
+# ----------------------------------------------------- results and citations (F13)
+
+
+def test_result_fields(hybrid_agent):
+    hybrid_agent.write("memory/long.md", "# Long\n" + "\n".join(
+        f"line {i}: the zeppelin hangar inventory lists crate {i} of dried apricots" for i in range(40)) + "\n")
+    hybrid_agent.index()
+    res = hybrid_agent.search("zeppelin hangar apricots")
+    assert res["provider"] == "hash" and res["model"] == "hash-v1" and res["fallback"] is False
+    assert res["mode"] == "hybrid"
+    assert res["results"]
+    for r in res["results"]:
+        assert {"path", "startLine", "endLine", "score", "snippet", "source"} <= set(r)
+        assert isinstance(r["startLine"], int) and 1 <= r["startLine"] <= r["endLine"]
+        assert 0.0 <= r["score"] <= 1.0 and r["source"] == "memory"
+        body = r["snippet"].split("\n\nSource: ")[0]
+        assert len(body) <= 700
+    top = res["results"][0]
+    assert top["path"] == "memory/long.md" and len(top["snippet"].split("\n\nSource: ")[0]) == 700
+    assert top["score"] >= 0.35  # passed the default minScore
+
+
+def _citation_ok(r: dict[str, Any]) -> bool:
+    return r["snippet"].endswith(f"\n\nSource: {r['path']}#L{r['startLine']}-L{r['endLine']}")
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25-only", "vector-only"])
+def test_citations_footer_in_every_mode(agent, mode):
+    agent.memory_config({} if mode == "bm25-only" else HASH)
+    for rel, text in NOTES.items():
+        agent.write(rel, text)
+    agent.index()
+    if mode == "vector-only":
+        drop_fts(agent.settings())
+    for citations in ("on", "auto", "off"):
+        agent.memory_config({} if mode == "bm25-only" else HASH, memory={"citations": citations})
+        res = agent.search("backup failed NAS", session_key="agent:main:direct:alice", min_score=0.0)
+        assert res["results"] and res["citations"] == citations
+        for r in res["results"]:
+            assert r["endLine"] > r["startLine"]  # multi-line chunks: #L<start>-L<end>
+            if citations == "off":
+                assert "Source:" not in r["snippet"] and "citation" not in r
+                assert r["path"] and r["startLine"]  # the path stays in the result
+            else:
+                assert _citation_ok(r), r["snippet"]
+                assert r["citation"] == f"{r['path']}#L{r['startLine']}-L{r['endLine']}"
+
+
+# ------------------------------------------------------------------ scope (F16)
+
+
+def _scoped(agent, scope: dict[str, Any]) -> None:
+    agent.memory_config(HASH, memory={"scope": scope})
+
+
+@pytest.mark.parametrize(
+    ("scope", "key", "allowed"),
+    [
+        # keyPrefix matches the normalised key: lowercase, "agent:<id>:" removed
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
+         "agent:main:discord:group:team-7", True),
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
+         "Agent:Main:Discord:Group:TEAM-7", True),
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
+         "agent:main:discord:group:other", False),
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
+         "agent:main:slack:discord:group:team", False),
+        # rawKeyPrefix matches the raw (lowercased) key, agent id included
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"rawKeyPrefix": "agent:main:slack:"}}]},
+         "agent:main:slack:channel:general", True),
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"rawKeyPrefix": "agent:main:slack:"}}]},
+         "agent:work:slack:channel:general", False),
+        # legacy: a keyPrefix starting with "agent:" is treated as raw
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "agent:main:telegram:"}}]},
+         "agent:main:telegram:group:-100", True),
+        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "agent:main:telegram:"}}]},
+         "agent:ops:telegram:group:-100", False),
+        # first matching rule wins; default applies otherwise
+        ({"default": "allow", "rules": [{"action": "deny", "match": {"chatType": "channel"}}]},
+         "agent:main:discord:channel:42", False),
+        ({"default": "allow", "rules": [{"action": "deny", "match": {"chatType": "channel"}}]},
+         "agent:main:discord:group:42", True),
+        (None, "agent:main:direct:bob", True),  # no scope configured: direct chats only
+        (None, "agent:main:discord:group:42", False),
+    ],
+)
+def test_scope_matrix_through_search(hybrid_agent, caplog, scope, key, allowed):
+    if scope is not None:
+        _scoped(hybrid_agent, scope)
+    with caplog.at_level("WARNING", logger="memindex.scope"):
+        res = hybrid_agent.search("router VLAN IoT", session_key=key)
+    denials = [r for r in caplog.records if "denied by scope" in r.message]
+    if allowed:
+        assert res["results"] and not denials
+    else:
+        assert res["results"] == [] and "warning" in res
+        assert len(denials) == 1
+        msg = denials[0].getMessage()
+        assert "chatType=" in msg and "channel=" in msg
+
+
+def test_scope_denial_names_channel_and_chat_type(hybrid_agent, caplog):
+    _scoped(hybrid_agent, {"default": "deny", "rules": []})
+    with caplog.at_level("WARNING", logger="memindex.scope"):
+        assert hybrid_agent.search("router", session_key="agent:main:discord:group:42")["results"] == []
+    (rec,) = [r for r in caplog.records if "denied by scope" in r.message]
+    assert "channel=discord" in rec.getMessage() and "chatType=group" in rec.getMessage()
+
+
+# ---------------------------------------------------------- multilingual keywords
+
+
+MULTI = {
+    "memory/vi.md": "# Ghi chú\nĐã cấu hình router Omada, đặt VLAN 10 cho thiết bị IoT\nHọp đứng lúc 14:15\n",
+    "memory/th.md": "# บันทึก\nตั้งค่าเราเตอร์ Omada และ VLAN 10 สำหรับอุปกรณ์ IoT\nประชุมทีมทุกวันจันทร์\n",
+    "memory/ja.md": "# メモ\n東京オフィスのルーター設定を変更した。\n会議は毎週月曜日。\n",
+    "memory/en.md": "# Notes\nBought groceries and fixed the bike chain.\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "path", "needle"),
+    [
+        ("cấu hình router", "memory/vi.md", "cấu hình"),
+        ("cau hinh router", "memory/vi.md", "cấu hình"),  # no diacritics
+        ("thiết bị", "memory/vi.md", "thiết bị"),
+        ("thiet bi", "memory/vi.md", "thiết bị"),
+        ("dat VLAN", "memory/vi.md", "đặt VLAN"),  # đ typed as d
+        ("họp đứng", "memory/vi.md", "Họp đứng"),
+        ("เราเตอร์", "memory/th.md", "เราเตอร์"),  # Thai: no spaces between words
+        ("อุปกรณ์", "memory/th.md", "อุปกรณ์"),
+        ("ประชุมทีม", "memory/th.md", "ประชุมทีม"),
+        ("ルーター設定", "memory/ja.md", "ルーター設定"),
+        ("東京", "memory/ja.md", "東京"),
+        ("会議", "memory/ja.md", "会議"),
+    ],
+)
+@pytest.mark.parametrize("ms", [{}, HASH], ids=["keyword-index", "hybrid"])
+def test_multilingual_keyword_hits_through_memory_search(agent, query, path, needle, ms):
+    agent.memory_config(ms)
+    for rel, text in MULTI.items():
+        agent.write(rel, text)
+    agent.index()
+    res = memory_search(agent.settings(), query)
+    assert res["results"], query
+    top = res["results"][0]
+    assert top["path"] == path and top["textScore"] > 0
+    assert unicodedata.normalize("NFC", needle) in unicodedata.normalize("NFC", top["snippet"])
+
+
+# ----------------------------------------------------------------- exact tokens
+
+
+EXACT = {
+    "memory/2026-02-01.md": "# Deploy\nRotated the webhook secret and restarted the gateway. The error ERR_CONN_4521 "
+                            "stopped after Mara pinned the proxy version.\nAlso cleaned up the cron jobs and the "
+                            "backup rotation.\n",
+    "memory/2026-02-02.md": "ERR_CONN_4520: connection refused by the upstream proxy\n",
+    "memory/2026-02-03.md": "ERR_CONN_4522: connection reset while streaming\n",
+    "memory/2026-02-04.md": "ERR_CONN_4519 timeout when the VPN drops\n",
+    "memory/network.md": "Connection errors ERR_CONN_45xx come from the proxy layer.\n",
+}
+
+
+@pytest.mark.parametrize("ms", [HASH, pytest.param(LOCAL, marks=needs_gguf)], ids=["hash", "gguf"])
+def test_exact_token_ranks_first_when_embeddings_miss_it(agent, ms):
+    _ws(agent, EXACT, ms)
+    target = "memory/2026-02-01.md"
+    vec_only = run(with_ms(agent.settings(), **{"query.hybrid.textWeight": 0.0}), "ERR_CONN_4521", min_score=0.0)
+    assert vec_only["results"][0]["path"] != target  # the embeddings prefer the look-alike IDs
+    res = agent.search("ERR_CONN_4521")  # default minScore 0.35, default weights
+    assert res["results"][0]["path"] == target
+    assert res["results"][0]["score"] >= 0.35
+
+
+# ------------------------------------------------ search under a long write transaction
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["sqlite-vec", "in-process"])
+def test_search_answers_while_a_writer_holds_a_long_transaction(hybrid_agent, vector):
+    settings = with_ms(hybrid_agent.settings(), **{"store.vector.enabled": vector})
+    eng = MemorySearch(settings)
+    held = threading.Event()
+    release = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            conn = db.connect(settings.store_path)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO meta(key, value) VALUES ('test_lock', '1') "
+                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            held.set()
+            release.wait(2.0)
+            conn.execute("ROLLBACK")
+            conn.close()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            held.set()
+
+    try:
+        eng.search("router VLAN IoT")  # warm (opens the reader)
+        t = threading.Thread(target=writer)
+        t.start()
+        assert held.wait(10)
+        slow, n = [], 0
+        t_end = time.monotonic() + 1.8
+        while time.monotonic() < t_end:
+            q = QUERIES[n % len(QUERIES)]
+            t0 = time.perf_counter()
+            res = eng.search(q, min_score=0.0)
+            dt_ = time.perf_counter() - t0
+            n += 1
+            assert res.results, q  # answered from the last committed state
+            if dt_ >= 0.2:
+                slow.append((q, dt_))
+        release.set()
+        t.join(10)
+        assert not errors
+        assert n >= 5 and slow == []
+    finally:
+        release.set()
+        eng.close()
+
+
+# ------------------------------------------------------------- FTS work budget
+
+
+def test_fts_budget_drops_only_the_most_common_phrases(agent):
+    for i in range(30):
+        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\ncommon words here and there {i}\n"
+                                           + ("rare kumquat\n" if i == 7 else ""))
+    agent.index()
+    settings = agent.settings()
+    gen = live_gen(settings)
+    conn = db.connect(settings.store_path, readonly=True)
+    try:
+        match = '"common" OR "kumquat"'
+        assert FtsBudget().trim(conn, gen, match) == match  # small store: untouched
+        assert FtsBudget(budget=10).trim(conn, gen, match) == '"kumquat"'
+        assert FtsBudget(budget=10).trim(conn, gen, '"common"') == '"common"'  # never empties the query
+        assert FtsBudget(budget=10).trim(conn, gen, '"common" OR "words"') in ('"common"', '"words"')
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------- ranking helpers
+
+
+def test_relative_text_score() -> None:
+    assert relative_text_score(-8.0, -8.0) == 1.0
+    assert relative_text_score(-2.0, -8.0) == pytest.approx(0.25)
+    assert relative_text_score(0.0, -8.0) == 0.0
+    assert relative_text_score(-1.0, 0.0) == 0.0
+    assert relative_text_score(float("nan"), -1.0) == 0.0
+
+
+def test_unseen_vector_bound_lifts_keyword_only_hits() -> None:
+    vec = [Candidate("a", "a.md", "memory", 1, 1, "", vector_score=0.6),
+           Candidate("b", "b.md", "memory", 1, 1, "", vector_score=0.5)]
+    txt = [Candidate("k", "k.md", "memory", 1, 1, "", text_score=1.0),
+           Candidate("a", "a.md", "memory", 1, 1, "", text_score=0.5)]
+    plain = {c.chunk_id: c.score for c in merge_hybrid(vec, txt, 0.7, 0.3)}
+    bound = {c.chunk_id: c.score for c in merge_hybrid(vec, txt, 0.7, 0.3, unseen_vector_bound=0.5)}
+    assert plain["k"] == pytest.approx(0.6)  # rescue: ts * best vector score
+    assert bound["k"] == pytest.approx(0.7 * 0.5 + 0.3 * 1.0)  # 0.65: the formula at the best possible cosine
+    assert bound["a"] == plain["a"] == pytest.approx(0.7 * 0.6 + 0.3 * 0.5)
+    assert merge_hybrid(vec, txt, 1.0, 0.0, unseen_vector_bound=0.5)[-1].score == 0.0  # keywords off
+
+
+WORDS = ["router", "vlan", "iot", "dns", "adguard", "omada", "10", "192.168.10.2", "café", "backup", "nas"]
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.lists(st.sampled_from(WORDS), max_size=6)),
+             min_size=0, max_size=14),
+    st.floats(0, 1), st.integers(0, 8), st.floats(0, 0.8),
+)
+def test_mmr_early_stop_gives_the_same_results(rows, lam, k, min_score) -> None:
+    vec = [Candidate(f"c{i}", f"m/{i}.md", "memory", 1, 1, " ".join(w), vector_score=v)
+           for i, (v, _t, w) in enumerate(rows)]
+    txt = [Candidate(f"c{i}", f"m/{i}.md", "memory", 1, 1, " ".join(w), text_score=t)
+           for i, (_v, t, w) in enumerate(rows) if t > 0.5]
+    got = rank_pipeline(vec, txt, mmr=True, mmr_lambda=lam, min_score=min_score, max_results=k)
+    # reference: the full MMR order, then the pipeline's filtering
+    cands = sort_candidates(merge_hybrid(vec, txt, 0.7, 0.3))
+    full = mmr_rerank(cands, lam)
+    kept = sort_candidates([c for c in full if c.score >= min_score][:k])
+    assert got == kept + keyword_fill(full, kept, min_score, k - len(kept))
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab Z_1 2.3:4,-é\u0301\u0903क\u093f१³ñ\n\t'İ")), max_size=40))
+def test_mmr_fast_tokeniser_matches_the_reference_scan(text) -> None:
+    norm = unicodedata.normalize("NFC", text).lower()
+    assert mmr_tokens(text) == _scan_tokens(norm)
