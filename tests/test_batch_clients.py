@@ -60,14 +60,21 @@ def expected(flavor, text, dims):
 
 @pytest.mark.parametrize("flavor", ["openai", "gemini", "voyage"])
 def test_lifecycle_success_with_partial_error_file(server, flavor):
-    server.plan(flavor, Plan(fail_texts=("broken",)))
+    # Held in progress until we have seen it running: no race with a slow first poll.
+    server.plan(flavor, Plan(fail_texts=("broken",), hold=True))
     p = provider(server, flavor)
     client = batch_client_for(p)
     reqs = requests(["alpha note", "beta broken note", "gamma note"])
     sub = client.submit(reqs, label="t1")
     assert server.count_events(flavor, "upload") == 1 and server.count_events(flavor, "create") == 1
+    first = client.status(sub.batch_id).state
+    assert first in (BatchState.PENDING, BatchState.RUNNING)
+    deadline = time.monotonic() + 10
+    while client.status(sub.batch_id).state is not BatchState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.status(sub.batch_id).state is BatchState.RUNNING
+    server.release(sub.batch_id)
     st, seen = wait_terminal(client, sub.batch_id)
-    assert seen[0] in (BatchState.PENDING, BatchState.RUNNING) and BatchState.RUNNING in seen
     assert st.state is BatchState.COMPLETED and st.output_file
     res = client.results(st)
     ok = {r.custom_id: r.text for r in reqs if "broken" not in r.text}
