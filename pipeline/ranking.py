@@ -439,24 +439,44 @@ def mmr_rerank(
     ordered = sort_candidates(cands)
     if len(ordered) <= 1 or lam >= 1.0:
         return ordered
-    rel = _relevance([c.score for c in ordered])
-    toks = [mmr_tokens(c.text) for c in ordered]
-    # max similarity of each remaining item to anything picked so far
-    max_sim = [0.0] * len(ordered)
-    remaining = list(range(len(ordered)))
+    rel = _relevance([c.score for c in ordered])  # non-increasing, like ``ordered``
+    n = len(ordered)
+    toks: list[frozenset[str] | None] = [None] * n  # tokenised on first use
+    max_sim = [0.0] * n  # max similarity of each item to the picks it has been compared with
+    compared = [0] * n  # how many of ``picked`` that is
+    remaining = list(range(n))
     picked: list[int] = []
     shown = 0
+
+    def tokens(i: int) -> frozenset[str]:
+        t = toks[i]
+        if t is None:
+            t = toks[i] = mmr_tokens(ordered[i].text)
+        return t
+
     while remaining:
         if stop_after is not None and shown >= stop_after:
             picked.extend(remaining)  # still in score order
             break
-        # ``ordered`` is sorted by score, so the first max is the tie winner.
-        best = max(remaining, key=lambda i: (lam * rel[i] - (1 - lam) * max_sim[i], -i))
+        # Lazy argmax: an item's MMR value is at most lam*rel, and rel only falls along
+        # ``remaining``, so once lam*rel <= the best value so far nothing later can win
+        # (ties go to the earlier, higher-scored item). Only the items looked at are
+        # tokenised and compared - the same picks as the eager loop, a fraction of the work.
+        best, best_val = -1, -math.inf
+        for i in remaining:
+            if lam * rel[i] <= best_val:
+                break
+            if compared[i] < len(picked):
+                ti = tokens(i)
+                for p in picked[compared[i]:]:
+                    max_sim[i] = max(max_sim[i], jaccard(ti, tokens(p)))
+                compared[i] = len(picked)
+            val = lam * rel[i] - (1 - lam) * max_sim[i]
+            if val > best_val:
+                best, best_val = i, val
         picked.append(best)
         remaining.remove(best)
         shown += ordered[best].score >= min_score
-        for i in remaining:
-            max_sim[i] = max(max_sim[i], jaccard(toks[i], toks[best]))
     return [ordered[i] for i in picked]
 
 

@@ -581,6 +581,28 @@ def test_unseen_vector_bound_lifts_keyword_only_hits() -> None:
     assert merge_hybrid(vec, txt, 1.0, 0.0, unseen_vector_bound=0.5)[-1].score == 0.0  # keywords off
 
 
+def naive_mmr(cands: list[Candidate], lam: float) -> list[Candidate]:
+    """The textbook eager loop (the seed's formula), as a reference for the lazy one."""
+    ordered = sort_candidates(cands)
+    if len(ordered) <= 1 or lam >= 1.0:
+        return ordered
+    top = max(max(c.score, 0.0) for c in ordered)
+    same = all(c.score == ordered[0].score for c in ordered)
+    rel = [1.0 if top <= 0 or same else max(c.score, 0.0) / top for c in ordered]
+    toks = [mmr_tokens(c.text) for c in ordered]
+    sim = [0.0] * len(ordered)
+    remaining, picked = list(range(len(ordered))), []
+    while remaining:
+        best = max(remaining, key=lambda i: (lam * rel[i] - (1 - lam) * sim[i], -i))
+        picked.append(best)
+        remaining.remove(best)
+        for i in remaining:
+            a, b = toks[i], toks[best]
+            j = 1.0 if not a and not b else (len(a & b) / len(a | b) if a and b else 0.0)
+            sim[i] = max(sim[i], j)
+    return [ordered[i] for i in picked]
+
+
 WORDS = ["router", "vlan", "iot", "dns", "adguard", "omada", "10", "192.168.10.2", "café", "backup", "nas"]
 
 
@@ -596,9 +618,10 @@ def test_mmr_early_stop_gives_the_same_results(rows, lam, k, min_score) -> None:
     txt = [Candidate(f"c{i}", f"m/{i}.md", "memory", 1, 1, " ".join(w), text_score=t)
            for i, (_v, t, w) in enumerate(rows) if t > 0.5]
     got = rank_pipeline(vec, txt, mmr=True, mmr_lambda=lam, min_score=min_score, max_results=k)
-    # reference: the full MMR order, then the pipeline's filtering
+    # reference: the eager, full MMR order, then the pipeline's filtering
     cands = sort_candidates(merge_hybrid(vec, txt, 0.7, 0.3))
-    full = mmr_rerank(cands, lam)
+    full = naive_mmr(cands, lam)
+    assert mmr_rerank(cands, lam) == full
     kept = sort_candidates([c for c in full if c.score >= min_score][:k])
     assert got == kept + keyword_fill(full, kept, min_score, k - len(kept))
 
