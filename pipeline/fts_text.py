@@ -119,7 +119,6 @@ def _fold(text: str) -> str:
 _SPACELESS_RE = re.compile(
     "[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _HAN_RANGES + _SEA_RANGES) + "]"
 )
-_FAST_TOKEN_RE = re.compile(r"[^\W_]+")
 
 
 def has_spaceless_script(text: str) -> bool:
@@ -266,25 +265,3 @@ def build_match_query(query: str) -> str | None:
     return " OR ".join(parts) if parts else None
 
 
-def fast_tokens(text: str) -> list[str]:
-    """A quick approximation of :func:`keyword_tokens` for scoring (not for queries)."""
-    return _FAST_TOKEN_RE.findall(index_text(text).lower())
-
-
-def query_phrases(query: str) -> list[tuple[str, ...]]:
-    """The query's content terms as token tuples (stop words dropped unless that leaves none)."""
-    kept: list[tuple[str, ...]] = []
-    stops: list[tuple[str, ...]] = []
-    for term in (query or "")[:MAX_QUERY_CHARS].split():
-        tokens = tuple(fast_tokens(term))
-        if tokens:
-            (stops if _is_stop_term(list(tokens)) else kept).append(tokens)
-    return list(dict.fromkeys(kept or stops))[:MAX_TERMS]
-
-
-def coverage(phrases: list[tuple[str, ...]], text: str) -> float:
-    """Fraction of the query's terms that occur (as adjacent tokens) in ``text``."""
-    if not phrases:
-        return 0.0
-    hay = " " + " ".join(fast_tokens(text)) + " "
-    return sum(1 for p in phrases if f" {' '.join(p)} " in hay) / len(phrases)

@@ -91,22 +91,6 @@ def relative_text_score(rank: float, best_rank: float) -> float:
     return min(1.0, r / best)
 
 
-# A chunk containing every content term of the query scores at least this.
-COVERAGE_FLOOR = 0.6
-
-
-def keyword_text_score(rank: float, coverage: float) -> float:
-    """BM25 mapped to 0..1, floored by ``COVERAGE_FLOOR * coverage``.
-
-    FTS5's IDF collapses towards zero for a term found in half or more of the
-    documents, which in a small workspace is most terms: a perfect keyword
-    match would then score ~0 and fall under minScore. The share of the
-    query's content terms present in the chunk is a corpus-independent signal,
-    so it sets a floor; in large corpora BM25 usually dominates.
-    """
-    return max(bm25_to_text_score(rank), COVERAGE_FLOOR * _clamp01(coverage))
-
-
 def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, float]:
     """Clamp each weight to [0,1] and rescale to sum 1; (0,0) -> defaults."""
     vw, tw = _clamp01(vector_weight), _clamp01(text_weight)
