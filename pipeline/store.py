@@ -184,15 +184,23 @@ class StoreWriter:
 
     # -- planning ---------------------------------------------------------------
     def plan(self, gen: int, fingerprint: Mapping[str, Any], pending: Iterable[FileKey],
-             deletes: Iterable[FileKey]) -> str:
+             deletes: Iterable[FileKey], planned_at: int | None = None) -> str:
         """Record what a sync will write into ``gen``; returns 'live', 'building' or 'stale'.
 
         The first generation of an empty store is live at once (partial results
         beat none). A later generation is built beside the live one and promoted
-        when nothing is pending.
+        when nothing is pending. A plan older than the last one applied (a
+        message redelivered after a crash) is ignored: it would resurrect a
+        pending set that newer syncs already replaced.
         """
         with self._lock, self._tx():
             st = self.state()
+            if planned_at is not None:
+                last = st.extra.get("last_plan_ns")
+                if last is not None and int(last) > planned_at:
+                    log.info("ignoring a plan from %d ns: a newer one was applied", planned_at)
+                    return "stale"
+                self._set_meta("last_plan_ns", str(planned_at))
             if st.live_generation is None:
                 self._ensure_generation(gen)
                 self._set_meta(META_KEY, json.dumps({"generation": gen, "fingerprint": fingerprint}))

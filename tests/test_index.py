@@ -150,3 +150,23 @@ def test_changing_chunk_params_rebuilds_into_a_new_generation(agent):
     assert len(agent.store_rows()) > before
     # A restart with the same config does not rebuild.
     assert agent.index()["generation"] == 2
+
+
+def test_redelivered_old_plan_is_ignored(agent):
+    """A write_plan redelivered after a crash must not resurrect an old pending set."""
+    import time as _time
+
+    from pipeline.store import open_writer
+
+    agent.write("memory/a.md", "apple\n")
+    agent.index()
+    w = open_writer(agent.settings())
+    try:
+        fp = w.state().live_fingerprint
+        old = _time.time_ns()
+        assert w.plan(1, fp, [], [], planned_at=old + 10) == "live"
+        assert w.plan(1, fp, [("memory", "memory/a.md")], [], planned_at=old) == "stale"
+        pending = w.conn.execute("SELECT count(*) FROM pending_g1").fetchone()[0]
+        assert pending == 0
+    finally:
+        w.close()

@@ -81,7 +81,8 @@ def run_sync(ctx: Context, *, force: bool = False,
 def dispatch_plan(ctx: Context, plan: Any, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Send the writer the plan, then enqueue the work it announces."""
     pending = [(j.source, j.path) for j in plan.jobs]
-    write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes)
+    write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes,
+                    planned_at=time.time_ns())
     sent = 0
     for group in _groups(plan.jobs):
         index_files.send(ctx.as_dict(), plan.generation, [j.as_dict() for j in group])
@@ -218,11 +219,11 @@ def close_writers() -> None:
 
 @dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)
 def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
-               pending: list[list[str]], deletes: list[list[str]]) -> None:
+               pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None) -> None:
     settings, w = _writer(_ctx(ctx))
     # A delete is applied only if the file really is gone: a re-created file keeps its rows.
     real_deletes = [tuple(k) for k in deletes if not still_on_disk(settings, tuple(k))]
-    w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes)
+    w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at)
 
 
 @dramatiq.actor(queue_name="write", time_limit=10 * 60_000, **RETRY)
