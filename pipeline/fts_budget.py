@@ -21,7 +21,7 @@ from .schema import chunks_table, fts_table
 
 # Postings (summed document frequency) ranked per query: ~10 ms of bm25() on this CPU. A phrase
 # over it is in >10% of a 100k-chunk store: IDF <= ln 9 ~ 2.2, against ~7-9 for a rare word.
-FTS_RANK_BUDGET = 10_000
+FTS_RANK_BUDGET = 6_000
 _CACHE_MAX = 4096
 
 
@@ -47,7 +47,9 @@ class FtsBudget:
         keep, spent = [], 0
         for i in ranked:
             df = self._doc_freq(conn, gen, phrases[i])
-            if keep and spent + df > self.budget:
+            # A phrase in over half the chunks has FTS5 IDF <= 0 (clamped to 1e-6): it adds
+            # nothing to any bm25() score, only rows to rank. Over budget, it is dropped first.
+            if keep and (spent + df > self.budget or 2 * df > size):
                 break
             keep.append(i)
             spent += df

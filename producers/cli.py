@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         if "workers.embedded" in sys.modules:
-            sys.modules["workers.embedded"].stop()
+            sys.modules["workers.embedded"].stop(idle=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -48,7 +48,6 @@ from pipeline.embeddings.batch_base import (
     batch_client_for,
     custom_ids,
 )
-from pipeline.embeddings.validate import l2_normalize
 from pipeline.vectors import to_b64
 
 from . import batch_state as bs
@@ -338,6 +337,8 @@ def _collect(ctx: dict[str, Any], st: bs.BatchStateStore, t: Timing, job: bs.Job
     if dims is None and results.vectors:
         lengths = [len(v) for v in results.vectors.values()]
         dims = max(set(lengths), key=lengths.count)
+    from pipeline.embeddings.validate import l2_normalize  # numpy: only when a batch is collected
+
     good = {id_map[cid]: l2_normalize(vec) for cid, vec in results.vectors.items()
             if cid in id_map and _valid(vec, dims)}
     st.put_results(job.key, good)

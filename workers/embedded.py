@@ -15,6 +15,7 @@ import dramatiq
 
 from .broker import QUEUES, broker, is_embedded
 
+POLL_MS = 20
 _started: list[dramatiq.Worker] = []
 _lock = threading.Lock()
 
@@ -28,20 +29,32 @@ def start(worker_threads: int = 2) -> None:
             return
         from . import actors  # noqa: F401  (declare actors before consuming)
 
+        # A short worker_timeout keeps stop() (and so CLI exit) fast; idle threads
+        # block on a queue condition in between, so it costs no busy polling.
         work = dramatiq.Worker(broker, queues={q for q in QUEUES if q != "write"},
-                               worker_threads=worker_threads, worker_timeout=100)
-        writer = dramatiq.Worker(broker, queues={"write"}, worker_threads=1, worker_timeout=100)
+                               worker_threads=worker_threads, worker_timeout=POLL_MS)
+        writer = dramatiq.Worker(broker, queues={"write"}, worker_threads=1, worker_timeout=POLL_MS)
         for w in (work, writer):
             w.start()
             _started.append(w)
         atexit.register(stop)
 
 
-def stop() -> None:
+def stop(*, idle: bool = False) -> None:
+    """Stop the in-process workers and close the writer's stores.
+
+    ``idle=True`` (the queues are known to be drained, as at the end of a CLI
+    command) skips joining dramatiq's daemon threads one by one: nothing is in
+    flight, so they are just told to stop and die with the process.
+    """
     with _lock:
         was_running = bool(_started)
         for w in _started:
-            w.stop(timeout=5000)
+            if idle and outstanding() == 0:
+                for t in (*w.workers, *w.consumers.values()):
+                    t.stop()
+            else:
+                w.stop(timeout=5000)
         _started.clear()
     if was_running:
         from .actors import close_writers
