@@ -100,17 +100,6 @@ def run(label: str, srv, root: Path, batch: dict, sync_latency_s: float) -> dict
             "batch_tokens": tokens(batch_texts), "batch_texts": len(batch_texts), "sync_texts": len(sync_texts)}
 
 
-def vectors(agent) -> dict:
-    from pipeline.store import open_reader
-
-    r = open_reader(agent.settings())
-    try:
-        gen = r.state().live_generation
-        return dict(r.conn().execute(f"SELECT hash, embedding FROM chunks_g{gen}").fetchall())
-    finally:
-        r.close()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=10_000)
@@ -122,6 +111,7 @@ def main() -> None:
     os.environ.setdefault("MEMINDEX_RETRY_BASE_DELAY_S", "0.05")
 
     from tests.batch_server import BatchServer, Plan
+    from tests.conftest import live_vectors
     from workers import embedded
 
     tmp = Path(tempfile.mkdtemp(prefix="memindex-bench-batch-"))
@@ -135,7 +125,7 @@ def main() -> None:
         batch = run("batch API", srv, tmp / "batch", {"enabled": True, "pollIntervalMs": args.poll_ms},
                     args.sync_latency_ms / 1000)
     embedded.stop()
-    same = vectors(sync["agent"]) == vectors(batch["agent"])
+    same = live_vectors(sync["agent"]) == live_vectors(batch["agent"])
 
     print(f"\n{'mode':<12} {'HTTP requests':>14}  {'wall time':>9}  detail")
     print(f"{'synchronous':<12} {sync['requests']:>14,}  {sync['wall']:>8.1f}s  "

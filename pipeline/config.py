@@ -39,11 +39,13 @@ def _bool(key: str, v: Any) -> bool:
     raise ConfigError(key, f"expected true or false, got {v!r}")
 
 
-def _int(lo: int | None = None, hi: int | None = None) -> Check:
-    def check(key: str, v: Any) -> int:
+def _clamped(what: str, convert: Callable[[Any], Any], lo: Any, hi: Any) -> Check:
+    """A number (not a bool, not NaN) converted by ``convert`` and clamped to [lo, hi]."""
+
+    def check(key: str, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-            raise ConfigError(key, f"expected an integer, got {v!r}")
-        n = int(v)
+            raise ConfigError(key, f"expected {what}, got {v!r}")
+        n = convert(v)
         if lo is not None:
             n = max(lo, n)
         if hi is not None:
@@ -53,18 +55,12 @@ def _int(lo: int | None = None, hi: int | None = None) -> Check:
     return check
 
 
-def _num(lo: float | None = None, hi: float | None = None) -> Check:
-    def check(key: str, v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-            raise ConfigError(key, f"expected a number, got {v!r}")
-        x = float(v)
-        if lo is not None:
-            x = max(lo, x)
-        if hi is not None:
-            x = min(hi, x)
-        return x
+def _int(lo: int | None = None, hi: int | None = None) -> Check:
+    return _clamped("an integer", int, lo, hi)
 
-    return check
+
+def _num(lo: float | None = None, hi: float | None = None) -> Check:
+    return _clamped("a number", float, lo, hi)
 
 
 def _str(key: str, v: Any) -> str:

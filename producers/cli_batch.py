@@ -17,18 +17,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from pipeline.config import Context
+from producers.cli_agents import add_agent_opts, agent_contexts
 
 POLL_S = 0.2
-
-
-def _contexts(args: argparse.Namespace) -> list[Context]:
-    from pipeline.config import list_agent_ids, load_raw
-
-    base = Context(args.agent, args.config, args.state_dir, args.workspace)
-    if getattr(args, "all", False):
-        return [base.with_agent(a) for a in list_agent_ids(load_raw(base))]
-    return [base.with_agent(getattr(args, "sub_agent", None) or args.agent)]
 
 
 # --- memindex batches -----------------------------------------------------------------------
@@ -79,7 +70,7 @@ def format_report(r: dict[str, Any]) -> str:
 def cmd_batches(args: argparse.Namespace) -> int:
     from pipeline.agents import settings_for
 
-    reports = [batch_report(settings_for(ctx), args.limit) for ctx in _contexts(args)]
+    reports = [batch_report(settings_for(ctx), args.limit) for ctx in agent_contexts(args)]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
     else:
@@ -116,7 +107,7 @@ def cmd_backfill_batch(args: argparse.Namespace) -> int:
     from pipeline.agents import settings_for
     from producers import backfill
 
-    contexts = _contexts(args)
+    contexts = agent_contexts(args)
     settings = [settings_for(c) for c in contexts]
     problems = [p for p in (_batch_problem(s) for s in settings) if p]
     if problems:
@@ -188,15 +179,9 @@ def _wrap(original: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
     return run
 
 
-def _agent_opts(s: argparse.ArgumentParser) -> None:
-    g = s.add_mutually_exclusive_group()
-    g.add_argument("--agent", dest="sub_agent", metavar="ID", help="this agent (default: the global --agent)")
-    g.add_argument("--all", action="store_true", help="every configured agent")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("batches", help="batch embedding jobs: in flight, state and counts (F4)")
-    _agent_opts(s)
+    add_agent_opts(s)
     s.add_argument("--json", action="store_true")
     s.add_argument("--limit", type=int, default=20, help="jobs per agent, newest first")
     s.set_defaults(func=cmd_batches)
@@ -209,7 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         backfill.set_defaults(func=_wrap(backfill.get_default("func")))
         return
     s = sub.add_parser("batch-backfill", help="backfill through the provider's batch API (P2, F4)")
-    _agent_opts(s)
+    add_agent_opts(s)
     s.add_argument("--wait", action="store_true", help="wait even when remote.batch.wait is false")
     s.add_argument("--force", action="store_true", help="rebuild everything")
     s.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds")

@@ -19,17 +19,9 @@ import time
 from typing import Any
 
 from pipeline.config import Context
+from producers.cli_agents import add_agent_opts, agent_contexts
 
 log = logging.getLogger("memindex.ops")
-
-
-def _contexts(args: argparse.Namespace) -> list[Context]:
-    from pipeline.config import list_agent_ids, load_raw
-
-    base = Context(args.agent, args.config, args.state_dir, args.workspace)
-    if getattr(args, "all", False):
-        return [base.with_agent(a) for a in list_agent_ids(load_raw(base))]
-    return [base.with_agent(getattr(args, "sub_agent", None) or args.agent)]
 
 
 def _progress(desc: str, enabled: bool):
@@ -73,7 +65,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from workers import embedded
     from workers.broker import broker_url, is_embedded, redact
 
-    contexts = _contexts(args)
+    contexts = agent_contexts(args)
     embedded.start()  # no-op on Redis: the Procfile / compose run the workers
     where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
     pairs, loops = [], []
@@ -136,7 +128,7 @@ def _side_loops(ctx: Context, settings: Any) -> list:
 def cmd_backfill(args: argparse.Namespace) -> int:
     from producers import backfill
 
-    contexts = _contexts(args)
+    contexts = agent_contexts(args)
     bar_on = _tty() and not args.quiet
     wait = args.wait or backfill.must_wait()
     if wait and not args.wait and not args.quiet:
@@ -293,13 +285,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 # --- registration ---------------------------------------------------------------------------
 
 def register(sub: argparse._SubParsersAction) -> None:
-    def agent_opts(s: argparse.ArgumentParser) -> None:
-        g = s.add_mutually_exclusive_group()
-        g.add_argument("--agent", dest="sub_agent", metavar="ID", help="this agent (default: the global --agent)")
-        g.add_argument("--all", action="store_true", help="every configured agent")
-
     s = sub.add_parser("watch", help="keep the index fresh: watcher + interval sync (+ in-process workers)")
-    agent_opts(s)
+    add_agent_opts(s)
     s.add_argument("--no-initial-sync", action="store_true", help="do not sync once at start")
     s.add_argument("--max-watch-dirs", type=int, default=None,
                    help="cap on watched directories (default $MEMINDEX_WATCH_MAX_DIRS or 512)")
@@ -309,7 +296,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_with_default_cap(cmd_watch))
 
     s = sub.add_parser("backfill", help="enqueue a whole workspace in bulk (P2)")
-    agent_opts(s)
+    add_agent_opts(s)
     s.add_argument("--wait", action="store_true", help="wait until everything is indexed, with progress")
     s.add_argument("--force", action="store_true", help="rebuild everything")
     s.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")

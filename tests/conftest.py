@@ -163,3 +163,70 @@ def start_workers(broker_url: str, *, queues: tuple[str, ...] = ("sync", "embed"
          "--queues", *queues],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
+
+
+# --- a fake provider API server per test file ------------------------------------------------
+# A test file picks the server class, ``server = module_server(ProviderServer)`` (or BatchServer),
+# and clears it around each test with ``fresh_server``, or with ``fresh_services`` for tests that
+# embed through the pipeline.
+
+def module_server(server_cls: type):
+    """A module-scoped ``server`` fixture: one ``server_cls`` instance for the whole test file."""
+
+    @pytest.fixture(scope="module", name="server")
+    def _server():
+        with server_cls() as srv:
+            yield srv
+
+    return _server
+
+
+@pytest.fixture
+def fresh_server(server):
+    """The test file's ``server`` with its logs, plans and counters cleared."""
+    server.reset()
+    return server
+
+
+@pytest.fixture
+def fresh_services(fresh_server, monkeypatch):
+    """A cleared server, no cached embedding services before or after, and fast provider retries."""
+    from pipeline.embedder import reset_services
+
+    reset_services()
+    monkeypatch.setenv("MEMINDEX_RETRY_BASE_DELAY_S", "0.01")
+    monkeypatch.setenv("MEMINDEX_RETRY_ATTEMPTS", "2")
+    yield
+    reset_services()
+
+
+def live_vectors(agent: Agent) -> dict:
+    """chunk hash -> stored embedding blob (None = not embedded) of the agent's live generation."""
+    from pipeline.store import open_reader
+
+    r = open_reader(agent.settings())
+    try:
+        gen = r.state().live_generation
+        return dict(r.conn().execute(f"SELECT hash, embedding FROM chunks_g{gen}").fetchall())
+    finally:
+        r.close()
+
+
+def errors_in_threads(fn, n: int = 4) -> list[BaseException]:
+    """Run ``fn`` in ``n`` threads at once; returns the exceptions they raised."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

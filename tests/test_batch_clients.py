@@ -14,20 +14,14 @@ from pipeline.embeddings.gemini import GeminiProvider
 from pipeline.embeddings.openai_provider import OpenAIProvider
 from pipeline.embeddings.voyage import VoyageProvider
 from tests.batch_server import BatchServer, Plan
+from tests.conftest import module_server
 from tests.provider_server import fake_vector
 
 KEYS = {"openai": "sk-batch-secret-1", "gemini": "g-batch-secret-1", "voyage": "pa-batch-secret-1"}
 
 
-@pytest.fixture(scope="module")
-def server():
-    with BatchServer() as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def _fresh(server):
-    server.reset()
+server = module_server(BatchServer)
+pytestmark = pytest.mark.usefixtures("fresh_server")
 
 
 def provider(server, flavor):

@@ -8,29 +8,20 @@ import time
 
 import pytest
 
-from pipeline.embedder import reset_services
 from tests.batch_server import BatchServer, Plan
-from tests.conftest import Agent
+from tests.conftest import Agent, live_vectors, module_server
 from workers import embedded
 
 KEYS = {"openai": "sk-test-batch-1", "gemini": "g-test-batch-1", "voyage": "pa-test-batch-1"}
 
 
-@pytest.fixture(scope="module")
-def server():
-    with BatchServer() as srv:
-        yield srv
+server = module_server(BatchServer)
 
 
 @pytest.fixture(autouse=True)
-def _fresh(server, monkeypatch):
-    server.reset()
-    reset_services()
-    monkeypatch.setenv("MEMINDEX_RETRY_BASE_DELAY_S", "0.01")
-    monkeypatch.setenv("MEMINDEX_RETRY_ATTEMPTS", "2")
+def _fresh(fresh_services):
     yield
-    embedded.wait_idle(timeout=30)
-    reset_services()
+    embedded.wait_idle(timeout=30)  # before fresh_services drops the embedding services
 
 
 def cfg(server, flavor="openai", enabled=True, **batch):
@@ -45,18 +36,6 @@ def notes(agent, n=6, start=0):
 
 def chunk_texts(agent):
     return {r[5] for r in agent.store_rows()}
-
-
-def vectors(agent):
-    """chunk hash -> stored embedding blob (None = not embedded) of the live generation."""
-    from pipeline.store import open_reader
-
-    r = open_reader(agent.settings())
-    try:
-        gen = r.state().live_generation
-        return dict(r.conn().execute(f"SELECT hash, embedding FROM chunks_g{gen}").fetchall())
-    finally:
-        r.close()
 
 
 def sync_texts(server, flavor):
@@ -84,7 +63,7 @@ def jobs(agent):
 
 
 def all_embedded(agent):
-    vecs = vectors(agent)
+    vecs = live_vectors(agent)
     return bool(vecs) and all(v is not None for v in vecs.values())
 
 
@@ -107,7 +86,7 @@ def test_backfill_through_batch_equals_a_synchronous_index(tmp_path, server):
     sync.memory_config(cfg(server, enabled=False))
     sync.index()
     assert sync.store_rows() == batch.store_rows()
-    assert vectors(sync) == vectors(batch)  # byte-identical vectors
+    assert live_vectors(sync) == live_vectors(batch)  # byte-identical vectors
     res = batch.search("Omada router VLAN 3")
     assert res["mode"] == "hybrid" and res["results"][0]["path"] == "memory/2026-01-04.md"
 
@@ -307,4 +286,4 @@ def test_switching_batch_off_still_collects_the_submitted_job(agent, server):
     assert len(server.created("openai")) == 1  # the submitted job was collected, not abandoned
     assert sorted(sync_texts(server, "openai")) == sorted(
         f"# Day {i}\nThe Omada router VLAN {i} serves IoT device {i}." for i in (20, 21))
-    assert all_embedded(agent) and len(vectors(agent)) == 5
+    assert all_embedded(agent) and len(live_vectors(agent)) == 5

@@ -13,22 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.batch_server import BatchServer, Plan
-from tests.conftest import Agent, run_cli, start_workers
+from tests.conftest import Agent, module_server, run_cli, start_workers
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("fresh_server")]
 
 FAST = {"MEMINDEX_BATCH_LEASE_S": "2", "MEMINDEX_BATCH_JANITOR_S": "0.3"}
 
 
-@pytest.fixture(scope="module")
-def server():
-    with BatchServer() as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def _fresh(server):
-    server.reset()
+server = module_server(BatchServer)
 
 
 def _stop(proc, sig=signal.SIGTERM):

@@ -3,31 +3,18 @@ wire-protocol server, the embedding cache, fallback, rebuilds and bad vectors.""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from pipeline.embedder import reset_services
-from tests.conftest import GGUF
+from tests.conftest import GGUF, errors_in_threads, module_server
 from tests.provider_server import ProviderServer
 from workers import embedded
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ProviderServer() as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def _fresh(server, monkeypatch):
-    server.reset()
-    reset_services()
-    monkeypatch.setenv("MEMINDEX_RETRY_BASE_DELAY_S", "0.01")
-    monkeypatch.setenv("MEMINDEX_RETRY_ATTEMPTS", "2")
-    yield
-    reset_services()
+server = module_server(ProviderServer)
+pytestmark = pytest.mark.usefixtures("fresh_services")
 
 
 def openai_cfg(server, **extra):
@@ -200,20 +187,12 @@ def test_search_answers_from_many_threads_with_vectors(agent):
     from pipeline.search import MemorySearch
 
     eng = MemorySearch(agent.settings())
-    errors = []
 
-    def run():
-        try:
-            for _ in range(20):
-                assert eng.search("router VLAN").results
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+    def searches():
+        for _ in range(20):
+            assert eng.search("router VLAN").results
 
-    ts = [threading.Thread(target=run) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    errors = errors_in_threads(searches)
     eng.close()
     assert errors == []
 

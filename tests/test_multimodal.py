@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import ConfigError, resolve_agent
-from pipeline.embedder import reset_services
 from pipeline.embeddings.gemini import GeminiProvider
 from pipeline.indexer import FileJob, collect_files
 from pipeline.memory_get import MemoryGetError, memory_get
 from pipeline.multimodal import MEDIA_TYPES, content_problem, media_hash, prepare_media
 from pipeline.status import index_status
+from tests.conftest import module_server
 from tests.provider_server import ProviderServer
 
 MODEL = "gemini-embedding-2-preview"
@@ -46,20 +46,8 @@ def media(ext: str, tag: str = "", size: int = 64) -> bytes:
     return head + b"\x00" * max(0, size - len(head))
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ProviderServer() as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def _fresh(server, monkeypatch):
-    server.reset()
-    reset_services()
-    monkeypatch.setenv("MEMINDEX_RETRY_BASE_DELAY_S", "0.01")
-    monkeypatch.setenv("MEMINDEX_RETRY_ATTEMPTS", "2")
-    yield
-    reset_services()
+server = module_server(ProviderServer)
+pytestmark = pytest.mark.usefixtures("fresh_services")
 
 
 def mm_cfg(server, *, dims: int | None = 768, extra=("extras",), **multimodal) -> dict:

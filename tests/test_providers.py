@@ -40,6 +40,7 @@ from pipeline.embeddings.local import llama_available
 from pipeline.embeddings.openai_provider import OpenAIProvider
 from pipeline.embeddings.validate import validate_vectors
 
+from conftest import module_server
 from provider_server import ProviderServer, fake_vector
 
 GGUF = Path("/work/shared/models/all-MiniLM-L6-v2.F16.gguf")
@@ -51,16 +52,8 @@ needs_llama = pytest.mark.skipif(
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ProviderServer() as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def _fresh(server):
-    server.reset()
-    yield
+server = module_server(ProviderServer)
+pytestmark = pytest.mark.usefixtures("fresh_server")
 
 
 class Sleeps(list):

@@ -160,22 +160,22 @@ def test_collection_setup_commands_and_env(ws):
     assert ["collection", "add", str(ws.root / "outside"), "--name", "runbooks-main", "--mask", "run*.md"] in new
 
 
-def test_path_owned_by_another_name_is_taken_over(ws):
+def _update_over_memory_collection(ws, name: str) -> dict:
+    """A boot update after qmd already holds the memory dir as collection ``name``."""
     configure(ws)
-    runner = QmdRunner(ws.settings())
-    runner.run(["collection", "add", str(ws.workspace / "memory"), "--name", "old-memory", "--mask", "**/*.md"],
-               timeout_ms=10_000)
-    report = QmdManager(ws.settings()).update("boot", force=True)
+    QmdRunner(ws.settings()).run(
+        ["collection", "add", str(ws.workspace / "memory"), "--name", name, "--mask", "**/*.md"], timeout_ms=10_000)
+    return QmdManager(ws.settings()).update("boot", force=True)
+
+
+def test_path_owned_by_another_name_is_taken_over(ws):
+    report = _update_over_memory_collection(ws, "old-memory")
     assert "memory-dir-main" in report["collections"]["added"]
     assert ["collection", "remove", "old-memory"] in argvs(ws)
 
 
 def test_legacy_unscoped_collections_are_removed(ws):
-    configure(ws)
-    runner = QmdRunner(ws.settings())
-    runner.run(["collection", "add", str(ws.workspace / "memory"), "--name", "memory-dir", "--mask", "**/*.md"],
-               timeout_ms=10_000)
-    report = QmdManager(ws.settings()).update("boot", force=True)
+    report = _update_over_memory_collection(ws, "memory-dir")
     assert report["collections"]["removedLegacy"] == ["memory-dir"]
 
 

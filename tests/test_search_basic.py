@@ -1,11 +1,10 @@
 """memory_search behaviour that needs no embeddings: hostile input, citations, scope, threads."""
 
-import threading
-
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pipeline.search import MemorySearch
+from tests.conftest import errors_in_threads
 
 HOSTILE = [
     '"', '""', '"unbalanced', "*", "foo*", "NEAR(a b)", "NEAR(", "a AND", "AND", "OR OR", "NOT x", "-x", "- -",
@@ -77,18 +76,8 @@ def test_scope_denies_group_chat_by_default(agent, caplog):
 
 
 def test_concurrent_searches_from_threads(engine):
-    errors = []
+    def searches():
+        for _ in range(30):
+            assert engine.search("VLAN IoT").results
 
-    def run():
-        try:
-            for _ in range(30):
-                assert engine.search("VLAN IoT").results
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert errors_in_threads(searches) == []

@@ -13,6 +13,8 @@ import json
 from abc import ABC, abstractmethod
 from typing import Any, Mapping
 
+from . import limits
+
 # Headers that carry credentials. They are never part of a fingerprint, so a
 # rotated key does not trigger a full reindex (reference §2.3).
 AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "proxy-authorization"})
@@ -82,6 +84,18 @@ class EmbeddingProvider(ABC):
 
     def __init__(self) -> None:
         self._secret: str | None = None  # only for redacting error text
+
+    def _init_remote(
+        self, api_key: str | None, model: str, base_url: str, max_batch_items: int, max_batch_tokens: int
+    ) -> None:
+        """The constructor setup hosted-API providers share: the key (kept only for ``redact``),
+        model, endpoint without a trailing slash, the model's per-text limit and the per-request caps."""
+        self._secret = api_key
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.max_input_tokens = limits.max_input_tokens(self.id, self.model)
+        self.max_batch_items = max_batch_items
+        self.max_batch_tokens = max_batch_tokens
 
     @abstractmethod
     def embed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -21,7 +21,6 @@ from google.genai import types
 
 from . import http_errors
 from .base import EmbeddingProvider, InvalidVectorError, ProviderAuthError, ProviderError
-from .limits import max_input_tokens
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 DEFAULT_MODEL = "gemini-embedding-001"
@@ -69,15 +68,11 @@ class GeminiProvider(EmbeddingProvider):
         max_batch_tokens: int = 32_000,
     ) -> None:
         super().__init__()
-        self._secret = api_key
-        self.model = model or DEFAULT_MODEL
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._init_remote(api_key, model or DEFAULT_MODEL, base_url or DEFAULT_BASE_URL,
+                          max_batch_items, max_batch_tokens)
         self.headers = dict(headers or {})
         self.output_dimensionality = output_dims_for(self.model, output_dimensionality)
         self.dims = self.output_dimensionality
-        self.max_input_tokens = max_input_tokens("gemini", self.model)
-        self.max_batch_items = max_batch_items
-        self.max_batch_tokens = max_batch_tokens
         sdk_base, api_version = split_base_url(self.base_url)
         # retry_options=None -> the SDK makes exactly one attempt; retry.py retries.
         self._client = genai.Client(

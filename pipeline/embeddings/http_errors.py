@@ -12,6 +12,7 @@ import time
 from typing import Any, Mapping
 
 from .base import (
+    EmbeddingProvider,
     ProviderAuthError,
     ProviderError,
     ProviderRateLimited,
@@ -174,3 +175,20 @@ def body_message(resp: Any) -> str:
             if body.get(key):
                 return str(body[key])
     return str(body)[:500]
+
+
+def post_json(provider: EmbeddingProvider, client: Any, url: str, body: Any) -> Any:
+    """POST ``body`` as JSON with an ``httpx.Client``; returns the response when its status is below 400.
+
+    A transport failure or an error status is raised as our error type, redacted.
+    """
+    import httpx
+
+    try:
+        resp = client.post(url, json=body)
+    except httpx.TransportError as exc:
+        raise from_transport(provider.id, exc) from None
+    if resp.status_code >= 400:
+        message = provider.redact(body_message(resp))
+        raise from_status(provider.id, resp.status_code, message, model=provider.model, headers=resp.headers)
+    return resp

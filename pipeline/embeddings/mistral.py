@@ -8,7 +8,7 @@ import httpx
 
 from . import http_errors
 from .base import EmbeddingProvider, InvalidVectorError
-from .limits import known_dims, max_input_tokens
+from .limits import known_dims
 
 DEFAULT_BASE_URL = "https://api.mistral.ai/v1"
 DEFAULT_MODEL = "mistral-embed"
@@ -29,14 +29,10 @@ class MistralProvider(EmbeddingProvider):
         max_batch_tokens: int = 16_000,  # "Too many tokens in batch. Max is 16384"
     ) -> None:
         super().__init__()
-        self._secret = api_key
-        self.model = model or DEFAULT_MODEL
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._init_remote(api_key, model or DEFAULT_MODEL, base_url or DEFAULT_BASE_URL,
+                          max_batch_items, max_batch_tokens)
         self.headers = dict(headers or {})
         self.dims = known_dims("mistral", self.model)
-        self.max_input_tokens = max_input_tokens("mistral", self.model)
-        self.max_batch_items = max_batch_items
-        self.max_batch_tokens = max_batch_tokens
         # Bearer first, configured headers after (they may override it, as in the reference).
         sent = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", **self.headers}
         self._client = httpx.Client(headers=sent, timeout=timeout)  # no I/O until a request
@@ -52,14 +48,7 @@ class MistralProvider(EmbeddingProvider):
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         body = {"model": self.model, "input": texts, "encoding_format": "float"}
-        try:
-            resp = self._client.post(f"{self.base_url}/embeddings", json=body)
-        except httpx.TransportError as exc:
-            raise http_errors.from_transport(self.id, exc) from None
-        if resp.status_code >= 400:
-            raise http_errors.from_status(
-                self.id, resp.status_code, self.redact(http_errors.body_message(resp)), model=self.model, headers=resp.headers
-            )
+        resp = http_errors.post_json(self, self._client, f"{self.base_url}/embeddings", body)
         try:
             payload = resp.json()
         except ValueError:

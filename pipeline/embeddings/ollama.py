@@ -14,7 +14,6 @@ import httpx
 
 from . import http_errors
 from .base import EmbeddingProvider, InvalidVectorError
-from .limits import max_input_tokens
 from .validate import sanitize_and_normalize
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
@@ -35,14 +34,11 @@ class OllamaProvider(EmbeddingProvider):
         max_batch_items: int = 16,  # texts per embed_documents call (still one request each)
     ) -> None:
         super().__init__()
-        self._secret = api_key
-        self.model = model or DEFAULT_MODEL
+        # max_batch_tokens: one text per request, so only the per-text limit matters.
+        self._init_remote(api_key, model or DEFAULT_MODEL, base_url or DEFAULT_BASE_URL, max_batch_items, 10**9)
         # Users paste the OpenAI-compatible URL (".../v1") too; the native API sits at the root.
-        self.base_url = re.sub(r"/(v1|api)/?$", "", (base_url or DEFAULT_BASE_URL).rstrip("/"))
+        self.base_url = re.sub(r"/(v1|api)/?$", "", self.base_url)
         self.headers = dict(headers or {})
-        self.max_input_tokens = max_input_tokens("ollama", self.model)
-        self.max_batch_items = max_batch_items
-        self.max_batch_tokens = 10**9  # one text per request: only the per-text limit matters
         sent = {"Content-Type": "application/json"}
         if api_key:
             sent["Authorization"] = f"Bearer {api_key}"
@@ -59,14 +55,8 @@ class OllamaProvider(EmbeddingProvider):
         return self._embed_one(text)
 
     def _embed_one(self, text: str) -> list[float]:
-        try:
-            resp = self._client.post(f"{self.base_url}/api/embeddings", json={"model": self.model, "prompt": text})
-        except httpx.TransportError as exc:
-            raise http_errors.from_transport(self.id, exc) from None
-        if resp.status_code >= 400:
-            raise http_errors.from_status(
-                self.id, resp.status_code, self.redact(http_errors.body_message(resp)), model=self.model, headers=resp.headers
-            )
+        body = {"model": self.model, "prompt": text}
+        resp = http_errors.post_json(self, self._client, f"{self.base_url}/api/embeddings", body)
         try:
             vec = resp.json().get("embedding")
         except (ValueError, AttributeError):

@@ -8,7 +8,7 @@ import openai
 
 from . import http_errors
 from .base import EmbeddingProvider, InvalidVectorError, ProviderError
-from .limits import known_dims, max_input_tokens
+from .limits import known_dims
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "text-embedding-3-small"
@@ -29,14 +29,10 @@ class OpenAIProvider(EmbeddingProvider):
         max_batch_tokens: int = 250_000,  # API cap is 300k tokens summed per request; margin kept
     ) -> None:
         super().__init__()
-        self._secret = api_key
-        self.model = model or DEFAULT_MODEL
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._init_remote(api_key, model or DEFAULT_MODEL, base_url or DEFAULT_BASE_URL,
+                          max_batch_items, max_batch_tokens)
         self.headers = dict(headers or {})
         self.dims = known_dims("openai", self.model)
-        self.max_input_tokens = max_input_tokens("openai", self.model)
-        self.max_batch_items = max_batch_items
-        self.max_batch_tokens = max_batch_tokens
         # SDK retries are off: retry.py owns retries (Retry-After, budget).
         # Constructing the client does no network I/O.
         self._client = openai.OpenAI(

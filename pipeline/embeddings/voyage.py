@@ -17,7 +17,7 @@ from voyageai import error as verr
 
 from . import http_errors
 from .base import EmbeddingProvider, InvalidVectorError, ProviderError
-from .limits import known_dims, max_input_tokens
+from .limits import known_dims
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +40,11 @@ class VoyageProvider(EmbeddingProvider):
         max_batch_tokens: int = 120_000,  # API cap for the large models (lower than others')
     ) -> None:
         super().__init__()
-        self._secret = api_key
-        self.model = model or DEFAULT_MODEL
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._init_remote(api_key, model or DEFAULT_MODEL, base_url or DEFAULT_BASE_URL,
+                          max_batch_items, max_batch_tokens)
         if headers:
             log.warning("voyage: the voyageai SDK does not send custom headers; ignoring %s", sorted(headers))
         self.dims = known_dims("voyage", self.model)
-        self.max_input_tokens = max_input_tokens("voyage", self.model)
-        self.max_batch_items = max_batch_items
-        self.max_batch_tokens = max_batch_tokens
         # max_retries=0: one attempt; retry.py owns retries. No network I/O here.
         self._client = voyageai.Client(api_key=api_key, max_retries=0, timeout=timeout, base_url=self.base_url)
 
