@@ -1,0 +1,53 @@
+"""`memindex watch` (embedded) keeps a growing transcript searchable: the detector runs there."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import REPO
+
+
+def _line(role: str, text: str) -> str:
+    return json.dumps({"type": "message", "message": {"role": role, "content": text}}) + "\n"
+
+
+def test_watch_indexes_transcript_growth_past_the_delta(agent):
+    agent.memory_config({"experimental": {"sessionMemory": True}, "sources": ["memory", "sessions"],
+                         "sync": {"sessions": {"deltaMessages": 20, "deltaBytes": 100000}}})
+    agent.write("memory/a.md", "a memory note\n")
+    sessions = agent.state / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    transcript = sessions / "s1.jsonl"
+    transcript.write_text(_line("user", "hello there"))
+    env = dict(os.environ)
+    env.pop("MEMINDEX_BROKER_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producers.cli", "--config", str(agent.config_path), "--state-dir",
+         str(agent.state), "--workspace", str(agent.workspace), "watch"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not agent.search("hello")["results"]:
+            time.sleep(0.2)
+        assert agent.search("hello")["results"], "the initial sync did not index the transcript"
+        with open(transcript, "a", encoding="utf-8") as fh:
+            for i in range(25):  # past deltaMessages=20
+                fh.write(_line("assistant" if i % 2 else "user", f"message {i} about kumquat{i}"))
+        deadline = time.monotonic() + 30
+        found = []
+        while time.monotonic() < deadline:
+            found = agent.search("kumquat24")["results"]
+            if found:
+                break
+            time.sleep(0.2)
+        assert found and found[0]["source"] == "sessions"
+        assert found[0]["path"] == "sessions/s1.jsonl"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
