@@ -33,7 +33,7 @@ class MemoryFile:
     """A discovered file. ``path`` is workspace-relative with ``/`` (``../x`` outside it)."""
 
     path: str
-    abs_path: Path
+    abs_path: str  # a plain string: a Path object per file was a tenth of a no-change sync
     source: str
     size: int
     mtime_ns: int
@@ -57,9 +57,9 @@ def _regular(path: Path) -> os.stat_result | None:
     return st if stat.S_ISREG(st.st_mode) else None
 
 
-def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[Path, os.stat_result, str]]:
+def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[str, os.stat_result, str]]:
     """Depth-first walk with os.scandir; never follows symlinks, skips ignored dirs."""
-    stack = [root]
+    stack: list[str | Path] = [root]
     while stack:
         d = stack.pop()
         try:
@@ -73,7 +73,7 @@ def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[Pat
                     continue
                 if e.is_dir(follow_symlinks=False):
                     if not is_ignored_dir(e.name):
-                        subdirs.append(Path(e.path))
+                        subdirs.append(e.path)
                     continue
                 if not e.is_file(follow_symlinks=False):
                     continue
@@ -82,7 +82,7 @@ def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[Pat
                     continue
                 # os.lstat, not e.stat(): DirEntry caches the result, and a
                 # 10,000-entry directory would then hold 10,000 stat results.
-                yield Path(e.path), os.lstat(e.path), kind
+                yield e.path, os.lstat(e.path), kind
             except OSError:
                 continue
         stack.extend(reversed(subdirs))
@@ -123,7 +123,7 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
         if key in seen:
             return None
         seen.add(key)
-        return MemoryFile(rel_path(ws, p), p, "memory", st.st_size, st.st_mtime_ns, kind)
+        return MemoryFile(rel_path(ws, p), str(p), "memory", st.st_size, st.st_mtime_ns, kind)
 
     def found(items, root: Path | None = None) -> Iterator[MemoryFile]:
         if root is None:
@@ -152,7 +152,7 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
             seen.add(key)
             sub = sub.replace(os.sep, "/")
             rel = sub if rel_root == "." else f"{rel_root}/{sub}"
-            yield MemoryFile(rel, p, "memory", st.st_size, st.st_mtime_ns, kind)
+            yield MemoryFile(rel, sp, "memory", st.st_size, st.st_mtime_ns, kind)
 
     for name in ROOT_FILES:
         p = ws / name

@@ -76,6 +76,8 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
     from workers import embedded, queues
     from workers.broker import is_embedded
 
+    if progress is None and is_embedded():
+        return embedded.join_idle(timeout)  # event-driven: no polling latency at the end
     settings = settings_for(ctx)
     deadline = None if timeout is None else time.monotonic() + timeout
     quiet = 0

@@ -67,6 +67,26 @@ def outstanding() -> int:
     return sum(q.unfinished_tasks for q in broker.queues.values())
 
 
+def join_idle(timeout: float | None = None) -> bool:
+    """Block until every queue is drained, woken by the queues themselves (no polling).
+
+    Actors enqueue follow-up work before their own message is acked, so after a
+    pass over all queues finds them joined, nothing can be in flight anywhere.
+    """
+    from dramatiq.errors import QueueJoinTimeout
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        for q in QUEUES:
+            left = None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
+            try:
+                broker.join(q, timeout=left, fail_fast=False)
+            except QueueJoinTimeout:
+                return False
+        if outstanding() == 0:
+            return True
+
+
 def wait_idle(timeout: float | None = None, poll: float = 0.02) -> bool:
     """Block until every queue is drained and nothing is in flight."""
     deadline = None if timeout is None else time.monotonic() + timeout
