@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Callable, Generic, TypeVar
 
 from .config import AgentSettings, Context, config_path_for, default_state_dir, load_settings
 
@@ -36,3 +37,29 @@ def settings_for(ctx: Context) -> AgentSettings:
     with _lock:
         _cache[ctx] = (mtime, settings)
     return settings
+
+
+T = TypeVar("T")
+
+
+class PerSettings(Generic[T]):
+    """One shared object per agent settings in this process (search engines, qmd managers):
+    connection reuse and shared state, keyed by ``AgentSettings.digest()``."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, T] = {}
+        self._lock = threading.Lock()
+
+    def get(self, settings: AgentSettings, make: Callable[[], T]) -> T:
+        key = settings.digest()
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                item = self._items[key] = make()
+            return item
+
+    def pop_all(self) -> list[T]:
+        with self._lock:
+            items = list(self._items.values())
+            self._items.clear()
+        return items

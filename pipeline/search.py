@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import db
+from .agents import PerSettings
 from .config import AgentSettings
 from .fts_budget import FtsBudget
 from .fts_text import build_match_query
@@ -387,18 +388,12 @@ class MemorySearch:
         self._mirror.drop()
 
 
-_engines: dict[str, MemorySearch] = {}
-_engines_lock = threading.Lock()
+_engines: PerSettings[MemorySearch] = PerSettings()
 
 
 def engine_for(settings: AgentSettings, **kwargs: Any) -> MemorySearch:
     """One cached ``MemorySearch`` per agent settings (connection reuse)."""
-    key = settings.digest()
-    with _engines_lock:
-        eng = _engines.get(key)
-        if eng is None:
-            eng = _engines[key] = MemorySearch(settings, **kwargs)
-    return eng
+    return _engines.get(settings, lambda: MemorySearch(settings, **kwargs))
 
 
 def memory_search(settings: AgentSettings, query: str, **kwargs: Any) -> dict[str, Any]:

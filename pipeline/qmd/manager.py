@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..agents import PerSettings
 from ..config import AgentSettings
 from ..search import SearchResult
 from .collections import Collection, ensure_collections, managed_collections
@@ -239,23 +240,14 @@ class QmdManager:
         self.runner.kill_all()
 
 
-_managers: dict[str, QmdManager] = {}
-_managers_lock = threading.Lock()
+_managers: PerSettings[QmdManager] = PerSettings()
 
 
 def manager_for(settings: AgentSettings, **kwargs: Any) -> QmdManager:
     """One shared manager per agent settings (search and sync must share debounce state)."""
-    key = settings.digest()
-    with _managers_lock:
-        mgr = _managers.get(key)
-        if mgr is None:
-            mgr = _managers[key] = QmdManager(settings, **kwargs)
-    return mgr
+    return _managers.get(settings, lambda: QmdManager(settings, **kwargs))
 
 
 def close_managers() -> None:
-    with _managers_lock:
-        mgrs = list(_managers.values())
-        _managers.clear()
-    for m in mgrs:
+    for m in _managers.pop_all():
         m.close()
