@@ -17,7 +17,8 @@ from typing import Any, Mapping, Sequence
 
 from .config import AgentSettings
 from .fingerprint import KEYWORD_ONLY, EmbeddingIdentity
-from .store import open_reader
+from .agents import PerSettings
+from .store import StoreReader, open_reader
 from .vectors import unpack
 
 log = logging.getLogger("memindex.embedder")
@@ -104,6 +105,9 @@ def provider_info(settings: AgentSettings) -> dict[str, Any]:
     return info
 
 
+_cache_readers: PerSettings[StoreReader] = PerSettings()
+
+
 class ChunkEmbedder:
     """Embeds chunk texts through the cache; only misses reach the provider."""
 
@@ -115,7 +119,9 @@ class ChunkEmbedder:
     def _cached(self, hashes: Sequence[str]) -> dict[str, list[float]]:
         if not self.settings.memory_search["cache"]["enabled"]:
             return {}
-        reader = open_reader(self.settings)
+        # One reader per agent, reused: opening a connection (and loading sqlite-vec)
+        # for every file's lookup was most of the cache's cost.
+        reader = _cache_readers.get(self.settings, lambda: open_reader(self.settings))
         conn = reader.conn()
         out: dict[str, list[float]] = {}
         try:
@@ -133,8 +139,6 @@ class ChunkEmbedder:
                         out[h] = unpack(blob)
         except Exception as exc:  # noqa: BLE001 - a cache problem must not stop indexing
             log.warning("embedding cache lookup failed: %s", exc)
-        finally:
-            reader.close()
         return out
 
     def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:

@@ -106,6 +106,28 @@ def plan_sync(
     return plan
 
 
+
+def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY, *,
+               force: bool = False) -> tuple[SyncPlan, bool]:
+    """(plan, nothing-to-do) for one agent, reading the store through its own reader.
+
+    Nothing to do means no file work, no rebuild, nothing left pending and the
+    live fingerprint unchanged: then a sync need not touch the writer at all.
+    """
+    from .fingerprint import dumps
+    from .store import open_reader
+
+    reader = open_reader(settings)
+    try:
+        plan = plan_sync(settings, reader, ident, force=force)
+        st = reader.state()
+        noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
+                and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0
+                and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
+    finally:
+        reader.close()
+    return plan, noop
+
 def collect_files(settings: AgentSettings) -> list[MemoryFile]:
     """Every file the agent's configured sources contribute."""
     return list(iter_collect_files(settings))

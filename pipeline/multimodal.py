@@ -19,8 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .config import AgentSettings, ConfigError

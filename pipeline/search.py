@@ -11,8 +11,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import db
@@ -23,11 +22,11 @@ from .fts_text import build_match_query
 from .ranking import (
     Candidate, normalize_weights, rank_pipeline, relative_text_score,
 )
-from .schema import chunks_table, fts_table, pending_table, vec_table
+from .schema import chunks_table, fts_table, vec_table
 from .scope import check_scope
 from .store import StoreReader, open_reader
 from .vector_mirror import VectorMirror, knn
-from .vectors import is_zero, pack, unpack
+from .vectors import is_zero, pack
 
 log = logging.getLogger("memindex.search")
 
@@ -198,7 +197,7 @@ class MemorySearch:
             resp.indexing = "pending"
             resp.warning = "the memory index is being built; results will appear shortly"
             return resp
-        if self._pending_count(conn, gen):
+        if self.reader.pending_count(gen):
             resp.indexing = "pending"
 
         self._describe_index(resp, state.live_fingerprint)
@@ -248,12 +247,6 @@ class MemorySearch:
             vectorScore=round(c.vector_score, 6) if c.has_vector else None,
             textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
         )
-
-    def _pending_count(self, conn: db.Connection, gen: int) -> int:
-        try:
-            return conn.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
-        except db.OperationalError:
-            return 0
 
     def _describe_index(self, resp: SearchResponse, fp: dict[str, Any] | None) -> None:
         """provider/model in results are those of the vectors in the live index."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import db
 from .config import AgentSettings
-from .schema import chunks_table, files_table, pending_table, vec_table
+from .schema import chunks_table, files_table, vec_table
 from .store import open_reader
 
 
@@ -54,7 +54,7 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out["sourceCounts"].append({"source": source, "files": files, "chunks": chunks})
             out["files"] += files
         out["chunks"] = conn.execute(f"SELECT count(*) FROM {chunks_table(gen)}").fetchone()[0]
-        out["pending"] = conn.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+        out["pending"] = reader.pending_count(gen)
         out["problems"] = [
             {"path": p, "error": e} for p, e in conn.execute(
                 f"SELECT path, error FROM {files_table(gen)} WHERE error IS NOT NULL ORDER BY path LIMIT 50")

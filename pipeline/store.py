@@ -506,6 +506,16 @@ class StoreReader:
         c = self.conn()
         return read_indexed_files(c, gen) if c is not None else {}
 
+    def pending_count(self, gen: int | None) -> int:
+        """Files a sync announced for ``gen`` that are not written yet (0 if unknown)."""
+        c = self.conn()
+        if c is None or gen is None:
+            return 0
+        try:
+            return c.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+        except db.OperationalError:  # no such generation (yet)
+            return 0
+
     def table_exists(self, name: str) -> bool:
         c = self.conn()
         return c is not None and _table_exists(c, name)

@@ -48,26 +48,10 @@ def plan_now(ctx: Context, *, force: bool = False):
     """(plan, nothing-to-do) for one agent, computed in this process."""
     from pipeline.agents import settings_for
     from pipeline.embedder import identity_for
-    from pipeline.fingerprint import dumps
-    from pipeline.indexer import plan_sync
-    from pipeline.schema import pending_table
-    from pipeline.store import open_reader
+    from pipeline.indexer import plan_agent
 
     settings = settings_for(ctx)
-    reader = open_reader(settings)
-    try:
-        plan = plan_sync(settings, reader, identity_for(settings), force=force)
-        st = reader.state()
-        conn = reader.conn()
-        pending = 0
-        if conn is not None and st.live_generation is not None and reader.table_exists(pending_table(plan.generation)):
-            pending = conn.execute(f"SELECT count(*) FROM {pending_table(plan.generation)}").fetchone()[0]
-        noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
-                and st.live_fingerprint is not None and pending == 0
-                and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
-    finally:
-        reader.close()
-    return plan, noop
+    return plan_agent(settings, identity_for(settings), force=force)
 
 
 def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = None,
@@ -98,16 +82,11 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
 
 
 def pending_files(settings: AgentSettings) -> int:
-    from pipeline.schema import pending_table
     from pipeline.store import open_reader
 
     reader = open_reader(settings)
     try:
         st = reader.state()
-        gen = st.building_generation or st.live_generation
-        conn = reader.conn()
-        if conn is None or gen is None or not reader.table_exists(pending_table(gen)):
-            return 0
-        return conn.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+        return reader.pending_count(st.building_generation or st.live_generation)
     finally:
         reader.close()

@@ -24,9 +24,9 @@ from pipeline.agents import settings_for
 from pipeline.config import Context
 from pipeline.embeddings.base import InvalidVectorError, ProviderAuthError
 from pipeline.embedder import FallbackSwitched, chunk_embedder_for, identity_for
-from pipeline.indexer import FileJob, is_current, plan_sync, prepare_file, still_on_disk
+from pipeline.indexer import FileJob, is_current, plan_agent, prepare_file, still_on_disk
 from pipeline.session_index import SessionDelta, prepare_session_delta
-from pipeline.store import StoreWriter, open_reader, open_writer
+from pipeline.store import StoreWriter, open_writer
 
 from . import broker as _broker  # noqa: F401  (installs the broker before actors bind)
 
@@ -70,11 +70,7 @@ def run_sync(ctx: Context, *, force: bool = False,
     ``progress(enqueued, total)`` is called as the index groups are sent (backfill's bar).
     """
     settings = settings_for(ctx)
-    reader = open_reader(settings)
-    try:
-        plan = plan_sync(settings, reader, identity_for(settings), force=force)
-    finally:
-        reader.close()
+    plan, _ = plan_agent(settings, identity_for(settings), force=force)
     return dispatch_plan(ctx, plan, progress)
 
 
