@@ -48,7 +48,7 @@ PRICES = {
 
 def build_workspace(root: Path, n_chunks: int) -> tuple[int, int]:
     """Copy corpus files into root/memory until they chunk to n_chunks; returns (files, chunks)."""
-    from pipeline.chunking import chunk_markdown
+    from memindex.pipeline.index.chunking import chunk_markdown
 
     mem = root / "memory"
     mem.mkdir(parents=True, exist_ok=True)
@@ -75,9 +75,9 @@ def tokens(texts: list[str]) -> int:
 
 
 def run(label: str, srv, root: Path, batch: dict, sync_latency_s: float) -> dict:
-    from pipeline.embedder import reset_services
+    from memindex.pipeline.embeddings.embedder import reset_services
     from tests.conftest import Agent
-    from producers.trigger import sync_and_wait
+    from memindex.producers.enqueue import sync_and_wait
 
     srv.reset()
     if sync_latency_s:
@@ -112,7 +112,7 @@ def main() -> None:
 
     from tests.batch_server import BatchServer, Plan
     from tests.conftest import live_vectors
-    from workers import embedded
+    from memindex.workers import embedded
 
     tmp = Path(tempfile.mkdtemp(prefix="memindex-bench-batch-"))
     files, chunks = build_workspace(tmp / "sync" / "workspace", args.chunks)

@@ -58,7 +58,7 @@ def run_with_rss(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | 
 def memindex_cmd(root: Path, *args: str) -> list[str]:
     # The interpreter's own console script, not a version-manager shim (pyenv's adds ~80 ms).
     exe = Path(sys.executable).parent / "memindex"
-    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "producers.cli"]
+    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "memindex"]
     return [*base, "--config", str(root / "openclaw.json"), "--state-dir", str(root / "state"),
             "--workspace", str(root / "ws"), *args]
 
@@ -86,8 +86,8 @@ def bench_memindex(root: Path, corpus: Path, edit_file: Path) -> dict[str, float
     found = run_with_rss(memindex_cmd(root, "search", "--json", "zanzibar-benchmark-token"), env, REPO)[2]
     r["edit_found"] = float(bool(json.loads(found)["results"]))
     # In-process search on a warm engine (what the agent runtime pays per call).
-    from pipeline.config import Context, load_settings
-    from pipeline.search import MemorySearch
+    from memindex.pipeline.config.settings import Context, load_settings
+    from memindex.pipeline.search.engine import MemorySearch
 
     settings = load_settings(Context("main", str(root / "openclaw.json"), str(root / "state"), str(root / "ws")))
     eng = MemorySearch(settings)

@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.chunking import chunk_markdown  # noqa: E402
-from pipeline.embeddings import EmbeddingService, RetryPolicy, select_provider  # noqa: E402
+from memindex.pipeline.index.chunking import chunk_markdown  # noqa: E402
+from memindex.pipeline.embeddings import EmbeddingService, RetryPolicy, select_provider  # noqa: E402
 
 GGUF = REPO.parent / "shared" / "models" / "all-MiniLM-L6-v2.F16.gguf"
 CORPUS = REPO.parent / "shared" / "bench" / "md-corpus-1k"
@@ -41,7 +41,7 @@ def bench_local(texts: list[str]) -> None:
     except ImportError:
         print("local GGUF: skipped (llama-cpp-python not installed)")
         return
-    from pipeline.embeddings.local import LocalProvider
+    from memindex.pipeline.embeddings.providers.local import LocalProvider
 
     print(f"local GGUF ({GGUF.name}, 2 threads, {len(texts)} real ~400-token chunks)")
     for max_tokens in (512, 256):

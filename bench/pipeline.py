@@ -40,12 +40,12 @@ TARGETS = {"resync_10k_s": 3.0, "backfill_10k_redis_s": 60.0, "p95_s": 2.5}
 
 def run_one(root: Path, config: Path, state: Path, edits: int, seed: int) -> dict:
     sys.path.insert(0, str(REPO))
-    from pipeline.agents import settings_for
-    from pipeline.config import Context
-    from pipeline.search import MemorySearch
-    from pipeline.store import open_reader
-    from producers import backfill
-    from producers.watcher import watch_agents
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.config.settings import Context
+    from memindex.pipeline.search.engine import MemorySearch
+    from memindex.pipeline.store.core import open_reader
+    from memindex.producers import backfill
+    from memindex.producers.watcher import watch_agents
 
     ctx = Context("main", str(config), str(state), str(root / "workspace"))
     settings = settings_for(ctx)
@@ -89,7 +89,7 @@ def run_one(root: Path, config: Path, state: Path, edits: int, seed: int) -> dic
         finally:
             watcher.stop()
             eng.close()
-    from workers import embedded
+    from memindex.workers import embedded
 
     embedded.stop()
     return {"files": b.counts["unchanged"], "chunks": chunks, "full_s": full_s, "resync_s": resync_s,
@@ -98,9 +98,9 @@ def run_one(root: Path, config: Path, state: Path, edits: int, seed: int) -> dic
 
 def _diagnose(settings) -> str:
     """What the pipeline looks like when an edit did not arrive (for the failure message)."""
-    from pipeline.store import open_reader
-    from producers.trigger import pending_files
-    from workers import queues
+    from memindex.pipeline.store.core import open_reader
+    from memindex.producers.enqueue import pending_files
+    from memindex.workers import queues
 
     r = open_reader(settings)
     try:
@@ -131,8 +131,8 @@ def gen_daily_logs(ws: Path, n: int) -> None:
 
 def hash_provider_available() -> str | None:
     """None if ``provider: "hash"`` works here, else why not."""
-    code = ("from pipeline.config import resolve_agent\n"
-            "from pipeline.embedder import identity_for\n"
+    code = ("from memindex.pipeline.config.settings import resolve_agent\n"
+            "from memindex.pipeline.embeddings.embedder import identity_for\n"
             "s = resolve_agent({'agents': {'defaults': {'memorySearch': {'provider': 'hash'}}}})\n"
             "i = identity_for(s)\n"
             "assert i.provider == 'hash', i\n")
@@ -189,7 +189,7 @@ class Redis:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        cli = [sys.executable, "-m", "producers.cli", "worker"]
+        cli = [sys.executable, "-m", "memindex", "worker"]
         self._spawn(cli + ["--queues", "sync", "embed", "batch", "--processes", "2", "--threads", str(self.threads)],
                     "worker")
         self._spawn(cli + ["--writer"], "writer")

@@ -31,9 +31,9 @@ from typing import Any, Iterable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import AgentSettings, Context  # noqa: E402
-from pipeline.ranking import dated_path_date  # noqa: E402
-from pipeline.search import MemorySearch, QueryEmbedder  # noqa: E402
+from memindex.pipeline.config.settings import AgentSettings, Context  # noqa: E402
+from memindex.pipeline.search.ranking import dated_path_date  # noqa: E402
+from memindex.pipeline.search.engine import MemorySearch, QueryEmbedder  # noqa: E402
 
 DATA = REPO.parent / "shared" / "bench" / "locomo-dev"
 GGUF = REPO.parent / "shared" / "models" / "all-MiniLM-L6-v2.F16.gguf"
@@ -91,7 +91,7 @@ def write_config(path: Path, max_tokens: int) -> None:
 
 
 def build_index(conv_dir: Path, state: Path, max_tokens: int) -> Context:
-    from producers.trigger import sync_and_wait
+    from memindex.producers.enqueue import sync_and_wait
 
     state.mkdir(parents=True, exist_ok=True)
     cfg = state / "openclaw.json"
@@ -123,7 +123,7 @@ class MemoQueryEmbedder(QueryEmbedder):
         self.provider, self.model = inner.provider, inner.model
         self._cache: dict[str, list[float] | None] = {}
 
-    def embed_query(self, text: str, fp: Any = None) -> list[float] | None:  # type: ignore[override]
+    def embed_query(self, text: str, fp: Any = None) -> list[float] | None:
         if text not in self._cache:
             self._cache[text] = self.inner.embed_query(text, fp)
         return self._cache[text]
@@ -195,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     if not GGUF.is_file():
         print(f"missing {GGUF}", file=sys.stderr)
         return 2
-    from pipeline.agents import settings_for
-    from pipeline.embedder import query_embedder_for
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.embeddings.embedder import query_embedder_for
 
     convs = sorted(p for p in args.data.glob("conv-*") if p.is_dir() and (not args.convs or p.name in args.convs))
     for tokens in args.tokens:

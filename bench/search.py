@@ -66,7 +66,7 @@ KEYWORDS = [
 
 
 def corpus_chunks(limit_files: int | None = None) -> list[tuple[str, int, int, str]]:
-    from pipeline.chunking import chunk_markdown
+    from memindex.pipeline.index.chunking import chunk_markdown
 
     out = []
     for p in sorted(CORPUS.glob("*.md"))[:limit_files]:
@@ -88,8 +88,9 @@ def build_store(path: Path, n: int, base: list[tuple[str, int, int, str]], base_
     """Fill a store with ``n`` chunks through StoreWriter.write_files; returns seconds."""
     import numpy as np
 
-    from pipeline.store import StoreWriter
-    from pipeline.vectors import to_b64
+    from memindex.pipeline.index.fingerprint import EmbeddingIdentity
+    from memindex.pipeline.index.records import ChunkRecord, FileRecord
+    from memindex.pipeline.store.core import StoreWriter
 
     rng = np.random.default_rng(n)
     if path.exists():
@@ -101,8 +102,8 @@ def build_store(path: Path, n: int, base: list[tuple[str, int, int, str]], base_
     fp = {"provider": "hash", "model": "hash-v1", "providerKey": "bench", "sources": ["memory"],
           "chunkTokens": 400, "chunkOverlap": 80, "vectorDims": DIMS}
     w.plan(1, fp, [], [])
-    ident = {"provider": "hash", "model": "hash-v1", "provider_key": "bench", "dims": DIMS}
-    records: list[dict[str, Any]] = []
+    ident = EmbeddingIdentity("hash", "hash-v1", "bench", DIMS)
+    records: list[FileRecord] = []
     for start in range(0, n, CHUNKS_PER_FILE):
         idx = np.arange(start, min(n, start + CHUNKS_PER_FILE))
         vecs = _unit(base_vecs[idx % len(base)] + NOISE / np.sqrt(DIMS) * rng.standard_normal((len(idx), DIMS)))
@@ -117,11 +118,9 @@ def build_store(path: Path, n: int, base: list[tuple[str, int, int, str]], base_
             copy = i // len(base)
             text = f"{text}\n<!-- {name} copy {copy} tag{i} -->"
             nl = text.count("\n") + 1
-            chunks.append({"start_line": line, "end_line": line + nl - 1, "hash": f"h{i}", "text": text,
-                           "embedding": to_b64(vecs[j].tolist())})
+            chunks.append(ChunkRecord(line, line + nl - 1, f"h{i}", text, vecs[j].tolist()))
             line += nl
-        records.append({"source": "memory", "path": path_, "hash": f"f{fno}", "size": 0, "mtime_ns": 0,
-                        "chunks": chunks, "embedding": ident})
+        records.append(FileRecord("memory", path_, path_, f"f{fno}", 0, 0, chunks=chunks, embedding=ident))
         if len(records) >= 40:
             w.write_files(1, records)
             records = []
@@ -164,9 +163,9 @@ def peak_rss_mb() -> float:
 
 def measure(store: Path, backend: str, extras: bool, queries: list[str], rounds: int) -> dict[str, Any]:
     """Runs in a fresh subprocess: returns latency percentiles (ms) and peak RSS (MB)."""
-    from pipeline.config import resolve_agent
-    from pipeline.embeddings.hashing import HashProvider
-    from pipeline.search import MemorySearch, QueryEmbedder
+    from memindex.pipeline.config.settings import resolve_agent
+    from memindex.pipeline.embeddings.providers.hashing import HashProvider
+    from memindex.pipeline.search.engine import MemorySearch, QueryEmbedder
 
     hy: dict[str, Any] = {}
     if extras:
@@ -181,7 +180,7 @@ def measure(store: Path, backend: str, extras: bool, queries: list[str], rounds:
     class Precomputed(QueryEmbedder):
         provider, model = "hash", "hash-v1"
 
-        def embed_query(self, text: str, fp: Any = None) -> list[float]:  # type: ignore[override]
+        def embed_query(self, text: str, fp: Any = None) -> list[float]:
             return vecs[text]
 
     eng = MemorySearch(settings, query_embedder=Precomputed(), clock=lambda: 1767225600.0)  # 2026-01-01
@@ -194,9 +193,10 @@ def measure(store: Path, backend: str, extras: bool, queries: list[str], rounds:
         eng.search(q)
     # Steady state: with sqlite-vec a large store is searched in an in-memory mirror that
     # loads in the background while vec0 answers; wait for it (bounded) and report how long.
-    gen = eng.reader.state().live_generation
+    with eng.reader.snapshot() as snap:
+        gen, worthwhile = snap.generation, eng._mirror_worthwhile(snap, DIMS)
     ready = None
-    if eng._mirror_worthwhile(eng.reader.conn(), gen, DIMS) or backend != "sqlite-vec":
+    if worthwhile or backend != "sqlite-vec":
         deadline = time.perf_counter() + 60
         while time.perf_counter() < deadline:
             eng.search(queries[0])
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(res))
         return 0
 
-    from pipeline.embeddings.hashing import HashProvider
+    from memindex.pipeline.embeddings.providers.hashing import HashProvider
     import numpy as np
 
     base = corpus_chunks()

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from pipeline.config import Context  # noqa: E402
+from memindex.pipeline.config.settings import Context  # noqa: E402
 
 FILLER = ("we talked about the deploy window, the flaky integration test, "
           "the backup rotation and which dashboards still need an owner")
@@ -110,12 +110,12 @@ def _setup(root: Path, delta_bytes: int | None, delta_messages: int | None, prov
 def run_soak(root: Path, *, duration: float = 60.0, rate: float = 10.0, poll: float = 0.5,
              search_every: float = 0.2, delta_bytes: int | None = None,
              delta_messages: int | None = None, provider: str | None = None) -> SoakReport:
-    from pipeline.agents import settings_for
-    from pipeline.search import MemorySearch
-    from pipeline.session_index import thresholds
-    from producers.session_delta import DetectorLoop, check_sessions
-    from producers.trigger import sync_and_wait
-    from workers import embedded
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.search.engine import MemorySearch
+    from memindex.pipeline.index.sessions import thresholds
+    from memindex.producers.session_delta import DetectorLoop, check_sessions
+    from memindex.producers.enqueue import sync_and_wait
+    from memindex.workers import embedded
 
     started = time.monotonic()
     ctx = _setup(root, delta_bytes, delta_messages, provider)
@@ -205,8 +205,8 @@ def run_soak(root: Path, *, duration: float = 60.0, rate: float = 10.0, poll: fl
 
 def _fully_indexed(settings, rel: str, path: Path) -> tuple[bool, int]:
     """Stored delta state covers the whole file and the last JSONL line has a chunk."""
-    from pipeline.session_index import parse_extra, state_from_extra
-    from pipeline.store import open_reader
+    from memindex.pipeline.index.sessions import parse_extra, state_from_extra
+    from memindex.pipeline.store.core import open_reader
 
     reader = open_reader(settings)
     try:
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run_soak(Path(tmp), duration=args.duration, rate=args.rate, poll=args.poll,
                           search_every=args.search_every, delta_bytes=args.delta_bytes,
                           delta_messages=args.delta_messages, provider=args.provider)
-        from workers import embedded
+        from memindex.workers import embedded
 
         embedded.stop()
     print(report.summary())

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import db
-from .config import AgentSettings
-from .schema import chunks_table, files_table, vec_table
-from .store import open_reader
+from memindex.pipeline.store import db
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.store.schema import fts_table, vec_table
+from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 
 
 def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -32,43 +32,43 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
         "pending": 0,
         "problems": [],
     }
-    conn = reader.conn()
     try:
-        st = reader.state()
-        gen = st.live_generation
-        out["indexed"] = gen is not None
-        out["generation"] = gen
-        out["fingerprint"] = st.live_fingerprint
-        if st.building_generation is not None:
-            out["rebuilding"] = {"generation": st.building_generation, "fingerprint": st.building_fingerprint}
-        last = st.extra.get("last_sync_at")
-        out["lastSyncAt"] = int(last) if last else None
-        vec_dims = st.extra.get(f"vec_dims_g{gen}") if gen else None
-        if conn is None or gen is None:
-            out["vector"] = _vector_info(reader, False, None)
-            out["fts"] = {"available": None}
-            return out
-        for source, files, chunks in conn.execute(
-            f"SELECT f.source, count(*), coalesce(sum(f.chunks), 0) FROM {files_table(gen)} f GROUP BY f.source"
-        ):
-            out["sourceCounts"].append({"source": source, "files": files, "chunks": chunks})
-            out["files"] += files
-        out["chunks"] = conn.execute(f"SELECT count(*) FROM {chunks_table(gen)}").fetchone()[0]
-        out["pending"] = reader.pending_count(gen)
-        out["problems"] = [
-            {"path": p, "error": e} for p, e in conn.execute(
-                f"SELECT path, error FROM {files_table(gen)} WHERE error IS NOT NULL ORDER BY path LIMIT 50")
-        ]
-        out["fts"] = {"available": reader.table_exists(f"fts_g{gen}")}
-        out["vector"] = _vector_info(reader, reader.table_exists(vec_table(gen)), vec_dims)
-        out["cache"] = {
-            "enabled": settings.memory_search["cache"]["enabled"],
-            "entries": conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0],
-            "maxEntries": settings.memory_search["cache"]["maxEntries"],
-        }
+        with reader.snapshot() as snap:  # counts of one generation, even while a rebuild replaces it
+            _fill_index_status(out, settings, reader, snap)
         return out
     finally:
         reader.close()
+
+
+def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: StoreReader,
+                       snap: ReadSnapshot) -> None:
+    st = snap.state
+    gen = st.live_generation
+    out["indexed"] = gen is not None
+    out["generation"] = gen
+    out["fingerprint"] = st.live_fingerprint
+    if st.building_generation is not None:
+        out["rebuilding"] = {"generation": st.building_generation, "fingerprint": st.building_fingerprint}
+    last = st.extra.get("last_sync_at")
+    out["lastSyncAt"] = int(last) if last else None
+    vec_dims = st.extra.get(f"vec_dims_g{gen}") if gen else None
+    if gen is None:
+        out["vector"] = _vector_info(reader, False, None)
+        out["fts"] = {"available": None}
+        return
+    for source, files, chunks in snap.source_counts():
+        out["sourceCounts"].append({"source": source, "files": files, "chunks": chunks})
+        out["files"] += files
+    out["chunks"] = snap.chunk_count()
+    out["pending"] = snap.pending_count()
+    out["problems"] = [{"path": p, "error": e} for p, e in snap.problems(50)]
+    out["fts"] = {"available": snap.table_exists(fts_table(gen))}
+    out["vector"] = _vector_info(reader, snap.table_exists(vec_table(gen)), vec_dims)
+    out["cache"] = {
+        "enabled": settings.memory_search["cache"]["enabled"],
+        "entries": snap.cache_entries(),
+        "maxEntries": settings.memory_search["cache"]["maxEntries"],
+    }
 
 
 def _vector_info(reader: Any, has_table: bool, dims: str | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pipeline.config import AgentSettings, Context
+from memindex.pipeline.config.settings import AgentSettings, Context
 
 log = logging.getLogger("memindex.backfill")
 
@@ -39,7 +39,7 @@ class Backfill:
 
 
 def _last_sync_marker(settings: AgentSettings) -> str | None:
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
 
     reader = open_reader(settings)
     try:
@@ -50,9 +50,9 @@ def _last_sync_marker(settings: AgentSettings) -> str | None:
 
 def enqueue(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None) -> Backfill:
     """Plan one agent and enqueue all of its work; returns at once."""
-    from pipeline.agents import settings_for
-    from workers import embedded
-    from workers.actors import run_sync
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.workers import embedded
+    from memindex.workers.sync import run_sync
 
     settings = settings_for(ctx)
     embedded.start()  # no-op on Redis
@@ -65,7 +65,7 @@ def enqueue(ctx: Context, *, force: bool = False, progress: ProgressFn | None = 
 
 def progress_of(b: Backfill) -> tuple[bool, int]:
     """(plan recorded by the writer, files still pending)."""
-    from producers.trigger import pending_files
+    from memindex.producers.enqueue import pending_files
 
     landed = _last_sync_marker(b.settings) != b.plan_marker
     return landed, pending_files(b.settings) if landed else b.counts["to_index"]
@@ -98,6 +98,6 @@ def wait(b: Backfill, *, progress: ProgressFn | None = None, timeout: float | No
 
 def must_wait() -> bool:
     """On the embedded broker the work lives in this process: leaving would lose it."""
-    from workers.broker import is_embedded
+    from memindex.workers.broker import is_embedded
 
     return is_embedded()

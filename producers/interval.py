@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from pipeline.config import Context
+from memindex.pipeline.config.settings import Context
 
 log = logging.getLogger("memindex.interval")
 
@@ -24,7 +24,7 @@ MAX_SLEEP_S = 30.0
 
 
 def _interval_s(ctx: Context) -> float:
-    from pipeline.agents import settings_for
+    from memindex.pipeline.config.agents import settings_for
 
     try:
         settings = settings_for(ctx)
@@ -37,7 +37,7 @@ def _interval_s(ctx: Context) -> float:
 
 
 def _default_enqueue(ctx: Context, reason: str) -> object:
-    from producers.hooks import request_sync_once
+    from memindex.producers.hooks import request_sync_once
 
     return request_sync_once(ctx, reason)
 

@@ -12,9 +12,9 @@ import logging
 import threading
 from typing import Any
 
-from pipeline.config import AgentSettings
-from pipeline.qmd.manager import QmdManager, manager_for
-from pipeline.qmd.runner import QmdError
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.search.qmd.manager import QmdManager, manager_for
+from memindex.pipeline.search.qmd.runner import QmdError
 
 log = logging.getLogger("memindex.qmd_sync")
 

@@ -20,11 +20,11 @@ import threading
 import time
 from typing import Iterable
 
-from pipeline.agents import settings_for
-from pipeline.config import Context
-from pipeline.indexer import FileJob
-from pipeline.session_index import KIND, SOURCE, SessionDelta, discover_sessions, next_step
-from pipeline.store import open_reader
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import Context
+from memindex.pipeline.index.records import FileJob, SessionDelta
+from memindex.pipeline.index.sessions import KIND, SOURCE, discover_sessions, next_step
+from memindex.pipeline.store.core import open_reader
 
 log = logging.getLogger("memindex.session_delta")
 
@@ -66,8 +66,8 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
     if gen is None:
         return 0
 
-    from workers import embedded
-    from workers.actors import index_files, index_session_delta
+    from memindex.workers import embedded
+    from memindex.workers.index import index_files, index_session_delta
 
     embedded.start()
     sent = 0
@@ -81,12 +81,12 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
         if isinstance(step, SessionDelta):
             if not _claim((store, f.path), (base, "append", step.start_byte)):
                 continue
-            index_session_delta.send(ctx.as_dict(), gen, step.as_dict())
+            index_session_delta.send(ctx.as_dict(), gen, step.to_message())
         else:
             if not _claim((store, f.path), (base, "full")):
                 continue
             job = FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, KIND)
-            index_files.send(ctx.as_dict(), gen, [job.as_dict()])
+            index_files.send(ctx.as_dict(), gen, [job.to_message()])
         sent += 1
         log.debug("%s %s: enqueued %s", ctx.agent_id, f.path, "delta" if isinstance(step, SessionDelta) else "full")
     return sent

@@ -3,7 +3,7 @@
 What is watched, per agent: the workspace directory itself (non-recursively,
 for ``MEMORY.md`` / ``memory.md`` and the appearance of ``memory/``), every
 directory of the ``memory/`` tree, every directory of each extraPaths tree,
-and the parent of each extraPaths file (``pipeline.workspace.watch_roots``).
+and the parent of each extraPaths file (``memindex.pipeline.index.workspace.watch_roots``).
 
 Why not one recursive watch per root: watchdog's recursive inotify watch
 descends into *everything*, including ``.git``, ``node_modules`` and
@@ -41,8 +41,8 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from pipeline.config import AgentSettings, Context
-from pipeline.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, resolve_extra_paths, watch_roots
+from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.index.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, resolve_extra_paths, watch_roots
 
 log = logging.getLogger("memindex.watcher")
 
@@ -59,7 +59,7 @@ Enqueue = Callable[[Context, str], object]
 
 
 def _default_enqueue(ctx: Context, reason: str) -> object:
-    from producers.trigger import request_sync
+    from memindex.producers.enqueue import request_sync
 
     return request_sync(ctx, reason=reason)
 
@@ -122,7 +122,7 @@ class AgentWatch:
 
 def _media_filter(settings: AgentSettings) -> Callable[[str], str | None] | None:
     try:
-        from pipeline.multimodal import extra_kind_for
+        from memindex.pipeline.index.media import extra_kind_for
     except ImportError:
         return None
     return extra_kind_for(settings)
@@ -339,7 +339,7 @@ class Watcher:
 
 def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
     """Build and start a watcher for these agents (settings resolved from their config)."""
-    from pipeline.agents import settings_for
+    from memindex.pipeline.config.agents import settings_for
 
     pairs = []
     for ctx in contexts:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-# Tests must never pick up a developer's Redis or OpenClaw state by accident.
+from memindex.pipeline.embeddings.registry import env_var_names
+
+# Tests must never pick up a developer's Redis, OpenClaw state or provider keys by accident.
 os.environ.pop("MEMINDEX_BROKER_URL", None)
-for _k in ("OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYAGE_API_KEY", "MISTRAL_API_KEY",
-           "OPENCLAW_CONFIG_PATH", "OPENCLAW_STATE_DIR"):
+for _k in (*sorted(env_var_names()), "OPENCLAW_CONFIG_PATH", "OPENCLAW_STATE_DIR"):
     os.environ.pop(_k, None)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,12 +50,12 @@ class Agent:
 
     @property
     def ctx(self):
-        from pipeline.config import Context
+        from memindex.pipeline.config.settings import Context
 
         return Context(self.agent_id, str(self.config_path), str(self.state), str(self.workspace))
 
     def settings(self):
-        from pipeline.agents import settings_for
+        from memindex.pipeline.config.agents import settings_for
 
         return settings_for(self.ctx)
 
@@ -68,12 +69,12 @@ class Agent:
         return p
 
     def index(self, force: bool = False) -> dict:
-        from producers.trigger import sync_and_wait
+        from memindex.producers.enqueue import sync_and_wait
 
         return sync_and_wait(self.ctx, force=force, timeout=120)
 
     def search(self, query: str, **kw) -> dict:
-        from pipeline.search import MemorySearch
+        from memindex.pipeline.search.engine import MemorySearch
 
         eng = MemorySearch(self.settings())
         try:
@@ -83,7 +84,7 @@ class Agent:
 
     def store_rows(self) -> list[tuple]:
         """The live generation's chunk set, for comparing stores."""
-        from pipeline.store import open_reader
+        from memindex.pipeline.store.core import open_reader
 
         r = open_reader(self.settings())
         try:
@@ -150,7 +151,7 @@ def redis_server():
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120, cwd: Path | None = None):
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "producers.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memindex", *args], capture_output=True, text=True,
                           env=e, timeout=timeout, cwd=cwd or REPO)
 
 
@@ -159,7 +160,7 @@ def start_workers(broker_url: str, *, queues: tuple[str, ...] = ("sync", "embed"
     """A real ``dramatiq`` worker process consuming the given queues."""
     env = dict(os.environ, MEMINDEX_BROKER_URL=broker_url, **(extra_env or {}))
     return subprocess.Popen(
-        [sys.executable, "-m", "dramatiq", "workers.actors", "--processes", "1", "--threads", str(threads),
+        [sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes", "1", "--threads", str(threads),
          "--queues", *queues],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
@@ -191,7 +192,7 @@ def fresh_server(server):
 @pytest.fixture
 def fresh_services(fresh_server, monkeypatch):
     """A cleared server, no cached embedding services before or after, and fast provider retries."""
-    from pipeline.embedder import reset_services
+    from memindex.pipeline.embeddings.embedder import reset_services
 
     reset_services()
     monkeypatch.setenv("MEMINDEX_RETRY_BASE_DELAY_S", "0.01")
@@ -202,7 +203,7 @@ def fresh_services(fresh_server, monkeypatch):
 
 def live_vectors(agent: Agent) -> dict:
     """chunk hash -> stored embedding blob (None = not embedded) of the agent's live generation."""
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
 
     r = open_reader(agent.settings())
     try:

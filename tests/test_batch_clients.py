@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from pipeline.embeddings.base import ProviderError
-from pipeline.embeddings.batch_base import BatchError, BatchRequest, BatchState, batch_client_for, custom_ids
-from pipeline.embeddings.gemini import GeminiProvider
-from pipeline.embeddings.openai_provider import OpenAIProvider
-from pipeline.embeddings.voyage import VoyageProvider
+from memindex.pipeline.embeddings.base import ProviderError
+from memindex.pipeline.embeddings.batch.base import BatchError, BatchRequest, BatchState, batch_client_for, custom_ids
+from memindex.pipeline.embeddings.providers.gemini import GeminiProvider
+from memindex.pipeline.embeddings.providers.openai import OpenAIProvider
+from memindex.pipeline.embeddings.providers.voyage import VoyageProvider
 from tests.batch_server import BatchServer, Plan
 from tests.conftest import module_server
 from tests.provider_server import fake_vector

@@ -10,7 +10,7 @@ import pytest
 
 from tests.batch_server import BatchServer, Plan
 from tests.conftest import Agent, live_vectors, module_server
-from workers import embedded
+from memindex.workers import embedded
 
 KEYS = {"openai": "sk-test-batch-1", "gemini": "g-test-batch-1", "voyage": "pa-test-batch-1"}
 
@@ -52,7 +52,7 @@ def sync_texts(server, flavor):
 
 
 def jobs(agent):
-    from workers.batch_state import open_state
+    from memindex.workers.batch.state import open_state
 
     st = open_state(agent.settings().store_path, readonly=True)
     try:
@@ -193,13 +193,13 @@ def test_cache_hits_are_never_submitted(agent, server):
 def test_a_lost_poller_is_resumed_not_resubmitted(agent, server):
     """The poll chain of a job dies (its token is stale, as after a kill); the janitor
     takes the job over after its lease and collects the same batch."""
-    from workers import batch_actors
-    from workers.batch_state import open_state
+    from memindex.workers.batch import actors as batch_actors
+    from memindex.workers.batch.state import open_state
 
     notes(agent, 3)
     server.plan("openai", Plan(hold=True))
     agent.memory_config(cfg(server))
-    from producers.trigger import request_sync
+    from memindex.producers.enqueue import request_sync
 
     request_sync(agent.ctx, reason="test")
     deadline = time.monotonic() + 20
@@ -224,7 +224,7 @@ def test_a_lost_poller_is_resumed_not_resubmitted(agent, server):
 def test_batches_cli_lists_jobs_with_state_and_counts(agent, server, capsys):
     import json
 
-    from producers.cli import main
+    from memindex.producers.cli.main import main
 
     notes(agent, 3)
     agent.memory_config(cfg(server))
@@ -241,7 +241,7 @@ def test_batches_cli_lists_jobs_with_state_and_counts(agent, server, capsys):
 
 
 def test_backfill_batch_flag_waits_and_reports_progress(agent, server, capsys):
-    from producers.cli import main
+    from memindex.producers.cli.main import main
 
     notes(agent, 5)
     server.plan("openai", Plan(run_s=0.5))
@@ -254,7 +254,7 @@ def test_backfill_batch_flag_waits_and_reports_progress(agent, server, capsys):
 
 
 def test_backfill_batch_flag_needs_batch_enabled(agent, server, capsys):
-    from producers.cli import main
+    from memindex.producers.cli.main import main
 
     notes(agent, 1)
     agent.memory_config(cfg(server, enabled=False))
@@ -264,8 +264,8 @@ def test_backfill_batch_flag_needs_batch_enabled(agent, server, capsys):
 
 
 def test_switching_batch_off_still_collects_the_submitted_job(agent, server):
-    from producers.trigger import request_sync
-    from workers.batch_state import open_state
+    from memindex.producers.enqueue import request_sync
+    from memindex.workers.batch.state import open_state
 
     notes(agent, 3)
     server.plan("openai", Plan(hold=True))

@@ -1,4 +1,4 @@
-"""Batch jobs across real ``dramatiq workers.actors`` processes on a real Redis:
+"""Batch jobs across real ``dramatiq memindex.workers.actors`` processes on a real Redis:
 a worker killed mid-poll is resumed (same job, not resubmitted), and the
 in-flight limit per provider holds across four worker processes."""
 
@@ -49,8 +49,8 @@ def _cli(a, redis, *args):
 
 
 def _searchable(a, n_chunks):
-    from producers.trigger import pending_files
-    from pipeline.store import open_reader
+    from memindex.producers.enqueue import pending_files
+    from memindex.pipeline.store.core import open_reader
 
     r = open_reader(a.settings())
     try:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 
-from workers.batch_coord import _LocalSlots
-from workers.batch_state import DONE, POLLING, BatchStateStore, new_token, state_path
+from memindex.pipeline.index.records import ChunkRecord, FileRecord
+from memindex.workers.batch.coord import _LocalSlots
+from memindex.workers.batch.state import DONE, POLLING, BatchStateStore, new_token, state_path
 
 
 def rec(path, h="h1", chunks=("a", "b")):
-    return {"source": "memory", "path": path, "hash": h,
-            "chunks": [{"hash": c, "text": c.upper(), "embedding": None} for c in chunks]}
+    return FileRecord("memory", path, f"/ws/{path}", h, 1, 1,
+                      chunks=[ChunkRecord(1, 1, c, c.upper()) for c in chunks])
 
 
 def test_state_file_sits_beside_the_store(tmp_path):
@@ -25,10 +26,11 @@ def test_items_are_deduplicated_and_claimed_in_order_up_to_a_cap(tmp_path):
     n, hashes, oldest, newest = st.queued()
     assert (n, hashes) == (3, 5) and oldest <= newest
     items = st.claim("job1", "pk", max_hashes=3)  # a+b, then b+c -> {a,b,c}; the next would still fit
-    assert [i.record["path"] for i in items] == ["a.md", "b.md", "a.md"]
+    assert [i.record.path for i in items] == ["a.md", "b.md", "a.md"]
+    assert items[0].record == rec("a.md")  # stored in message form, read back typed
     assert st.queued()[0] == 0
     st.requeue("job1")
-    assert [i.record["path"] for i in st.claim("job2", "pk", max_hashes=2)] == ["a.md"]  # at least one item
+    assert [i.record.path for i in st.claim("job2", "pk", max_hashes=2)] == ["a.md"]  # at least one item
     assert st.claim("job3", "other-provider", 10) == []
     assert st.drop_queued_except("other-provider") == 2
 

@@ -1,6 +1,6 @@
 from hypothesis import given, settings, strategies as st
 
-from pipeline.chunking import chunk_limits, chunk_markdown, split_lines
+from memindex.pipeline.index.chunking import chunk_limits, chunk_markdown, split_lines
 
 line = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=300)
 doc = st.lists(st.one_of(line, st.text(alphabet="ab \t", min_size=1200, max_size=5000)), max_size=80).map("\n".join)

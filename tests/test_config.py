@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, Context, load_config_file, load_settings, resolve_agent
+from memindex.pipeline.config.settings import ConfigError, Context, load_config_file, load_settings, resolve_agent
 
 
 def test_defaults_match_the_spec(tmp_path):

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from pipeline.embedder import reset_services
+from memindex.pipeline.embeddings.embedder import reset_services
 from tests.conftest import GGUF, errors_in_threads, module_server
 from tests.provider_server import ProviderServer
-from workers import embedded
+from memindex.workers import embedded
 
 
 server = module_server(ProviderServer)
@@ -36,8 +36,8 @@ def test_openai_index_and_hybrid_search(agent, server):
     assert res["provider"] == "openai" and res["model"] == "text-embedding-3-small"
     assert res["mode"] == "hybrid" and res["fallback"] is False
     assert res["results"][0]["path"] == "MEMORY.md"
-    from pipeline.status import index_status
-    from pipeline.embedder import provider_info
+    from memindex.pipeline.status import index_status
+    from memindex.pipeline.embeddings.embedder import provider_info
 
     st = index_status(agent.settings(), provider_info(agent.settings()))
     assert st["provider"] == "openai" and st["vector"]["backend"] == "sqlite-vec"
@@ -85,8 +85,8 @@ def test_model_change_rebuilds_while_search_keeps_answering(agent, server, monke
     monkeypatch.setenv("MEMINDEX_HASH_EMBED_DELAY", "0.15")
     reset_services()
     agent.memory_config({"provider": "hash", "model": "hash-v2"})
-    from producers.trigger import request_sync
-    from pipeline.store import open_reader
+    from memindex.producers.enqueue import request_sync
+    from memindex.pipeline.store.core import open_reader
 
     request_sync(agent.ctx, reason="test")
     seen_building = False
@@ -125,7 +125,7 @@ def test_bad_vectors_are_rejected_not_stored(agent, server, kind):
     paths = {r[1] for r in agent.store_rows()}
     assert "memory/2026-03-01.md" not in paths
     assert len(agent.store_rows()) == good
-    from pipeline.status import index_status
+    from memindex.pipeline.status import index_status
 
     assert index_status(agent.settings())["pending"] >= 1  # not indexed, not forgotten
 
@@ -146,7 +146,7 @@ def test_401_fails_fast_and_keyword_search_still_answers(agent, server):
 def test_no_provider_anywhere_is_keyword_only_not_an_error(agent):
     _notes(agent, 2)
     agent.index()
-    from pipeline.embedder import provider_info
+    from memindex.pipeline.embeddings.embedder import provider_info
 
     info = provider_info(agent.settings())
     assert info["provider"] == "none" and "keyword search only" in info["reason"]
@@ -161,7 +161,7 @@ def test_vectors_never_mix_across_dims(agent, server):
     reset_services()
     counts = agent.index()
     assert counts["generation"] == 2  # new dims -> new generation, never mixed into the old
-    from pipeline.status import index_status
+    from memindex.pipeline.status import index_status
 
     assert index_status(agent.settings())["vector"]["dims"] == 128
 
@@ -175,7 +175,7 @@ def test_local_gguf_provider_end_to_end(agent):
     agent.index()
     res = agent.search("dog", min_score=0.0)
     assert res["provider"] == "local" and res["results"][0]["path"] == "memory/pets.md"
-    from pipeline.status import index_status
+    from memindex.pipeline.status import index_status
 
     assert index_status(agent.settings())["vector"]["dims"] == 384
 
@@ -184,7 +184,7 @@ def test_search_answers_from_many_threads_with_vectors(agent):
     _notes(agent, 10)
     agent.memory_config({"provider": "hash"})
     agent.index()
-    from pipeline.search import MemorySearch
+    from memindex.pipeline.search.engine import MemorySearch
 
     eng = MemorySearch(agent.settings())
 
@@ -201,7 +201,7 @@ def test_query_embeddings_are_cached(agent, server):
     _notes(agent, 2)
     agent.memory_config(openai_cfg(server))
     agent.index()
-    from pipeline.search import MemorySearch
+    from memindex.pipeline.search.engine import MemorySearch
 
     eng = MemorySearch(agent.settings())
     before = server.count("openai")
@@ -217,8 +217,8 @@ def test_api_key_never_in_fingerprint_status_or_logs(agent, server, caplog):
     with caplog.at_level("DEBUG"):
         agent.index()
         agent.search("router")
-    from pipeline.status import index_status
-    from pipeline.embedder import provider_info
+    from memindex.pipeline.status import index_status
+    from memindex.pipeline.embeddings.embedder import provider_info
 
     st = index_status(agent.settings(), provider_info(agent.settings()))
     assert "sk-test-123" not in repr(st)
@@ -235,7 +235,7 @@ def test_killed_rebuild_leaves_live_index_and_resumes(agent, tmp_path):
     import subprocess
     import sys
 
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
     from tests.conftest import REPO
 
     for i in range(200):  # 7 message groups: the kill lands after the first, long before the last
@@ -245,7 +245,7 @@ def test_killed_rebuild_leaves_live_index_and_resumes(agent, tmp_path):
     agent.memory_config({"provider": "hash", "model": "hash-v2"})
     env = dict(os.environ, MEMINDEX_HASH_EMBED_DELAY="0.05")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "producers.cli", "--config", str(agent.config_path), "--state-dir", str(agent.state),
+        [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
          "--workspace", str(agent.workspace), "index", "-q"], cwd=REPO, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -277,7 +277,7 @@ def test_cache_max_entries_prunes_least_recently_used(agent):
         agent.write(f"memory/n{i}.md", f"distinct note number {i} about topic {i}\n")
     agent.memory_config({"provider": "hash", "cache": {"maxEntries": 3}})
     agent.index()
-    from pipeline.status import index_status
+    from memindex.pipeline.status import index_status
 
     st = index_status(agent.settings())
     assert st["chunks"] == 6 and st["cache"]["entries"] == 3

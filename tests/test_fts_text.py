@@ -9,7 +9,7 @@ import sqlean as sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.fts_text import MAX_TERMS, build_match_query, index_text, keyword_tokens
+from memindex.pipeline.store.fts_text import MAX_TERMS, build_match_query, index_text, keyword_tokens
 
 DOCS = {
     1: "Gateway returned ERR_CONN_4521 after the VPN reconnect; fix: restart wg0 and flush the ARP cache.",
@@ -188,10 +188,3 @@ def test_bm25_prefers_rarer_terms() -> None:
     assert search("wg0 logs")[0] == 1
 
 
-def test_results_graded_by_bm25() -> None:
-    from pipeline.ranking import bm25_to_text_score
-
-    expr = build_match_query("zephyr")
-    ranks = [r[0] for r in DB.execute("SELECT bm25(fts) FROM fts WHERE fts MATCH ? ORDER BY 1", (expr,))]
-    scores = [bm25_to_text_score(r) for r in ranks]
-    assert all(0 < s < 1 for s in scores) and scores[0] > scores[1]

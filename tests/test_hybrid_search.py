@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-import pipeline.search as search_mod
-from pipeline import db
-from pipeline.config import AgentSettings
-from pipeline.embeddings.local import llama_available
-from pipeline.fts_budget import FtsBudget
-from pipeline.ranking import (
+import memindex.pipeline.search.engine as search_mod
+from memindex.pipeline.store import db
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.embeddings.providers.local import llama_available
+from memindex.pipeline.store.fts_budget import FtsBudget
+from memindex.pipeline.search.ranking import (
     Candidate,
     _scan_tokens,
     merge_hybrid,
@@ -32,7 +32,8 @@ from pipeline.ranking import (
     sort_candidates,
     keyword_fill,
 )
-from pipeline.search import MemorySearch, QueryEmbedder, memory_search
+from memindex.pipeline.search.backend import memory_search
+from memindex.pipeline.search.engine import MemorySearch, QueryEmbedder
 from tests.conftest import GGUF
 
 HASH = {"provider": "hash"}
@@ -188,7 +189,7 @@ def test_bm25_only_when_the_index_has_no_vectors(agent):
 class ZeroVector(QueryEmbedder):
     provider, model = "hash", "hash-v1"
 
-    def embed_query(self, text: str, fp: Any = None) -> list[float]:  # type: ignore[override]
+    def embed_query(self, text: str, fp: Any = None) -> list[float]:
         return [0.0] * 384
 
 

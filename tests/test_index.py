@@ -5,8 +5,9 @@ import sys
 
 import pytest
 
-from pipeline.indexer import FileJob, prepare_file
-from workers import actors
+from memindex.pipeline.index.preparers import prepare_file
+from memindex.pipeline.index.records import FileJob
+from memindex.workers import actors
 
 
 def test_index_and_search_end_to_end(agent):
@@ -28,7 +29,7 @@ def test_index_and_search_end_to_end(agent):
 def test_fingerprint_recorded(agent):
     agent.write("memory/a.md", "alpha")
     agent.index()
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
 
     st = open_reader(agent.settings()).state()
     fp = st.live_fingerprint
@@ -81,10 +82,10 @@ def test_stale_write_is_dropped(agent):
     p.write_text("second version kumquat edited\n")  # wait: we chunk the NEW text below
     prepared = prepare_file(agent.settings(), job)
     p.write_text("third version durian\n")  # the file changes after chunking
-    actors.write_files.fn(agent.ctx.as_dict(), 1, [prepared.record])
+    actors.write_files.fn(agent.ctx.as_dict(), 1, [prepared.record.to_message()])
     texts = [r[5] for r in agent.store_rows()]
     assert texts == ["first version kumquat"]  # the stale write did not land
-    from workers import embedded
+    from memindex.workers import embedded
 
     embedded.wait_idle(timeout=30)  # the writer asked for a fresh sync
     assert [r[5] for r in agent.store_rows()] == ["third version durian"]
@@ -95,10 +96,10 @@ def test_duplicate_messages_leave_no_duplicate_chunks(agent):
     agent.index()
     p = agent.workspace / "memory/a.md"
     st = p.stat()
-    job = FileJob("memory", "memory/a.md", str(p), st.st_size, st.st_mtime_ns).as_dict()
+    job = FileJob("memory", "memory/a.md", str(p), st.st_size, st.st_mtime_ns).to_message()
     for _ in range(3):
         actors.index_files.send(agent.ctx.as_dict(), 1, [job])
-    from workers import embedded
+    from memindex.workers import embedded
 
     embedded.wait_idle(timeout=30)
     assert len(agent.store_rows()) == 1
@@ -115,7 +116,7 @@ def test_bad_files_are_reported_and_the_rest_indexed(agent):
     agent.index()
     assert agent.search("pineapple")["results"][0]["path"] == "memory/good.md"
     assert agent.search("lait")["results"][0]["path"] == "memory/latin1.md"
-    from pipeline.status import index_status
+    from memindex.pipeline.status import index_status
 
     status = index_status(agent.settings())
     problems = {p["path"]: p["error"] for p in status["problems"]}
@@ -140,7 +141,7 @@ def test_changing_chunk_params_rebuilds_into_a_new_generation(agent):
     agent.memory_config({"chunking": {"tokens": 100, "overlap": 10}})
     counts = agent.index()
     assert counts["generation"] == 2 and counts["to_index"] == 1
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
 
     r = open_reader(agent.settings())
     st = r.state()
@@ -156,7 +157,7 @@ def test_redelivered_old_plan_is_ignored(agent):
     """A write_plan redelivered after a crash must not resurrect an old pending set."""
     import time as _time
 
-    from pipeline.store import open_writer
+    from memindex.pipeline.store.core import open_writer
 
     agent.write("memory/a.md", "apple\n")
     agent.index()
@@ -168,5 +169,47 @@ def test_redelivered_old_plan_is_ignored(agent):
         assert w.plan(1, fp, [("memory", "memory/a.md")], [], planned_at=old) == "stale"
         pending = w.conn.execute("SELECT count(*) FROM pending_g1").fetchone()[0]
         assert pending == 0
+    finally:
+        w.close()
+
+
+def test_records_round_trip_through_their_queue_message():
+    import json
+
+    from memindex.pipeline.index.fingerprint import EmbeddingIdentity
+    from memindex.pipeline.index.records import ChunkRecord, FileRecord, SessionDelta, TouchRecord
+    from memindex.pipeline.store.vectors import pack
+
+    rec = FileRecord("sessions", "sessions/t.jsonl", "/s/t.jsonl", "h", 3, 4, "session", None,
+                     [ChunkRecord(1, 2, "c", "text", [0.5, -1.0], cacheable=False), ChunkRecord(3, 3, "d", "more")],
+                     EmbeddingIdentity("p", "m", "k", 2), ["c"], {"turns": 1}, "b")
+    msg = json.loads(json.dumps(rec.to_message()))  # JSON-safe, as dramatiq sends it
+    assert isinstance(msg["chunks"][0]["embedding"], str)  # base64 only on the wire
+    back = FileRecord.from_message(msg)
+    assert back.chunks[0].embedding == pack([0.5, -1.0])  # packed float32, as the store keeps it
+    back.chunks[0].embedding = [0.5, -1.0]
+    assert back == rec
+    for r in (FileJob("memory", "a.md", "/w/a.md", 1, 2, "image", "h"), TouchRecord("memory", "a.md", "h", 1, 2),
+              SessionDelta("sessions", "sessions/t.jsonl", "/s/t.jsonl", 10, 3, "h", {"turns": 1})):
+        assert type(r).from_message(json.loads(json.dumps(r.to_message()))) == r
+
+
+def test_the_store_takes_vectors_as_floats_or_packed_bytes(tmp_path):
+    from memindex.pipeline.index.fingerprint import EmbeddingIdentity
+    from memindex.pipeline.index.records import ChunkRecord, FileRecord
+    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.vectors import pack
+
+    w = StoreWriter(tmp_path / "s.sqlite")
+    try:
+        w.plan(1, {"provider": "p", "model": "m", "providerKey": "k"}, [], [])
+        ident = EmbeddingIdentity("p", "m", "k", 2)
+        floats = FileRecord("memory", "a.md", "/w/a.md", "h", 1, 1,
+                            chunks=[ChunkRecord(1, 1, "c1", "one", [0.6, 0.8])], embedding=ident)
+        packed = FileRecord("memory", "b.md", "/w/b.md", "h", 1, 1,
+                            chunks=[ChunkRecord(1, 1, "c2", "two", pack([0.6, 0.8]))], embedding=ident)
+        assert w.write_files(1, [floats, packed]) == (2, [])
+        blobs = [b for (b,) in w.conn.execute("SELECT embedding FROM chunks_g1 ORDER BY path")]
+        assert blobs == [pack([0.6, 0.8])] * 2
     finally:
         w.close()

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pipeline.memory_flush import (
+from memindex.pipeline.flush import (
     DEFAULT_PROMPT,
     DEFAULT_SYSTEM_PROMPT,
     already_flushed,

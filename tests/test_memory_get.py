@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from pipeline.memory_get import MemoryGetError, memory_get
+from memindex.pipeline.search.get import MemoryGetError, memory_get
 
 
 @pytest.fixture

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, resolve_agent
-from pipeline.embeddings.gemini import GeminiProvider
-from pipeline.indexer import FileJob, collect_files
-from pipeline.memory_get import MemoryGetError, memory_get
-from pipeline.multimodal import MEDIA_TYPES, content_problem, media_hash, prepare_media
-from pipeline.status import index_status
+from memindex.pipeline.config.settings import ConfigError, resolve_agent
+from memindex.pipeline.embeddings.providers.gemini import GeminiProvider
+from memindex.pipeline.index.indexer import collect_files
+from memindex.pipeline.index.records import FileJob
+from memindex.pipeline.search.get import MemoryGetError, memory_get
+from memindex.pipeline.index.media import MEDIA_TYPES, content_problem, media_hash, prepare_media
+from memindex.pipeline.status import index_status
 from tests.conftest import module_server
 from tests.provider_server import ProviderServer
 
@@ -262,7 +263,7 @@ def test_unreadable_file_is_reported_not_raised(agent, server, monkeypatch):
     st = p.stat()
     job = FileJob("memory", "extras/locked.png", str(p), st.st_size, st.st_mtime_ns, "image")
     rec = prepare_media(settings, job).record
-    assert rec["error"] == "unreadable: Permission denied" and rec["chunks"] == [] and rec["kind"] == "image"
+    assert rec.error == "unreadable: Permission denied" and rec.chunks == [] and rec.kind == "image"
     assert server.media == []
 
 

@@ -48,7 +48,7 @@ def test_procfile_and_compose_start_the_same_commands():
 
 
 def test_the_writer_is_one_thread_and_workers_skip_the_write_queue():
-    from producers.cli import build_parser
+    from memindex.producers.cli.main import build_parser
 
     procs = procfile()
     parser = build_parser()
@@ -57,7 +57,7 @@ def test_the_writer_is_one_thread_and_workers_skip_the_write_queue():
     for name in ("worker", "batch"):
         worker = parser.parse_args(procs[name][1:])
         assert worker.command == "worker" and not worker.writer and "write" not in (worker.queues or [])
-    from workers.broker import QUEUES
+    from memindex.workers.broker import QUEUES
 
     consumed = {q for name in ("worker", "batch") for q in parser.parse_args(procs[name][1:]).queues}
     assert consumed | {"write"} == set(QUEUES)  # every queue has a consumer

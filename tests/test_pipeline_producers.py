@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from pipeline.config import Context
-from producers import hooks
-from producers.interval import IntervalSync
-from producers.watcher import AgentWatch, Watcher
+from memindex.pipeline.config.settings import Context
+from memindex.producers import hooks
+from memindex.workers import flags
+from memindex.producers.interval import IntervalSync
+from memindex.producers.watcher import AgentWatch, Watcher
 from tests.conftest import Agent, run_cli
 
 
@@ -151,7 +152,7 @@ def test_new_directories_are_watched(agent):
 
 
 def test_failed_enqueue_is_retried(agent, monkeypatch):
-    import producers.watcher as wmod
+    import memindex.producers.watcher as wmod
 
     monkeypatch.setattr(wmod, "RETRY_S", 0.2)
     attempts = []
@@ -187,7 +188,7 @@ def test_watcher_keeps_the_embedded_index_fresh(agent):
         assert _wait(lambda: agent.search("kumquat")["results"] == [], timeout=10)
     finally:
         w.stop()
-    from workers import embedded
+    from memindex.workers import embedded
 
     embedded.wait_idle(timeout=10)
     fresh = Agent(agent.root / "clean")
@@ -219,7 +220,7 @@ def test_interval_sync_fires_when_due_and_zero_is_off():
 
 
 def test_interval_reads_the_config(agent):
-    from producers.interval import _interval_s
+    from memindex.producers.interval import _interval_s
 
     assert _interval_s(agent.ctx) == 0.0
     agent.memory_config({"sync": {"intervalMinutes": 5}})
@@ -230,37 +231,37 @@ def test_interval_reads_the_config(agent):
 
 def test_hooks_deduplicate_until_the_sync_starts(agent, monkeypatch):
     sent = []
-    monkeypatch.setattr("producers.trigger.request_sync", lambda ctx, reason="manual", force=False:
+    monkeypatch.setattr("memindex.producers.enqueue.request_sync", lambda ctx, reason="manual", force=False:
                         sent.append(reason))
     settings = agent.settings()
-    hooks.clear_sync_requested(settings.store_path)
+    flags.clear_sync_requested(settings.store_path)
     assert hooks.on_session_start(agent.ctx, "agent:main:direct:alice") is True
     assert hooks.on_session_start(agent.ctx, "agent:main:direct:bob") is False  # one already queued
     hooks.schedule_sync(settings, "search")
     assert sent == ["session-start"]
-    hooks.clear_sync_requested(settings.store_path)  # what sync_agent does as it starts
+    flags.clear_sync_requested(settings.store_path)  # what sync_agent does as it starts
     hooks.schedule_sync(settings, "search")
     assert sent == ["session-start", "search"]
-    hooks.clear_sync_requested(settings.store_path)
+    flags.clear_sync_requested(settings.store_path)
 
 
 def test_hooks_respect_config(agent, monkeypatch):
     sent = []
-    monkeypatch.setattr("producers.trigger.request_sync", lambda ctx, reason="manual", force=False:
+    monkeypatch.setattr("memindex.producers.enqueue.request_sync", lambda ctx, reason="manual", force=False:
                         sent.append(reason))
     agent.memory_config({"sync": {"onSessionStart": False}})
-    hooks.clear_sync_requested(agent.settings().store_path)
+    flags.clear_sync_requested(agent.settings().store_path)
     assert hooks.on_session_start(agent.ctx, "s") is False
     assert sent == []
 
 
 def test_search_schedules_a_sync_and_the_index_fills_in(agent):
     """First search on a never-indexed agent: pending, a sync is scheduled, results follow."""
-    from pipeline.search import MemorySearch
-    from workers import embedded
+    from memindex.pipeline.search.engine import MemorySearch
+    from memindex.workers import embedded
 
     agent.write("memory/a.md", "guava harvest notes\n")
-    hooks.clear_sync_requested(agent.settings().store_path)
+    flags.clear_sync_requested(agent.settings().store_path)
     eng = MemorySearch(agent.settings(), schedule_sync=hooks.schedule_sync)
     try:
         first = eng.search("guava").as_dict()
@@ -272,17 +273,17 @@ def test_search_schedules_a_sync_and_the_index_fills_in(agent):
 
 
 def test_sync_actor_clears_the_flag(agent):
-    from workers import embedded
-    from workers.actors import sync_agent
+    from memindex.workers import embedded
+    from memindex.workers.actors import sync_agent
 
     store = agent.settings().store_path
-    assert hooks.mark_sync_requested(store)
-    assert not hooks.mark_sync_requested(store)
+    assert flags.mark_sync_requested(store)
+    assert not flags.mark_sync_requested(store)
     embedded.start()
     sync_agent.send(agent.ctx.as_dict(), reason="test")
     embedded.wait_idle(timeout=20)
-    assert hooks.mark_sync_requested(store)  # cleared by the sync: a new request goes through
-    hooks.clear_sync_requested(store)
+    assert flags.mark_sync_requested(store)  # cleared by the sync: a new request goes through
+    flags.clear_sync_requested(store)
 
 
 # --- CLI --------------------------------------------------------------------------------------
@@ -328,7 +329,7 @@ def test_watch_cli_indexes_then_stops_cleanly_on_sigint(agent):
 
     agent.write("memory/a.md", "initial papaya\n")
     agent.memory_config({"sync": {"watchDebounceMs": 200}})
-    proc = subprocess.Popen([sys.executable, "-m", "producers.cli", *_cli_args(agent), "watch"],
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *_cli_args(agent), "watch"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -45,7 +45,7 @@ def _kill(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 15) -> No
 def _spawn(url: str, logdir: Path, name: str, *args: str) -> subprocess.Popen:
     """``memindex <args>`` in its own session, logging to a file (a full pipe would block it)."""
     log = open(logdir / f"{name}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "producers.cli", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "memindex", *args], cwd=REPO,
                             env=dict(os.environ, MEMINDEX_BROKER_URL=url), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -84,7 +84,7 @@ def _idle(url: str) -> bool:
 
 
 def _indexed(a: Agent) -> int:
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
 
     r = open_reader(a.settings())
     try:
@@ -173,7 +173,7 @@ def test_same_jobs_enqueued_twice_leave_no_duplicates(tmp_path, redis_server):
                           "mtime_ns": st.st_mtime_ns, "kind": "markdown", "known_hash": None})
         _py(url, f"""
 import json
-from workers.actors import index_files, sync_agent
+from memindex.workers.actors import index_files, sync_agent
 ctx, job = json.loads({ctx!r}), json.loads({job!r})
 for _ in range(2):
     index_files.send(ctx, 1, [job])
@@ -219,7 +219,7 @@ def test_dead_letters_are_listed_and_replayed(tmp_path, redis_server):
     with _workers(url, tmp_path):
         _py(url, f"""
 import json
-from workers.actors import index_files
+from memindex.workers.actors import index_files
 index_files.send_with_options(args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}]), max_retries=1,
                               min_backoff=10, max_backoff=50)
 """)
@@ -249,14 +249,14 @@ def test_sync_requested_flag_lives_in_redis_and_the_sync_clears_it(tmp_path, red
     ctx = json.dumps(a.ctx.as_dict())
     out = _py(url, f"""
 import json
-from pipeline.config import Context
-from producers import hooks
+from memindex.pipeline.config.settings import Context
+from memindex.producers import hooks
 ctx = Context.from_dict(json.loads({ctx!r}))
 print(hooks.on_session_start(ctx, "s1"), hooks.on_session_start(ctx, "s2"))
 """)
     assert out.split() == ["True", "False"]  # no worker yet: the first request is still queued
     client = redis.Redis.from_url(url)
-    from producers.hooks import FLAG_TTL_S, flag_key
+    from memindex.workers.flags import FLAG_TTL_S, flag_key
 
     key = flag_key(a.settings().store_path)
     assert client.exists(key) and 0 < client.ttl(key) <= FLAG_TTL_S

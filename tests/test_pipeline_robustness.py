@@ -11,15 +11,15 @@ from tests.conftest import REPO, Agent
 
 BACKFILL_RSS = r"""
 import sys
-from pipeline.config import Context
-from producers import backfill
+from memindex.pipeline.config.settings import Context
+from memindex.producers import backfill
 
 root = sys.argv[1]
 ctx = Context("main", None, root + "/state", root + "/workspace")
 b = backfill.enqueue(ctx)
 assert backfill.wait(b, timeout=120)
 assert b.counts["to_index"] == int(sys.argv[2]), b.counts
-from workers import embedded
+from memindex.workers import embedded
 embedded.stop()
 for line in open("/proc/self/status"):
     if line.startswith("VmHWM"):
@@ -57,8 +57,8 @@ def test_peak_rss_of_a_10000_file_backfill_is_within_1_5x_of_1000(tmp_path):
 
 
 def test_search_answers_while_the_writer_holds_a_long_transaction(agent: Agent):
-    from pipeline import db
-    from pipeline.search import MemorySearch
+    from memindex.pipeline.store import db
+    from memindex.pipeline.search.engine import MemorySearch
 
     for i in range(40):
         agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"note {i} about topic{i % 5}\n")

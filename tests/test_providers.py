@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.embeddings import (
+from memindex.pipeline.embeddings import (
     ConcurrencyLimiter,
     EmbeddingService,
     InvalidVectorError,
@@ -33,12 +33,12 @@ from pipeline.embeddings import (
     resolve_api_key,
     select_provider,
 )
-from pipeline.embeddings.hf_download import cache_path, ensure_model_file
-from pipeline.embeddings.http_errors import parse_retry_after, too_many_items
-from pipeline.embeddings.limits import estimate_tokens, split_to_limit
-from pipeline.embeddings.local import llama_available
-from pipeline.embeddings.openai_provider import OpenAIProvider
-from pipeline.embeddings.validate import validate_vectors
+from memindex.pipeline.embeddings.providers.hf_download import cache_path, ensure_model_file
+from memindex.pipeline.embeddings.http_errors import parse_retry_after, too_many_items
+from memindex.pipeline.embeddings.limits import estimate_tokens, split_to_limit
+from memindex.pipeline.embeddings.providers.local import llama_available
+from memindex.pipeline.embeddings.providers.openai import OpenAIProvider
+from memindex.pipeline.embeddings.validate import validate_vectors
 
 from conftest import module_server
 from provider_server import ProviderServer, fake_vector
@@ -404,7 +404,7 @@ def test_gemini_retry_after_header_and_http_date(server, policy, sleeps):
 
 
 def test_gemini_base_url_version_split():
-    from pipeline.embeddings.gemini import split_base_url
+    from memindex.pipeline.embeddings.providers.gemini import split_base_url
 
     assert split_base_url("https://generativelanguage.googleapis.com/v1beta") == (
         "https://generativelanguage.googleapis.com/", "v1beta")

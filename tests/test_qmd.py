@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backend import FallbackSearch, clamp_injected, search_backend_for
-from pipeline.memory_get import MemoryGetError, memory_get
-from pipeline.qmd.collections import managed_collections, parse_collection_list, sanitize_name
-from pipeline.qmd.manager import QmdManager, close_managers
-from pipeline.qmd.parse import line_range, parse_qmd_uri, parse_search_json
-from pipeline.qmd.runner import QmdBadOutput, QmdMissing, QmdRunner, QmdTimeout
-from pipeline.qmd.sessions_export import export_sessions
-from pipeline.search import MemorySearch, SearchResult
-from producers.qmd_sync import start_qmd_sync, sync_qmd_now
+from memindex.pipeline.search.backend import FallbackSearch, clamp_injected, open_search
+from memindex.pipeline.search.get import MemoryGetError, memory_get
+from memindex.pipeline.search.qmd.collections import managed_collections, parse_collection_list, sanitize_name
+from memindex.pipeline.search.qmd.manager import QmdManager, close_managers
+from memindex.pipeline.search.qmd.parse import line_range, parse_qmd_uri, parse_search_json
+from memindex.pipeline.search.qmd.runner import QmdBadOutput, QmdMissing, QmdRunner, QmdTimeout
+from memindex.pipeline.search.qmd.sessions_export import export_sessions
+from memindex.pipeline.search.engine import MemorySearch, SearchResult
+from memindex.producers.qmd_sync import start_qmd_sync, sync_qmd_now
 from tests.conftest import run_cli
 
 FAKE = Path(__file__).with_name("fake_qmd.py")
@@ -249,7 +249,7 @@ def test_search_does_not_update(ws):
     configure(ws)
     sync_qmd_now(ws.settings())
     n = argvs(ws).count(["update"])
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     for _ in range(3):
         eng.search("kafka")
     assert argvs(ws).count(["update"]) == n
@@ -260,7 +260,7 @@ def test_search_does_not_update(ws):
 def test_search_maps_results_and_paths(ws):
     configure(ws, paths=[{"path": str(ws.root / "outside"), "name": "runbooks"}])
     sync_qmd_now(ws.settings())
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     assert isinstance(eng, FallbackSearch)
     resp = eng.search("kafka")
     assert resp.backend == "qmd" and resp.provider == "qmd" and resp.mode == "search"
@@ -282,7 +282,7 @@ def test_retry_with_query_when_mode_rejects_flags(ws, caplog):
     configure(ws, searchMode="vsearch")
     sync_qmd_now(ws.settings())
     set_mode(ws, "unknown-flag")
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     with caplog.at_level(logging.WARNING):
         resp = eng.search("kafka")
     assert resp.backend == "qmd" and resp.results
@@ -302,7 +302,7 @@ def test_missing_collection_is_repaired_once(ws):
     st = json.loads(state.read_text())
     del st["collections"]["memory-dir-main"]
     state.write_text(json.dumps(st))
-    resp = search_backend_for(ws.settings()).search("kafka")
+    resp = open_search(ws.settings()).search("kafka")
     assert resp.backend == "qmd" and resp.results
     assert ["collection", "add", str(ws.workspace / "memory"), "--name", "memory-dir-main",
             "--mask", "**/*.md"] in argvs(ws)
@@ -311,7 +311,7 @@ def test_missing_collection_is_repaired_once(ws):
 def test_no_results_marker_and_empty_array(ws):
     configure(ws)
     sync_qmd_now(ws.settings())
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     assert eng.search("zzzz-nothing").results == []
     set_mode(ws, "noresults")
     resp = eng.search("kafka")
@@ -336,7 +336,7 @@ def test_failure_falls_back_then_recovers(ws, failure, caplog):
     sync_qmd_now(ws.settings())
     ws.index()  # the built-in store is what answers during the outage
     clock = Clock()
-    eng = search_backend_for(ws.settings(), retry_after_s=60, clock=clock)
+    eng = open_search(ws.settings(), retry_after_s=60, clock=clock)
     assert eng.search("kafka").backend == "qmd"
 
     if failure == "missing":
@@ -380,7 +380,7 @@ def test_failure_falls_back_then_recovers(ws, failure, caplog):
 
 def test_status_probe_reports_missing_qmd(ws):
     configure(ws, command=str(ws.root / "no-such-qmd"))
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     st = eng.status(probe=True)
     assert st["backend"] == "builtin" and st["fallback"]["kind"] == "missing"
 
@@ -393,7 +393,7 @@ def test_limits(ws):
     configure(ws, limits={"maxResults": 3, "maxSnippetChars": 40, "maxInjectedChars": 100},
               top={"citations": "off"})
     sync_qmd_now(ws.settings())
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     resp = eng.search("alpha")
     assert resp.backend == "qmd"
     assert 1 <= len(resp.results) <= 3
@@ -421,7 +421,7 @@ def test_injected_clamp_keeps_citations():
 def test_scope_gates_qmd_before_calling_it(ws, caplog):
     configure(ws)
     sync_qmd_now(ws.settings())
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     n = len(calls(ws))
     with caplog.at_level(logging.WARNING):
         resp = eng.search("kafka", session_key="agent:main:discord:group:123")
@@ -431,7 +431,7 @@ def test_scope_gates_qmd_before_calling_it(ws, caplog):
     assert eng.search("kafka", session_key="agent:main:discord:direct:9").results
     # memory.qmd.scope overrides memory.scope.
     configure(ws, scope={"default": "allow"}, top={"scope": {"default": "deny"}})
-    assert search_backend_for(ws.settings()).search("kafka", session_key="agent:main:x:group:1").results
+    assert open_search(ws.settings()).search("kafka", session_key="agent:main:x:group:1").results
 
 
 # --- memory_get of qmd/ paths -------------------------------------------------------
@@ -522,7 +522,7 @@ def test_sessions_collection_searchable_and_readable(ws):
     assert report["sessions"]["written"] == 1
     assert ["collection", "add", str(qmd_home(ws) / "sessions"), "--name", "sessions-main",
             "--mask", "**/*.md"] in argvs(ws)
-    resp = search_backend_for(ws.settings()).search("zeppelin")
+    resp = open_search(ws.settings()).search("zeppelin")
     [r] = resp.results
     assert (r.path, r.source) == ("qmd/sessions-main/chat-1.md", "sessions")
     assert "Assistant: Zeppelin is at noon." in memory_get(ws.settings(), r.path).text
@@ -595,7 +595,7 @@ def test_runner_timeout_kills_group_and_caps_output(ws, tmp_path):
 # --- builtin selection and the CLI ------------------------------------------------------
 
 def test_builtin_backend_is_memory_search(ws):
-    eng = search_backend_for(ws.settings())
+    eng = open_search(ws.settings())
     try:
         assert isinstance(eng, MemorySearch)
         assert eng.search("kafka").backend == "builtin"

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backend import search_backend_for
-from pipeline.memory_get import memory_get
-from pipeline.qmd.collections import parse_collection_show
-from pipeline.qmd.manager import QmdManager, close_managers
-from pipeline.qmd.runner import QmdRunner
+from memindex.pipeline.search.backend import open_search
+from memindex.pipeline.search.get import memory_get
+from memindex.pipeline.search.qmd.collections import parse_collection_show
+from memindex.pipeline.search.qmd.manager import QmdManager, close_managers
+from memindex.pipeline.search.qmd.runner import QmdRunner
 
 def _qmd_command() -> tuple[str | None, str]:
     """(command, reason it is unusable or '')."""
@@ -166,7 +166,7 @@ def test_real_search_mode_maps_workspace_paths_and_lines(real):
               limits={"timeoutMs": 15_000})
     s = real.settings()
     QmdManager(s).update("boot", force=True)
-    eng = search_backend_for(s)
+    eng = open_search(s)
     t0 = time.monotonic()
     resp = eng.search("kafka")
     search_s = time.monotonic() - t0
@@ -199,7 +199,7 @@ def test_real_query_mode_hangs_offline_times_out_and_falls_back(real):
     report = mgr.update("boot", force=True)  # `qmd embed` waits for a model download: timed out
     assert report["updated"] and report["embed"].startswith("failed") and "timed out" in report["embed"]
     assert time.monotonic() - t0 < 25
-    eng = search_backend_for(s, manager=mgr, retry_after_s=60)
+    eng = open_search(s, manager=mgr, retry_after_s=60)
     t0 = time.monotonic()
     resp = eng.search("kafka")
     elapsed = time.monotonic() - t0
@@ -220,7 +220,7 @@ def test_real_vsearch_without_vectors_answers_empty(real):
     s = real.settings()
     mgr = QmdManager(s)
     mgr.update("boot", force=True)
-    resp = search_backend_for(s, manager=mgr).search("kafka")
+    resp = open_search(s, manager=mgr).search("kafka")
     assert resp.backend == "qmd", resp.extra
     assert resp.results == []
 
@@ -234,7 +234,7 @@ def test_real_query_under_ci_flag_exits_and_falls_back(real, monkeypatch):
     real.index()
     mgr = QmdManager(s)
     mgr.ensure_collections()
-    resp = search_backend_for(s, manager=mgr).search("kafka")
+    resp = open_search(s, manager=mgr).search("kafka")
     assert resp.backend == "builtin"
     assert resp.extra["backendFallback"]["kind"] == "exit"
     assert "disabled in CI" in resp.extra["backendFallback"]["reason"]

@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.ranking import (
+from memindex.pipeline.search.ranking import (
     Candidate,
     apply_temporal_decay,
-    bm25_to_text_score,
     dated_path_date,
     decay_multiplier,
     is_evergreen,
@@ -38,35 +37,6 @@ def cand(cid: str, *, path: str | None = None, source: str = "memory", text: str
 
 def midnight(y: int, m: int, d: int) -> float:
     return float(calendar.timegm(dt.date(y, m, d).timetuple()))
-
-
-# ------------------------------------------------------------------ bm25
-
-
-def test_bm25_examples() -> None:
-    assert bm25_to_text_score(-1.0) == pytest.approx(0.5)
-    assert bm25_to_text_score(-9.0) == pytest.approx(0.9)
-    assert bm25_to_text_score(-100.0) == pytest.approx(100 / 101)
-    assert bm25_to_text_score(0.0) == 0.0
-    assert bm25_to_text_score(3.0) == 0.0
-    for bad in (math.nan, math.inf, -math.inf):
-        assert bm25_to_text_score(bad) == 0.0
-
-
-@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9),
-       st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9))
-def test_bm25_monotone_and_bounded(a: float, b: float) -> None:
-    sa, sb = bm25_to_text_score(a), bm25_to_text_score(b)
-    assert 0.0 <= sa <= 1.0 and 0.0 <= sb <= 1.0
-    if a <= b:  # more negative bm25 = better match = higher score
-        assert sa >= sb
-
-
-def test_bm25_preserves_ranking_order() -> None:
-    ranks = [-12.5, -7.1, -3.3, -0.4, -0.01]
-    scores = [bm25_to_text_score(r) for r in ranks]
-    assert scores == sorted(scores, reverse=True)
-    assert len(set(scores)) == len(scores)  # the reference scored all of these 1.0
 
 
 # --------------------------------------------------------------- weights
@@ -124,9 +94,9 @@ def test_merge_ties_are_deterministic() -> None:
 
 def test_keyword_only_best_match_passes_min_score() -> None:
     # "ERR_CONN_4521": embeddings return vaguely related notes, the exact ID
-    # is only found by BM25 (bm25 -9 -> 0.9).
+    # is only found by BM25 (text score 0.9; a weak hit 1/3).
     vec = [cand("net", vs=0.45), cand("dns", vs=0.40)]
-    txt = [cand("err", ts=bm25_to_text_score(-9.0)), cand("weak", ts=bm25_to_text_score(-0.5))]
+    txt = [cand("err", ts=0.9), cand("weak", ts=1 / 3)]
     out = merge_hybrid(vec, txt, 0.7, 0.3)
     by_id = {c.chunk_id: c for c in out}
     assert out[0].chunk_id == "err"

@@ -6,7 +6,7 @@ import time
 import pytest
 import redis
 
-from workers.limits import RedisConcurrencyLimiter
+from memindex.workers.limits import RedisConcurrencyLimiter
 
 
 @pytest.mark.redis

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from pipeline.scope import (
+from memindex.pipeline.search.scope import (
     ScopeDecision,
     channel_from_key,
     chat_type_from_key,

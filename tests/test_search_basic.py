@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pipeline.search import MemorySearch
+from memindex.pipeline.search.engine import MemorySearch
 from tests.conftest import errors_in_threads
 
 HOSTILE = [

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.session_index import SessionDelta, parse_extra, prepare_session_delta
-from producers import session_delta
-from producers.session_delta import check_sessions
-from workers import embedded
-from workers.actors import write_session_append
+from memindex.pipeline.index.records import SessionDelta
+from memindex.pipeline.index.sessions import parse_extra, prepare_session_delta
+from memindex.producers import session_delta
+from memindex.producers.session_delta import check_sessions
+from memindex.workers import embedded
+from memindex.workers.actors import write_session_append
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,7 +64,7 @@ class Sess:
 
     def full_rows(self) -> list[tuple]:
         """(rowid, id, start, end, updated_at, text) of the live chunks."""
-        from pipeline.store import open_reader
+        from memindex.pipeline.store.core import open_reader
 
         r = open_reader(self.agent.settings())
         try:
@@ -75,7 +76,7 @@ class Sess:
             r.close()
 
     def extra(self) -> dict:
-        from pipeline.store import open_reader
+        from memindex.pipeline.store.core import open_reader
 
         r = open_reader(self.agent.settings())
         try:
@@ -141,7 +142,7 @@ def test_append_only_growth_indexes_only_the_delta(agent):
     assert indexed_lines == 32
 
     reads: list[int] = []
-    import pipeline.session_index as si
+    import memindex.pipeline.index.sessions as si
 
     orig = si.read_transcript
 
@@ -176,7 +177,7 @@ def test_a_duplicate_delta_is_applied_once(agent):
     s = Sess(agent, delta_messages=2)
     s.append(msg("user", "kestrel a") + msg("user", "kestrel b"))
     row = s.extra()
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
 
     r = open_reader(agent.settings())
     try:
@@ -187,9 +188,9 @@ def test_a_duplicate_delta_is_applied_once(agent):
     delta = SessionDelta("sessions", "sessions/t.jsonl", str(s.path), row["session"]["indexed_bytes"],
                          row["session"]["indexed_lines"] + 1, base, row)
     rec = prepare_session_delta(agent.settings(), delta).record
-    assert rec["base_hash"] == base
+    assert rec.base_hash == base
     for _ in range(2):
-        write_session_append.send(agent.ctx.as_dict(), gen, [rec])
+        write_session_append.send(agent.ctx.as_dict(), gen, [rec.to_message()])
     assert embedded.wait_idle(timeout=30)
     assert sum("kestrel a" in r[5] for r in s.rows()) == 1
     # The detector, racing the same delta, does not append it again either.
@@ -201,7 +202,7 @@ def test_in_flight_work_is_not_enqueued_twice(agent, monkeypatch):
     s = Sess(agent, delta_messages=2)
     s.append(msg("user", "kestrel a") + msg("user", "kestrel b"))
     sent = []
-    from workers import actors
+    from memindex.workers import actors
 
     monkeypatch.setattr(actors.index_session_delta, "send", lambda *a, **k: sent.append(a))
     assert check_sessions(agent.ctx) == 1
@@ -225,7 +226,7 @@ def test_partial_last_line_waits_for_its_newline(agent):
 
 
 def test_appended_chunks_get_vectors(agent):
-    from pipeline.embedder import reset_services
+    from memindex.pipeline.embeddings.embedder import reset_services
 
     reset_services()
     agent.memory_config({"provider": "hash", "sources": ["memory", "sessions"],
@@ -239,7 +240,7 @@ def test_appended_chunks_get_vectors(agent):
         fh.write(msg("user", "ospreys nest on the pylon") + msg("assistant", "osprey nest noted"))
     assert check_sessions(agent.ctx) == 1
     assert embedded.wait_idle(timeout=30)
-    from pipeline.store import open_reader
+    from memindex.pipeline.store.core import open_reader
 
     r = open_reader(agent.settings())
     try:
@@ -301,7 +302,7 @@ def test_delta_state_survives_a_restart(agent):
     # A new process: nothing in memory, everything from the store.
     embedded.stop()
     session_delta._inflight.clear()
-    from pipeline import agents
+    from memindex.pipeline.config import agents
 
     agents._cache.clear()
     s.append(b"".join(msg("user", f"falcon {i}") for i in range(4)))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Agent
-from pipeline.memory_get import MemoryGetError, memory_get
-from pipeline.search import MemorySearch
-from pipeline.session_index import discover_sessions, parse_extra
-from pipeline.status import format_status, index_status
-from pipeline.store import open_reader
+from memindex.pipeline.search.get import MemoryGetError, memory_get
+from memindex.pipeline.search.engine import MemorySearch
+from memindex.pipeline.index.sessions import discover_sessions, parse_extra
+from memindex.pipeline.status import format_status, index_status
+from memindex.pipeline.store.core import open_reader
 
 OPT_IN = {"sources": ["memory", "sessions"], "experimental": {"sessionMemory": True}}
 
@@ -162,7 +162,7 @@ def test_symlinked_sessions_dir_is_refused(sess, tmp_path):
     {"sources": ["memory"], "experimental": {"sessionMemory": True}},
 ])
 def test_sessions_ignored_unless_opted_in(agent, ms):
-    from producers.session_delta import check_sessions
+    from memindex.producers.session_delta import check_sessions
 
     agent.memory_config(ms)
     agent.write("MEMORY.md", "# Memory\nzebra facts\n")

@@ -6,7 +6,7 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from pipeline.sessions import (
+from memindex.pipeline.index.transcripts import (
     DeltaState,
     Turn,
     count_new_lines,

@@ -25,7 +25,7 @@ def test_watch_indexes_transcript_growth_past_the_delta(agent):
     env = dict(os.environ)
     env.pop("MEMINDEX_BROKER_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "producers.cli", "--config", str(agent.config_path), "--state-dir",
+        [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir",
          str(agent.state), "--workspace", str(agent.workspace), "watch"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:

@@ -1,7 +1,7 @@
 import os
 
-from pipeline.config import resolve_agent
-from pipeline.workspace import discover
+from memindex.pipeline.config.settings import resolve_agent
+from memindex.pipeline.index.workspace import discover
 
 
 def _settings(tmp_path, ws, extra=()):

@@ -3,7 +3,7 @@
 The embedded default is dramatiq's in-memory ``StubBroker`` with worker
 threads in this process: the very same actors run, no server needed (P5).
 Importing this module installs the broker globally, which is what dramatiq's
-``dramatiq workers.actors`` CLI expects.
+``dramatiq memindex.workers.actors`` CLI expects.
 """
 
 from __future__ import annotations
@@ -87,6 +87,6 @@ dramatiq.set_broker(broker)
 for _q in QUEUES:
     broker.declare_queue(_q)
 if not is_embedded(broker):
-    from .limits import install as _install_limits
+    from memindex.workers.limits import install as _install_limits
 
     _install_limits(broker)

@@ -13,7 +13,7 @@ import time
 
 import dramatiq
 
-from .broker import QUEUES, broker, is_embedded
+from memindex.workers.broker import QUEUES, broker, is_embedded
 
 POLL_MS = 20
 _started: list[dramatiq.Worker] = []
@@ -27,7 +27,7 @@ def start(worker_threads: int = 2) -> None:
     with _lock:
         if _started:
             return
-        from . import actors  # noqa: F401  (declare actors before consuming)
+        from memindex.workers import actors  # noqa: F401  (declare actors before consuming)
 
         # A short worker_timeout keeps stop() (and so CLI exit) fast; idle threads
         # block on a queue condition in between, so it costs no busy polling.
@@ -57,7 +57,7 @@ def stop(*, idle: bool = False) -> None:
                 w.stop(timeout=5000)
         _started.clear()
     if was_running:
-        from .actors import close_writers
+        from memindex.workers.writer import close_writers
 
         close_writers()
 

@@ -17,7 +17,7 @@ from typing import Iterator, Mapping
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-from pipeline.embeddings.limiter import DEFAULT_CAPS
+from memindex.pipeline.embeddings import registry
 
 SLOT_TTL_MS = 10 * 60_000
 
@@ -27,7 +27,7 @@ class RedisConcurrencyLimiter:
                  namespace: str = "memindex") -> None:
         self.backend = RedisBackend(client=client)
         self.default_cap = max(1, default_cap)
-        self.caps = {**DEFAULT_CAPS, **(caps or {})}
+        self.caps = {**registry.default_caps(), **(caps or {})}
         self.namespace = namespace
         self._limiters: dict[str, ConcurrentRateLimiter] = {}
         self._lock = threading.Lock()
@@ -36,7 +36,7 @@ class RedisConcurrencyLimiter:
         with self._lock:
             lim = self._limiters.get(provider_id)
             if lim is None:
-                cap = int(self.caps.get(provider_id, self.default_cap))
+                cap = int(self.caps.get(provider_id) or registry.concurrency_cap(provider_id) or self.default_cap)
                 lim = ConcurrentRateLimiter(self.backend, f"{self.namespace}:embed:{provider_id}",
                                             limit=max(1, cap), ttl=SLOT_TTL_MS)
                 self._limiters[provider_id] = lim
@@ -57,7 +57,7 @@ class RedisConcurrencyLimiter:
 
 def install(broker) -> None:
     """Make every embedding service in this process use the Redis limiter."""
-    from pipeline.embeddings.limiter import set_limiter_factory
+    from memindex.pipeline.embeddings.limiter import set_limiter_factory
 
     client = broker.client
     set_limiter_factory(lambda cap: RedisConcurrencyLimiter(client, cap))

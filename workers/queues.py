@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .broker import QUEUES, broker, is_embedded
+from memindex.workers.broker import QUEUES, broker, is_embedded
 
 
 def depth() -> dict[str, dict[str, int]]:

@@ -11,7 +11,7 @@ Typical use::
 import importlib
 from typing import Any
 
-# Names resolve lazily (PEP 562): importing ``pipeline.embeddings.base`` for an
+# Names resolve lazily (PEP 562): importing ``memindex.pipeline.embeddings.base`` for an
 # exception class must not pull in numpy, httpx and the provider SDKs - that
 # cost ~0.2 s on every CLI start.
 _WHERE = {

@@ -11,19 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from typing import Any, Mapping
+from typing import Any, Mapping, Self
 
-from . import limits
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.registry import ProviderArgs
+from memindex.pipeline.errors import ProviderError
 
 # Headers that carry credentials. They are never part of a fingerprint, so a
 # rotated key does not trigger a full reindex (reference §2.3).
 AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "proxy-authorization"})
-
-
-class ProviderError(Exception):
-    """Any failure of an embedding provider."""
-
-    retryable = False
 
 
 class ProviderAuthError(ProviderError):
@@ -85,15 +81,25 @@ class EmbeddingProvider(ABC):
     def __init__(self) -> None:
         self._secret: str | None = None  # only for redacting error text
 
+    @classmethod
+    def from_args(cls, args: ProviderArgs) -> Self:
+        """The provider for resolved settings: the registry's factory for providers whose
+        constructor takes ``(api_key, model, *, base_url, headers)``; others override it."""
+        return cls(args.api_key, args.model, base_url=args.base_url, headers=args.headers)  # type: ignore[call-arg]
+
     def _init_remote(
-        self, api_key: str | None, model: str, base_url: str, max_batch_items: int, max_batch_tokens: int
+        self, api_key: str | None, model: str | None, base_url: str | None, max_batch_items: int,
+        max_batch_tokens: int,
     ) -> None:
-        """The constructor setup hosted-API providers share: the key (kept only for ``redact``),
-        model, endpoint without a trailing slash, the model's per-text limit and the per-request caps."""
+        """The constructor setup hosted-API providers share: the key (kept only for ``redact`` and
+        ``auth_headers``), the model and endpoint (the registry's defaults when not given; no trailing
+        slash), the model's known dims and per-text limit, and the per-request caps."""
+        spec = registry.get(self.id)
         self._secret = api_key
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.max_input_tokens = limits.max_input_tokens(self.id, self.model)
+        self.model = model or spec.default_model
+        self.base_url = (base_url or spec.default_base_url or "").rstrip("/")
+        self.dims = registry.known_dims(self.id, self.model)
+        self.max_input_tokens = registry.max_input_tokens(self.id, self.model)
         self.max_batch_items = max_batch_items
         self.max_batch_tokens = max_batch_tokens
 
@@ -131,6 +137,11 @@ class EmbeddingProvider(ABC):
         doc.update(self.fingerprint_extra())
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer <key>`` (empty without a key), for clients that call the provider's
+        HTTP API themselves (a batch client); the key itself is never exposed."""
+        return {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
 
     def redact(self, text: str) -> str:
         """Remove the API key from text that may reach a log or an exception."""

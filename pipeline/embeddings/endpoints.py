@@ -12,33 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-REMOTE_PROVIDERS = ("openai", "gemini", "voyage", "mistral", "ollama")
-
-# models.providers keys per provider id; OpenClaw calls Gemini "google".
-CONFIG_NAMES: Mapping[str, tuple[str, ...]] = {
-    "openai": ("openai",),
-    "gemini": ("google", "gemini"),
-    "voyage": ("voyage", "voyageai"),
-    "mistral": ("mistral",),
-    "ollama": ("ollama",),
-}
-
-DEFAULT_MODELS: Mapping[str, str] = {
-    "openai": "text-embedding-3-small",
-    "gemini": "gemini-embedding-001",
-    "voyage": "voyage-4-large",
-    "mistral": "mistral-embed",
-    "ollama": "nomic-embed-text",
-}
-
-# Prefixes users write in `model` ("openai/text-embedding-3-large").
-_MODEL_PREFIXES: Mapping[str, tuple[str, ...]] = {
-    "openai": ("openai/",),
-    "gemini": ("models/", "gemini/", "google/"),
-    "voyage": ("voyage/",),
-    "mistral": ("mistral/",),
-    "ollama": ("ollama/",),
-}
+from memindex.pipeline.embeddings import registry
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -57,18 +31,25 @@ def fallback_provider(ms: Mapping[str, Any]) -> str | None:
 def remote_target(ms: Mapping[str, Any]) -> str | None:
     """The provider that memorySearch.remote.* (and the top-level model) describe."""
     req = requested_provider(ms)
-    if req in REMOTE_PROVIDERS:
+    if req == "auto":
+        return auto_remote_default()
+    remote = registry.remote_ids()
+    if req in remote:
         return req
-    if req == "local":
-        fb = fallback_provider(ms)
-        return fb if fb in REMOTE_PROVIDERS else None
-    return "openai"  # auto
+    fb = fallback_provider(ms)  # e.g. provider "local": remote.* describes its remote fallback
+    return fb if fb in remote else None
+
+
+def auto_remote_default() -> str | None:
+    """The remote provider "auto" tries first: remote.* and a bare model name belong to it."""
+    return next((s.id for s in registry.auto_specs() if s.remote), None)
 
 
 def provider_config(providers_cfg: Mapping[str, Any] | None, provider_id: str) -> dict[str, Any]:
     """The first models.providers entry that names this provider."""
     cfg = _dict(providers_cfg)
-    for name in CONFIG_NAMES.get(provider_id, (provider_id,)):
+    spec = registry.find(provider_id)
+    for name in spec.names_in_config() if spec else (provider_id,):
         if isinstance(cfg.get(name), dict):
             return cfg[name]
     return {}
@@ -100,27 +81,25 @@ def resolve_headers(provider_id: str, ms: Mapping[str, Any], providers_cfg: Mapp
 
 def strip_model_prefix(provider_id: str, model: str) -> str:
     model = (model or "").strip()
-    for prefix in _MODEL_PREFIXES.get(provider_id, ()):
+    spec = registry.find(provider_id)
+    for prefix in spec.model_prefixes if spec else ():
         if model.lower().startswith(prefix):
             model = model[len(prefix):]
     return model
 
 
 def model_owner(model: str) -> str | None:
-    """Guess which provider a model name belongs to (for provider "auto")."""
+    """Guess which provider a model name belongs to (for provider "auto"): a provider prefix
+    ("voyage/...") names it; otherwise the longest matching model family does."""
     m = (model or "").strip().lower()
-    for pid, prefixes in _MODEL_PREFIXES.items():
-        if pid != "gemini" and m.startswith(prefixes):
-            return pid
-    if m.startswith(("gemini", "google/", "models/", "text-embedding-004", "embedding-00")):
-        return "gemini"
-    if m.startswith("voyage"):
-        return "voyage"
-    if m.startswith(("mistral", "codestral")):
-        return "mistral"
-    if m.startswith("text-embedding-"):
-        return "openai"
-    return None
+    best, best_len = None, 0
+    for spec in registry.specs():
+        if m.startswith(spec.model_prefixes):
+            return spec.id
+        for family in spec.model_families:
+            if m.startswith(family) and len(family) > best_len:
+                best, best_len = spec.id, len(family)
+    return best
 
 
 def resolve_model(provider_id: str, ms: Mapping[str, Any], *, as_fallback: bool = False) -> str:
@@ -134,14 +113,20 @@ def resolve_model(provider_id: str, ms: Mapping[str, Any], *, as_fallback: bool 
       (the configured model is reused, as in the reference) - unless the
       name clearly belongs to another provider.
     """
+    spec = registry.find(provider_id)
+    default = spec.default_model if spec else ""
+    if spec is not None and not spec.takes_model:
+        return default
     model = str(ms.get("model") or "").strip()
     req = requested_provider(ms)
     use = False
     if as_fallback:
-        use = (req == "local" or provider_id == "ollama") and model_owner(model) in (None, provider_id)
+        primary = registry.find(req)
+        keeps = (primary is not None and not primary.takes_model) or (spec is not None and spec.fallback_keeps_model)
+        use = keeps and model_owner(model) in (None, provider_id)
     elif req == provider_id:
         use = True
     elif req == "auto" and model:
-        use = (model_owner(model) or "openai") == provider_id
+        use = (model_owner(model) or auto_remote_default()) == provider_id
     chosen = strip_model_prefix(provider_id, model) if use else ""
-    return chosen or DEFAULT_MODELS.get(provider_id, "")
+    return chosen or default

@@ -11,7 +11,7 @@ import re
 import time
 from typing import Any, Mapping
 
-from .base import (
+from memindex.pipeline.embeddings.base import (
     EmbeddingProvider,
     ProviderAuthError,
     ProviderError,

@@ -10,16 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from .endpoints import CONFIG_NAMES, provider_config, remote_target
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.endpoints import provider_config, remote_target
 
-ENV_VARS: Mapping[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "voyage": ("VOYAGE_API_KEY",),
-    "mistral": ("MISTRAL_API_KEY",),
-    "ollama": ("OLLAMA_API_KEY",),  # optional: only proxied Ollama servers want one
-}
-_ALL_ENV_NAMES = frozenset(n for names in ENV_VARS.values() for n in names)
 _ENV_REF = re.compile(r"^\$?\{?([A-Z_][A-Z0-9_]*)\}?$")
 
 
@@ -35,7 +28,7 @@ def _deref(value: Any, env: Mapping[str, str]) -> str | None:
         return None
     value = value.strip()
     m = _ENV_REF.match(value)
-    if m and (value.startswith("$") or value in _ALL_ENV_NAMES):
+    if m and (value.startswith("$") or value in registry.env_var_names()):
         return _clean(env.get(m.group(1)))
     return _clean(value)
 
@@ -63,11 +56,12 @@ def resolve_api_key(
     key = _deref(provider_config(providers_cfg, provider_id).get("apiKey"), env)
     if key:
         return key
-    for name in (provider_id, *CONFIG_NAMES.get(provider_id, ())):
+    spec = registry.find(provider_id)
+    for name in dict.fromkeys((provider_id, *(spec.config_names if spec else ()))):
         key = _deref((auth_profiles or {}).get(name), env)
         if key:
             return key
-    for var in ENV_VARS.get(provider_id, ()):
+    for var in spec.env_vars if spec else ():
         key = _clean(env.get(var))
         if key:
             return key
@@ -75,7 +69,8 @@ def resolve_api_key(
 
 
 def missing_key_message(provider_id: str) -> str:
-    cfg_name = CONFIG_NAMES.get(provider_id, (provider_id,))[0]
-    env_names = " or ".join(ENV_VARS.get(provider_id, ()))
+    spec = registry.get(provider_id)
+    cfg_name = spec.names_in_config()[0]
+    last = " or ".join(spec.env_vars) or f"an auth profile named {provider_id}"
     return (f"{provider_id}: no API key (set memorySearch.remote.apiKey, "
-            f"models.providers.{cfg_name}.apiKey or {env_names})")
+            f"models.providers.{cfg_name}.apiKey or {last})")

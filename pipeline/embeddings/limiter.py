@@ -10,9 +10,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, ContextManager, Iterator, Mapping, Protocol
 
-# Ollama and local models share one machine's CPU/GPU: parallel requests only
-# queue up there and push each request toward its timeout (reference bug 9).
-DEFAULT_CAPS: Mapping[str, int] = {"ollama": 1, "local": 1}
+from memindex.pipeline.embeddings import registry
 
 
 class Limiter(Protocol):
@@ -21,13 +19,17 @@ class Limiter(Protocol):
 
 
 class ConcurrencyLimiter:
-    """A registry of semaphores, one per provider id, created on first use."""
+    """A registry of semaphores, one per provider id, created on first use.
+
+    A provider's cap: ``caps`` given here, else the provider registry's
+    ``max_concurrency`` (ollama, local: 1), else ``default_cap``.
+    """
 
     def __init__(self, default_cap: int = 4, caps: Mapping[str, int] | None = None) -> None:
         if default_cap < 1:
             raise ValueError("default_cap must be >= 1")
         self.default_cap = default_cap
-        self.caps = {**DEFAULT_CAPS, **(caps or {})}
+        self.caps = {**registry.default_caps(), **(caps or {})}
         self._sems: dict[str, threading.BoundedSemaphore] = {}
         self._lock = threading.Lock()
 
@@ -35,7 +37,8 @@ class ConcurrencyLimiter:
         with self._lock:
             sem = self._sems.get(provider_id)
             if sem is None:
-                sem = threading.BoundedSemaphore(max(1, int(self.caps.get(provider_id, self.default_cap))))
+                cap = self.caps.get(provider_id) or registry.concurrency_cap(provider_id) or self.default_cap
+                sem = threading.BoundedSemaphore(max(1, int(cap)))
                 self._sems[provider_id] = sem
             return sem
 

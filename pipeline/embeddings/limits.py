@@ -1,40 +1,13 @@
-"""Per-model input limits and known vector sizes (reference §1.4 table)."""
+"""Input size: the token estimate and splitting to a limit.
+
+Per-model limits and known vector sizes are rows of the provider registry
+(registry.max_input_tokens / registry.known_dims; reference §1.4 table).
+"""
 
 from __future__ import annotations
 
 # Absolute ceiling for one input, whatever a provider claims (reference: 8000).
 HARD_MAX_INPUT_TOKENS = 8000
-
-_MAX_INPUT_TOKENS: dict[tuple[str, str], int] = {
-    ("openai", "text-embedding-3-small"): 8192,
-    ("openai", "text-embedding-3-large"): 8192,
-    ("openai", "text-embedding-ada-002"): 8191,
-    ("gemini", "gemini-embedding-2-preview"): 8192,
-    ("voyage", "voyage-3"): 32000,
-    ("voyage", "voyage-3-lite"): 16000,
-    ("voyage", "voyage-code-3"): 32000,
-}
-_PROVIDER_DEFAULT_TOKENS = {
-    "gemini": 2048,
-    "local": 2048,
-    # Ollama's default context window (num_ctx) is 2048 tokens whatever the model allows.
-    "ollama": 2048,
-}
-
-_KNOWN_DIMS: dict[tuple[str, str], int] = {
-    ("openai", "text-embedding-3-small"): 1536,
-    ("openai", "text-embedding-3-large"): 3072,
-    ("openai", "text-embedding-ada-002"): 1536,
-    ("mistral", "mistral-embed"): 1024,
-}
-
-
-def max_input_tokens(provider: str, model: str) -> int:
-    return _MAX_INPUT_TOKENS.get((provider, model), _PROVIDER_DEFAULT_TOKENS.get(provider, 8192))
-
-
-def known_dims(provider: str, model: str) -> int | None:
-    return _KNOWN_DIMS.get((provider, model))
 
 
 def estimate_tokens(text: str) -> int:

@@ -18,8 +18,8 @@ from typing import Callable, Sequence, TypeVar
 
 import tenacity
 
-from .base import ProviderError, ProviderRateLimited, ProviderTooManyItems, ProviderTransientError
-from .limiter import ConcurrencyLimiter, Limiter, default_limiter  # re-exported for callers
+from memindex.pipeline.embeddings.base import ProviderError, ProviderRateLimited, ProviderTooManyItems, ProviderTransientError
+from memindex.pipeline.embeddings.limiter import ConcurrencyLimiter, Limiter, default_limiter  # re-exported for callers
 
 __all__ = [
     "RetryPolicy",

@@ -9,18 +9,15 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
-from .base import EmbeddingProvider, ProviderAuthError, ProviderError
-from .endpoints import fallback_provider, requested_provider, resolve_base_url, resolve_headers, resolve_model
-from .hf_download import HF_BASE_URL, is_remote_model
-from .keys import ENV_VARS, missing_key_message, resolve_api_key
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderAuthError, ProviderError
+from memindex.pipeline.embeddings.endpoints import fallback_provider, requested_provider, resolve_base_url, resolve_headers, resolve_model
+from memindex.pipeline.embeddings.keys import missing_key_message, resolve_api_key
+from memindex.pipeline.embeddings.registry import ProviderArgs
 
 log = logging.getLogger(__name__)
-
-AUTO_REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")  # ollama is never auto-selected
-KNOWN = ("openai", "gemini", "voyage", "mistral", "ollama", "local", "hash")
 
 
 @dataclass
@@ -39,10 +36,6 @@ class ProviderChoice:
     primary_error: str | None = None
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def build_provider(
     provider_id: str,
     ms: Mapping[str, Any],
@@ -52,69 +45,27 @@ def build_provider(
     *,
     auth_profiles: Mapping[str, str] | None = None,
     as_fallback: bool = False,
-    hf_base_url: str = HF_BASE_URL,
+    hf_base_url: str | None = None,
 ) -> EmbeddingProvider:
     """One provider from settings. Missing key -> ProviderAuthError; other problems -> ProviderError."""
-    if provider_id not in KNOWN:
-        raise ProviderError(f"unknown embedding provider {provider_id!r} (expected one of {', '.join(KNOWN)})")
-    if provider_id == "local":
-        return _build_local(ms, env, cache_dir, hf_base_url)
-    if provider_id == "hash":  # test/benchmark embedder: only when asked for by name
-        from .hashing import HashProvider
-
-        dims = ms.get("outputDimensionality")
-        delay = float(env.get("MEMINDEX_HASH_EMBED_DELAY", "0") or 0)
-        return HashProvider(ms.get("model") or "hash-v1", int(dims) if dims else 384, delay)
-    model = resolve_model(provider_id, ms, as_fallback=as_fallback)
-    base_url = resolve_base_url(provider_id, ms, providers_cfg)
-    headers = resolve_headers(provider_id, ms, providers_cfg)
+    spec = registry.get(provider_id)  # an unknown id is a ProviderError
     key = resolve_api_key(provider_id, ms, providers_cfg, env, auth_profiles)
-    if provider_id == "ollama":
-        from .ollama import OllamaProvider
-
-        return OllamaProvider(model, base_url=base_url, api_key=key, headers=headers)
-    if not key:
+    if spec.needs_key and not key:
         raise ProviderAuthError(missing_key_message(provider_id))
-    if provider_id == "openai":
-        from .openai_provider import OpenAIProvider
-
-        return OpenAIProvider(key, model, base_url=base_url, headers=headers)
-    if provider_id == "gemini":
-        from .gemini import GeminiProvider
-
-        dims = ms.get("outputDimensionality")
-        return GeminiProvider(key, model, base_url=base_url, headers=headers,
-                              output_dimensionality=int(dims) if dims else None)
-    if provider_id == "voyage":
-        from .voyage import VoyageProvider
-
-        return VoyageProvider(key, model, base_url=base_url, headers=headers)
-    from .mistral import MistralProvider
-
-    return MistralProvider(key, model, base_url=base_url, headers=headers)
-
-
-def _build_local(ms: Mapping[str, Any], env: Mapping[str, str], cache_dir: Any, hf_base_url: str) -> EmbeddingProvider:
-    from .local import LocalProvider, llama_available
-
-    local = _dict(ms.get("local"))
-    path = local.get("modelPath") or None
-    if path and not is_remote_model(path) and not Path(path).expanduser().is_file():
-        raise ProviderError(f"local: model file not found: {path}")
-    if not llama_available():
-        raise ProviderError("local: llama-cpp-python is not installed (pip install 'memindex[local]')")
-    return LocalProvider(
-        path,
-        local.get("modelCacheDir") or cache_dir,
-        max_input_tokens=local.get("maxInputTokens"),
+    args = ProviderArgs(
+        model=resolve_model(provider_id, ms, as_fallback=as_fallback),
+        base_url=resolve_base_url(provider_id, ms, providers_cfg) or spec.default_base_url,
+        headers=resolve_headers(provider_id, ms, providers_cfg),
+        api_key=key,
+        memory_search=ms,
+        env=env,
+        cache_dir=cache_dir,
         hf_base_url=hf_base_url,
-        hf_token=env.get("HF_TOKEN") or None,
     )
-
-
-def _local_file_configured(ms: Mapping[str, Any]) -> bool:
-    path = _dict(ms.get("local")).get("modelPath")
-    return bool(path) and not is_remote_model(path) and Path(path).expanduser().is_file()
+    provider: EmbeddingProvider = registry.load(spec.factory)(args)  # imports the provider's SDK now
+    if provider.id != spec.id:
+        raise ProviderError(f"embedding provider {spec.id!r}: its factory built a {provider.id!r} provider")
+    return provider
 
 
 def select_provider(
@@ -124,31 +75,32 @@ def select_provider(
     cache_dir: str | os.PathLike[str],
     *,
     auth_profiles: Mapping[str, str] | None = None,
-    hf_base_url: str = HF_BASE_URL,
+    hf_base_url: str | None = None,
 ) -> ProviderChoice:
     """Primary + fallback for these settings (F3, reference §4.4)."""
     requested = requested_provider(ms)
-    kw = dict(auth_profiles=auth_profiles, hf_base_url=hf_base_url)
 
     def build(pid: str, as_fallback: bool = False) -> EmbeddingProvider:
-        return build_provider(pid, ms, providers_cfg, env, cache_dir, as_fallback=as_fallback, **kw)
+        return build_provider(pid, ms, providers_cfg, env, cache_dir, as_fallback=as_fallback,
+                              auth_profiles=auth_profiles, hf_base_url=hf_base_url)
 
     primary: EmbeddingProvider | None = None
     if requested == "auto":
-        if _local_file_configured(ms):
-            primary, reason = build("local"), "auto: local.modelPath exists"
-        else:
-            for pid in AUTO_REMOTE_ORDER:
-                try:
-                    primary = build(pid)
-                except ProviderAuthError:
-                    continue  # no key: try the next one
-                reason = f"auto: {pid} (first provider with an API key)"
+        for spec in registry.auto_specs():
+            if spec.auto_check is not None:
+                why = registry.load(spec.auto_check)(ms)
+                if not why:
+                    continue
+                primary, reason = build(spec.id), f"auto: {why}"
                 break
+            try:
+                primary = build(spec.id)
+            except ProviderAuthError:
+                continue  # no key: try the next one
+            reason = f"auto: {spec.id} (first provider with an API key)"
+            break
         if primary is None:
-            env_names = "/".join(n for p in AUTO_REMOTE_ORDER for n in ENV_VARS[p][:1])
-            reason = (f"no embedding provider configured: no local.modelPath and no {env_names}; "
-                      "keyword search only")
+            reason = f"no embedding provider configured: {_auto_missing()}; keyword search only"
             log.info("memory embeddings: %s", reason)
             return ProviderChoice(None, None, reason, requested)
     else:
@@ -165,6 +117,14 @@ def select_provider(
     if fallback is not None:
         reason += f"; fallback {fallback.id}"
     return ProviderChoice(primary, fallback, reason, requested)
+
+
+def _auto_missing() -> str:
+    """What "auto" looked for: "no local.modelPath and no OPENAI_API_KEY/GEMINI_API_KEY/..."."""
+    checks = [s.auto_hint or s.id for s in registry.auto_specs() if s.auto_check is not None]
+    keys = "/".join(s.auto_hint or s.env_vars[0] for s in registry.auto_specs()
+                    if s.auto_check is None and (s.auto_hint or s.env_vars))
+    return " and ".join(f"no {what}" for what in (*checks, keys) if what)
 
 
 def _build_fallback(ms: Mapping[str, Any], primary_id: str, build: Any) -> EmbeddingProvider | None:

@@ -31,17 +31,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from .base import EmbeddingProvider, ProviderError, ProviderTransientError
-from .limiter import Limiter, default_limiter
-from .limits import HARD_MAX_INPUT_TOKENS, estimate_tokens, split_to_limit
-from .retry import RetryPolicy, call_with_retry, embed_with_splitting, pack_batches
-from .select import ProviderChoice
-from .validate import l2_normalize, validate_vectors, weighted_mean
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderError, ProviderTransientError
+from memindex.pipeline.embeddings.limiter import Limiter, default_limiter
+from memindex.pipeline.embeddings.limits import HARD_MAX_INPUT_TOKENS, estimate_tokens, split_to_limit
+from memindex.pipeline.embeddings.retry import RetryPolicy, call_with_retry, embed_with_splitting, pack_batches
+from memindex.pipeline.embeddings.select import ProviderChoice
+from memindex.pipeline.embeddings.validate import l2_normalize, validate_vectors, weighted_mean
 
 log = logging.getLogger(__name__)
-
-REMOTE_QUERY_TIMEOUT_S = 60.0
-LOCAL_QUERY_TIMEOUT_S = 300.0  # CPU inference, and the first call loads the model
 
 
 @dataclass
@@ -219,12 +217,13 @@ class EmbeddingService:
         raise ProviderError("no configured embedding provider matches the index fingerprint; reindex needed")
 
     def embed_query(self, text: str, timeout_s: float | None = None, *, fingerprint: str | None = None) -> EmbedResult:
-        """The query vector within timeout_s (retries included); raises ProviderError on failure."""
+        """The query vector within timeout_s (retries included; default: the provider's
+        registry.query_timeout_s); raises ProviderError on failure."""
         provider = self.provider_for(fingerprint)
         if not text.strip():
             return self._result(provider, [[]])
         if timeout_s is None:
-            timeout_s = LOCAL_QUERY_TIMEOUT_S if provider.id == "local" else REMOTE_QUERY_TIMEOUT_S
+            timeout_s = registry.query_timeout_s(provider.id)
         if not provider.self_truncates:
             text = split_to_limit(text, min(provider.max_input_tokens, HARD_MAX_INPUT_TOKENS))[0]
         policy = self.retry.with_budget(timeout_s)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import InvalidVectorError
+from memindex.pipeline.embeddings.base import InvalidVectorError
 
 _MIN_NORM = 1e-10
 

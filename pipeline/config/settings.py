@@ -1,0 +1,623 @@
+"""Config loading and per-agent resolution (F19).
+
+The file is OpenClaw's own JSON5 ``openclaw.json``. Only the memory-related
+subtrees are validated strictly (``agents.*.memorySearch``, ``memory``,
+``agents.defaults.compaction.memoryFlush``): the rest of an OpenClaw config is
+none of our business and must load unchanged. Resolved settings keep
+OpenClaw's camelCase keys so that docs, seeds and config read the same.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import json5
+
+# The provider table is pure data; the one import config makes from embeddings (see pyproject).
+from memindex.pipeline.embeddings.registry import dims_choices
+from memindex.pipeline.embeddings.registry import find as find_provider
+from memindex.pipeline.embeddings.registry import get as provider_spec
+from memindex.pipeline.embeddings.registry import ids as provider_ids
+from memindex.pipeline.errors import ConfigError
+
+
+# --- field checks -------------------------------------------------------------
+
+Check = Callable[[str, Any], Any]
+
+
+def _bool(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise ConfigError(key, f"expected true or false, got {v!r}")
+
+
+def _clamped(what: str, convert: Callable[[Any], Any], lo: Any, hi: Any) -> Check:
+    """A number (not a bool, not NaN) converted by ``convert`` and clamped to [lo, hi]."""
+
+    def check(key: str, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise ConfigError(key, f"expected {what}, got {v!r}")
+        n = convert(v)
+        if lo is not None:
+            n = max(lo, n)
+        if hi is not None:
+            n = min(hi, n)
+        return n
+
+    return check
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Check:
+    return _clamped("an integer", int, lo, hi)
+
+
+def _num(lo: float | None = None, hi: float | None = None) -> Check:
+    return _clamped("a number", float, lo, hi)
+
+
+def _str(key: str, v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    raise ConfigError(key, f"expected a string, got {v!r}")
+
+
+def _opt(check: Check) -> Check:
+    return lambda key, v: None if v is None else check(key, v)
+
+
+def _enum(*allowed: str) -> Check:
+    def check(key: str, v: Any) -> str:
+        if isinstance(v, str) and v in allowed:
+            return v
+        raise ConfigError(key, f"expected one of {', '.join(allowed)}; got {v!r}")
+
+    return check
+
+
+def _str_list(allowed: tuple[str, ...] | None = None) -> Check:
+    def check(key: str, v: Any) -> list[str]:
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError(key, f"expected a list of strings, got {v!r}")
+        if allowed is not None:
+            bad = [x for x in v if x not in allowed]
+            if bad:
+                raise ConfigError(key, f"unknown value(s) {bad}; allowed: {', '.join(allowed)}")
+        return list(v)
+
+    return check
+
+
+def _str_map(key: str, v: Any) -> dict[str, str]:
+    if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+        raise ConfigError(key, f"expected an object of string values, got {v!r}")
+    return dict(v)
+
+
+def _qmd_paths(key: str, v: Any) -> list[dict[str, Any]]:
+    if not isinstance(v, list):
+        raise ConfigError(key, f"expected a list, got {v!r}")
+    out = []
+    for i, item in enumerate(v):
+        k = f"{key}[{i}]"
+        if isinstance(item, str):
+            item = {"path": item}
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            raise ConfigError(k, "expected {path, pattern?, name?}")
+        unknown = set(item) - {"path", "pattern", "name"}
+        if unknown:
+            raise ConfigError(f"{k}.{sorted(unknown)[0]}", "unknown key")
+        out.append(dict(item))
+    return out
+
+
+def _duration_ms(key: str, v: Any) -> int:
+    """OpenClaw durations: numbers are ms, strings like '5m', '30s', '1h'."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return max(0, int(v))
+    if isinstance(v, str):
+        s = v.strip().lower()
+        units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        for unit in ("ms", "s", "m", "h", "d"):
+            if s.endswith(unit):
+                try:
+                    return int(float(s[: -len(unit)]) * units[unit])
+                except ValueError:
+                    break
+        try:
+            return int(float(s))
+        except ValueError:
+            pass
+    raise ConfigError(key, f"expected a duration like 5m, 30s or a number of ms, got {v!r}")
+
+
+# memorySearch.provider / fallback: "auto" / "none" or an id from the embeddings provider
+# registry, looked up when a config loads (so a provider registered at run time counts).
+# Test-only providers ("hash") may be named as the provider, but are never listed as a
+# choice nor accepted as a fallback.
+def provider_choices() -> tuple[str, ...]:
+    return ("auto", *provider_ids())
+
+
+def fallback_choices() -> tuple[str, ...]:
+    return ("none", *provider_ids())
+
+
+def _provider(key: str, v: Any) -> str:
+    if v == "auto" or (isinstance(v, str) and find_provider(v) is not None):
+        return v
+    raise ConfigError(key, f"expected one of {', '.join(provider_choices())}; got {v!r}")
+
+
+def _fallback(key: str, v: Any) -> str:
+    spec = find_provider(v) if isinstance(v, str) else None
+    if v == "none" or (spec is not None and not spec.test_only):
+        return v
+    raise ConfigError(key, f"expected one of {', '.join(fallback_choices())}; got {v!r}")
+
+
+# Defaults that code outside the schema also needs (each defined here only).
+DEFAULT_DELTA_BYTES = 100_000  # sync.sessions.deltaBytes
+DEFAULT_DELTA_MESSAGES = 50  # sync.sessions.deltaMessages
+DEFAULT_SOFT_THRESHOLD_TOKENS = 4000  # compaction.memoryFlush.softThresholdTokens
+DEFAULT_RESERVE_TOKENS_FLOOR = 20_000  # compaction.reserveTokensFloor
+
+
+@dataclass(frozen=True)
+class F:
+    """A leaf of the schema: a default and a check that returns the clean value."""
+
+    default: Any
+    check: Check
+
+
+# Scope rules (F16), checked at load so a typo fails once, naming its key,
+# instead of making every search raise.
+CHAT_TYPES = ("direct", "group", "channel")
+SCOPE_ACTIONS = ("allow", "deny")
+SCOPE_MATCH_KEYS = ("chatType", "channel", "keyPrefix", "rawKeyPrefix")
+
+
+def validate_scope(scope: Mapping[str, Any], key: str = "scope") -> None:
+    """Raise ConfigError naming the first invalid key of a scope config (checked at config load)."""
+    if not isinstance(scope, Mapping):
+        raise ConfigError(key, "expected an object")
+    default = scope.get("default", "allow")
+    if default not in SCOPE_ACTIONS:
+        raise ConfigError(f"{key}.default", f"expected 'allow' or 'deny', got {default!r}")
+    rules = scope.get("rules", [])
+    if not isinstance(rules, list):
+        raise ConfigError(f"{key}.rules", "expected a list")
+    for i, rule in enumerate(rules):
+        where = f"{key}.rules[{i}]"
+        if not isinstance(rule, Mapping):
+            raise ConfigError(where, "expected an object")
+        if rule.get("action") not in SCOPE_ACTIONS:
+            raise ConfigError(f"{where}.action", f"expected 'allow' or 'deny', got {rule.get('action')!r}")
+        match = rule.get("match", {})
+        if not isinstance(match, Mapping):
+            raise ConfigError(f"{where}.match", "expected an object")
+        for k, value in match.items():
+            # An unknown (typo'd) field must not silently match everything.
+            if k not in SCOPE_MATCH_KEYS:
+                raise ConfigError(f"{where}.match.{k}", "unknown field")
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}.match.{k}", "expected a string")
+        if match.get("chatType") is not None and match["chatType"].lower() not in CHAT_TYPES:
+            raise ConfigError(f"{where}.match.chatType", f"expected one of {', '.join(CHAT_TYPES)}")
+
+
+def _scope(key: str, v: Any) -> Any:
+    validate_scope(v, key)
+    return v
+
+
+SCOPE = F(None, _opt(_scope))
+
+# memorySearch: defaults from the spec / reference §0.2.
+MEMORY_SEARCH: dict[str, Any] = {
+    "enabled": F(True, _bool),
+    "provider": F("auto", _provider),
+    "fallback": F("none", _fallback),
+    "model": F("", _str),
+    "sources": F(["memory"], _str_list(("memory", "sessions"))),
+    "extraPaths": F([], _str_list()),
+    "outputDimensionality": F(None, _opt(_int(1))),
+    "experimental": {"sessionMemory": F(False, _bool)},
+    "remote": {
+        "baseUrl": F(None, _opt(_str)),
+        "apiKey": F(None, _opt(_str)),
+        "headers": F({}, _str_map),
+        # Concurrent embedding requests per provider, across all workers (ollama/local: 1).
+        "nonBatchConcurrency": F(4, _int(1)),
+        "batch": {
+            "enabled": F(False, _bool),
+            "wait": F(True, _bool),
+            "concurrency": F(2, _int(1)),
+            "pollIntervalMs": F(2000, _int(0)),
+            "timeoutMinutes": F(60, _num(0.01)),
+        },
+    },
+    "local": {
+        "modelPath": F(None, _opt(_str)),
+        "modelCacheDir": F(None, _opt(_str)),
+        "maxInputTokens": F(None, _opt(_int(8))),
+    },
+    "store": {
+        "driver": F("sqlite", _enum("sqlite")),
+        "path": F(None, _opt(_str)),
+        "vector": {"enabled": F(True, _bool), "extensionPath": F(None, _opt(_str))},
+    },
+    "chunking": {"tokens": F(400, _int(1)), "overlap": F(80, _int(0))},
+    "sync": {
+        "onSessionStart": F(True, _bool),
+        "onSearch": F(True, _bool),
+        "watch": F(True, _bool),
+        "watchDebounceMs": F(1500, _int(0)),
+        "intervalMinutes": F(0, _num(0)),
+        "sessions": {"deltaBytes": F(DEFAULT_DELTA_BYTES, _int(0)), "deltaMessages": F(DEFAULT_DELTA_MESSAGES, _int(0))},
+    },
+    "query": {
+        "maxResults": F(6, _int(1)),
+        "minScore": F(0.35, _num(0.0, 1.0)),
+        "hybrid": {
+            "enabled": F(True, _bool),
+            "vectorWeight": F(0.7, _num(0.0, 1.0)),
+            "textWeight": F(0.3, _num(0.0, 1.0)),
+            "candidateMultiplier": F(4, _int(1, 20)),
+            "mmr": {"enabled": F(False, _bool), "lambda": F(0.7, _num(0.0, 1.0))},
+            "temporalDecay": {"enabled": F(False, _bool), "halfLifeDays": F(30, _int(1))},
+        },
+    },
+    "cache": {"enabled": F(True, _bool), "maxEntries": F(50_000, _opt(_int(0)))},
+    "multimodal": {
+        "enabled": F(False, _bool),
+        "modalities": F(["all"], _str_list(("image", "audio", "all"))),
+        "maxFileBytes": F(10 * 1024 * 1024, _int(1)),
+    },
+    "scope": SCOPE,
+}
+
+MEMORY: dict[str, Any] = {
+    "backend": F("builtin", _enum("builtin", "qmd")),
+    "citations": F("auto", _enum("auto", "on", "off")),
+    "scope": SCOPE,
+    "qmd": {
+        "command": F("qmd", _str),
+        "searchMode": F("search", _enum("search", "vsearch", "query")),
+        "includeDefaultMemory": F(True, _bool),
+        "paths": F([], _qmd_paths),
+        "sessions": {
+            "enabled": F(False, _bool),
+            "retentionDays": F(None, _opt(_num(0))),
+            "exportDir": F(None, _opt(_str)),
+        },
+        "update": {
+            "interval": F(300_000, _duration_ms),
+            "debounceMs": F(15_000, _int(0)),
+            "onBoot": F(True, _bool),
+            "waitForBootSync": F(False, _bool),
+            "embedInterval": F(3_600_000, _duration_ms),
+            "commandTimeoutMs": F(30_000, _int(1)),
+            "updateTimeoutMs": F(120_000, _int(1)),
+            "embedTimeoutMs": F(120_000, _int(1)),
+        },
+        "limits": {
+            "maxResults": F(6, _int(1)),
+            "maxSnippetChars": F(700, _int(1)),
+            "maxInjectedChars": F(4000, _int(1)),
+            "timeoutMs": F(4000, _int(1)),
+        },
+        "scope": SCOPE,
+    },
+}
+
+MEMORY_FLUSH: dict[str, Any] = {
+    "enabled": F(True, _bool),
+    "softThresholdTokens": F(DEFAULT_SOFT_THRESHOLD_TOKENS, _int(0)),
+    "reserveTokensFloor": F(None, _opt(_int(0))),
+    "prompt": F(None, _opt(_str)),
+    "systemPrompt": F(None, _opt(_str)),
+}
+
+
+def _defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: _defaults(v) if isinstance(v, dict) else copy.deepcopy(v.default)
+        for k, v in schema.items()
+    }
+
+
+def _validate(schema: Mapping[str, Any], value: Any, key: str) -> dict[str, Any]:
+    """Check a user subtree against the schema; return only the keys it set."""
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"expected an object, got {value!r}")
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        sub = schema.get(k)
+        path = f"{key}.{k}"
+        if sub is None:
+            raise ConfigError(path, f"unknown key (known: {', '.join(sorted(schema))})")
+        out[k] = _validate(sub, v, path) if isinstance(sub, dict) else sub.check(path, v)
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and k not in ("headers", "scope"):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+# --- loading --------------------------------------------------------------------
+
+# Multimodal memory (F17) needs exactly this provider and model.
+MULTIMODAL_PROVIDER = "gemini"
+MULTIMODAL_MODEL = "gemini-embedding-2-preview"
+MULTIMODAL_DIMS = dims_choices(MULTIMODAL_PROVIDER, MULTIMODAL_MODEL) or ()
+
+
+def validate_multimodal(ms: Mapping[str, Any], key: str) -> None:
+    """Raise one ConfigError naming ``<key>.multimodal.enabled`` if the resolved settings conflict.
+
+    ``key`` is the memorySearch path where multimodal was configured, e.g.
+    ``agents.defaults.memorySearch``.
+    """
+    mm = ms.get("multimodal") or {}
+    if not mm.get("enabled"):
+        return
+    where = f"{key}.multimodal.enabled"
+    provider, model, fallback = ms.get("provider"), ms.get("model") or "", ms.get("fallback")
+    if provider != MULTIMODAL_PROVIDER:
+        raise ConfigError(where, f'requires provider "{MULTIMODAL_PROVIDER}" and model "{MULTIMODAL_MODEL}" '
+                                 f'(memorySearch.provider is "{provider}")')
+    if model != MULTIMODAL_MODEL:
+        raise ConfigError(where, f'requires model "{MULTIMODAL_MODEL}" (memorySearch.model is '
+                                 f'"{model or provider_spec(MULTIMODAL_PROVIDER).default_model + " (default)"}")')
+    if fallback != "none":
+        raise ConfigError(where, f'requires fallback "none" (memorySearch.fallback is "{fallback}"); '
+                                 "a fallback model cannot embed images or audio")
+    if not mm.get("modalities"):
+        raise ConfigError(f"{key}.multimodal.modalities", 'expected at least one of "image", "audio", "all"')
+    dims = ms.get("outputDimensionality")
+    if dims is not None and dims not in MULTIMODAL_DIMS:
+        raise ConfigError(f"{key}.outputDimensionality",
+                          f"{MULTIMODAL_MODEL} supports {', '.join(map(str, MULTIMODAL_DIMS[:-1]))} "
+                          f"or {MULTIMODAL_DIMS[-1]} (got {dims})")
+
+
+DEFAULT_AGENT = "main"
+
+
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    raw = env.get("OPENCLAW_STATE_DIR")
+    return Path(raw).expanduser() if raw else Path("~/.openclaw").expanduser()
+
+
+def config_path_for(
+    explicit: str | os.PathLike[str] | None, state_dir: Path, env: Mapping[str, str] | None = None
+) -> Path | None:
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit).expanduser()
+    if env.get("OPENCLAW_CONFIG_PATH"):
+        return Path(env["OPENCLAW_CONFIG_PATH"]).expanduser()
+    candidate = state_dir / "openclaw.json"
+    return candidate if candidate.exists() else None
+
+
+def load_config_file(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(path), "config file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), f"not valid UTF-8 ({exc.reason})") from None
+    try:
+        data = json5.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise ConfigError(str(path), f"not valid JSON5: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "the top level must be an object")
+    return data
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything one agent's indexing and search needs, fully defaulted."""
+
+    agent_id: str
+    workspace: Path
+    state_dir: Path
+    store_path: Path
+    enabled: bool
+    memory_search: dict[str, Any]
+    memory: dict[str, Any]
+    providers: dict[str, Any] = field(default_factory=dict)
+    memory_flush: dict[str, Any] = field(default_factory=dict)
+    config_path: Path | None = None
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self.memory_search["sources"])
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.state_dir / "agents" / self.agent_id / "sessions"
+
+    @property
+    def chunk_tokens(self) -> int:
+        return int(self.memory_search["chunking"]["tokens"])
+
+    @property
+    def chunk_overlap(self) -> int:
+        c = self.memory_search["chunking"]
+        return max(0, min(int(c["overlap"]), int(c["tokens"]) - 1))
+
+    def digest(self) -> str:
+        """Stable hash of the resolved settings (for caching per-agent objects)."""
+        blob = json.dumps(
+            [self.agent_id, str(self.workspace), str(self.store_path), self.memory_search, self.memory],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _agent_entries(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    agents = cfg.get("agents") or {}
+    if not isinstance(agents, dict):
+        raise ConfigError("agents", "expected an object")
+    entries = agents.get("list") or []
+    if not isinstance(entries, list):
+        raise ConfigError("agents.list", "expected a list")
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not e["id"].strip():
+            raise ConfigError(f"agents.list[{i}].id", "every agent needs a non-empty string id")
+    return entries
+
+
+def list_agent_ids(cfg: Mapping[str, Any]) -> list[str]:
+    ids = [e["id"].strip() for e in _agent_entries(cfg)]
+    return ids or [DEFAULT_AGENT]
+
+
+def resolve_agent(
+    cfg: Mapping[str, Any],
+    agent_id: str = DEFAULT_AGENT,
+    *,
+    state_dir: Path | None = None,
+    workspace_override: str | os.PathLike[str] | None = None,
+    config_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentSettings:
+    """Merge defaults ← agents.defaults.memorySearch ← agents.list[id].memorySearch."""
+    env = os.environ if env is None else env
+    state_dir = (state_dir or default_state_dir(env)).expanduser()
+    agents = cfg.get("agents") or {}
+    defaults = agents.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError("agents.defaults", "expected an object")
+    entry = next((e for e in _agent_entries(cfg) if e["id"].strip() == agent_id), {})
+    idx = next((i for i, e in enumerate(_agent_entries(cfg)) if e["id"].strip() == agent_id), None)
+
+    ms = _defaults(MEMORY_SEARCH)
+    base_ms = _validate(MEMORY_SEARCH, defaults.get("memorySearch") or {}, "agents.defaults.memorySearch")
+    agent_ms = _validate(
+        MEMORY_SEARCH, entry.get("memorySearch") or {}, f"agents.list[{idx}].memorySearch"
+    )
+    ms = _deep_merge(_deep_merge(ms, base_ms), agent_ms)
+    # extraPaths concatenate (defaults first), trimmed and de-duplicated (reference §0.2).
+    extra = [p.strip() for p in (base_ms.get("extraPaths", []) + agent_ms.get("extraPaths", []))]
+    ms["extraPaths"] = list(dict.fromkeys(p for p in extra if p))
+    sources = [s for s in ms["sources"] if s == "memory" or ms["experimental"]["sessionMemory"]]
+    ms["sources"] = sorted(set(sources)) or ["memory"]
+    w = ms["query"]["hybrid"]
+    total = w["vectorWeight"] + w["textWeight"]
+    w["vectorWeight"], w["textWeight"] = (
+        (w["vectorWeight"] / total, w["textWeight"] / total) if total > 0 else (0.7, 0.3)
+    )
+    ms["chunking"]["overlap"] = max(0, min(ms["chunking"]["overlap"], ms["chunking"]["tokens"] - 1))
+    validate_multimodal(ms, f"agents.list[{idx}].memorySearch" if "multimodal" in agent_ms
+                        else "agents.defaults.memorySearch")
+
+    memory = _deep_merge(_defaults(MEMORY), _validate(MEMORY, cfg.get("memory") or {}, "memory"))
+    compaction = defaults.get("compaction") or {}
+    if not isinstance(compaction, dict):
+        raise ConfigError("agents.defaults.compaction", "expected an object")
+    flush = _deep_merge(
+        _defaults(MEMORY_FLUSH),
+        _validate(MEMORY_FLUSH, compaction.get("memoryFlush") or {}, "agents.defaults.compaction.memoryFlush"),
+    )
+    if flush["reserveTokensFloor"] is None:
+        floor = compaction.get("reserveTokensFloor", DEFAULT_RESERVE_TOKENS_FLOOR)
+        flush["reserveTokensFloor"] = _int(0)("agents.defaults.compaction.reserveTokensFloor", floor)
+
+    plugins = cfg.get("plugins") or {}
+    slot = ((plugins.get("slots") or {}) if isinstance(plugins, dict) else {}).get("memory")
+    enabled = bool(ms["enabled"]) and slot != "none"
+
+    if workspace_override:
+        workspace = Path(workspace_override)
+    elif entry.get("workspace"):
+        workspace = Path(str(entry["workspace"]))
+    elif defaults.get("workspace"):
+        workspace = Path(str(defaults["workspace"]))
+    else:
+        workspace = state_dir / "workspace"
+    workspace = workspace.expanduser().resolve()
+
+    raw_store = ms["store"]["path"]
+    store_path = (
+        Path(raw_store.replace("{agentId}", agent_id)).expanduser()
+        if raw_store
+        else state_dir / "memory" / f"{agent_id}.sqlite"
+    )
+    if not store_path.is_absolute():
+        store_path = (state_dir / store_path).resolve()
+
+    models = cfg.get("models") or {}
+    providers = (models.get("providers") or {}) if isinstance(models, dict) else {}
+    if not isinstance(providers, dict):
+        raise ConfigError("models.providers", "expected an object")
+
+    return AgentSettings(
+        agent_id=agent_id,
+        workspace=workspace,
+        state_dir=state_dir,
+        store_path=store_path,
+        enabled=enabled,
+        memory_search=ms,
+        memory=memory,
+        providers=providers,
+        memory_flush=flush,
+        config_path=config_path,
+    )
+
+
+@dataclass(frozen=True)
+class Context:
+    """How a worker finds an agent's settings: small enough to ride in every message."""
+
+    agent_id: str = DEFAULT_AGENT
+    config: str | None = None
+    state_dir: str | None = None
+    workspace: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"agent_id": self.agent_id, "config": self.config, "state_dir": self.state_dir,
+                "workspace": self.workspace}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Context":
+        return cls(**{k: d.get(k) for k in ("agent_id", "config", "state_dir", "workspace")})
+
+    def with_agent(self, agent_id: str) -> "Context":
+        return Context(agent_id, self.config, self.state_dir, self.workspace)
+
+
+def load_settings(ctx: Context, env: Mapping[str, str] | None = None) -> AgentSettings:
+    state_dir = Path(ctx.state_dir).expanduser() if ctx.state_dir else default_state_dir(env)
+    path = config_path_for(ctx.config, state_dir, env)
+    cfg = load_config_file(path)
+    return resolve_agent(
+        cfg, ctx.agent_id, state_dir=state_dir, workspace_override=ctx.workspace,
+        config_path=path, env=env,
+    )
+
+
+def load_raw(ctx: Context, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    state_dir = Path(ctx.state_dir).expanduser() if ctx.state_dir else default_state_dir(env)
+    return load_config_file(config_path_for(ctx.config, state_dir, env))

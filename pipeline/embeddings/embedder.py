@@ -1,0 +1,219 @@
+"""One agent's embeddings: provider selection, the embedding cache, query vectors.
+
+``chunk_embedder_for(settings)`` is what the index actor uses; it returns None
+when no provider is configured (a keyword-only index, not an error).
+``query_embedder_for(settings)`` is what search uses. Both share one
+``EmbeddingService`` per agent settings in a process, so a fallback switch is
+seen by indexing and search alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Mapping, Sequence
+
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
+from memindex.pipeline.config.agents import PerSettings
+from memindex.pipeline.store.core import StoreReader, open_reader
+from memindex.pipeline.errors import FallbackSwitched
+
+log = logging.getLogger("memindex.embedder")
+
+QUERY_CACHE_SIZE = 256
+
+
+_services: dict[str, tuple[Any, str]] = {}
+_services_lock = threading.Lock()
+
+
+def _service(settings: AgentSettings) -> tuple[Any | None, str]:
+    """(EmbeddingService or None, reason), cached per agent settings."""
+    key = settings.digest()
+    with _services_lock:
+        hit = _services.get(key)
+    if hit is not None:
+        return hit
+    from memindex.pipeline.embeddings.select import select_provider
+
+    ms = settings.memory_search
+    choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models")
+    service = None
+    if choice.primary or choice.fallback:
+        from memindex.pipeline.embeddings.limiter import make_limiter
+        from memindex.pipeline.embeddings.service import EmbeddingService
+
+        limiter = make_limiter(int(ms["remote"]["nonBatchConcurrency"]))
+        service = EmbeddingService(choice, limiter, retry=_retry_policy())
+    with _services_lock:
+        _services[key] = (service, choice.reason)
+    return service, choice.reason
+
+
+def _retry_policy() -> Any:
+    """The default policy; MEMINDEX_RETRY_* env vars shrink it (tests, impatient operators)."""
+    from memindex.pipeline.embeddings import RetryPolicy
+
+    kw: dict[str, Any] = {}
+    if os.environ.get("MEMINDEX_RETRY_BASE_DELAY_S"):
+        kw["base_delay_s"] = float(os.environ["MEMINDEX_RETRY_BASE_DELAY_S"])
+        kw["rate_limit_delay_s"] = float(os.environ["MEMINDEX_RETRY_BASE_DELAY_S"])
+    if os.environ.get("MEMINDEX_RETRY_ATTEMPTS"):
+        kw["transient_attempts"] = int(os.environ["MEMINDEX_RETRY_ATTEMPTS"])
+    return RetryPolicy(**kw)
+
+
+def reset_services() -> None:
+    """Forget cached services (tests; config reloads get a new digest anyway)."""
+    with _services_lock:
+        _services.clear()
+
+
+def _identity(provider: Any) -> EmbeddingIdentity:
+    return EmbeddingIdentity(provider.id, provider.model, provider.fingerprint(), provider.dims)
+
+
+def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
+    service, _ = _service(settings)
+    if service is None or service.active_provider is None:
+        return KEYWORD_ONLY
+    return _identity(service.active_provider)
+
+
+def provider_info(settings: AgentSettings) -> dict[str, Any]:
+    """For status: which provider serves this agent, and why."""
+    try:
+        service, reason = _service(settings)
+    except Exception as exc:  # noqa: BLE001 - status must always answer
+        return {"provider": "none", "model": "fts-only", "reason": f"provider error: {exc}"}
+    if service is None or service.active_provider is None:
+        return {"provider": "none", "model": "fts-only", "reason": reason}
+    p = service.active_provider
+    info = {"provider": p.id, "model": p.model, "reason": reason, "fallback": service.fallback_active}
+    if service.fallback_reason:
+        info["fallbackReason"] = service.fallback_reason
+    return info
+
+
+_cache_readers: PerSettings[StoreReader] = PerSettings()
+
+
+class ChunkEmbedder:
+    """Embeds chunk texts through the cache; only misses reach the provider."""
+
+    def __init__(self, settings: AgentSettings, service: Any):
+        self.settings = settings
+        self.service = service
+        self.identity = _identity(service.active_provider)
+
+    def cached_vectors(self, hashes: Sequence[str]) -> dict[str, list[float]]:
+        """chunk hash -> vector, for the hashes this index's provider already embedded (the cache)."""
+        if not self.settings.memory_search["cache"]["enabled"]:
+            return {}
+        # One reader per agent, reused: opening a connection (and loading sqlite-vec)
+        # for every file's lookup was most of the cache's cost.
+        reader = _cache_readers.get(self.settings, lambda: open_reader(self.settings))
+        ident = self.identity
+        try:
+            return reader.cached_embeddings(ident.provider, ident.model, ident.provider_key, ident.dims, hashes)
+        except Exception as exc:  # noqa: BLE001 - a cache problem must not stop indexing
+            log.warning("embedding cache lookup failed: %s", exc)
+            return {}
+
+    def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        cached = self.cached_vectors(hashes)
+        missing: dict[str, str] = {}
+        for t, h in zip(texts, hashes):
+            if h not in cached and h not in missing:
+                missing[h] = t
+        fresh: dict[str, list[float]] = {}
+        if missing:
+            result = self._accept(self.service.embed_documents(list(missing.values())))
+            fresh = {h: v for h, v in zip(missing, result.vectors) if v}
+        vectors = [cached.get(h) or fresh.get(h) for h in hashes]
+        return vectors, set(cached)
+
+    def embed_media(self, items: Sequence[tuple[bytes, str]],
+                    hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        """``embed_chunks`` for (bytes, MIME type) items (F17); ``hashes`` (of bytes + MIME) key the cache."""
+        cached = self.cached_vectors(hashes)
+        missing = {h: item for item, h in zip(items, hashes) if h not in cached}
+        fresh: dict[str, list[float]] = {}
+        if missing:
+            result = self._accept(self.service.embed_media(list(missing.values())))
+            fresh = {h: v for h, v in zip(missing, result.vectors) if v}
+        return [cached.get(h) or fresh.get(h) for h in hashes], set(cached)
+
+    def _accept(self, result: Any) -> Any:
+        """Check the vectors belong to this index; learn its dims from them."""
+        if result.fingerprint != self.identity.provider_key:
+            raise FallbackSwitched(
+                f"embeddings now come from {result.provider_id} ({result.fallback_reason}); re-planning"
+            )
+        if result.dims:
+            self.identity = EmbeddingIdentity(self.identity.provider, self.identity.model,
+                                              self.identity.provider_key, result.dims)
+        return result
+
+
+def chunk_embedder_for(settings: AgentSettings) -> ChunkEmbedder | None:
+    service, _ = _service(settings)
+    if service is None or service.active_provider is None:
+        return None
+    return ChunkEmbedder(settings, service)
+
+
+class AgentQueryEmbedder:
+    """Query vectors for search, from the provider that built the live index."""
+
+    def __init__(self, settings: AgentSettings, service: Any):
+        self.settings = settings
+        self.service = service
+        self._cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def provider(self) -> str:
+        p = self.service.active_provider
+        return p.id if p else "none"
+
+    @property
+    def model(self) -> str:
+        p = self.service.active_provider
+        return p.model if p else "fts-only"
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.service.fallback_active)
+
+    def is_fallback_index(self, index_fp: Mapping[str, Any]) -> bool:
+        fb = self.service.choice.fallback
+        return fb is not None and fb.fingerprint() == index_fp.get("providerKey")
+
+    def embed_query(self, text: str, index_fp: Mapping[str, Any] | None = None) -> list[float] | None:
+        if not index_fp or index_fp.get("provider") in (None, "none"):
+            return None  # the live index has no vectors: keyword search only
+        key = (str(index_fp.get("providerKey")), text)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        # The timeout is the provider's default (registry.query_timeout_s).
+        vec = self.service.embed_query(text, fingerprint=index_fp.get("providerKey")).vector
+        with self._lock:
+            self._cache[key] = vec
+            while len(self._cache) > QUERY_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return vec
+
+
+def query_embedder_for(settings: AgentSettings) -> AgentQueryEmbedder | None:
+    try:
+        service, _ = _service(settings)
+    except Exception as exc:  # noqa: BLE001 - search degrades to keywords
+        log.warning("embedding provider unavailable for search (%s); keyword-only", exc)
+        return None
+    return AgentQueryEmbedder(settings, service) if service is not None else None

@@ -1,0 +1,189 @@
+"""Local GGUF embeddings with llama-cpp-python (imported lazily, only here).
+
+One Llama instance per model/settings per process, shared by every provider
+object and guarded by a lock: llama contexts are not thread-safe and loading
+twice would double the memory. Input over ``local.maxInputTokens`` is cut by
+the model's own tokenizer, so the service never splits texts for this provider.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import atexit
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Self
+
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
+from memindex.pipeline.embeddings.providers.hf_download import HF_BASE_URL, ensure_model_file, is_remote_model
+from memindex.pipeline.embeddings.registry import ProviderArgs
+from memindex.pipeline.embeddings.validate import sanitize_and_normalize
+
+N_CTX = 512  # n_batch = n_ubatch = n_ctx: each input must fit one batch
+
+
+def llama_available() -> bool:
+    """Whether llama-cpp-python is installed (checked without importing it)."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def _local_settings(ms: Mapping[str, Any]) -> Mapping[str, Any]:
+    local = ms.get("local")
+    return local if isinstance(local, dict) else {}
+
+
+def auto_reason(ms: Mapping[str, Any]) -> str | None:
+    """Why provider "auto" picks local: local.modelPath is a file on disk (an hf: URI never is:
+    it would need a download)."""
+    path = _local_settings(ms).get("modelPath")
+    if path and not is_remote_model(path) and Path(path).expanduser().is_file():
+        return "local.modelPath exists"
+    return None
+
+
+@dataclass
+class _Loaded:
+    llm: Any
+    lock: threading.Lock
+    dims: int
+    n_special: int  # tokens the tokenizer adds around every input ([CLS]/[SEP], BOS/EOS)
+
+
+_MODELS: dict[tuple[Any, ...], _Loaded] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _close_models() -> None:
+    """Free models before interpreter teardown (Llama.__del__ fails once modules are gone)."""
+    with _MODELS_LOCK:
+        for loaded in _MODELS.values():
+            try:
+                loaded.llm.close()
+            except Exception:  # noqa: BLE001 - best effort at exit
+                pass
+        _MODELS.clear()
+
+
+atexit.register(_close_models)
+
+
+def _load(path: Path, n_threads: int) -> _Loaded:
+    key = (str(path.resolve()), N_CTX, n_threads, True)
+    with _MODELS_LOCK:
+        loaded = _MODELS.get(key)
+        if loaded is not None:
+            return loaded
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ProviderError("local: llama-cpp-python is not installed (pip install 'memindex[local]')") from exc
+        try:
+            llm = Llama(
+                model_path=str(path), embedding=True, n_ctx=N_CTX, n_batch=N_CTX, n_ubatch=N_CTX,
+                n_threads=n_threads, n_threads_batch=n_threads, flash_attn=True, verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ProviderError(f"local: cannot load model {path}: {exc}") from exc
+        n_special = len(llm.tokenize(b"x", add_bos=True)) - len(llm.tokenize(b"x", add_bos=False))
+        loaded = _Loaded(llm, threading.Lock(), int(llm.n_embd()), max(0, n_special))
+        _MODELS[key] = loaded
+        return loaded
+
+
+class LocalProvider(EmbeddingProvider):
+    id = "local"
+    self_truncates = True
+
+    def __init__(
+        self,
+        model_path: str | None,
+        cache_dir: str | os.PathLike[str],
+        *,
+        max_input_tokens: int | None = None,
+        n_threads: int | None = None,
+        hf_base_url: str = HF_BASE_URL,
+        hf_token: str | None = None,
+        max_batch_items: int = 32,
+    ) -> None:
+        super().__init__()
+        self.model = (model_path or registry.get(self.id).default_model).strip()
+        self.cache_dir = Path(cache_dir).expanduser()
+        self.max_input_tokens = int(max_input_tokens or registry.max_input_tokens(self.id, self.model))
+        self.n_threads = n_threads or min(4, os.cpu_count() or 1)
+        self.max_batch_items = max_batch_items
+        self.max_batch_tokens = 10**9  # llama packs a list into n_batch-sized decodes itself
+        self._hf_base_url = hf_base_url
+        self._secret = hf_token
+        self._loaded: _Loaded | None = None
+        self._init_lock = threading.Lock()
+
+    @classmethod
+    def from_args(cls, args: ProviderArgs) -> Self:
+        """From memorySearch.local.*; ``args.api_key`` is the Hugging Face token (HF_TOKEN) for hf: models."""
+        local = _local_settings(args.memory_search)
+        path = local.get("modelPath") or None
+        if path and not is_remote_model(path) and not Path(path).expanduser().is_file():
+            raise ProviderError(f"local: model file not found: {path}")
+        if not llama_available():
+            raise ProviderError("local: llama-cpp-python is not installed (pip install 'memindex[local]')")
+        return cls(
+            path or args.model,
+            local.get("modelCacheDir") or args.cache_dir,
+            max_input_tokens=local.get("maxInputTokens"),
+            hf_base_url=args.hf_base_url or HF_BASE_URL,
+            hf_token=args.api_key,
+        )
+
+    def fingerprint_extra(self) -> Mapping[str, Any]:
+        return {"maxInputTokens": self.max_input_tokens}
+
+    def model_file(self) -> Path:
+        """The GGUF on disk, downloading an hf:/http(s) model into the cache first."""
+        if is_remote_model(self.model):
+            return ensure_model_file(self.model, self.cache_dir, hf_base_url=self._hf_base_url, token=self._secret)
+        path = Path(self.model).expanduser()
+        if not path.is_file():
+            raise ProviderError(f"local: model file not found: {path}")
+        return path
+
+    def _model(self) -> _Loaded:
+        with self._init_lock:
+            if self._loaded is None:
+                self._loaded = _load(self.model_file(), self.n_threads)
+                self.dims = self._loaded.dims
+            return self._loaded
+
+    def truncate(self, text: str) -> str:
+        """text cut to max_input_tokens model tokens (specials included)."""
+        m = self._model()
+        budget = max(1, min(self.max_input_tokens, N_CTX) - m.n_special)
+        with m.lock:
+            tokens = m.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+            keep = budget
+            for _ in range(8):
+                if len(tokens) <= budget:
+                    break
+                text = m.llm.detokenize(tokens[:keep]).decode("utf-8", errors="ignore")
+                # Detokenising can re-tokenise a little longer (merges at the cut); shrink until it fits.
+                tokens = m.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+                keep = max(1, keep - max(1, len(tokens) - budget))
+        # Whatever remains over the limit is cut by llama's own n_batch truncation.
+        return text
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        m = self._model()
+        inputs = [self.truncate(t) for t in texts]
+        with m.lock:
+            try:
+                raw = m.llm.embed(inputs, normalize=True, truncate=True)
+            except (ValueError, RuntimeError) as exc:
+                raise InvalidVectorError(f"local: embedding failed: {exc}") from exc
+        return [sanitize_and_normalize(v) for v in raw]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]

@@ -1,0 +1,97 @@
+"""Markdown chunker (F2): ~``tokens`` per chunk with ``overlap`` carried over.
+
+Like the reference it is line-oriented and greedy, estimating 4 characters per
+token. Unlike the reference, a line longer than a chunk is cut into
+consecutive pieces that are never repeated and never truncated: the reference
+keeps a whole oversized piece as "overlap" and then cuts the next chunk back
+to size, which duplicates one piece and loses the tail of the line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+CHARS_PER_TOKEN = 4
+# Bump when the chunking algorithm changes in a way that moves chunk boundaries
+# or ids: it is part of the index fingerprint, so existing indexes are rebuilt.
+CHUNKER_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Chunk:
+    start_line: int  # 1-based, inclusive
+    end_line: int
+    text: str
+    hash: str
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def chunk_limits(tokens: int, overlap: int) -> tuple[int, int]:
+    max_chars = max(32, tokens * CHARS_PER_TOKEN)
+    overlap_chars = min(max(0, overlap * CHARS_PER_TOKEN), max_chars // 2)
+    return max_chars, overlap_chars
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on \\n; a CR of CRLF is dropped so snippets and hashes don't carry it.
+
+    A final newline ends the last line rather than starting an empty one.
+    """
+    lines = text.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+    """Chunk ``text``. Every line lands in at least one chunk; no chunk exceeds
+    ``max(32, tokens*4)`` characters; consecutive chunks share up to
+    ``overlap*4`` characters of whole lines (never a piece of a long line)."""
+    max_chars, overlap_chars = chunk_limits(tokens, overlap)
+    # (line_no, text, is_piece): pieces of an over-long line never overlap.
+    segments: list[tuple[int, str, bool]] = []
+    for no, line in enumerate(split_lines(text), start=1):
+        if len(line) <= max_chars:
+            segments.append((no, line, False))
+        else:
+            for i in range(0, len(line), max_chars):
+                segments.append((no, line[i : i + max_chars], True))
+
+    chunks: list[Chunk] = []
+    buf: list[tuple[int, str, bool]] = []
+    carried = 0  # how many entries at the head of buf are overlap from the previous chunk
+    size = -1  # joined length of buf: sum(len) + separators
+
+    def flush() -> None:
+        body = "\n".join(s for _, s, _ in buf)
+        chunks.append(Chunk(buf[0][0], buf[-1][0], body, sha256_hex(body)))
+
+    for seg in segments:
+        cost = len(seg[1]) + 1
+        if buf and size + cost > max_chars:
+            if len(buf) > carried:
+                flush()
+                keep: list[tuple[int, str, bool]] = []
+                acc = 0
+                for entry in reversed(buf):
+                    if entry[2] or acc + len(entry[1]) + 1 > overlap_chars:
+                        break
+                    keep.insert(0, entry)
+                    acc += len(entry[1]) + 1
+                buf = keep
+                carried = len(buf)
+                size = sum(len(s) + 1 for _, s, _ in buf) - 1
+            # Carried overlap must never crowd out new content: drop it from the front.
+            while buf and size + cost > max_chars:
+                size -= len(buf.pop(0)[1]) + 1
+                carried -= 1
+        buf.append(seg)
+        size += cost
+    if len(buf) > carried or not chunks:
+        if buf:
+            flush()
+    return [c for c in chunks if c.text.strip()]

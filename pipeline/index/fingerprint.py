@@ -1,0 +1,65 @@
+"""The index fingerprint (F7): what the stored vectors and chunks depend on.
+
+When it changes the index is rebuilt. It holds the provider id, model,
+endpoint key (never an API key), chunking params and chunker version, sources, FTS tokenizer and
+schema version. ``vectorDims`` is learnt from the first vector, so it is only
+compared when both sides know it: a restart with unchanged config must never
+look like a change (the reference wiped indexes on every restart that way).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index.chunking import CHUNKER_VERSION
+from memindex.pipeline.store.schema import FTS_TOKENIZER, SCHEMA_VERSION
+
+NO_PROVIDER = ("none", "fts-only", "none")
+
+
+@dataclass(frozen=True)
+class EmbeddingIdentity:
+    provider: str
+    model: str
+    provider_key: str
+    dims: int | None = None
+
+
+KEYWORD_ONLY = EmbeddingIdentity(*NO_PROVIDER)
+
+
+def index_fingerprint(settings: AgentSettings, ident: EmbeddingIdentity) -> dict[str, Any]:
+    fp: dict[str, Any] = {
+        "provider": ident.provider,
+        "model": ident.model,
+        "providerKey": ident.provider_key,
+        "sources": sorted(settings.sources),
+        "chunkTokens": settings.chunk_tokens,
+        "chunkOverlap": settings.chunk_overlap,
+        "chunker": CHUNKER_VERSION,
+        "ftsTokenizer": FTS_TOKENIZER,
+        "schemaVersion": SCHEMA_VERSION,
+    }
+    if settings.memory_search["multimodal"]["enabled"]:
+        mm = settings.memory_search["multimodal"]
+        fp["multimodal"] = {"modalities": sorted(mm["modalities"]), "maxFileBytes": mm["maxFileBytes"]}
+    if ident.dims:
+        fp["vectorDims"] = ident.dims
+    return fp
+
+
+def same_index(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    if not a or not b:
+        return False
+    keys = (set(a) | set(b)) - {"vectorDims"}
+    if any(a.get(k) != b.get(k) for k in keys):
+        return False
+    da, db = a.get("vectorDims"), b.get("vectorDims")
+    return da is None or db is None or da == db
+
+
+def dumps(fp: Mapping[str, Any]) -> str:
+    return json.dumps(fp, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,121 @@
+"""Planning a sync: which files need (re)indexing, which deletes, which transcript deltas.
+
+The queue layer (``workers/``) calls these; they know nothing of queues.
+A sync compares disk against the store by (size, mtime) first, so a sync
+that finds nothing to do reads no file contents. Preparing the planned
+files is ``preparers.prepare_file``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
+from memindex.pipeline.index.media import extra_kind_for
+from memindex.pipeline.index.records import FileJob, SessionDelta
+from memindex.pipeline.index.sessions import discover_sessions, next_step
+from memindex.pipeline.index.workspace import MemoryFile, iter_discover
+from memindex.pipeline.store.core import FileKey, StoreReader, open_reader
+
+
+@dataclass
+class SyncPlan:
+    generation: int
+    fingerprint: dict[str, Any]
+    role: str  # "live" (update in place) or "building" (rebuild beside the live index)
+    jobs: list[FileJob] = field(default_factory=list)
+    deletes: list[FileKey] = field(default_factory=list)
+    unchanged: int = 0
+    session_deltas: list[SessionDelta] = field(default_factory=list)  # append only
+
+
+def plan_sync(
+    settings: AgentSettings,
+    reader: StoreReader,
+    ident: EmbeddingIdentity = KEYWORD_ONLY,
+    *,
+    files: Sequence[MemoryFile] | None = None,
+    force: bool = False,
+) -> SyncPlan:
+    """Decide the target generation and which files need work."""
+    fp = index_fingerprint(settings, ident)
+    st = reader.state()
+    if st.live_generation is None:
+        gen, role = 1, "live"
+    elif same_index(st.live_fingerprint, fp) and not force:
+        gen, role = st.live_generation, "live"
+        if st.live_fingerprint and "vectorDims" in st.live_fingerprint and "vectorDims" not in fp:
+            fp["vectorDims"] = st.live_fingerprint["vectorDims"]
+    elif st.building_generation is not None and same_index(st.building_fingerprint, fp) and not force:
+        gen, role = st.building_generation, "building"
+    else:
+        gen = max(st.live_generation, st.building_generation or 0) + 1
+        role = "building"
+    indexed = reader.indexed_files(gen)
+    on_disk = files if files is not None else iter_collect_files(settings)  # streamed, not listed
+    plan = SyncPlan(gen, fp, role)
+    seen: set[FileKey] = set()
+    for f in on_disk:
+        key = (f.source, f.path)
+        seen.add(key)
+        prev = indexed.get(key)
+        if f.source == "sessions" and prev is not None and not force:
+            # Growth below the delta thresholds is left to accumulate (the
+            # session-delta detector owns it); past them only the new part is indexed.
+            step = next_step(settings, f, prev)
+            if step == "unchanged":
+                plan.unchanged += 1
+                continue
+            if step != "full":
+                plan.session_deltas.append(step)
+                continue
+            prev = None
+        if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force:
+            plan.unchanged += 1
+            continue
+        plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
+                                 prev.hash if prev else None))
+    plan.deletes = [k for k in indexed if k not in seen]
+    return plan
+
+
+
+def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY, *,
+               force: bool = False) -> tuple[SyncPlan, bool]:
+    """(plan, nothing-to-do) for one agent, reading the store through its own reader.
+
+    Nothing to do means no file work, no rebuild, nothing left pending and the
+    live fingerprint unchanged: then a sync need not touch the writer at all.
+    """
+    reader = open_reader(settings)
+    try:
+        plan = plan_sync(settings, reader, ident, force=force)
+        st = reader.state()
+        noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
+                and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0
+                and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
+    finally:
+        reader.close()
+    return plan, noop
+
+def collect_files(settings: AgentSettings) -> list[MemoryFile]:
+    """Every file the agent's configured sources contribute."""
+    return list(iter_collect_files(settings))
+
+
+def iter_collect_files(settings: AgentSettings) -> Iterator[MemoryFile]:
+    """``collect_files`` as a stream (what a sync of a huge workspace uses)."""
+    if "memory" in settings.sources:
+        yield from iter_discover(settings, extra_kind=extra_kind_for(settings))  # + media under extraPaths (F17)
+    if "sessions" in settings.sources:
+        yield from discover_sessions(settings)
+
+
+def still_on_disk(settings: AgentSettings, key: FileKey) -> bool:
+    """Is this indexed path still a real (non-symlink) file? Deletes are applied only if not."""
+    source, path = key
+    base = settings.sessions_dir.parent if source == "sessions" else settings.workspace
+    candidate = base / path
+    return candidate.is_file() and not candidate.is_symlink()

@@ -1,0 +1,117 @@
+"""What every preparer shares: reading a job's file, building and embedding its record.
+
+The Markdown, media and session preparers (``markdown``, ``media``,
+``sessions``) build on these; ``preparers`` maps a file kind to its preparer.
+This module imports none of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from memindex.pipeline.index.chunking import Chunk
+from memindex.pipeline.index.fingerprint import EmbeddingIdentity
+from memindex.pipeline.index.records import ChunkRecord, FileJob, FileRecord, TouchRecord
+
+log = logging.getLogger("memindex.indexer")
+
+
+class ChunkEmbedder(Protocol):
+    identity: EmbeddingIdentity
+
+    def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        """Vectors per text (None = not embedded) and the hashes served from cache."""
+
+
+@dataclass
+class Prepared:
+    record: FileRecord | None  # to write; None when the content is unchanged
+    touch: TouchRecord | None = None  # same hash: refresh size/mtime only
+    vanished: bool = False
+
+
+def file_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def build_record(job: FileJob, st: os.stat_result | None, digest: str, chunks: list[ChunkRecord],
+                 ident: EmbeddingIdentity | None, error: str | None) -> FileRecord:
+    """The writer record for ``job``: stat from ``st`` (the job's when the file was not read)."""
+    return FileRecord(job.source, job.path, job.abs_path, digest,
+                      st.st_size if st else job.size, st.st_mtime_ns if st else job.mtime_ns,
+                      job.kind, error, chunks, ident)
+
+
+def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None,
+                   limit_name: str = "") -> Prepared | tuple[os.stat_result, bytes, str]:
+    """Read a job's file: (stat, bytes, sha256), or the ``Prepared`` that ends the job early.
+
+    Vanished and symlinked files end as ``vanished``; too-large and unreadable
+    ones as an error record (so the next sync does not retry them); unchanged
+    content as a stat-only ``touch``.
+    """
+    path = Path(job.abs_path)
+    try:
+        st = os.lstat(path)
+        if not os.path.isfile(path) or os.path.islink(path):
+            return Prepared(None, vanished=True)
+        if st.st_size > max_bytes:
+            limit = f"{limit_name} {max_bytes:,}" if limit_name else f"{max_bytes:,}"
+            log.warning("%s: %d bytes exceeds the limit (%s); skipped", job.path, st.st_size, limit)
+            return Prepared(build_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident,
+                                         f"file too large ({st.st_size:,} bytes > {limit}); skipped"))
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Prepared(None, vanished=True)
+    except OSError as exc:
+        log.warning("cannot read %s: %s", job.path, exc)
+        return Prepared(build_record(job, None, f"error:{exc.errno}", [], ident, f"unreadable: {exc.strerror}"))
+    digest = file_hash(data)
+    if job.known_hash == digest:
+        return Prepared(None, touch=TouchRecord(job.source, job.path, digest, st.st_size, st.st_mtime_ns))
+    return st, data, digest
+
+
+def embed_into_record(job: FileJob, st: os.stat_result | None, digest: str, chunks: Sequence[Chunk],
+                      embedder: ChunkEmbedder | None, problem: str | None) -> FileRecord:
+    """``build_record`` for text chunks, embedded through ``embedder`` (and its cache) if there is one."""
+    vectors: list[list[float] | None] = [None] * len(chunks)
+    hits: set[str] = set()
+    ident = None
+    if embedder is not None and chunks:
+        vectors, hits = embedder.embed_chunks([c.text for c in chunks], [c.hash for c in chunks])
+    if embedder is not None:
+        # Also for a file with no chunks: the writer rejects records whose identity
+        # does not match the index, and an empty file must not loop through re-syncs.
+        ident = embedder.identity
+    out = [ChunkRecord(c.start_line, c.end_line, c.hash, c.text, v or None, c.hash not in hits)
+           for c, v in zip(chunks, vectors)]
+    rec = build_record(job, st, digest, out, ident, problem)
+    rec.cache_hits = sorted(hits)
+    return rec
+
+
+def file_is_current(record: FileRecord) -> bool:
+    """Does the file on disk still hold what was read? (The writer's stale check for whole files.)
+
+    Size+mtime equal means yes without reading; otherwise compare content hashes.
+    Files recorded without a content hash (too large / unreadable) compare by stat only.
+    """
+    path = Path(record.abs_path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if st.st_size == record.size and st.st_mtime_ns == record.mtime_ns:
+        return True
+    if record.hash.startswith(("size:", "error:")):
+        return False
+    try:
+        return file_hash(path.read_bytes()) == record.hash
+    except OSError:
+        return False

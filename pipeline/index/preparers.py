@@ -1,0 +1,43 @@
+"""Which preparer handles which kind of file: one table, read by the index actors and the writer.
+
+A preparer turns a ``FileJob`` into a ``Prepared`` (a record to write, a touch,
+or "vanished"); its ``is_current`` is the writer's check that the file on disk
+still holds what was prepared. A new kind of input adds a row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index import media, sessions
+from memindex.pipeline.index.markdown import prepare_markdown
+from memindex.pipeline.index.prepare import ChunkEmbedder, Prepared, file_is_current
+from memindex.pipeline.index.records import FileJob, FileRecord
+
+
+@dataclass(frozen=True)
+class Preparer:
+    prepare: Callable[[AgentSettings, FileJob, Any], Prepared]
+    is_current: Callable[[FileRecord], bool]
+
+
+_MEDIA = Preparer(media.prepare_media, file_is_current)  # one labelled chunk, vector from the bytes (F17)
+
+PREPARERS: dict[str, Preparer] = {
+    "markdown": Preparer(prepare_markdown, file_is_current),
+    **{kind: _MEDIA for kind in media.MEDIA_KINDS},
+    # Growth after the read is fine for a transcript: the rest is a later delta.
+    sessions.KIND: Preparer(sessions.prepare_session, sessions.is_current_session),
+}
+
+
+def prepare_file(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedder | None = None) -> Prepared:
+    """Read, hash, chunk and (optionally) embed one file into a writer record."""
+    return PREPARERS[job.kind].prepare(settings, job, embedder)
+
+
+def is_current(record: FileRecord) -> bool:
+    """Does the file on disk still hold what was prepared? (The writer's stale check.)"""
+    return PREPARERS[record.kind].is_current(record)

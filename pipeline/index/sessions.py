@@ -1,0 +1,295 @@
+"""Session transcripts as index input (F9): discovery, sync decisions, writer records.
+
+A transcript is listed like a memory file (source ``sessions``, path
+``sessions/<name>.jsonl`` relative to ``<state>/agents/<id>``) and prepared
+into the same writer record as Markdown, so the writer, FTS and vectors need
+nothing new. What is session-specific travels in the record's ``extra``
+(stored on the files row, so it survives restarts):
+
+- ``session``: the :class:`memindex.pipeline.index.transcripts.DeltaState` of what is indexed
+  (indexed bytes/lines, head digest, inode), which the delta detector and
+  ``plan_sync`` read back to decide between nothing / append / rebuild;
+- ``skipped``: per-reason counts of dropped JSONL lines (malformed ones show up
+  as the file's problem in ``memindex status``).
+
+A *delta* prepares only the turns after the indexed byte offset. Its record
+names the files-row ``hash`` it extends (``base_hash``); the writer appends it
+only on top of exactly that state, so a duplicated or outdated delta is dropped
+instead of indexing turns twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Any, Union
+
+from memindex.pipeline.index.chunking import chunk_markdown
+from memindex.pipeline.config.settings import AgentSettings
+# embed_into_record: the exact Markdown record shape, so the writer needs nothing new.
+from memindex.pipeline.index.prepare import ChunkEmbedder, Prepared, embed_into_record
+from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta
+from memindex.pipeline.index.transcripts import (
+    HEAD_BYTES,
+    DeltaState,
+    Transcript,
+    delta_decision,
+    head_fingerprint,
+    indexed_state,
+    probe_file,
+    read_transcript,
+    remap_lines,
+    transcript_lines,
+)
+from memindex.pipeline.store.core import IndexedFile
+from memindex.pipeline.index.workspace import MemoryFile
+
+log = logging.getLogger("memindex.sessions")
+
+SOURCE = "sessions"
+KIND = "session"
+# One read never loads more than this; a bigger transcript is indexed in
+# consecutive deltas (the unread rest is simply "pending growth").
+MAX_READ_BYTES = 32 * 1024 * 1024
+
+Step = Union[str, SessionDelta]  # "unchanged" | "full" | a delta to append
+
+
+# --- discovery -------------------------------------------------------------------
+
+def discover_sessions(settings: AgentSettings) -> list[MemoryFile]:
+    """``<sessions_dir>/*.jsonl``: top level, regular files only, no symlinks.
+
+    A symlinked sessions dir is refused too: it could point at another agent's
+    transcripts and break per-agent isolation.
+    """
+    d = settings.sessions_dir
+    if d.is_symlink() or not d.is_dir():
+        return []
+    out: list[MemoryFile] = []
+    try:
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError:
+        return []
+    for e in entries:
+        if not e.name.endswith(".jsonl"):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.append(MemoryFile(f"{SOURCE}/{e.name}", Path(e.path), SOURCE, st.st_size, st.st_mtime_ns, KIND))
+    return out
+
+
+# --- stored state ------------------------------------------------------------------
+
+_STATE_FIELDS = {f.name for f in fields(DeltaState)}
+
+
+def state_from_extra(path: str, extra: dict[str, Any] | None) -> DeltaState | None:
+    """The indexed DeltaState stored in a files row's ``extra`` (None if absent/garbled)."""
+    raw = (extra or {}).get("session")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return DeltaState(path=path, **{k: v for k, v in raw.items() if k in _STATE_FIELDS and k != "path"})
+    except TypeError:
+        return None
+
+
+def parse_extra(raw: str | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _skipped(t: Transcript, base: dict[str, int] | None = None) -> dict[str, int]:
+    # A truncated last line is not counted: it is re-read once it is complete.
+    base = base or {}
+    return {
+        "blank": base.get("blank", 0) + t.skipped_blank,
+        "invalid_json": base.get("invalid_json", 0) + t.skipped_invalid_json,
+        "other": base.get("other", 0) + t.skipped_other,
+    }
+
+
+def problem_of(extra: dict[str, Any]) -> str | None:
+    """The status line for a transcript with malformed lines (None when clean)."""
+    bad = (extra.get("skipped") or {}).get("invalid_json", 0)
+    return f"{bad} malformed JSONL line(s) skipped (invalid JSON)" if bad else None
+
+
+# --- what a sync or the detector should do with one transcript ---------------------
+
+def thresholds(settings: AgentSettings) -> tuple[int, int]:
+    s = settings.memory_search["sync"]["sessions"]
+    return int(s["deltaBytes"]), int(s["deltaMessages"])
+
+
+def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, *, flush: bool = False) -> Step:
+    """Shared by ``plan_sync`` and the delta detector so they never disagree.
+
+    Never indexed -> "full". Same size and mtime -> "unchanged" (no I/O).
+    Grown below both thresholds -> "unchanged": small appends accumulate until
+    a threshold is reached. Grown past one -> a :class:`SessionDelta`.
+    Truncated, replaced or rewritten -> "full". ``flush`` treats any growth as
+    past the threshold (a final catch-up).
+    """
+    if prev is None:
+        return "full"
+    if prev.size == f.size and prev.mtime_ns == f.mtime_ns:
+        return "unchanged"
+    extra = parse_extra(prev.extra)
+    state = state_from_extra(f.path, extra)
+    if state is None:
+        return "full"
+    delta_bytes, delta_messages = (0, 0) if flush else thresholds(settings)
+    try:
+        # Lines are only needed when bytes alone may stay under their threshold.
+        grown = f.size - state.indexed_bytes
+        count = delta_messages > 0 and not (delta_bytes > 0 and grown >= delta_bytes)
+        probe = probe_file(Path(f.abs_path), state, count_lines=count)
+    except OSError:
+        return "full"  # gone or unreadable: preparing it reports that properly
+    d = delta_decision(state, probe.size, probe.new_lines, inode=probe.inode, head_digest=probe.head_digest,
+                       delta_bytes=delta_bytes, delta_messages=delta_messages)
+    if d.action == "rebuild":
+        log.info("%s: %s; reindexing from scratch", f.path, d.reason)
+        return "full"
+    if d.action == "none":
+        return "unchanged"
+    return SessionDelta(f.source, f.path, str(f.abs_path), d.start_byte, d.start_line, prev.hash, extra or {})
+
+
+# --- preparing records ----------------------------------------------------------------
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedder | None = None) -> Prepared:
+    """Read a whole transcript (up to MAX_READ_BYTES) into a replace-all record."""
+    path = Path(job.abs_path)
+    if not _regular(path):
+        return Prepared(None, vanished=True)
+    try:
+        with open(path, "rb") as fh:
+            ino = os.fstat(fh.fileno()).st_ino
+            data = fh.read(MAX_READ_BYTES)
+            mtime_ns = os.fstat(fh.fileno()).st_mtime_ns  # after the read: no append goes unseen
+    except FileNotFoundError:
+        return Prepared(None, vanished=True)
+    except OSError as exc:
+        log.warning("cannot read %s: %s", job.path, exc)
+        return Prepared(None)  # left as is; the next sync or check retries
+    t = read_transcript(data)
+    state = indexed_state(job.path, t, head=data[:HEAD_BYTES], inode=ino, mtime_ns=mtime_ns)
+    digest = hashlib.sha256(data[: t.consumed_bytes]).hexdigest()
+    extra = {"session": _state_dict(state), "turns": len(t.turns), "skipped": _skipped(t)}
+    return Prepared(_session_record(settings, job, t, state, digest, extra, embedder))
+
+
+def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
+                          embedder: ChunkEmbedder | None = None) -> Prepared:
+    """Chunk only the turns after ``delta.start_byte`` into an append record.
+
+    Falls back to a full record when the file no longer extends what was
+    indexed (replaced, truncated or rewritten since the delta was planned).
+    """
+    path = Path(delta.abs_path)
+    job = FileJob(delta.source, delta.path, delta.abs_path, 0, 0, KIND)
+    prev = state_from_extra(delta.path, delta.prev)
+    if not _regular(path):
+        return Prepared(None, vanished=True)
+    if prev is None or prev.indexed_bytes != delta.start_byte:
+        return prepare_session(settings, job, embedder)
+    data: bytes | None = None
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            head = fh.read(HEAD_BYTES)
+            if _extends(prev, st, head):
+                fh.seek(delta.start_byte)
+                data = fh.read(MAX_READ_BYTES)
+                mtime_ns = os.fstat(fh.fileno()).st_mtime_ns
+    except FileNotFoundError:
+        return Prepared(None, vanished=True)
+    except OSError as exc:
+        log.warning("cannot read %s: %s", delta.path, exc)
+        return Prepared(None)
+    if data is None:
+        return prepare_session(settings, job, embedder)
+    t = read_transcript(data, start_line=delta.start_line)
+    if t.consumed_bytes == 0:
+        return Prepared(None)  # only a partial last line so far: nothing to add
+    state = indexed_state(delta.path, t, head=head, start_byte=delta.start_byte, inode=st.st_ino,
+                          mtime_ns=mtime_ns)
+    # A state token, not a content hash: chains the indexed prefix's digest with the new bytes.
+    digest = hashlib.sha256(
+        (delta.base_hash + hashlib.sha256(data[: t.consumed_bytes]).hexdigest()).encode()).hexdigest()
+    extra = {"session": _state_dict(state), "turns": (delta.prev.get("turns") or 0) + len(t.turns),
+             "skipped": _skipped(t, delta.prev.get("skipped"))}
+    rec = _session_record(settings, job, t, state, digest, extra, embedder)
+    rec.base_hash = delta.base_hash
+    return Prepared(rec)
+
+
+def _extends(prev: DeltaState, st: os.stat_result, head: bytes) -> bool:
+    """Is the open file still the one indexed, only grown?"""
+    if prev.inode is not None and st.st_ino != prev.inode:
+        return False
+    if st.st_size < prev.indexed_bytes or len(head) < prev.head_len:
+        return False
+    return prev.head_len == 0 or head_fingerprint(head[: prev.head_len]) == prev.head_digest
+
+
+def _state_dict(state: DeltaState) -> dict[str, Any]:
+    d = asdict(state)
+    d.pop("path")
+    return d
+
+
+def _session_record(settings: AgentSettings, job: FileJob, t: Transcript, state: DeltaState, digest: str,
+                    extra: dict[str, Any], embedder: ChunkEmbedder | None) -> FileRecord:
+    lines, line_map = transcript_lines(t)
+    chunks = []
+    if lines:
+        for c in chunk_markdown("\n".join(lines), settings.chunk_tokens, settings.chunk_overlap):
+            start, end = remap_lines(c.start_line, c.end_line, line_map)
+            chunks.append(replace(c, start_line=start, end_line=end))
+    sized = replace(job, size=state.size, mtime_ns=state.mtime_ns or job.mtime_ns, kind=KIND)
+    problem = problem_of(extra)
+    rec = embed_into_record(sized, None, digest, chunks, embedder, problem)
+    rec.extra = extra
+    return rec
+
+
+# --- the writer's stale check -----------------------------------------------------------
+
+def is_current_session(record: FileRecord) -> bool:
+    """Does the file on disk still start with what the record indexed?
+
+    Unlike Markdown, growth after the read is fine (the record covers a prefix
+    and the rest is a later delta); a replaced, truncated or rewritten file is not.
+    """
+    state = state_from_extra(record.path, record.extra)
+    path = Path(record.abs_path)
+    if state is None or not _regular(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return _extends(state, os.fstat(fh.fileno()), fh.read(state.head_len))
+    except OSError:
+        return False

@@ -1,0 +1,185 @@
+"""Which files are an agent's memory (F1).
+
+``MEMORY.md`` / ``memory.md`` and ``memory/**/*.md`` under the workspace, plus
+``extraPaths`` (files or directories, scanned recursively). Symlinks - files
+and directories - are never followed: a link could point the index (and
+``memory_get``) anywhere on disk. Non-memory trees such as ``.git`` or
+``node_modules`` are skipped so a big extraPaths tree stays cheap to walk and
+to watch.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from memindex.pipeline.config.settings import AgentSettings
+
+ROOT_FILES = ("MEMORY.md", "memory.md")
+MEMORY_DIR = "memory"
+# Directory names never descended into (lowercase compare), reference §3.3 plus common caches.
+IGNORED_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
+     "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".cache", "site-packages",
+     ".idea", ".vscode", "dist", "build", ".next", "target"}
+)
+
+
+@dataclass(frozen=True)
+class MemoryFile:
+    """A discovered file. ``path`` is workspace-relative with ``/`` (``../x`` outside it)."""
+
+    path: str
+    abs_path: str  # a plain string: a Path object per file was a tenth of a no-change sync
+    source: str
+    size: int
+    mtime_ns: int
+    kind: str = "markdown"  # or "image" / "audio" (F17)
+
+
+def rel_path(workspace: Path, abs_path: Path) -> str:
+    return Path(os.path.relpath(abs_path, workspace)).as_posix()
+
+
+def is_ignored_dir(name: str) -> bool:
+    return name.lower() in IGNORED_DIRS
+
+
+def _regular(path: Path) -> os.stat_result | None:
+    """lstat that answers only for regular, non-symlink files."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[str, os.stat_result, str]]:
+    """Depth-first walk with os.scandir; never follows symlinks, skips ignored dirs."""
+    stack: list[str | Path] = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for e in entries:
+            try:
+                if e.is_symlink():
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    if not is_ignored_dir(e.name):
+                        subdirs.append(e.path)
+                    continue
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                kind = keep(e.name)
+                if kind is None:
+                    continue
+                # os.lstat, not e.stat(): DirEntry caches the result, and a
+                # 10,000-entry directory would then hold 10,000 stat results.
+                yield e.path, os.lstat(e.path), kind
+            except OSError:
+                continue
+        stack.extend(reversed(subdirs))
+
+
+def _markdown_only(name: str) -> str | None:
+    return "markdown" if name.endswith(".md") else None
+
+
+def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
+    out: list[Path] = []
+    for raw in settings.memory_search["extraPaths"]:
+        p = Path(raw).expanduser()
+        out.append(p if p.is_absolute() else settings.workspace / p)
+    return out
+
+
+def discover(settings: AgentSettings, *, extra_kind=None) -> list[MemoryFile]:
+    """All memory Markdown files of the agent, de-duplicated by real path.
+
+    ``extra_kind`` lets multimodal discovery (F17) accept more file kinds, but
+    only under extraPaths, never in the default memory roots.
+    """
+    return list(iter_discover(settings, extra_kind=extra_kind))
+
+
+def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[MemoryFile]:
+    """``discover`` as a stream: a sync of a huge workspace never holds the file list."""
+    ws = settings.workspace
+    seen: set[str] = set()
+
+    def add(p: Path, st: os.stat_result, kind: str) -> MemoryFile | None:
+        try:
+            real = os.path.realpath(p)
+        except OSError:
+            return None
+        key = os.path.normcase(real)
+        if key in seen:
+            return None
+        seen.add(key)
+        return MemoryFile(rel_path(ws, p), str(p), "memory", st.st_size, st.st_mtime_ns, kind)
+
+    def found(items, root: Path | None = None) -> Iterator[MemoryFile]:
+        if root is None:
+            for p, st, kind in items:
+                f = add(p, st, kind)
+                if f is not None:
+                    yield f
+            return
+        # Below a walked root nothing is a symlink (the walk never follows one), so a
+        # file's real path is the root's real path + its relative part: one realpath
+        # and one relpath per root instead of per file (the bulk of a no-change sync).
+        base = str(root) + os.sep
+        real_root = os.path.realpath(root)
+        rel_root = rel_path(ws, root)
+        for p, st, kind in items:
+            sp = str(p)
+            if not sp.startswith(base):
+                f = add(p, st, kind)
+                if f is not None:
+                    yield f
+                continue
+            sub = sp[len(base):]
+            key = os.path.normcase(os.path.join(real_root, sub))
+            if key in seen:
+                continue
+            seen.add(key)
+            sub = sub.replace(os.sep, "/")
+            rel = sub if rel_root == "." else f"{rel_root}/{sub}"
+            yield MemoryFile(rel, sp, "memory", st.st_size, st.st_mtime_ns, kind)
+
+    for name in ROOT_FILES:
+        p = ws / name
+        st = _regular(p)
+        if st is not None:
+            yield from found([(p, st, "markdown")])
+    mem = ws / MEMORY_DIR
+    if mem.is_dir() and not mem.is_symlink():
+        yield from found(_walk(mem, _markdown_only), mem)
+    keep_extra = extra_kind or _markdown_only
+    for extra in resolve_extra_paths(settings):
+        if extra.is_symlink():
+            continue
+        if extra.is_dir():
+            yield from found(_walk(extra, keep_extra), extra)
+        else:
+            st = _regular(extra)
+            kind = keep_extra(extra.name) if st is not None else None
+            if st is not None and kind is not None:
+                yield from found([(extra, st, kind)])
+
+
+def watch_roots(settings: AgentSettings) -> list[Path]:
+    """Directories a watcher must observe (existing, not symlinks)."""
+    roots = [settings.workspace]
+    for extra in resolve_extra_paths(settings):
+        target = extra if extra.is_dir() else extra.parent
+        if target.exists() and not extra.is_symlink():
+            roots.append(target)
+    return roots

@@ -1,0 +1,230 @@
+"""Which engine answers ``memory_search``: the built-in store or qmd (F15).
+
+``memory.backend = "qmd"`` gets a ``FallbackSearch``: qmd serves while it
+works; when it is missing, exits non-zero, times out or prints unparseable
+JSON, one warning is logged and the built-in store answers until a
+cool-down has passed, then qmd is tried again. ``backend`` on every response
+and in ``status()`` says which engine actually served.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from memindex.pipeline.config.agents import PerSettings
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.errors import QmdError
+from memindex.pipeline.search.scope import check_scope
+from memindex.pipeline.search.engine import MemorySearch, SearchResponse, SearchResult, citation_for, citations_on
+
+if TYPE_CHECKING:  # the qmd manager is imported only when memory.backend is "qmd" (CLI start-up)
+    from memindex.pipeline.search.qmd.manager import QmdManager
+
+log = logging.getLogger("memindex.backend")
+
+DEFAULT_RETRY_AFTER_S = 60.0
+
+
+def qmd_scope(settings: AgentSettings) -> Any:
+    """memory.qmd.scope, else memory.scope, else memorySearch.scope (None: direct chats only)."""
+    m = settings.memory
+    return m["qmd"].get("scope") or m.get("scope") or settings.memory_search.get("scope")
+
+
+def clamp_injected(results: list[SearchResult], max_chars: int) -> list[SearchResult]:
+    """Keep the total snippet text within ``max_chars``; the last kept snippet is cut short."""
+    out, left = [], max_chars
+    for r in results:
+        if left <= 0:
+            break
+        if len(r.snippet) > left:
+            suffix = f"\n\nSource: {r.citation}" if r.citation else ""
+            suffix = suffix if suffix and r.snippet.endswith(suffix) else ""  # keep the citation whole
+            body = r.snippet[: len(r.snippet) - len(suffix)]
+            keep = left - len(suffix)
+            if keep <= 0:
+                break
+            r.snippet = body[:keep].rstrip() + suffix
+        out.append(r)
+        left -= len(r.snippet)
+    return out
+
+
+def diversify_by_source(results: list[SearchResult], limit: int) -> list[SearchResult]:
+    """Interleave memory and session hits, best source first, so neither crowds out the other."""
+    groups: dict[str, list[SearchResult]] = {}
+    for r in results:
+        groups.setdefault(r.source, []).append(r)
+    if len(groups) < 2:
+        return results[:limit]
+    order = sorted(groups.values(), key=lambda g: -g[0].score)
+    out: list[SearchResult] = []
+    while len(out) < limit and any(order):
+        for g in order:
+            if g and len(out) < limit:
+                out.append(g.pop(0))
+    return out
+
+
+class FallbackSearch:
+    """qmd first, the built-in ``MemorySearch`` whenever qmd cannot answer."""
+
+    def __init__(self, settings: AgentSettings, *, manager: QmdManager | None = None,
+                 builtin: MemorySearch | None = None, retry_after_s: float = DEFAULT_RETRY_AFTER_S,
+                 clock: Callable[[], float] = time.monotonic, **builtin_kw: Any) -> None:
+        self.settings = settings
+        if manager is None:
+            from memindex.pipeline.search.qmd.manager import manager_for
+
+            manager = manager_for(settings)
+        self.manager = manager
+        self._builtin = builtin
+        self._builtin_kw = builtin_kw
+        self.retry_after_s = retry_after_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._failed_at: float | None = None
+        self.fallback_reason: str | None = None
+        self.fallback_kind: str | None = None
+        self.served_by: str | None = None
+
+    @property
+    def builtin(self) -> MemorySearch:
+        with self._lock:
+            if self._builtin is None:
+                self._builtin = MemorySearch(self.settings, **self._builtin_kw)
+            return self._builtin
+
+    def _qmd_due(self) -> bool:
+        with self._lock:
+            return self._failed_at is None or self.clock() - self._failed_at >= self.retry_after_s
+
+    def _mark_failed(self, exc: QmdError) -> None:
+        with self._lock:
+            first = self._failed_at is None
+            self._failed_at = self.clock()
+            self.fallback_reason, self.fallback_kind = str(exc), exc.kind
+        if first:  # one warning per outage, not one per search
+            log.warning("qmd backend unavailable for %s (%s); answering from the built-in index",
+                        self.settings.agent_id, exc)
+
+    def _mark_ok(self) -> None:
+        with self._lock:
+            recovered = self._failed_at is not None
+            self._failed_at = self.fallback_reason = self.fallback_kind = None
+        if recovered:
+            log.warning("qmd backend recovered for %s; serving from qmd again", self.settings.agent_id)
+
+    def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+               session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+        citations = self.settings.memory["citations"]
+        resp = SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
+                              citations=citations, mode=self.manager.search_mode, backend="qmd")
+        if not self.settings.enabled:
+            resp.warning = "memory search is disabled for this agent"
+            return resp
+        # Scope first: a denied chat must not even reach qmd.
+        if not check_scope(qmd_scope(self.settings), session_key, chat_type).allowed:
+            resp.warning = "memory search is not allowed in this chat (scope rules)"
+            return resp
+        query = (query or "").strip()
+        if not query:
+            return resp
+        if self._qmd_due():
+            try:
+                results = self.manager.search(query, max_results=max_results, min_score=min_score)
+            except QmdError as exc:
+                self._mark_failed(exc)
+            else:
+                self._mark_ok()
+                self.served_by = "qmd"
+                resp.results = self._finish(results, session_key, max_results)
+                return resp
+        return self._from_builtin(query, max_results, min_score, session_key, chat_type)
+
+    def _finish(self, results: list[SearchResult], session_key: str | None,
+                max_results: int | None) -> list[SearchResult]:
+        limits = self.manager.cfg["limits"]
+        limit = min(limits["maxResults"], max_results or limits["maxResults"])
+        results = diversify_by_source(results, limit)
+        if citations_on(self.settings.memory["citations"], session_key):
+            for r in results:
+                r.citation = citation_for(r.path, r.startLine, r.endLine)
+                r.snippet = f"{r.snippet.strip()}\n\nSource: {r.citation}"
+        return clamp_injected(results, limits["maxInjectedChars"])
+
+    def _from_builtin(self, query: str, max_results: int | None, min_score: float | None,
+                      session_key: str | None, chat_type: str | None) -> SearchResponse:
+        self.served_by = "builtin"
+        resp = self.builtin.search(query, max_results=max_results, min_score=min_score,
+                                   session_key=session_key, chat_type=chat_type)
+        resp.backend = "builtin"
+        resp.extra["backendFallback"] = {"from": "qmd", "reason": self.fallback_reason,
+                                         "kind": self.fallback_kind}
+        if not resp.warning:
+            resp.warning = f"qmd unavailable ({self.fallback_kind}); answered from the built-in index"
+        return resp
+
+    def status(self, *, probe: bool = False) -> dict[str, Any]:
+        """``backend`` is what serves now; ``probe`` runs a cheap qmd check first if nothing has yet."""
+        if probe and self.served_by is None and self._qmd_due():
+            try:
+                self.manager.probe()
+                self._mark_ok()
+            except QmdError as exc:
+                self._mark_failed(exc)
+        with self._lock:
+            failed = self._failed_at is not None
+            out: dict[str, Any] = {
+                "backend": "builtin" if failed else "qmd",
+                "requestedBackend": "qmd",
+                "fallback": {"from": "qmd", "reason": self.fallback_reason, "kind": self.fallback_kind,
+                             "retryInS": max(0.0, round(self.retry_after_s - (self.clock() - self._failed_at), 1))}
+                if failed else None,
+            }
+        out["qmd"] = self.manager.status()
+        return out
+
+    def close(self) -> None:
+        if self._builtin is not None:
+            self._builtin.close()
+
+
+class SearchEngine(Protocol):
+    """What ``open_search`` returns, whichever backend serves: ``MemorySearch`` or ``FallbackSearch``."""
+
+    def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+               session_key: str | None = None, chat_type: str | None = None) -> SearchResponse: ...
+
+    def status(self, *, probe: bool = False) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def open_search(settings: AgentSettings, **kw: Any) -> SearchEngine:
+    """The engine for ``memory.backend`` (builtin, or qmd with builtin fallback).
+
+    ``kw`` go to ``MemorySearch`` (``query_embedder``, ``schedule_sync``, ``clock``)
+    and, for qmd, to ``FallbackSearch`` (``manager``, ``builtin``, ``retry_after_s``).
+    """
+    if settings.memory["backend"] == "qmd":
+        return FallbackSearch(settings, **kw)
+    for k in ("manager", "builtin", "retry_after_s"):  # qmd-only options
+        kw.pop(k, None)
+    return MemorySearch(settings, **kw)
+
+
+_engines: PerSettings[SearchEngine] = PerSettings()
+
+
+def engine_for(settings: AgentSettings, **kwargs: Any) -> SearchEngine:
+    """One cached engine per agent settings (connections and embedder stay warm)."""
+    return _engines.get(settings, lambda: open_search(settings, **kwargs))
+
+
+def memory_search(settings: AgentSettings, query: str, **kwargs: Any) -> dict[str, Any]:
+    """The ``memory_search`` tool payload as a dict, from the agent's cached engine."""
+    return engine_for(settings).search(query, **kwargs).as_dict()

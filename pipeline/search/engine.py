@@ -1,0 +1,327 @@
+"""``memory_search`` for the agent runtime, in-process (P4, F10-F13, F16).
+
+Orchestration only: the store's read snapshot does the SQL, ``ranking`` the
+math. Each search reads one snapshot (the live generation and its rows in one
+read transaction, so a rebuild promoting a new generation never pulls tables
+from under it) and never waits for indexing: results may be briefly stale.
+Syncs are *scheduled* through a callback the runtime supplies (on search, on
+session start), never run here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.store.fts_budget import FtsBudget
+from memindex.pipeline.store.fts_text import build_match_query
+from memindex.pipeline.search.ranking import (
+    Candidate, normalize_weights, rank_pipeline, relative_text_score,
+)
+from memindex.pipeline.search.scope import check_scope
+from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
+from memindex.pipeline.store.vector_mirror import VectorMirror, knn
+from memindex.pipeline.store.vectors import is_zero
+
+log = logging.getLogger("memindex.search")
+
+SNIPPET_MAX_CHARS = 700
+MAX_CANDIDATES = 200
+# With sqlite-vec, generations from this many chunks are searched in an in-memory
+# mirror (vec0's scalar scan costs ~0.42 us per 384-dim vector), unless the mirror
+# would exceed the byte cap (100k x 1536 dims would): then vec0 it is.
+MIRROR_MIN_ROWS = 10_000
+MIRROR_MAX_BYTES = 400 * 2**20
+
+ScheduleSync = Callable[[AgentSettings, str], None]
+
+
+@dataclass
+class SearchResult:
+    path: str
+    startLine: int
+    endLine: int
+    score: float
+    snippet: str
+    source: str
+    citation: str | None = None
+    vectorScore: float | None = None
+    textScore: float | None = None
+    kind: str | None = None  # "image" / "audio" for multimodal results (F17); None for text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class SearchResponse:
+    results: list[SearchResult]
+    provider: str
+    model: str
+    fallback: bool = False
+    citations: str = "auto"
+    mode: str = "fts-only"
+    backend: str = "builtin"
+    indexing: str | None = None  # "pending" while an index is being built
+    warning: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {
+            "results": [r.as_dict() for r in self.results],
+            "provider": self.provider, "model": self.model, "fallback": self.fallback,
+            "citations": self.citations, "mode": self.mode, "backend": self.backend,
+        }
+        for k in ("indexing", "warning"):
+            if getattr(self, k):
+                d[k] = getattr(self, k)
+        d.update(self.extra)
+        return d
+
+
+def citation_for(path: str, start: int, end: int) -> str:
+    return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
+
+
+def citations_on(mode: str, session_key: str | None) -> bool:
+    """auto: only in direct chats (a key naming a group/channel is not direct)."""
+    if mode == "on":
+        return True
+    if mode == "off":
+        return False
+    if not session_key:
+        return True
+    parts = session_key.lower().split(":")
+    rest = parts[2:] if len(parts) > 2 and parts[0] == "agent" else parts
+    return not ({"group", "channel"} & set(rest))
+
+
+def snippet_of(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit]
+
+
+@runtime_checkable
+class QueryEmbedder(Protocol):
+    """What search needs from an embedding provider: a query vector for the live index, or None.
+
+    ``index_fp`` is the live index's fingerprint, so an embedder can refuse (None)
+    when the index was built by another provider. ``is_fallback_index(fp)`` is
+    optional: it tells search that the live index came from the fallback provider.
+    """
+
+    provider: str
+    model: str
+
+    def embed_query(self, text: str, index_fp: Mapping[str, Any] | None = None) -> list[float] | None: ...
+
+
+class MemorySearch:
+    """One agent's search. Thread-safe; reuse one instance per agent."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        query_embedder: QueryEmbedder | None | str = "auto",
+        schedule_sync: ScheduleSync | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.reader: StoreReader = open_reader(settings)
+        # "auto": resolve the agent's provider lazily, on the first search of a vector index.
+        self._auto_embedder = query_embedder == "auto"
+        self.query_embedder = None if self._auto_embedder else query_embedder
+        self.schedule_sync = schedule_sync
+        self.clock = clock
+        self._warm_sessions: set[str] = set()
+        self._lock = threading.Lock()
+        self._mirror = VectorMirror(settings.store_path)
+        self._fts_budget = FtsBudget()
+
+    # -- runtime hooks ----------------------------------------------------------
+    def warm_session(self, session_key: str | None) -> None:
+        """Schedule one sync per session key on session start (fire and forget)."""
+        if not self.schedule_sync or not self.settings.memory_search["sync"]["onSessionStart"]:
+            return
+        key = session_key or ""
+        with self._lock:
+            if key in self._warm_sessions:
+                return
+            self._warm_sessions.add(key)
+        self._schedule("session-start")
+
+    def _schedule(self, reason: str) -> None:
+        if self.schedule_sync is None:
+            return
+        try:
+            self.schedule_sync(self.settings, reason)
+        except Exception as exc:  # noqa: BLE001 - scheduling must never break a search
+            log.warning("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
+
+    # -- search -------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        session_key: str | None = None,
+        chat_type: str | None = None,
+    ) -> SearchResponse:
+        ms = self.settings.memory_search
+        citations_mode = self.settings.memory["citations"]
+        resp = self._empty_response(citations_mode)
+        if not self.settings.enabled:
+            resp.warning = "memory search is disabled for this agent"
+            return resp
+        self.warm_session(session_key)
+        if ms["sync"]["onSearch"]:
+            self._schedule("search")
+        scope = self.settings.memory.get("scope") or ms.get("scope")
+        if not check_scope(scope, session_key, chat_type).allowed:
+            resp.warning = "memory search is not allowed in this chat (scope rules)"
+            return resp
+        query = (query or "").strip()
+        if not query:
+            return resp
+        q = ms["query"]
+        max_results = int(q["maxResults"] if max_results is None else max_results)
+        min_score = float(q["minScore"] if min_score is None else min_score)
+        n_cand = min(MAX_CANDIDATES, max(1, int(max_results * q["hybrid"]["candidateMultiplier"])))
+
+        with self.reader.snapshot() as snap:
+            if snap.generation is None:
+                resp.indexing = "pending"
+                resp.warning = "the memory index is being built; results will appear shortly"
+                return resp
+            if snap.pending_count():
+                resp.indexing = "pending"
+
+            self._describe_index(resp, snap.fingerprint)
+            hybrid = q["hybrid"]
+            vw, tw = normalize_weights(hybrid["vectorWeight"], hybrid["textWeight"])
+            # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
+            qvec = self._query_vector(query, resp, snap.fingerprint) if vw > 0 else None
+            vector_hits = self._vector_candidates(snap, qvec, n_cand) if qvec is not None else []
+            text_hits = []
+            if qvec is None or (hybrid["enabled"] and tw > 0):
+                text_hits = self._keyword_candidates(snap, query, n_cand)
+            decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
+            mtimes = None
+            if decay["enabled"]:
+                mtimes = snap.file_mtimes((c.source, c.path) for c in vector_hits + text_hits)
+            cands = rank_pipeline(
+                vector_hits, text_hits,
+                vector_weight=hybrid["vectorWeight"], text_weight=hybrid["textWeight"],
+                min_score=min_score, max_results=max_results,
+                temporal_decay=decay["enabled"], half_life_days=decay["halfLifeDays"],
+                now=self.clock(), mtimes=mtimes,
+                mmr=mmr["enabled"], mmr_lambda=mmr["lambda"],
+                # a full top-K from the vector arm bounds the cosine of every chunk it did not return
+                unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
+            )
+            kinds = snap.media_kinds([c.chunk_id for c in cands])
+        cite = citations_on(citations_mode, session_key)
+        resp.results = [self._result(c, cite, kinds.get(c.chunk_id)) for c in cands]
+        return resp
+
+    def _empty_response(self, citations_mode: str) -> SearchResponse:
+        return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
+
+    def _result(self, c: Candidate, cite: bool, kind: str | None = None) -> SearchResult:
+        snippet = snippet_of(c.text)
+        citation = citation_for(c.path, c.start_line, c.end_line)
+        if cite:
+            snippet = f"{snippet.strip()}\n\nSource: {citation}"
+        return SearchResult(
+            path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
+            snippet=snippet, source=c.source, citation=citation if cite else None,
+            vectorScore=round(c.vector_score, 6) if c.has_vector else None,
+            textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
+        )
+
+    def _describe_index(self, resp: SearchResponse, fp: dict[str, Any] | None) -> None:
+        """provider/model in results are those of the vectors in the live index."""
+        if not fp:
+            return
+        resp.provider, resp.model = fp.get("provider", "none"), fp.get("model", "fts-only")
+        resp.mode = "hybrid" if resp.provider != "none" else "fts-only"
+
+    def _embedder(self) -> QueryEmbedder | None:
+        if self.query_embedder is None and self._auto_embedder:
+            from memindex.pipeline.embeddings.embedder import query_embedder_for
+
+            self.query_embedder = query_embedder_for(self.settings)
+            self._auto_embedder = False
+        return self.query_embedder
+
+    def _query_vector(self, query: str, resp: SearchResponse, fp: dict[str, Any] | None) -> list[float] | None:
+        if not fp or fp.get("provider") in (None, "none"):
+            return None  # keyword-only index
+        emb = self._embedder()
+        if emb is None:
+            resp.warning = "no embedding provider available for queries; keyword-only results"
+            return None
+        try:
+            vec = emb.embed_query(query, fp)
+        except Exception as exc:  # noqa: BLE001 - degrade to keyword search, say so
+            log.warning("query embedding failed (%s); answering keyword-only", exc)
+            resp.warning = f"query embedding failed ({type(exc).__name__}); keyword-only results"
+            return None
+        check = getattr(emb, "is_fallback_index", None)
+        resp.fallback = bool(check(fp)) if check else bool(getattr(emb, "fallback", False))
+        return None if vec is None or is_zero(vec) else list(vec)
+
+    # -- candidate arms -------------------------------------------------------------
+    def _keyword_candidates(self, snap: ReadSnapshot, query: str, limit: int) -> list[Candidate]:
+        match = build_match_query(query)
+        if match is None:
+            return []
+        hits = snap.keyword_hits(match, limit, self._fts_budget)
+        rows = snap.chunk_rows([h[0] for h in hits])
+        best = hits[0][1] if hits else 0.0  # best first: the most negative bm25
+        return [
+            Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=relative_text_score(rank, best), has_text=True)
+            for rowid, rank in hits if (r := rows.get(rowid)) is not None
+        ]
+
+    def _vector_candidates(self, snap: ReadSnapshot, qvec: list[float], limit: int) -> list[Candidate]:
+        hits: list[tuple[int, float]] | None = None
+        gen, dims = snap.generation, len(qvec)
+        snap.observe(self._mirror)
+        if snap.vec0_available():
+            if self._mirror_worthwhile(snap, dims):
+                mirror = self._mirror.fresh(gen, dims)
+                if mirror is not None:
+                    hits = knn(mirror, qvec, limit)
+                else:  # vec0 answers until the mirror has caught up
+                    self._mirror.load_in_background(gen, dims)
+            if hits is None:
+                hits = snap.vec0_knn(qvec, limit)
+        if hits is None:  # no sqlite-vec (or it failed): exact cosine in process
+            hits = snap.exact_knn(self._mirror, qvec, limit)
+        rows = snap.chunk_rows([h[0] for h in hits])
+        return [
+            Candidate(r[1], r[2], r[3], r[4], r[5], r[6], vector_score=score, has_vector=True)
+            for rid, score in hits if (r := rows.get(rid)) is not None
+        ]
+
+    def _mirror_worthwhile(self, snap: ReadSnapshot, dims: int) -> bool:
+        """Large enough that vec0's scalar scan hurts, small enough to hold in memory."""
+        rows = snap.max_rowid()
+        return MIRROR_MIN_ROWS <= rows and rows * dims * 4 <= MIRROR_MAX_BYTES
+
+    def status(self, *, probe: bool = False) -> dict[str, Any]:
+        """The index status report (same shape as ``memindex status --json``); ``probe`` is for qmd."""
+        from memindex.pipeline.status import index_status
+
+        emb = self.query_embedder
+        return index_status(self.settings, {"provider": emb.provider, "model": emb.model} if emb else None)
+
+    def close(self) -> None:
+        self.reader.close()
+        self._mirror.drop()

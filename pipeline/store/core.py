@@ -1,0 +1,800 @@
+"""The per-agent SQLite store: one writer, many read-only readers (F6).
+
+``StoreWriter`` is used only by the writer actor. ``StoreReader`` opens the
+file read-only (WAL lets it read while the writer writes) and is what search,
+sync planning and ``status`` use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
+
+from memindex.pipeline.errors import StoreError
+from memindex.pipeline.store import db
+from memindex.pipeline.store.fts_text import index_text
+from memindex.pipeline.store.schema import (
+    BASE_DDL,
+    BUILDING_KEY,
+    META_KEY,
+    SCHEMA_VERSION,
+    chunks_table,
+    drop_generation_sql,
+    files_table,
+    fts_ddl,
+    fts_table,
+    generation_ddl,
+    pending_table,
+    vec_ddl,
+    vec_table,
+)
+from memindex.pipeline.store.vectors import is_valid, pack
+from memindex.pipeline.store.vector_mirror import VectorMirror, build_snapshot, knn
+from memindex.pipeline.store.vectors import unpack
+
+log = logging.getLogger("memindex.store")
+
+FileKey = tuple[str, str]  # (source, path)
+
+
+def chunk_id(source: str, path: str, start: int, end: int, chunk_hash: str, model: str) -> str:
+    return hashlib.sha256(f"{source}:{path}:{start}:{end}:{chunk_hash}:{model}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)  # slots: a sync of a huge workspace holds one per file
+class IndexedFile:
+    hash: str
+    size: int
+    mtime_ns: int
+    error: str | None = None
+    extra: str | None = None  # raw JSON (e.g. a session transcript's delta state)
+
+
+@dataclass
+class StoreState:
+    """What a reader sees: the live generation and any rebuild in progress."""
+
+    live_generation: int | None
+    live_fingerprint: dict[str, Any] | None
+    building_generation: int | None = None
+    building_fingerprint: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_state(conn: db.Connection) -> StoreState:
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except db.OperationalError:
+        return StoreState(None, None)
+    live = json.loads(rows[META_KEY]) if META_KEY in rows else None
+    building = json.loads(rows[BUILDING_KEY]) if BUILDING_KEY in rows else None
+    extra = {k: v for k, v in rows.items() if k not in (META_KEY, BUILDING_KEY)}
+    return StoreState(
+        live_generation=live["generation"] if live else None,
+        live_fingerprint=live["fingerprint"] if live else None,
+        building_generation=building["generation"] if building else None,
+        building_fingerprint=building["fingerprint"] if building else None,
+        extra=extra,
+    )
+
+
+def _table_exists(conn: db.Connection, name: str) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = ? AND type IN ('table','view')", (name,)
+    ).fetchone() is not None
+
+
+def _run_script(conn: db.Connection, script: str) -> None:
+    """Run DDL statement by statement: ``executescript`` would COMMIT an open transaction."""
+    for stmt in script.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+
+
+def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFile]:
+    if not _table_exists(conn, files_table(gen)):
+        return {}
+    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra FROM {files_table(gen)}")
+    return {(s, p): IndexedFile(h, sz, mt, err, ex) for s, p, h, sz, mt, err, ex in rows}
+
+
+# What the writer takes. The records themselves are pipeline.index.records
+# (FileRecord, ChunkRecord, TouchRecord, and EmbeddingIdentity for the vector
+# space); the store sits below the index layer, so it names only the fields it reads.
+
+class VectorSpace(Protocol):
+    @property
+    def provider(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def provider_key(self) -> str: ...
+    @property
+    def dims(self) -> int | None: ...
+
+
+class ChunkWrite(Protocol):
+    @property
+    def start_line(self) -> int: ...
+    @property
+    def end_line(self) -> int: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def embedding(self) -> Sequence[float] | bytes | None: ...  # floats or packed float32, never base64
+    @property
+    def cacheable(self) -> bool: ...
+
+
+class FileStat(Protocol):
+    @property
+    def source(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def mtime_ns(self) -> int: ...
+
+
+class FileWrite(FileStat, Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def chunks(self) -> Sequence[ChunkWrite]: ...
+    @property
+    def embedding(self) -> VectorSpace | None: ...
+    @property
+    def cache_hits(self) -> Sequence[str]: ...
+    @property
+    def extra(self) -> Mapping[str, Any] | None: ...
+    @property
+    def base_hash(self) -> str | None: ...
+
+
+def identity_matches(fp: Mapping[str, Any], emb: VectorSpace | None) -> bool:
+    """Does a record's embedding identity belong in an index with fingerprint ``fp``?"""
+    if not fp:
+        return True
+    if emb is None:
+        return fp.get("provider") in (None, "none")
+    if (fp.get("provider"), fp.get("model"), fp.get("providerKey")) != (emb.provider, emb.model, emb.provider_key):
+        return False
+    dims = fp.get("vectorDims")
+    return dims is None or emb.dims is None or int(dims) == int(emb.dims)
+
+
+class StoreWriter:
+    """Applies index changes. One instance per store in the one writer thread."""
+
+    def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None):
+        self.path = Path(path)
+        self.conn = db.connect(self.path)
+        _run_script(self.conn, BASE_DDL)
+        self.conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+        self.vector_error = (
+            db.load_vector_extension(self.conn, extension_path) if vector_enabled else "disabled by config"
+        )
+        self.fts_error: str | None = None if db.fts5_available(self.conn) else "FTS5 not compiled in"
+        if self.vector_error and vector_enabled:
+            log.warning("sqlite-vec unavailable: %s (vector search falls back to in-process cosine)",
+                        self.vector_error)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- meta ------------------------------------------------------------------
+    def state(self) -> StoreState:
+        return _read_state(self.conn)
+
+    def _set_meta(self, key: str, value: str | None) -> None:
+        if value is None:
+            self.conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+        else:
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value)
+            )
+
+    def _ensure_generation(self, gen: int) -> None:
+        _run_script(self.conn, generation_ddl(gen))
+        if self.fts_error is None:
+            try:
+                self.conn.execute(fts_ddl(gen))
+            except db.OperationalError as exc:
+                self.fts_error = str(exc)
+                log.warning("fts unavailable: %s (vector-only search)", exc)
+
+    def _ensure_vec(self, gen: int, dims: int) -> bool:
+        """Create the vec0 table for this generation; refuse a second dimension."""
+        key = f"vec_dims_g{gen}"
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        if row is not None and int(row[0]) != dims:
+            raise StoreError(f"vector dims {dims} do not match this index's {row[0]}; refusing to mix")
+        if row is None:
+            self._set_meta(key, str(dims))
+        if self.vector_error is None:
+            self.conn.execute(vec_ddl(gen, dims))
+            return True
+        return False
+
+    # -- planning ---------------------------------------------------------------
+    def plan(self, gen: int, fingerprint: Mapping[str, Any], pending: Iterable[FileKey],
+             deletes: Iterable[FileKey], planned_at: int | None = None) -> str:
+        """Record what a sync will write into ``gen``; returns 'live', 'building' or 'stale'.
+
+        The first generation of an empty store is live at once (partial results
+        beat none). A later generation is built beside the live one and promoted
+        when nothing is pending. A plan older than the last one applied (a
+        message redelivered after a crash) is ignored: it would resurrect a
+        pending set that newer syncs already replaced.
+        """
+        with self._lock, self._tx():
+            st = self.state()
+            if planned_at is not None:
+                last = st.extra.get("last_plan_ns")
+                if last is not None and int(last) > planned_at:
+                    log.info("ignoring a plan from %d ns: a newer one was applied", planned_at)
+                    return "stale"
+                self._set_meta("last_plan_ns", str(planned_at))
+            if st.live_generation is None:
+                self._ensure_generation(gen)
+                self._set_meta(META_KEY, json.dumps({"generation": gen, "fingerprint": fingerprint}))
+                role = "live"
+            elif gen == st.live_generation:
+                role = "live"
+                if st.building_generation is not None:
+                    # Config went back to the live fingerprint: abandon the rebuild.
+                    self._drop_generation(st.building_generation)
+                    self._set_meta(BUILDING_KEY, None)
+                self._set_meta(META_KEY, json.dumps({"generation": gen, "fingerprint": fingerprint}))
+            elif gen < st.live_generation:
+                return "stale"
+            else:
+                if st.building_generation is not None and st.building_generation != gen:
+                    self._drop_generation(st.building_generation)
+                self._ensure_generation(gen)
+                self._set_meta(BUILDING_KEY, json.dumps({"generation": gen, "fingerprint": fingerprint}))
+                role = "building"
+            self._ensure_generation(gen)
+            self.conn.execute(f"DELETE FROM {pending_table(gen)}")
+            self.conn.executemany(
+                f"INSERT OR IGNORE INTO {pending_table(gen)}(source, path) VALUES (?, ?)", list(pending)
+            )
+            for source, path in deletes:
+                self._delete_file(gen, source, path)
+            self._set_meta("last_sync_at", str(now_ms()))
+        self.maybe_promote(gen)
+        return role
+
+    def maybe_promote(self, gen: int) -> bool:
+        """Flip a complete rebuild live in one transaction and drop the old tables."""
+        with self._lock:
+            st = self.state()
+            if st.building_generation != gen:
+                return False
+            left = self.conn.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+            if left:
+                return False
+            with self._tx():
+                self._set_meta(META_KEY, json.dumps({"generation": gen, "fingerprint": st.building_fingerprint}))
+                self._set_meta(BUILDING_KEY, None)
+                if st.live_generation is not None:
+                    self._drop_generation(st.live_generation)
+            log.info("index rebuild complete: generation %d is live", gen)
+            return True
+
+    def _drop_generation(self, gen: int) -> None:
+        for sql in drop_generation_sql(gen):
+            self.conn.execute(sql)
+        self._set_meta(f"vec_dims_g{gen}", None)
+
+    # -- writes -------------------------------------------------------------------
+    def _tx(self):
+        return _Transaction(self.conn)
+
+    def generation_exists(self, gen: int) -> bool:
+        return _table_exists(self.conn, files_table(gen))
+
+    def generation_fingerprint(self, gen: int) -> dict[str, Any] | None:
+        st = self.state()
+        if gen == st.live_generation:
+            return st.live_fingerprint
+        if gen == st.building_generation:
+            return st.building_fingerprint
+        return None
+
+    def write_files(self, gen: int, records: Sequence[FileWrite]) -> tuple[int, list[str]]:
+        """Replace each file's chunks in one transaction.
+
+        Returns (chunks written, paths rejected). A record whose vectors come
+        from another provider/model/endpoint than the generation's fingerprint
+        is rejected: vectors of different spaces never mix in one index.
+        """
+        if not self.generation_exists(gen):
+            log.info("dropping write for generation %d: it no longer exists", gen)
+            return 0, [r.path for r in records]
+        fp = dict(self.generation_fingerprint(gen) or {})
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (f"vec_dims_g{gen}",)).fetchone()
+        if row is not None and fp:
+            fp["vectorDims"] = int(row[0])  # the dims this generation's vectors already have
+        written, rejected = 0, []
+        with self._lock, self._tx():
+            for rec in records:
+                if not identity_matches(fp, rec.embedding):
+                    rejected.append(rec.path)
+                    continue
+                written += self._write_file(gen, rec)
+        if rejected:
+            log.warning("rejected %d write(s) embedded by a different provider than generation %d expects",
+                        len(rejected), gen)
+        self.maybe_promote(gen)
+        return written, rejected
+
+    def append_chunks(self, gen: int, records: Sequence[FileWrite]) -> int:
+        """Add each record's chunks to its file, keeping the chunks already there.
+
+        For growing session transcripts: a record holds only the new turns and
+        names the files-row ``hash`` it extends (``base_hash``). It applies only
+        on top of exactly that state; a duplicated or outdated delta (the file
+        was reindexed or extended meanwhile) is skipped. Returns chunks written.
+        """
+        if not self.generation_exists(gen):
+            return 0
+        fp = self.generation_fingerprint(gen) or {}
+        written = 0
+        with self._lock, self._tx():
+            for rec in records:
+                if not identity_matches(fp, rec.embedding):
+                    log.warning("rejected an append to %s embedded by a different provider", rec.path)
+                    continue
+                row = self.conn.execute(f"SELECT hash FROM {files_table(gen)} WHERE source = ? AND path = ?",
+                                        (rec.source, rec.path)).fetchone()
+                if row is None or row[0] != rec.base_hash:
+                    log.info("skipping append to %s: it no longer extends the indexed state", rec.path)
+                    continue
+                written += self._write_file(gen, rec, replace=False)
+        self.maybe_promote(gen)
+        return written
+
+    def _write_file(self, gen: int, rec: FileWrite, replace: bool = True) -> int:
+        source, path = rec.source, rec.path
+        ident = rec.embedding
+        model = ident.model if ident is not None else "fts-only"
+        dims = ident.dims if ident is not None else None
+        kept = 0
+        if replace:
+            self._delete_file(gen, source, path, keep_pending=True)
+        else:
+            kept = self.conn.execute(f"SELECT count(*) FROM {chunks_table(gen)} WHERE source = ? AND path = ?",
+                                     (source, path)).fetchone()[0]
+        chunks = rec.chunks
+        vec_ok = False
+        if dims:
+            vec_ok = self._ensure_vec(gen, int(dims))
+        ts = now_ms()
+        ct, ft, vt = chunks_table(gen), fts_table(gen), vec_table(gen)
+        fts_rows, vec_rows, cache_rows = [], [], []
+        for ch in chunks:
+            blob, v = None, ch.embedding
+            if v:
+                vec = unpack(v) if isinstance(v, bytes) else v
+                if not is_valid(vec, dims):
+                    raise StoreError(f"{path}: invalid vector for chunk {ch.start_line}-{ch.end_line}")
+                blob = v if isinstance(v, bytes) else pack(vec)
+            cid = chunk_id(source, path, ch.start_line, ch.end_line, ch.hash, model)
+            cur = self.conn.execute(
+                f"INSERT OR REPLACE INTO {ct}(id, source, path, start_line, end_line, hash, kind, text, "
+                "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (cid, source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts),
+            )
+            rowid = cur.lastrowid
+            fts_rows.append((rowid, index_text(ch.text)))
+            if blob is not None:
+                if vec_ok:
+                    vec_rows.append((rowid, blob))
+                if ch.cacheable and ident is not None:
+                    cache_rows.append((ident.provider, model, ident.provider_key, dims, ch.hash, blob, ts, ts))
+        if self.fts_error is None and fts_rows:
+            self.conn.executemany(f"INSERT INTO {ft}(rowid, text) VALUES (?, ?)", fts_rows)
+        if vec_rows:
+            self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
+        if cache_rows:
+            self.conn.executemany(
+                "INSERT INTO embedding_cache(provider, model, provider_key, dims, hash, embedding, "
+                "updated_at, used_at) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
+                "embedding = excluded.embedding, updated_at = excluded.updated_at, used_at = excluded.used_at",
+                cache_rows,
+            )
+        hits = rec.cache_hits
+        if hits and ident is not None:
+            self.conn.executemany(
+                "UPDATE embedding_cache SET used_at = ? WHERE provider = ? AND model = ? AND "
+                "provider_key = ? AND dims = ? AND hash = ?",
+                [(ts, ident.provider, model, ident.provider_key, dims, h) for h in hits],
+            )
+        self.conn.execute(
+            f"INSERT INTO {files_table(gen)}(source, path, hash, size, mtime_ns, kind, chunks, error, "
+            "indexed_at, extra) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(source, path) DO UPDATE SET "
+            "hash=excluded.hash, size=excluded.size, mtime_ns=excluded.mtime_ns, kind=excluded.kind, "
+            "chunks=excluded.chunks, error=excluded.error, indexed_at=excluded.indexed_at, extra=excluded.extra",
+            (source, path, rec.hash, rec.size, rec.mtime_ns, rec.kind,
+             kept + len(chunks), rec.error, ts, json.dumps(rec.extra) if rec.extra else None),
+        )
+        self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
+        return len(chunks)
+
+    def touch_files(self, gen: int, records: Sequence[FileStat]) -> None:
+        """Content unchanged (same hash): only refresh the stat fields."""
+        if not self.generation_exists(gen):
+            return
+        with self._lock, self._tx():
+            for r in records:
+                self.conn.execute(
+                    f"UPDATE {files_table(gen)} SET size = ?, mtime_ns = ? WHERE source = ? AND path = ? "
+                    "AND hash = ?", (r.size, r.mtime_ns, r.source, r.path, r.hash),
+                )
+                self.conn.execute(
+                    f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (r.source, r.path)
+                )
+        self.maybe_promote(gen)
+
+    def delete_files(self, gen: int, keys: Iterable[FileKey]) -> None:
+        if not self.generation_exists(gen):
+            return
+        with self._lock, self._tx():
+            for source, path in keys:
+                self._delete_file(gen, source, path)
+        self.maybe_promote(gen)
+
+    def _delete_file(self, gen: int, source: str, path: str, keep_pending: bool = False) -> None:
+        ct = chunks_table(gen)
+        rowids = [r[0] for r in self.conn.execute(
+            f"SELECT rowid FROM {ct} WHERE source = ? AND path = ?", (source, path))]
+        if rowids:
+            marks = ",".join("?" * len(rowids))
+            if self.fts_error is None:
+                self.conn.execute(f"DELETE FROM {fts_table(gen)} WHERE rowid IN ({marks})", rowids)
+            if self.vector_error is None and _table_exists(self.conn, vec_table(gen)):
+                self.conn.execute(f"DELETE FROM {vec_table(gen)} WHERE rowid IN ({marks})", rowids)
+            self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", rowids)
+        self.conn.execute(f"DELETE FROM {files_table(gen)} WHERE source = ? AND path = ?", (source, path))
+        if not keep_pending:
+            self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
+
+    def prune_cache(self, max_entries: int | None) -> int:
+        """Least-recently-used pruning of the embedding cache."""
+        if not max_entries or max_entries <= 0:
+            return 0
+        with self._lock, self._tx():
+            n = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+            if n <= max_entries:
+                return 0
+            self.conn.execute(
+                "DELETE FROM embedding_cache WHERE rowid IN (SELECT rowid FROM embedding_cache "
+                "ORDER BY used_at ASC LIMIT ?)", (n - max_entries,),
+            )
+            return n - max_entries
+
+class _Transaction:
+    def __init__(self, conn: db.Connection):
+        self.conn = conn
+        self.depth_owner = False
+
+    def __enter__(self):
+        if not self.conn.in_transaction:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.depth_owner = True
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.depth_owner:
+            return False
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        else:
+            self.conn.execute("ROLLBACK")
+        return False
+
+
+class StoreReader:
+    """Read-only access to a store; one connection per thread, reopened if the file changes."""
+
+    def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None):
+        self.path = Path(path)
+        self.vector_enabled = vector_enabled
+        self.extension_path = extension_path
+        self._local = threading.local()
+        self.vector_error: str | None = None if vector_enabled else "disabled by config"
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def conn(self) -> db.Connection | None:
+        """A per-thread read-only connection (None while the store does not exist)."""
+        try:
+            ino = os.stat(self.path).st_ino
+        except OSError:
+            return None
+        c = getattr(self._local, "conn", None)
+        if c is not None and getattr(self._local, "ino", None) == ino:
+            return c
+        if c is not None:
+            c.close()
+        c = db.connect(self.path, readonly=True)
+        if self.vector_enabled:
+            self.vector_error = db.load_vector_extension(c, self.extension_path)
+        self._local.conn, self._local.ino = c, ino
+        return c
+
+    def state(self) -> StoreState:
+        c = self.conn()
+        return _read_state(c) if c is not None else StoreState(None, None)
+
+    def indexed_files(self, gen: int) -> dict[FileKey, IndexedFile]:
+        c = self.conn()
+        return read_indexed_files(c, gen) if c is not None else {}
+
+    def pending_count(self, gen: int | None) -> int:
+        """Files a sync announced for ``gen`` that are not written yet (0 if unknown)."""
+        c = self.conn()
+        if c is None or gen is None:
+            return 0
+        try:
+            return c.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+        except db.OperationalError:  # no such generation (yet)
+            return 0
+
+    def table_exists(self, name: str) -> bool:
+        c = self.conn()
+        return c is not None and _table_exists(c, name)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[ReadSnapshot]:
+        """One read transaction: ``meta``'s live generation and that generation's rows, as of one instant.
+
+        A rebuild that promotes a new generation drops the old one's tables; in WAL
+        mode a read transaction keeps seeing the tables as they were when it began,
+        so everything read through the snapshot agrees with the generation it names.
+        Nested use in one thread shares the outer transaction. Keep it short: an open
+        read transaction holds back WAL checkpoints.
+        """
+        c = self.conn()
+        if c is None:
+            yield ReadSnapshot(None, StoreState(None, None), self.vector_error)
+            return
+        if c.in_transaction:  # an outer snapshot in this thread already pins the view
+            yield ReadSnapshot(c, _read_state(c), self.vector_error)
+            return
+        c.execute("BEGIN")  # deferred: the read transaction starts at the first SELECT (meta)
+        try:
+            yield ReadSnapshot(c, _read_state(c), self.vector_error)
+        finally:
+            try:
+                c.execute("COMMIT")
+            except db.Error:  # pragma: no cover - a read transaction has nothing to commit
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+
+    def cached_embeddings(self, provider: str, model: str, provider_key: str, dims: int | None,
+                          hashes: Sequence[str]) -> dict[str, list[float]]:
+        """Embedding-cache hits: chunk hash -> vector, for one provider identity (any dims if None)."""
+        c = self.conn()
+        if c is None or not _table_exists(c, "embedding_cache"):
+            return {}  # no store yet: nothing cached
+        out: dict[str, list[float]] = {}
+        unique = list(dict.fromkeys(hashes))
+        for i in range(0, len(unique), CACHE_LOOKUP_BATCH):
+            part = unique[i : i + CACHE_LOOKUP_BATCH]
+            sql = ("SELECT hash, dims, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
+                   f"AND provider_key = ? AND hash IN ({','.join('?' * len(part))})")
+            for h, d, blob in c.execute(sql, [provider, model, provider_key, *part]):
+                if dims is None or d == dims:
+                    out[h] = unpack(blob)
+        return out
+
+    def close(self) -> None:
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
+
+
+CACHE_LOOKUP_BATCH = 400  # chunk hashes per embedding-cache lookup
+_search_log = logging.getLogger("memindex.search")
+
+
+class ReadSnapshot:
+    """What one read transaction sees; from ``StoreReader.snapshot()``, valid only inside its ``with``.
+
+    ``generation`` is the live generation ``meta`` names in this snapshot (None: no
+    store or no index yet); the methods read that generation's tables as of the
+    same instant. Search and status read through it and write no SQL of their own.
+    """
+
+    __slots__ = ("_conn", "state", "generation", "vector_error")
+
+    def __init__(self, conn: db.Connection | None, state: StoreState, vector_error: str | None) -> None:
+        self._conn = conn
+        self.state = state
+        self.generation = state.live_generation
+        self.vector_error = vector_error
+
+    @property
+    def fingerprint(self) -> dict[str, Any] | None:
+        return self.state.live_fingerprint
+
+    def table_exists(self, name: str) -> bool:
+        return self._conn is not None and _table_exists(self._conn, name)
+
+    def pending_count(self) -> int:
+        """Files a sync announced for the live generation that are not written yet."""
+        if self._conn is None or self.generation is None:
+            return 0
+        try:
+            return self._conn.execute(f"SELECT count(*) FROM {pending_table(self.generation)}").fetchone()[0]
+        except db.OperationalError:
+            return 0
+
+    def max_rowid(self) -> int:
+        """An O(log n) upper bound of the live generation's chunk count."""
+        if self._conn is None or self.generation is None:
+            return 0
+        return self._conn.execute(f"SELECT max(rowid) FROM {chunks_table(self.generation)}").fetchone()[0] or 0
+
+    # -- search: candidate arms ------------------------------------------------------
+    def keyword_hits(self, match: str, limit: int, budget: Any = None) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) of the best FTS5 matches for a MATCH expression, best first.
+
+        bm25() is negative, most relevant lowest. ``budget`` (an ``FtsBudget``) may drop a
+        long OR query's most common phrases first. Empty when there is no FTS table.
+        """
+        c, gen = self._conn, self.generation
+        if c is None or gen is None:
+            return []
+        ft = fts_table(gen)
+        try:
+            if budget is not None:
+                match = budget.trim(c, gen, match)
+            # bm25() directly: ~40% cheaper than FTS5's `rank` column for the same order.
+            return c.execute(f"SELECT rowid, bm25({ft}) AS score FROM {ft} WHERE {ft} MATCH ? "
+                             "ORDER BY score LIMIT ?", (match, limit)).fetchall()
+        except db.OperationalError as exc:
+            if "no such table" not in str(exc):
+                _search_log.warning("keyword search failed: %s", exc)
+            return []
+
+    def vec0_available(self) -> bool:
+        """sqlite-vec is loaded and the live generation has its vec0 table."""
+        return (self.vector_error is None and self.generation is not None
+                and self.table_exists(vec_table(self.generation)))
+
+    def vec0_knn(self, qvec: Sequence[float], limit: int) -> list[tuple[int, float]] | None:
+        """(chunk rowid, cosine) of sqlite-vec's ``limit`` nearest chunks; None when vec0 failed."""
+        if self._conn is None or self.generation is None:
+            return None
+        try:
+            return [(rid, 1.0 - dist) for rid, dist in self._conn.execute(
+                f"SELECT rowid, distance FROM {vec_table(self.generation)} WHERE embedding MATCH ? AND k = ?",
+                (pack(qvec), limit),
+            )]
+        except db.OperationalError as exc:
+            _search_log.warning("sqlite-vec search failed (%s); using in-process cosine", exc)
+            return None
+
+    def observe(self, mirror: VectorMirror) -> None:
+        """Tell ``mirror`` which commits this snapshot has seen (before ``mirror.fresh``)."""
+        if self._conn is not None:
+            mirror.observe(self._conn)
+
+    def exact_knn(self, mirror: VectorMirror, qvec: Sequence[float], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, cosine) by brute force over ``mirror``, reloaded in this thread when stale.
+
+        The mirror loads through its own connection; when a rebuild dropped this
+        snapshot's generation meanwhile, the scan runs over this snapshot's rows instead.
+        """
+        gen, dims = self.generation, len(qvec)
+        if gen is None:
+            return []
+        try:
+            snap = mirror.fresh(gen, dims) or mirror.load(gen, dims)
+        except (db.Error, ImportError) as exc:
+            if self._conn is None or "no such table" not in str(exc):  # no numpy / unreadable store
+                _search_log.warning("in-process vector search unavailable: %s", exc)
+                return []
+            try:
+                snap = build_snapshot(self._conn, gen, dims)  # this search only; not kept
+            except (db.Error, ImportError) as exc2:
+                _search_log.warning("in-process vector search unavailable: %s", exc2)
+                return []
+        return knn(snap, qvec, limit)
+
+    # -- search: rows for candidates -----------------------------------------------------
+    def chunk_rows(self, rowids: Sequence[int]) -> dict[int, tuple[int, str, str, str, int, int, str]]:
+        """rowid -> (rowid, chunk id, path, source, start_line, end_line, text)."""
+        if not rowids or self._conn is None or self.generation is None:
+            return {}
+        rows = self._conn.execute(
+            f"SELECT rowid, id, path, source, start_line, end_line, text FROM {chunks_table(self.generation)} "
+            f"WHERE rowid IN ({','.join('?' * len(rowids))})", list(rowids),
+        )
+        return {r[0]: r for r in rows}
+
+    def media_kinds(self, ids: Sequence[str]) -> dict[str, str]:
+        """chunk id -> kind, for the image/audio chunks among ``ids``."""
+        if not ids or self._conn is None or self.generation is None:
+            return {}
+        return dict(self._conn.execute(
+            f"SELECT id, kind FROM {chunks_table(self.generation)} WHERE id IN ({','.join('?' * len(ids))}) "
+            "AND kind IN ('image', 'audio')", list(ids)).fetchall())
+
+    def file_mtimes(self, keys: Iterable[FileKey]) -> dict[FileKey, float]:
+        """(source, path) -> the file's mtime in seconds, as last indexed."""
+        if self._conn is None or self.generation is None:
+            return {}
+        sql = f"SELECT mtime_ns FROM {files_table(self.generation)} WHERE source = ? AND path = ?"
+        out: dict[FileKey, float] = {}
+        for key in dict.fromkeys(keys):
+            row = self._conn.execute(sql, key).fetchone()
+            if row is not None:
+                out[key] = row[0] / 1e9
+        return out
+
+    # -- status ----------------------------------------------------------------------------
+    def source_counts(self) -> list[tuple[str, int, int]]:
+        """(source, files, chunks) per source of the live generation."""
+        if self._conn is None or self.generation is None:
+            return []
+        return self._conn.execute(
+            f"SELECT source, count(*), coalesce(sum(chunks), 0) FROM {files_table(self.generation)} "
+            "GROUP BY source").fetchall()
+
+    def chunk_count(self) -> int:
+        if self._conn is None or self.generation is None:
+            return 0
+        return self._conn.execute(f"SELECT count(*) FROM {chunks_table(self.generation)}").fetchone()[0]
+
+    def problems(self, limit: int = 50) -> list[tuple[str, str]]:
+        """(path, error) of files indexed with an error, by path."""
+        if self._conn is None or self.generation is None:
+            return []
+        return self._conn.execute(
+            f"SELECT path, error FROM {files_table(self.generation)} WHERE error IS NOT NULL "
+            "ORDER BY path LIMIT ?", (limit,)).fetchall()
+
+    def cache_entries(self) -> int:
+        """Embeddings in the cache shared by all generations."""
+        if self._conn is None or not _table_exists(self._conn, "embedding_cache"):
+            return 0
+        return self._conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+
+
+def open_writer(settings: Any) -> StoreWriter:
+    vec = settings.memory_search["store"]["vector"]
+    return StoreWriter(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"])
+
+
+def open_reader(settings: Any) -> StoreReader:
+    vec = settings.memory_search["store"]["vector"]
+    return StoreReader(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"])

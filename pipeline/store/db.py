@@ -1,0 +1,90 @@
+"""The one place that chooses the SQLite driver and loads sqlite-vec.
+
+The stdlib ``sqlite3`` on many Python builds cannot load extensions, so we
+prefer ``sqlean`` (a drop-in ``sqlite3`` with extension loading and FTS5) and
+fall back to the stdlib. Everything else imports ``sqlite3`` from here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+try:  # pragma: no cover - import choice depends on the environment
+    import sqlean as sqlite3  # type: ignore[import-untyped]
+
+    DRIVER = "sqlean"
+except ImportError:  # pragma: no cover
+    import sqlite3  # type: ignore[no-redef]
+
+    DRIVER = "sqlite3"
+
+log = logging.getLogger("memindex.db")
+
+Connection = sqlite3.Connection
+Error = sqlite3.Error
+OperationalError = sqlite3.OperationalError
+DatabaseError = sqlite3.DatabaseError
+IntegrityError = sqlite3.IntegrityError
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def connect(path: Path | str, *, readonly: bool = False) -> Connection:
+    """Open a store. Writers get WAL; readers open ``mode=ro`` and never write."""
+    if readonly:
+        uri = f"file:{Path(path).as_posix()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    return conn
+
+
+_vec_lock = threading.Lock()
+
+
+def bundled_vec_path() -> str:
+    """The sqlite-vec loadable from the ``sqlite-vec`` wheel, found without importing
+    the package (its ``__init__`` imports numpy: ~60 ms of CLI start-up)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the sqlite-vec package is not installed")
+    return str(Path(list(spec.submodule_search_locations)[0]) / "vec0")
+
+
+def load_vector_extension(conn: Connection, extension_path: str | None = None) -> str | None:
+    """Load sqlite-vec into ``conn``. Returns None on success, else the error text.
+
+    A failure is never fatal: the store falls back to in-process cosine (F6).
+    """
+    try:
+        with _vec_lock:
+            conn.enable_load_extension(True)
+            try:
+                conn.load_extension(str(Path(extension_path).expanduser()) if extension_path
+                                    else bundled_vec_path())
+            finally:
+                conn.enable_load_extension(False)
+        conn.execute("SELECT vec_version()").fetchone()
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "no sqlite-vec"
+        return f"{type(exc).__name__}: {exc}"
+
+
+def fts5_available(conn: Connection) -> bool:
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.__fts5_probe USING fts5(x)")
+        conn.execute("DROP TABLE temp.__fts5_probe")
+        return True
+    except Error:
+        return False
+
+

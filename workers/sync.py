@@ -1,0 +1,87 @@
+"""The sync actor: diff disk against the store, send the writer a plan, enqueue the work.
+
+The plan goes to the FIFO write queue *before* the ``index_files`` groups it
+announces, so the writer always knows what is pending before the writes arrive.
+Every step is idempotent: a duplicated message rewrites the same rows, a lost
+one leaves its file pending until the next sync re-plans it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterator
+
+import dramatiq
+
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import Context
+from memindex.pipeline.embeddings.embedder import identity_for
+from memindex.pipeline.index.indexer import SyncPlan, plan_agent
+from memindex.pipeline.index.records import FileJob
+from memindex.workers import flags
+from memindex.workers.index import index_files, index_session_delta
+from memindex.workers.messages import GROUP_FILES, RETRY, SYNC_QUEUE
+from memindex.workers.writer import write_plan
+
+log = logging.getLogger("memindex.sync")
+
+GROUP_BYTES = 4 * 1024 * 1024
+
+
+def run_sync(ctx: Context, *, force: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Plan one agent's sync and enqueue its work. Returns counts for callers.
+
+    ``progress(enqueued, total)`` is called as the index groups are sent (backfill's bar).
+    """
+    settings = settings_for(ctx)
+    plan, _ = plan_agent(settings, identity_for(settings), force=force)
+    return dispatch_plan(ctx, plan, progress)
+
+
+def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Send the writer the plan, then enqueue the work it announces."""
+    pending = [(j.source, j.path) for j in plan.jobs]
+    write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes,
+                    planned_at=time.time_ns())
+    sent = 0
+    for group in _groups(plan.jobs):
+        index_files.send(ctx.as_dict(), plan.generation, [j.to_message() for j in group])
+        sent += len(group)
+        if progress is not None:
+            progress(sent, len(plan.jobs))
+    for delta in plan.session_deltas:
+        index_session_delta.send(ctx.as_dict(), plan.generation, delta.to_message())
+    to_index = len(plan.jobs) + len(plan.session_deltas)
+    log.info("sync %s: generation %d (%s), %d to index (%d session deltas), %d to delete, %d unchanged",
+             ctx.agent_id, plan.generation, plan.role, to_index, len(plan.session_deltas), len(plan.deletes),
+             plan.unchanged)
+    return {"generation": plan.generation, "to_index": to_index, "to_delete": len(plan.deletes),
+            "unchanged": plan.unchanged}
+
+
+def _groups(jobs: list[FileJob]) -> Iterator[list[FileJob]]:
+    group: list[FileJob] = []
+    size = 0
+    for j in jobs:
+        if group and (len(group) >= GROUP_FILES or size + j.size > GROUP_BYTES):
+            yield group
+            group, size = [], 0
+        group.append(j)
+        size += j.size
+    if group:
+        yield group
+
+
+@dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=10 * 60_000, **RETRY)
+def sync_agent(ctx: dict[str, Any], force: bool = False, reason: str = "manual") -> None:
+    log.debug("sync %s requested (%s)", ctx.get("agent_id"), reason)
+    context = Context.from_dict(ctx)
+    try:  # later requests need a new sync: this one may already have passed their change
+        flags.clear_sync_requested(settings_for(context).store_path)
+    except Exception as exc:  # noqa: BLE001 - the flag's TTL covers a failed clear
+        log.debug("could not clear the sync-requested flag: %s", exc)
+    run_sync(context, force=force)
+
+

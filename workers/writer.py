@@ -1,0 +1,132 @@
+"""The single writer: the only code that writes a store (consumes the ``write`` queue).
+
+Exactly one thread per store consumes ``write`` (the embedded default runs one
+writer thread; on Redis, ``memindex worker --writer``), so writes to a store are
+serial and a store's plan always precedes the writes it announces.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import dramatiq
+
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.index.indexer import still_on_disk
+from memindex.pipeline.index.preparers import is_current
+from memindex.pipeline.index.records import FileRecord, TouchRecord
+from memindex.pipeline.store.core import StoreWriter, open_writer
+from memindex.workers import queues
+from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync
+
+log = logging.getLogger("memindex.writer")
+
+# Backpressure: the writer is the one serial stage. Unbounded, a backfill's
+# chunked records would pile up in the write queue (in this process on the
+# embedded broker, in Redis otherwise) in proportion to the workspace.
+WRITE_BACKLOG_MAX = 16
+WRITE_BACKLOG_WAIT_S = 120.0  # never wait forever: no writer running must not wedge the embedders
+
+
+def wait_for_writer() -> None:
+    """Block (bounded) while the write queue holds more than WRITE_BACKLOG_MAX messages."""
+    deadline = time.monotonic() + WRITE_BACKLOG_WAIT_S
+    try:
+        while queues.ready(WRITE_QUEUE) > WRITE_BACKLOG_MAX and time.monotonic() < deadline:
+            time.sleep(0.02)
+    except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup): just send
+        log.debug("write backlog check failed: %s", exc)
+
+
+
+_writers: dict[str, StoreWriter] = {}
+_writer_inodes: dict[str, int | None] = {}  # the store file each writer opened
+_writers_lock = threading.Lock()
+
+
+def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
+    settings = settings_for(ctx)
+    key = str(settings.store_path)
+    with _writers_lock:
+        w = _writers.get(key)
+        if w is not None and _writer_inodes.get(key) != _inode(key):
+            # The store was deleted or replaced under us (a manual reset): writing on
+            # would go into an unlinked file nobody reads. Open the new one.
+            log.info("store %s was replaced; reopening", key)
+            w.close()
+            w = None
+        if w is None:
+            w = _writers[key] = open_writer(settings)
+            _writer_inodes[key] = _inode(key)
+    return settings, w
+
+
+def _inode(path: Any) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def close_writers() -> None:
+    with _writers_lock:
+        for w in _writers.values():
+            w.close()
+        _writers.clear()
+
+
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
+               pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None) -> None:
+    settings, w = _writer(Context.from_dict(ctx))
+    # A delete is applied only if the file really is gone: a re-created file keeps its rows.
+    real_deletes = [tuple(k) for k in deletes if not still_on_disk(settings, tuple(k))]
+    w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at)
+
+
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    context = Context.from_dict(ctx)
+    settings, w = _writer(context)
+    fresh: list[FileRecord] = []
+    stale: list[FileRecord] = []
+    for rec in map(FileRecord.from_message, records):
+        (fresh if is_current(rec) else stale).append(rec)
+    if fresh:
+        _, rejected = w.write_files(generation, fresh)
+        if rejected:
+            request_resync(ctx, "provider-changed")
+        max_entries = settings.memory_search["cache"]["maxEntries"]
+        if any(r.embedding is not None for r in fresh) and max_entries:
+            w.prune_cache(max_entries)
+    if stale:
+        # The file changed after it was chunked: drop the write, re-plan from disk.
+        log.info("dropped %d stale write(s) for %s: %s", len(stale), context.agent_id,
+                 ", ".join(r.path for r in stale[:5]))
+        request_resync(ctx, "stale-write")
+
+
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    _, w = _writer(Context.from_dict(ctx))
+    # A transcript replaced since the read is left to the detector's rebuild.
+    w.append_chunks(generation, [r for r in map(FileRecord.from_message, records) if is_current(r)])
+
+
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    _, w = _writer(Context.from_dict(ctx))
+    w.touch_files(generation, [TouchRecord.from_message(r) for r in records])
+
+
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
+    settings, w = _writer(Context.from_dict(ctx))
+    w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])
+
+
