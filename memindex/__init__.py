@@ -10,6 +10,10 @@ This module is the public API; everything under ``memindex.pipeline``,
     payload = engine.search("router VLAN").as_dict()
     text = memindex.memory_get(settings, "MEMORY.md", from_line=1, lines=20).text
 
+    # in a coroutine: the same calls, never blocking the event loop
+    resp = await engine.asearch("router VLAN")
+    got = await memindex.amemory_get(settings, "MEMORY.md")
+
 Names are imported on first use (PEP 562), so ``import memindex`` stays cheap
 for the CLI; type checkers see the real definitions.
 """
@@ -35,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "SearchResult": "memindex.pipeline.search.engine",
     "QueryEmbedder": "memindex.pipeline.search.engine",
     "memory_get": "memindex.pipeline.search.get",
+    "amemory_get": "memindex.pipeline.search.get",
     "MemoryGetResult": "memindex.pipeline.search.get",
     # status and the pre-compaction flush
     "index_status": "memindex.pipeline.status",
@@ -67,6 +72,7 @@ __all__ = [
     "SearchResult",
     "QueryEmbedder",
     "memory_get",
+    "amemory_get",
     "MemoryGetResult",
     "index_status",
     "flush_decision",
@@ -97,7 +103,7 @@ if TYPE_CHECKING:
     from memindex.pipeline.flush import FlushDecision, flush_decision
     from memindex.pipeline.search.backend import SearchEngine, memory_search, open_search
     from memindex.pipeline.search.engine import QueryEmbedder, SearchResponse, SearchResult
-    from memindex.pipeline.search.get import MemoryGetResult, memory_get
+    from memindex.pipeline.search.get import MemoryGetResult, amemory_get, memory_get
     from memindex.pipeline.status import index_status
     from memindex.producers.enqueue import sync_and_wait
     from memindex.producers.hooks import on_session_start, schedule_sync

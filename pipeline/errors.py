@@ -24,6 +24,14 @@ class StoreError(MemindexError, RuntimeError):
     """The per-agent store refused an operation (mixed vector dims, a corrupt file, ...)."""
 
 
+class StoreCorrupt(StoreError):
+    """The store file is damaged (not a database, malformed pages, failed integrity check)."""
+
+
+class WorkspaceError(MemindexError, RuntimeError):
+    """The workspace is missing or not a directory: nothing is synced, the index is left as it was."""
+
+
 class ProviderError(MemindexError):
     """Any failure of an embedding provider; ``retryable`` says whether trying again can help."""
 

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from typing import Any
 
+from memindex.pipeline.errors import StoreError
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index.workspace import MEMORY_DIR, iter_discover, resolve_extra_paths
 from memindex.pipeline.store.schema import fts_table, vec_table
+from memindex.pipeline.index.failures import read_failures
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 
 
-def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A JSON-able status report. ``provider`` describes the embedding provider, if any."""
+def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None, *,
+                 invariant: bool = False) -> dict[str, Any]:
+    """A JSON-able status report. ``provider`` describes the embedding provider, if any;
+    ``invariant`` (``status --deep``) adds the store invariant check, which reads every row."""
     reader = open_reader(settings)
     out: dict[str, Any] = {
         "agent": settings.agent_id,
@@ -26,15 +33,34 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
         "provider": (provider or {}).get("provider", "none"),
         "model": (provider or {}).get("model", "fts-only"),
         "providerReason": (provider or {}).get("reason"),
+        "providerFallback": bool((provider or {}).get("fallback")),
+        "providerFallbackReason": (provider or {}).get("fallbackReason"),
+        "requestedProvider": settings.memory_search["provider"],
         "files": 0,
         "chunks": 0,
         "sourceCounts": [],
         "pending": 0,
         "problems": [],
+        "batch": _batch_settings(settings),
     }
     try:
-        with reader.snapshot() as snap:  # counts of one generation, even while a rebuild replaces it
-            _fill_index_status(out, settings, reader, snap)
+        try:
+            with reader.snapshot() as snap:  # counts of one generation, even while a rebuild replaces it
+                _fill_index_status(out, settings, reader, snap)
+                _add_failures(out, settings, reader, snap.state)
+            if invariant:
+                out["invariant"] = reader.check_invariant()
+        except StoreError as exc:  # a damaged store is reported, never a traceback
+            out.setdefault("indexed", False)
+            out.setdefault("vector", _vector_info(reader, False, None))
+            out.setdefault("fts", {"enabled": True, "available": None, "error": None})
+            out["damaged"] = str(exc)
+            out["problems"].append({"path": str(settings.store_path), "error": str(exc)})
+            if invariant:
+                out["invariant"] = {"ok": False, "problems": [str(exc)]}
+        # OpenClaw's "dirty": the index does not yet reflect the disk (never built, files
+        # waiting for their write, or a rebuild in progress).
+        out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding"))
         return out
     finally:
         reader.close()
@@ -54,7 +80,7 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     vec_dims = st.extra.get(f"vec_dims_g{gen}") if gen else None
     if gen is None:
         out["vector"] = _vector_info(reader, False, None)
-        out["fts"] = {"available": None}
+        out["fts"] = {"enabled": True, "available": None, "error": None}
         return
     for source, files, chunks in snap.source_counts():
         out["sourceCounts"].append({"source": source, "files": files, "chunks": chunks})
@@ -62,13 +88,29 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     out["chunks"] = snap.chunk_count()
     out["pending"] = snap.pending_count()
     out["problems"] = [{"path": p, "error": e} for p, e in snap.problems(50)]
-    out["fts"] = {"available": snap.table_exists(fts_table(gen))}
+    fts = snap.table_exists(fts_table(gen))
+    out["fts"] = {"enabled": True, "available": fts, "error": None if fts else "no FTS5 table in the live index"}
     out["vector"] = _vector_info(reader, snap.table_exists(vec_table(gen)), vec_dims)
     out["cache"] = {
         "enabled": settings.memory_search["cache"]["enabled"],
         "entries": snap.cache_entries(),
         "maxEntries": settings.memory_search["cache"]["maxEntries"],
     }
+
+
+def _add_failures(out: dict[str, Any], settings: AgentSettings, reader: StoreReader, st: Any) -> None:
+    """The last error the workers recorded, and the files still pending because they failed."""
+    rec = read_failures(settings.store_path)
+    out["lastError"] = rec["lastError"]
+    pending = reader.pending_paths(st.building_generation or st.live_generation)
+    failing = [{"path": p, "error": f["reason"], "hint": f.get("hint")}
+               for p, f in rec["files"].items() if p in pending]
+    out["problems"].extend(failing[:50])
+
+
+def _on_disk(scan: dict[str, Any] | None) -> str:
+    total = (scan or {}).get("totalFiles")
+    return "?" if total is None else str(total)
 
 
 def _vector_info(reader: Any, has_table: bool, dims: str | None) -> dict[str, Any]:
@@ -79,16 +121,72 @@ def _vector_info(reader: Any, has_table: bool, dims: str | None) -> dict[str, An
         backend = "sqlite-vec"
     else:
         backend = "in-process"
-    return {"enabled": enabled, "backend": backend, "loadError": reader.vector_error,
-            "dims": int(dims) if dims else None, "table": has_table}
+    return {"enabled": enabled, "available": enabled and (has_table or backend == "in-process"),
+            "backend": backend, "extensionPath": reader.extension_path if backend == "sqlite-vec" else None,
+            "loadError": reader.vector_error, "dims": int(dims) if dims else None, "table": has_table}
 
 
-def format_status(s: dict[str, Any]) -> str:
+def _batch_settings(settings: AgentSettings) -> dict[str, Any]:
+    """remote.batch as OpenClaw's status reports it (job counts live with the batch workers)."""
+    b = settings.memory_search["remote"]["batch"]
+    return {"enabled": bool(b["enabled"]), "wait": bool(b["wait"]), "concurrency": b["concurrency"],
+            "pollIntervalMs": b["pollIntervalMs"], "timeoutMs": int(b["timeoutMinutes"] * 60_000)}
+
+
+def source_scan(settings: AgentSettings) -> dict[str, Any]:
+    """Files on disk per source and what looks wrong (OpenClaw's ``scan`` in ``status --json``)."""
+    scans = []
+    if "memory" in settings.sources:
+        issues: list[str] = []
+        ws = settings.workspace
+        if not (ws / MEMORY_DIR).is_dir():
+            issues.append(f"memory directory missing ({ws / MEMORY_DIR})")
+        for extra in resolve_extra_paths(settings):
+            if not os.path.lexists(extra):
+                issues.append(f"additional memory path missing ({extra})")
+        total = sum(1 for f in iter_discover(settings) if f.kind == "markdown")
+        if total == 0 and not issues:
+            issues.append(f"no memory files found in {ws}")
+        scans.append({"source": "memory", "totalFiles": total, "issues": issues})
+    if "sessions" in settings.sources:
+        d = settings.sessions_dir
+        try:
+            total = sum(1 for e in os.scandir(d) if e.is_file(follow_symlinks=False) and e.name.endswith(".jsonl"))
+            scans.append({"source": "sessions", "totalFiles": total, "issues": []})
+        except FileNotFoundError:
+            scans.append({"source": "sessions", "totalFiles": 0, "issues": [f"sessions directory missing ({d})"]})
+        except OSError as exc:
+            scans.append({"source": "sessions", "totalFiles": None,
+                          "issues": [f"sessions directory not accessible ({d}): {exc.strerror}"]})
+    totals = [sc["totalFiles"] for sc in scans]
+    return {"sources": scans, "totalFiles": None if None in totals else sum(totals),
+            "issues": [i for sc in scans for i in sc["issues"]]}
+
+
+def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
+    """``status --deep``: one real embedding request (OpenClaw embeds ``["ping"]``), with its latency."""
+    from memindex.pipeline.embeddings.embedder import chunk_embedder_for, provider_info
+
+    try:
+        embedder = chunk_embedder_for(settings)
+        if embedder is None:
+            return {"ok": False, "error": provider_info(settings).get("reason") or "no embedding provider"}
+        started = time.monotonic()
+        result = embedder.service.embed_documents(["ping"])
+    except Exception as exc:  # noqa: BLE001 - the probe reports any failure, it never raises
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {"ok": True, "provider": result.provider_id, "model": result.model, "fallback": result.fallback_used,
+            "dims": len(result.vectors[0]),
+            "latencyMs": round((time.monotonic() - started) * 1000, 1)}
+
+
+def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, index_error: str | None = None,
+                  scan: dict[str, Any] | None = None) -> str:
     lines = [
         f"agent:        {s['agent']}  (backend {s['backend']}{'' if s['enabled'] else ', DISABLED'})",
         f"workspace:    {s['workspace']}",
         f"store:        {s['store']}  (driver {s['driver']})",
-        f"indexed:      {s['files']} files, {s['chunks']} chunks"
+        f"indexed:      {s['files']}/{_on_disk(scan)} files, {s['chunks']} chunks"
         + (f", {s['pending']} pending" if s.get("pending") else "")
         + ("" if s.get("indexed") else "  (never indexed: run `memindex index`)"),
     ]
@@ -122,6 +220,24 @@ def format_status(s: dict[str, Any]) -> str:
     if s.get("fallback"):
         fb = s["fallback"]
         lines.append(f"fallback:     {fb['from']} unavailable, serving builtin ({fb.get('reason')})")
+    if s.get("lastError"):
+        import datetime as _dt
+
+        e = s["lastError"]
+        ts = _dt.datetime.fromtimestamp(e["at"] / 1000, tz=_dt.timezone.utc)
+        lines.append(f"last error:   {ts.isoformat(timespec='seconds')}  {e['reason']}  ({e['count']} file(s); "
+                     f"{e.get('hint')})")
+    if probe is not None:
+        lines.append(f"embeddings:   ready ({probe['provider']} / {probe['model']}, {probe['latencyMs']} ms)"
+                     if probe["ok"] else f"embeddings:   unavailable ({probe['error']})")
+    if index_error:
+        lines.append(f"index error:  {index_error}")
+    if s.get("invariant") is not None:
+        inv = s["invariant"]
+        lines.append("store check:  ok (integrity, no orphan rows)" if inv["ok"]
+                     else f"store check:  FAILED: {'; '.join(inv['problems'])}")
     for p in s.get("problems", []):
         lines.append(f"problem:      {p['path']}: {p['error']}")
+    for issue in (scan or {}).get("issues", []):
+        lines.append(f"issue:        {issue}")
     return "\n".join(lines)

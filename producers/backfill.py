@@ -36,6 +36,7 @@ class Backfill:
     counts: dict[str, int]
     plan_marker: str | None  # the store's last_sync_at before this plan
     started: float = field(default_factory=time.monotonic)
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # failures count from here
 
 
 def _last_sync_marker(settings: AgentSettings) -> str | None:
@@ -81,8 +82,8 @@ def wait(b: Backfill, *, progress: ProgressFn | None = None, timeout: float | No
         landed, pending = progress_of(b)
         if progress is not None:
             progress(total - min(total, pending), total)
-        if landed and pending == 0:
-            return True
+        if landed and (pending == 0 or pending <= _failed_since_start(b)):
+            return True  # what is left failed for good: waiting cannot help (the caller reports it)
         now = time.monotonic()
         if pending != last_pending:
             last_change, last_pending = now, pending
@@ -94,6 +95,12 @@ def wait(b: Backfill, *, progress: ProgressFn | None = None, timeout: float | No
         if deadline is not None and now > deadline:
             return False
         time.sleep(poll)
+
+
+def _failed_since_start(b: Backfill) -> int:
+    from memindex.pipeline.index.failures import failures_since
+
+    return sum(g["count"] for g in failures_since(b.settings.store_path, b.started_ms).values())
 
 
 def must_wait() -> bool:

@@ -9,18 +9,20 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 
 ProgressFn = Callable[[int, int], None]
 
 
 def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -> None:
-    """Fire and forget: enqueue a sync of one agent."""
+    """Fire and forget: enqueue a sync of one agent (its message carries the pinned Context)."""
+    from memindex.pipeline.config.agents import settings_for
     from memindex.workers import embedded
     from memindex.workers.sync import sync_agent
 
+    msg = pinned(settings_for(ctx)).as_dict()
     embedded.start()
-    sync_agent.send(ctx.as_dict(), force=force, reason=reason)
+    sync_agent.send(msg, force=force, reason=reason)
 
 
 def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None,

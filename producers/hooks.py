@@ -17,17 +17,13 @@ it is shared by every process; on the embedded broker it lives in this process
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
-from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.workers.flags import clear_sync_requested, mark_sync_requested
 
 log = logging.getLogger("memindex.hooks")
-
-
-def context_for(settings: AgentSettings) -> Context:
-    """The Context a worker needs to find these settings again."""
-    return Context(settings.agent_id, str(settings.config_path) if settings.config_path else None,
-                   str(settings.state_dir), str(settings.workspace))
 
 
 def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None = None) -> bool:
@@ -59,6 +55,21 @@ def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     return request_sync_once(ctx, "session-start", settings)
 
 
+# A search-triggered sync re-plans the whole workspace (a stat per file); a server
+# answering many searches a second would otherwise plan continuously and slow the
+# searches themselves. Syncs for other reasons (session start, watcher) are not spaced.
+SEARCH_SYNC_MIN_INTERVAL_S = 2.0
+_last_search_sync: dict[str, float] = {}
+_last_lock = threading.Lock()
+
+
 def schedule_sync(settings: AgentSettings, reason: str) -> None:
     """``MemorySearch(schedule_sync=schedule_sync)``: enqueue, never wait."""
-    request_sync_once(context_for(settings), reason, settings)
+    key = str(settings.store_path)
+    if reason == "search":
+        with _last_lock:
+            if time.monotonic() - _last_search_sync.get(key, float("-inf")) < SEARCH_SYNC_MIN_INTERVAL_S:
+                return
+    if request_sync_once(pinned(settings), reason, settings) and reason == "search":
+        with _last_lock:
+            _last_search_sync[key] = time.monotonic()

@@ -74,6 +74,11 @@ def test_public_api_type_checks_strict(tmp_path: Path) -> None:
                 return memindex.memory_get(load_settings(Context(agent_id=agent)), "MEMORY.md").text
             except memindex.MemindexError as exc:
                 return str(exc)
+
+        async def read_async(agent: str) -> str:
+            settings = load_settings(Context(agent_id=agent))
+            resp: SearchResponse = await open_search(settings).asearch("q", max_results=3)
+            return (await memindex.amemory_get(settings, "MEMORY.md", lines=2)).text + str(len(resp.results))
     '''))
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
                         "--no-incremental", str(root / "memindex" / "__init__.py"), str(client)],

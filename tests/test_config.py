@@ -2,11 +2,13 @@ from pathlib import Path
 
 import pytest
 
-from memindex.pipeline.config.settings import ConfigError, Context, load_config_file, load_settings, resolve_agent
+from memindex.pipeline.config.loader import load_config
+from memindex.pipeline.config.settings import ConfigError, Context, load_settings, resolve_agent
 
 
 def test_defaults_match_the_spec(tmp_path):
-    s = resolve_agent({}, "main", state_dir=tmp_path)
+    home = tmp_path / "home"
+    s = resolve_agent({}, "main", state_dir=tmp_path, env={"HOME": str(home)})
     ms = s.memory_search
     assert ms["provider"] == "auto" and ms["fallback"] == "none"
     assert ms["chunking"] == {"tokens": 400, "overlap": 80}
@@ -20,7 +22,8 @@ def test_defaults_match_the_spec(tmp_path):
     assert ms["cache"] == {"enabled": True, "maxEntries": 50000}
     assert ms["remote"]["batch"]["concurrency"] == 2
     assert s.store_path == tmp_path / "memory" / "main.sqlite"
-    assert s.workspace == (tmp_path / "workspace").resolve()
+    # The default workspace is under the home, not the state dir (resolveDefaultAgentWorkspaceDir).
+    assert s.workspace == (home / ".openclaw" / "workspace").resolve()
     assert s.memory["citations"] == "auto" and s.memory["backend"] == "builtin"
     assert s.enabled
 
@@ -31,7 +34,7 @@ def test_agent_override_merges_over_defaults(tmp_path):
             "defaults": {"workspace": str(tmp_path / "ws"),
                          "memorySearch": {"extraPaths": ["notes", "shared"],
                                           "query": {"maxResults": 10, "hybrid": {"vectorWeight": 2, "textWeight": 2}}}},
-            "list": [{"id": "ops", "workspace": str(tmp_path / "ops-ws"),
+            "list": [{"id": "main"}, {"id": "ops", "workspace": str(tmp_path / "ops-ws"),
                       "memorySearch": {"extraPaths": ["shared", " runbooks "], "query": {"minScore": 0.2},
                                        "store": {"path": str(tmp_path / "stores/{agentId}.db")}}}],
         }
@@ -115,9 +118,11 @@ def test_broken_config_file_is_one_clear_error(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text("{agents: ")
     with pytest.raises(ConfigError, match="not valid JSON5"):
-        load_config_file(p)
+        load_config(p, tmp_path, {})
     with pytest.raises(ConfigError, match="not found"):
-        load_config_file(tmp_path / "missing.json")
+        load_config(tmp_path / "missing.json", tmp_path, {})
     p.write_bytes(b"{\xff}")
     with pytest.raises(ConfigError, match="UTF-8"):
-        load_config_file(p)
+        load_config(p, tmp_path, {})
+    with pytest.raises(ConfigError, match="directory"):
+        load_config(tmp_path, tmp_path, {})

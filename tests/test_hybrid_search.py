@@ -330,12 +330,16 @@ def test_result_fields(hybrid_agent):
         body = r["snippet"].split("\n\nSource: ")[0]
         assert len(body) <= 700
     top = res["results"][0]
-    assert top["path"] == "memory/long.md" and len(top["snippet"].split("\n\nSource: ")[0]) == 700
+    # whole lines up to the cap (each line is 70-odd characters)
+    assert top["path"] == "memory/long.md" and 620 < len(top["snippet"].split("\n\nSource: ")[0]) <= 700
     assert top["score"] >= 0.35  # passed the default minScore
 
 
 def _citation_ok(r: dict[str, Any]) -> bool:
-    return r["snippet"].endswith(f"\n\nSource: {r['path']}#L{r['startLine']}-L{r['endLine']}")
+    lines = (r["snippetStartLine"], r["snippetEndLine"])
+    where = f"#L{lines[0]}" if lines[0] == lines[1] else f"#L{lines[0]}-L{lines[1]}"
+    return r["startLine"] <= lines[0] <= lines[1] <= r["endLine"] and r["snippet"].endswith(
+        f"\n\nSource: {r['path']}{where}")
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "bm25-only", "vector-only"])
@@ -358,67 +362,6 @@ def test_citations_footer_in_every_mode(agent, mode):
             else:
                 assert _citation_ok(r), r["snippet"]
                 assert r["citation"] == f"{r['path']}#L{r['startLine']}-L{r['endLine']}"
-
-
-# ------------------------------------------------------------------ scope (F16)
-
-
-def _scoped(agent, scope: dict[str, Any]) -> None:
-    agent.memory_config(HASH, memory={"scope": scope})
-
-
-@pytest.mark.parametrize(
-    ("scope", "key", "allowed"),
-    [
-        # keyPrefix matches the normalised key: lowercase, "agent:<id>:" removed
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
-         "agent:main:discord:group:team-7", True),
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
-         "Agent:Main:Discord:Group:TEAM-7", True),
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
-         "agent:main:discord:group:other", False),
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "discord:group:team"}}]},
-         "agent:main:slack:discord:group:team", False),
-        # rawKeyPrefix matches the raw (lowercased) key, agent id included
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"rawKeyPrefix": "agent:main:slack:"}}]},
-         "agent:main:slack:channel:general", True),
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"rawKeyPrefix": "agent:main:slack:"}}]},
-         "agent:work:slack:channel:general", False),
-        # legacy: a keyPrefix starting with "agent:" is treated as raw
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "agent:main:telegram:"}}]},
-         "agent:main:telegram:group:-100", True),
-        ({"default": "deny", "rules": [{"action": "allow", "match": {"keyPrefix": "agent:main:telegram:"}}]},
-         "agent:ops:telegram:group:-100", False),
-        # first matching rule wins; default applies otherwise
-        ({"default": "allow", "rules": [{"action": "deny", "match": {"chatType": "channel"}}]},
-         "agent:main:discord:channel:42", False),
-        ({"default": "allow", "rules": [{"action": "deny", "match": {"chatType": "channel"}}]},
-         "agent:main:discord:group:42", True),
-        (None, "agent:main:direct:bob", True),  # no scope configured: direct chats only
-        (None, "agent:main:discord:group:42", False),
-    ],
-)
-def test_scope_matrix_through_search(hybrid_agent, caplog, scope, key, allowed):
-    if scope is not None:
-        _scoped(hybrid_agent, scope)
-    with caplog.at_level("WARNING", logger="memindex.scope"):
-        res = hybrid_agent.search("router VLAN IoT", session_key=key)
-    denials = [r for r in caplog.records if "denied by scope" in r.message]
-    if allowed:
-        assert res["results"] and not denials
-    else:
-        assert res["results"] == [] and "warning" in res
-        assert len(denials) == 1
-        msg = denials[0].getMessage()
-        assert "chatType=" in msg and "channel=" in msg
-
-
-def test_scope_denial_names_channel_and_chat_type(hybrid_agent, caplog):
-    _scoped(hybrid_agent, {"default": "deny", "rules": []})
-    with caplog.at_level("WARNING", logger="memindex.scope"):
-        assert hybrid_agent.search("router", session_key="agent:main:discord:group:42")["results"] == []
-    (rec,) = [r for r in caplog.records if "denied by scope" in r.message]
-    assert "channel=discord" in rec.getMessage() and "chatType=group" in rec.getMessage()
 
 
 # ---------------------------------------------------------- multilingual keywords

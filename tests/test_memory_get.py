@@ -29,16 +29,17 @@ def test_missing_file_is_empty_not_an_error(ws):
 
 
 @pytest.mark.parametrize("path, rule", [
-    ("../secret.md", "'..'"),
-    ("memory/../../secret.md", "'..'"),
-    ("memory/../README.md", "'..'"),
-    ("/etc/passwd", "absolute"),
+    ("../secret.md", "outside the memory files"),
+    ("memory/../../secret.md", "outside the memory files"),
+    ("memory/../README.md", "outside the memory files"),
+    ("/etc/passwd", "Markdown"),
+    ("/etc/passwd.md", "outside the memory files"),
     ("README.md", "outside the memory files"),
     ("memory/notes.txt", "Markdown"),
     ("", "path required"),
     ("   ", "path required"),
     ("memory/a\x00.md", "NUL"),
-    ("~/secret.md", "absolute"),
+    ("~/secret.md", "outside the memory files"),
 ])
 def test_rejections_say_which_rule(ws, path, rule):
     with pytest.raises(MemoryGetError) as err:
@@ -67,3 +68,68 @@ def test_extra_path_inside_workspace_is_readable(ws):
     ws.write("team/plan.md", "plan")
     ws.memory_config({"extraPaths": ["team"]})
     assert memory_get(ws.settings(), "team/plan.md").text == "plan"
+
+
+def test_absolute_path_to_a_memory_file_is_readable(ws):
+    r = memory_get(ws.settings(), str(ws.workspace / "memory" / "2026-02-10.md"), from_line=1, lines=1)
+    assert (r.text, r.path) == ("a", "memory/2026-02-10.md")
+
+
+@pytest.fixture
+def team(ws):
+    """An extraPaths directory outside the workspace, plus a sibling that is not configured."""
+    team = ws.root / "team"
+    (team / "sub").mkdir(parents=True)
+    (team / "t.md").write_text("team note\nsecond\n")
+    (team / "sub" / "deep.md").write_text("deep")
+    (ws.root / "other").mkdir()
+    (ws.root / "other" / "o.md").write_text("not configured")
+    ws.memory_config({"provider": "hash", "extraPaths": [str(team)]})
+    return team
+
+
+def test_every_search_result_path_reads_back(ws, team):
+    ws.write("memory/2026-02-10.md", "kumquat in the workspace\n")
+    (team / "t.md").write_text("kumquat in the team docs\n")
+    ws.index()
+    results = ws.search("kumquat")["results"]
+    paths = {r["path"] for r in results}
+    assert paths == {"memory/2026-02-10.md", "../team/t.md"}
+    for r in results:
+        got = memory_get(ws.settings(), r["path"])
+        assert got.path == r["path"] and "kumquat" in got.text
+
+
+def test_extra_path_outside_workspace_by_absolute_path(ws, team):
+    s = ws.settings()
+    assert memory_get(s, str(team / "sub" / "deep.md")).text == "deep"
+    assert memory_get(s, str(team / "sub" / "deep.md")).path == "../team/sub/deep.md"
+    assert memory_get(s, "../team/t.md", from_line=2, lines=1).text == "second"
+
+
+@pytest.mark.parametrize("path", [
+    "../other/o.md",                 # a sibling directory that is not an extraPath
+    "../team/../other/o.md",         # traversal out of the extraPath
+    "../team/../secret.md",
+    "team/t.md",                     # not inside the workspace either
+])
+def test_extra_path_traversal_refused(ws, team, path):
+    with pytest.raises(MemoryGetError, match="outside the memory files"):
+        memory_get(ws.settings(), path)
+
+
+def test_extra_path_symlinks_refused(ws, team):
+    os.symlink(ws.root / "other" / "o.md", team / "link.md")
+    os.symlink(ws.root / "other", team / "linkdir")
+    for p in ("../team/link.md", "../team/linkdir/o.md"):
+        with pytest.raises(MemoryGetError, match="symlink"):
+            memory_get(ws.settings(), p)
+
+
+def test_symlinked_extra_path_entry_is_ignored(ws):
+    os.symlink(ws.root / "other_real", ws.root / "team_link")
+    (ws.root / "other_real").mkdir()
+    (ws.root / "other_real" / "x.md").write_text("x")
+    ws.memory_config({"extraPaths": [str(ws.root / "team_link")]})
+    with pytest.raises(MemoryGetError, match="outside the memory files"):
+        memory_get(ws.settings(), "../team_link/x.md")

@@ -245,6 +245,27 @@ def test_hooks_deduplicate_until_the_sync_starts(agent, monkeypatch):
     flags.clear_sync_requested(settings.store_path)
 
 
+def test_search_triggered_syncs_are_spaced(agent, monkeypatch):
+    """A busy server's searches do not re-plan the workspace on every call."""
+    sent = []
+    monkeypatch.setattr("memindex.producers.enqueue.request_sync", lambda ctx, reason="manual", force=False:
+                        sent.append(reason))
+    monkeypatch.setattr(hooks, "_last_search_sync", {})
+    settings = agent.settings()
+    for _ in range(3):
+        flags.clear_sync_requested(settings.store_path)  # each sync already started
+        hooks.schedule_sync(settings, "search")
+    assert sent == ["search"]
+    flags.clear_sync_requested(settings.store_path)
+    hooks.schedule_sync(settings, "session-start")  # other reasons are not spaced
+    assert sent == ["search", "session-start"]
+    monkeypatch.setattr(hooks, "SEARCH_SYNC_MIN_INTERVAL_S", 0.0)
+    flags.clear_sync_requested(settings.store_path)
+    hooks.schedule_sync(settings, "search")
+    assert sent == ["search", "session-start", "search"]
+    flags.clear_sync_requested(settings.store_path)
+
+
 def test_hooks_respect_config(agent, monkeypatch):
     sent = []
     monkeypatch.setattr("memindex.producers.enqueue.request_sync", lambda ctx, reason="manual", force=False:
@@ -265,7 +286,9 @@ def test_search_schedules_a_sync_and_the_index_fills_in(agent):
     eng = MemorySearch(agent.settings(), schedule_sync=hooks.schedule_sync)
     try:
         first = eng.search("guava").as_dict()
-        assert first["results"] == [] and first["indexing"] == "pending"
+        # The sync request runs off the search's thread (issue 20), so on the embedded
+        # broker it may already be indexed; if not, the answer says it is pending.
+        assert first["results"] or first["indexing"] == "pending"
         embedded.wait_idle(timeout=20)
         assert _wait(lambda: eng.search("guava").as_dict()["results"], timeout=10)
     finally:

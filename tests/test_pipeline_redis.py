@@ -80,7 +80,7 @@ def _py(url: str, code: str, timeout: float = 30) -> str:
 
 def _idle(url: str) -> bool:
     rep = json.loads(run_cli("queues", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
-    return all(q["ready"] + q["delayed"] + q["in_progress"] == 0 for q in rep["queues"].values())
+    return all(q["ready"] + q["delayed"] + q["running"] + q["prefetched"] == 0 for q in rep["queues"].values())
 
 
 def _indexed(a: Agent) -> int:
@@ -231,7 +231,7 @@ index_files.send_with_options(args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}]
         assert _wait(lambda: len(dead()) == 1, timeout=20)
         d = dead()[0]
         assert d["actor"] == "index_files" and d["queue"] == "embed" and d["agent"] == "main"
-        assert "TypeError" in (d["error"] or [""])[0]
+        assert "TypeError" in (d["error"] or "")
         rep = json.loads(run_cli("queues", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
         assert rep["queues"]["embed"]["dead"] == 1
         out = run_cli("dead-letters", "--replay", env={"MEMINDEX_BROKER_URL": url})

@@ -98,5 +98,7 @@ def test_search_answers_while_the_writer_holds_a_long_transaction(agent: Agent):
     assert not errors, errors
     assert len(latencies) > 20
     latencies.sort()
-    assert latencies[len(latencies) // 2] < 0.02
-    assert latencies[-1] < 0.1, f"slowest search {latencies[-1] * 1000:.0f} ms"
+    # A reader that waited for the writer would take the busy timeout (seconds) each time:
+    # generous bounds tell that apart on a loaded CI machine; speed is bench/'s job.
+    assert latencies[len(latencies) // 2] < 0.25
+    assert latencies[-1] < 1.0, f"slowest search {latencies[-1] * 1000:.0f} ms"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from typing import Any, Mapping
@@ -57,7 +58,7 @@ def test_every_factory_resolves_to_its_provider_class(pid):
 
 
 def test_config_choices_are_the_registry(tmp_path):
-    assert provider_choices() == ("auto", *registry.ids())
+    assert provider_choices() == ("auto", "none", *registry.ids())  # "none": keyword-only on purpose
     assert fallback_choices() == ("none", *registry.ids())
     for pid in registry.ids():
         ms = _load({"provider": pid, "fallback": pid}, tmp_path).memory_search
@@ -285,3 +286,21 @@ def test_registered_provider_with_a_key_a_batch_api_and_auto_eligibility(tmp_pat
         assert res.provider_id == "letters-pro" and len(res.vectors[0]) == 32 and res.vectors[1] == []
     finally:
         registry.unregister("letters-pro")
+
+
+@pytest.mark.parametrize("provider,module,extra", [("voyage", "voyageai", "voyage"),
+                                                   ("gemini", "google.genai", "gemini")])
+def test_provider_without_its_extra_is_one_clear_error(tmp_path, provider, module, extra):
+    """A slim install (no extras): choosing a provider whose SDK is absent names the extra to install."""
+    (tmp_path / "ws" / "memory").mkdir(parents=True)
+    (tmp_path / "ws" / "memory" / "a.md").write_text("hello vlan\n")
+    cfg = tmp_path / "oc.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": provider, "fallback": "none"}}}}))
+    hide = f"import sys; sys.modules[{module!r}] = None; from memindex.producers.cli.main import main; " \
+           "sys.exit(main(sys.argv[1:]))"
+    env = dict(os.environ, **{registry.get(provider).env_vars[0]: "k"})
+    r = subprocess.run([sys.executable, "-c", hide, "--config", str(cfg), "--state-dir", str(tmp_path / "st"),
+                        "--workspace", str(tmp_path / "ws"), "index"],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert f"pip install 'memindex[{extra}]'" in r.stderr and f"{module} is not installed" in r.stderr

@@ -614,11 +614,11 @@ def test_cli_search_and_status_use_qmd(ws):
     assert out["backend"] == "qmd" and out["results"][0]["path"] == "memory/2026-01-05.md"
     res = run_cli(*base, "status", "--json", timeout=60)
     assert res.returncode == 0, res.stderr
-    st = json.loads(res.stdout)
+    st = json.loads(res.stdout)[0]["status"]  # OpenClaw's [{agentId, status, ...}]
     assert st["backend"] == "qmd" and st["qmd"]["collections"][0]["name"] == "memory-root-main"
     # qmd gone: status and search say builtin, with the reason.
     configure(ws, command=str(ws.root / "no-such-qmd"))
-    st = json.loads(run_cli(*base, "status", "--json", timeout=60).stdout)
+    st = json.loads(run_cli(*base, "status", "--json", timeout=60).stdout)[0]["status"]
     assert st["backend"] == "builtin" and st["fallback"]["kind"] == "missing"
     res = run_cli(*base, "status", timeout=60)
     assert "fallback:" in res.stdout and "qmd unavailable" in res.stdout

@@ -1,4 +1,8 @@
-"""Scope rules for memory search (F16)."""
+"""Scope rules for memory search (F16).
+
+OpenClaw applies ``scope`` to the QMD backend only (``qmd-manager.ts`` calls
+``qmd-scope.ts``; the builtin manager never does), so the builtin store answers
+every session key; ``tests/test_qmd.py`` covers the QMD gate end to end."""
 
 from __future__ import annotations
 
@@ -170,4 +174,23 @@ def test_denied_search_logs_one_warning(caplog: pytest.LogCaptureFixture) -> Non
 def test_allowed_search_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="memindex.scope"):
         assert check_scope(None, DIRECT).allowed
+    assert not [r for r in caplog.records if r.name == "memindex.scope"]
+
+
+# --- the builtin backend ignores scope, as OpenClaw's does ---------------------------------
+
+@pytest.mark.parametrize("memory", [
+    {},                                                   # the default scope (direct chats only for QMD)
+    {"scope": {"default": "deny", "rules": []}},          # deny everything
+    {"qmd": {"scope": {"default": "deny", "rules": []}}},
+])
+def test_builtin_search_answers_group_and_channel_keys(agent, caplog, memory) -> None:
+    agent.write("memory/2026-01-05.md", "We moved the IoT devices to VLAN 10 on the Omada router.\n")
+    agent.memory_config({"provider": "hash"}, memory=memory)
+    agent.index()
+    with caplog.at_level(logging.WARNING, logger="memindex.scope"):
+        for key in (GROUP, CHANNEL, WORK_GROUP, DIRECT):
+            res = agent.search("router VLAN", session_key=key)
+            assert res["results"], key
+            assert "not allowed" not in (res.get("warning") or "")
     assert not [r for r in caplog.records if r.name == "memindex.scope"]

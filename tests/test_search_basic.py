@@ -65,16 +65,6 @@ def test_snippets_are_capped(agent):
     assert len(r["snippet"].split("\n\nSource:")[0]) <= 700
 
 
-def test_scope_denies_group_chat_by_default(agent, caplog):
-    agent.write("memory/a.md", "kiwi notes\n")
-    agent.index()
-    assert agent.search("kiwi", session_key="agent:main:direct:bob")["results"]
-    with caplog.at_level("WARNING", logger="memindex.scope"):
-        res = agent.search("kiwi", session_key="agent:main:slack:channel:general")
-    assert res["results"] == []
-    assert sum("denied by scope" in r.message for r in caplog.records) == 1
-
-
 def test_concurrent_searches_from_threads(engine):
     def searches():
         for _ in range(30):

@@ -12,12 +12,17 @@ import logging
 import os
 
 import dramatiq
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
+
+from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
+from memindex.workers import metrics
+from memindex.workers.lifecycle import InterruptEmbedsOnStop, Lifecycle
 
 log = logging.getLogger("memindex.broker")
 
 BROKER_ENV = "MEMINDEX_BROKER_URL"
-QUEUES = ("sync", "embed", "batch", "write")
+SYNC_QUEUE, EMBED_QUEUE, WRITE_QUEUE = "sync", "embed", "write"
+QUEUES = (SYNC_QUEUE, EMBED_QUEUE, "batch", WRITE_QUEUE)
 
 
 def broker_url() -> str | None:
@@ -34,7 +39,10 @@ def redact(url: str) -> str:
 
 
 def _middleware() -> list:
-    return [AgeLimit(), TimeLimit(), ShutdownNotifications(), Callbacks(), Pipelines(), Retries()]
+    # "after" hooks run in reverse order: FailureReporter, listed first, sees the
+    # message after Retries has decided whether it failed for good.
+    return [FailureReporter(), AgeLimit(), TimeLimit(), InterruptEmbedsOnStop(EMBED_QUEUE), Callbacks(), Pipelines(),
+            Retries()]
 
 
 # An idle Redis consumer backs off up to the worker timeout (1 s by default)
@@ -54,10 +62,35 @@ def _redis_broker_class():
     return _RedisBroker
 
 
+# Recovery of a dead worker's messages: dramatiq requeues the unacked messages of
+# a worker whose heartbeat is older than HEARTBEAT_TIMEOUT_MS during "maintenance",
+# which runs on MAINTENANCE_CHANCE in a million broker commands (default 60 s and
+# 1000: several minutes in practice). Every live consumer heartbeats on each poll
+# (POLL_MS), so 15 s cannot mistake a busy worker for a dead one, and a 2 %
+# chance at ~10 polls/s/queue runs maintenance every few seconds.
+HEARTBEAT_TIMEOUT_MS = 15_000
+REDIS_CONNECT_TIMEOUT_S = 5.0
+REDIS_SOCKET_TIMEOUT_S = 30.0
+MAINTENANCE_CHANCE = 20_000
+
+
 def make_broker() -> dramatiq.Broker:
     url = broker_url()
     if url:
-        broker = _redis_broker_class()(url=url, middleware=_middleware(), namespace="memindex")
+        from memindex.workers.guard import ContextGuard
+
+        import redis
+
+        # Bounded socket waits: a hung Redis fails a command after REDIS_SOCKET_TIMEOUT_S
+        # instead of blocking a CLI command (or a sync request) forever.
+        client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+                                      socket_timeout=REDIS_SOCKET_TIMEOUT_S)
+        extra = metrics.middleware(WRITE_QUEUE) if metrics.enabled() else []
+        broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES),
+                                                                  *extra],
+                                       namespace="memindex",
+                                       heartbeat_timeout=HEARTBEAT_TIMEOUT_MS,
+                                       maintenance_chance=MAINTENANCE_CHANCE)
         log.debug("broker: redis at %s", redact(url))
     else:
         from dramatiq.brokers.stub import StubBroker
@@ -81,6 +114,7 @@ class _DropDuplicateWorkerWarning(logging.Filter):
 
 
 logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
+_install_log_filters()
 
 broker = make_broker()
 dramatiq.set_broker(broker)

@@ -15,10 +15,12 @@ from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context
 from memindex.pipeline.embeddings.base import InvalidVectorError, ProviderAuthError
 from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
+from memindex.pipeline.index.prepare import Prepared, unpreparable
 from memindex.pipeline.index.preparers import prepare_file
 from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta, TouchRecord
 from memindex.pipeline.index.sessions import prepare_session_delta
 from memindex.workers.batch.actors import send_to_batch
+from memindex.workers.failures import note_record_failures
 from memindex.workers.batch.route import batch_embedder_for
 from memindex.workers.messages import EMBED_QUEUE, RETRY, request_resync
 from memindex.workers.writer import wait_for_writer, write_deletes, write_files, write_session_append, write_touch
@@ -48,12 +50,15 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
             log.warning("%s: %s", context.agent_id, exc)
             request_resync(ctx, "fallback")
             return
+        except Exception as exc:  # noqa: BLE001 - one bad file must not fail (and retry) its whole group
+            prepared = Prepared(unpreparable(job, exc, embedder.identity if embedder else None))
         if prepared.vanished:
             vanished.append((job.source, job.path))
         elif prepared.touch is not None:
             touches.append(prepared.touch)
         elif prepared.record is not None:
             records.append(prepared.record)
+    note_record_failures(settings, records)
     if deferring is not None:
         records = send_to_batch(ctx, settings, generation, records, deferring)  # the rest is ready now
     if records:

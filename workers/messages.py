@@ -11,11 +11,7 @@ from typing import Any
 
 import dramatiq
 
-from memindex.workers.broker import broker
-
-SYNC_QUEUE = "sync"
-EMBED_QUEUE = "embed"
-WRITE_QUEUE = "write"
+from memindex.workers.broker import EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, broker
 
 # Retry policy shared by every pipeline actor.
 # Files (or records) per index/write message: big enough to amortise queue

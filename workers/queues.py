@@ -1,14 +1,23 @@
-"""Queue depth (P3): ready, delayed, dead-lettered and in-progress per queue."""
+"""Queue depth (P3), in messages: ready, delayed, running, prefetched and dead per queue.
+
+A message carries one sync request or a group of up to ``messages.GROUP_FILES``
+files; files pending per agent come from the stores (``producers.enqueue.pending_files``).
+On Redis, ``running`` is what live worker processes say they are processing
+(``workers/lifecycle.py``: entries of a dead process expire), and ``prefetched``
+what live consumers took off the queue but have not started; a dead consumer's
+messages count as neither (dramatiq redelivers them, see ``broker.HEARTBEAT_TIMEOUT_MS``).
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from memindex.workers.broker import QUEUES, broker, is_embedded
+from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded
 
 
 def depth() -> dict[str, dict[str, int]]:
-    """Per queue: ready / delayed / dead / in_progress."""
+    """Per queue, in messages: ready / delayed / running / prefetched / dead."""
     if is_embedded(broker):
         out = {}
         for q in QUEUES:
@@ -16,21 +25,29 @@ def depth() -> dict[str, dict[str, int]]:
             delayed = broker.queues[f"{q}.DQ"].qsize()
             unfinished = broker.queues[q].unfinished_tasks + broker.queues[f"{q}.DQ"].unfinished_tasks
             out[q] = {"ready": ready, "delayed": delayed,
-                      "dead": len(broker.dead_letters_by_queue.get(q, [])),
-                      "in_progress": max(0, unfinished - ready - delayed)}
+                      "running": max(0, unfinished - ready - delayed), "prefetched": 0,
+                      "dead": len(broker.dead_letters_by_queue.get(q, []))}
         return out
-    client = broker.client
-    ns = broker.namespace
+    from memindex.workers.lifecycle import processes
+
+    client, ns = broker.client, broker.namespace
+    running = {q: 0 for q in QUEUES}
+    for proc in processes(client, ns):
+        for q in proc["running"]:
+            base = q.removesuffix(".DQ")
+            if base in running:
+                running[base] += 1
+    # dramatiq's private layout (pinned; tests/test_operations.py checks it): a consumer's
+    # claimed messages sit in <ns>:__acks__.<consumer>.<queue> while its heartbeat is fresh.
+    live = [w.decode() for w in client.zrangebyscore(f"{ns}:__heartbeats__",
+                                                     int(time.time() * 1000) - HEARTBEAT_TIMEOUT_MS, "+inf")]
     out = {}
     for q in QUEUES:
-        in_progress = 0
-        for key in client.scan_iter(match=f"{ns}:__acks__.*.{q}"):
-            in_progress += client.scard(key)
-        delayed = client.llen(f"{ns}:{q}.DQ")
-        for key in client.scan_iter(match=f"{ns}:__acks__.*.{q}.DQ"):
-            delayed += client.scard(key)
-        out[q] = {"ready": client.llen(f"{ns}:{q}"), "delayed": delayed,
-                  "dead": client.zcard(f"{ns}:{q}.XQ"), "in_progress": in_progress}
+        claimed = sum(client.scard(f"{ns}:__acks__.{w}.{q}") for w in live)
+        held_back = sum(client.scard(f"{ns}:__acks__.{w}.{q}.DQ") for w in live)  # waiting for their eta
+        out[q] = {"ready": client.llen(f"{ns}:{q}"), "delayed": client.llen(f"{ns}:{q}.DQ") + held_back,
+                  "running": running[q], "prefetched": max(0, claimed - running[q]),
+                  "dead": client.zcard(f"{ns}:{q}.XQ")}
     return out
 
 
@@ -42,7 +59,7 @@ def ready(queue: str) -> int:
 
 
 def total_outstanding() -> int:
-    return sum(v["ready"] + v["delayed"] + v["in_progress"] for v in depth().values())
+    return sum(v["ready"] + v["delayed"] + v["running"] + v["prefetched"] for v in depth().values())
 
 
 def dead_letters(limit: int = 100) -> list[dict[str, Any]]:
@@ -67,7 +84,10 @@ def _describe(m: Any) -> dict[str, Any]:
     agent = args[0].get("agent_id") if args and isinstance(args[0], dict) else None
     return {"id": m.message_id, "queue": m.queue_name, "actor": m.actor_name, "agent": agent,
             "retries": m.options.get("retries", 0),
-            "error": (m.options.get("traceback") or "").strip().splitlines()[-1:] or None}
+            # "error": set when the message failed for good (workers/failures.py); older
+            # dead letters only have the last retry's traceback.
+            "error": m.options.get("error")
+            or next(iter((m.options.get("traceback") or "").strip().splitlines()[-1:]), None)}
 
 
 # Options a replayed message must not carry over: a fresh retry budget, a new Redis id.

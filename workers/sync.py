@@ -15,8 +15,9 @@ from typing import Any, Callable, Iterator
 import dramatiq
 
 from memindex.pipeline.config.agents import settings_for
-from memindex.pipeline.config.settings import Context
+from memindex.pipeline.config.settings import Context, pinned
 from memindex.pipeline.embeddings.embedder import identity_for
+from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
 from memindex.pipeline.index.records import FileJob
 from memindex.workers import flags
@@ -41,21 +42,26 @@ def run_sync(ctx: Context, *, force: bool = False,
 
 
 def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-    """Send the writer the plan, then enqueue the work it announces."""
+    """Send the writer the plan, then enqueue the work it announces.
+
+    The messages carry the pinned Context (absolute config and state dir), so every
+    worker plans and writes with the settings this plan was made with.
+    """
+    msg = pinned(settings_for(ctx)).as_dict()
     pending = [(j.source, j.path) for j in plan.jobs]
-    write_plan.send(ctx.as_dict(), plan.generation, plan.fingerprint, pending, plan.deletes,
+    write_plan.send(msg, plan.generation, plan.fingerprint, pending, plan.deletes,
                     planned_at=time.time_ns())
     sent = 0
     for group in _groups(plan.jobs):
-        index_files.send(ctx.as_dict(), plan.generation, [j.to_message() for j in group])
+        index_files.send(msg, plan.generation, [j.to_message() for j in group])
         sent += len(group)
         if progress is not None:
             progress(sent, len(plan.jobs))
     for delta in plan.session_deltas:
-        index_session_delta.send(ctx.as_dict(), plan.generation, delta.to_message())
+        index_session_delta.send(msg, plan.generation, delta.to_message())
     to_index = len(plan.jobs) + len(plan.session_deltas)
     log.info("sync %s: generation %d (%s), %d to index (%d session deltas), %d to delete, %d unchanged",
-             ctx.agent_id, plan.generation, plan.role, to_index, len(plan.session_deltas), len(plan.deletes),
+             msg["agent_id"], plan.generation, plan.role, to_index, len(plan.session_deltas), len(plan.deletes),
              plan.unchanged)
     return {"generation": plan.generation, "to_index": to_index, "to_delete": len(plan.deletes),
             "unchanged": plan.unchanged}
@@ -74,7 +80,9 @@ def _groups(jobs: list[FileJob]) -> Iterator[list[FileJob]]:
         yield group
 
 
-@dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=10 * 60_000, **RETRY)
+# A missing workspace, a bad extraPaths entry or an unwritable store stay so until someone acts.
+@dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=10 * 60_000, throws=(WorkspaceError, ConfigError, StoreError),
+                **RETRY)
 def sync_agent(ctx: dict[str, Any], force: bool = False, reason: str = "manual") -> None:
     log.debug("sync %s requested (%s)", ctx.get("agent_id"), reason)
     context = Context.from_dict(ctx)

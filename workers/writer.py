@@ -20,11 +20,14 @@ from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.preparers import is_current
 from memindex.pipeline.index.records import FileRecord, TouchRecord
+from memindex.pipeline.errors import StoreError
 from memindex.pipeline.store.core import StoreWriter, open_writer
 from memindex.workers import queues
 from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync
 
 log = logging.getLogger("memindex.writer")
+# StoreError (a read-only state dir, mixed vector dims) will not get better by retrying;
+# a record the store cannot take is already its file's problem row (StoreWriter).
 
 # Backpressure: the writer is the one serial stage. Unbounded, a backfill's
 # chunked records would pile up in the write queue (in this process on the
@@ -60,9 +63,18 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
             log.info("store %s was replaced; reopening", key)
             w.close()
             w = None
+        lost = w is not None and w.wal_lost()
+        if lost:
+            # Its WAL was deleted under it: writes since the last checkpoint may be gone
+            # although they were reported done. Reopen, and have a sync re-plan from disk.
+            log.warning("store %s lost its WAL; reopening and re-planning", key)
+            w.close()
+            w = None
         if w is None:
             w = _writers[key] = open_writer(settings)
             _writer_inodes[key] = _inode(key)
+    if lost:
+        request_resync(ctx.as_dict(), "wal-lost")
     return settings, w
 
 
@@ -80,7 +92,7 @@ def close_writers() -> None:
         _writers.clear()
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
 def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
                pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None) -> None:
     settings, w = _writer(Context.from_dict(ctx))
@@ -89,7 +101,7 @@ def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any]
     w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at)
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
 def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     context = Context.from_dict(ctx)
     settings, w = _writer(context)
@@ -100,7 +112,11 @@ def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, An
     if fresh:
         _, rejected = w.write_files(generation, fresh)
         if rejected:
-            request_resync(ctx, "provider-changed")
+            # Same provider, model and endpoint but other dims: the endpoint changed what
+            # it serves, which a plan cannot see (dims are learnt from answers): rebuild.
+            dims_only = _only_dims_differ(w.generation_fingerprint(generation) or {},
+                                          [r for r in fresh if r.path in set(rejected)])
+            request_resync(ctx, "dims-changed" if dims_only else "provider-changed", force=dims_only)
         max_entries = settings.memory_search["cache"]["maxEntries"]
         if any(r.embedding is not None for r in fresh) and max_entries:
             w.prune_cache(max_entries)
@@ -111,20 +127,27 @@ def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, An
         request_resync(ctx, "stale-write")
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
+    ident = (fp.get("provider"), fp.get("model"), fp.get("providerKey"))
+    return bool(rejected) and all(
+        r.embedding is not None and (r.embedding.provider, r.embedding.model, r.embedding.provider_key) == ident
+        for r in rejected)
+
+
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
 def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _, w = _writer(Context.from_dict(ctx))
     # A transcript replaced since the read is left to the detector's rebuild.
     w.append_chunks(generation, [r for r in map(FileRecord.from_message, records) if is_current(r)])
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
 def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _, w = _writer(Context.from_dict(ctx))
     w.touch_files(generation, [TouchRecord.from_message(r) for r in records])
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, **RETRY)
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
 def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
     settings, w = _writer(Context.from_dict(ctx))
     w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])

@@ -2,7 +2,12 @@
 
 Workers receive a ``Context`` in every message and must not re-parse the
 JSON5 config for each one: settings are cached and reloaded only when the
-config file's mtime changes.
+config file's (or the state dir's ``.env``) mtime changes.
+
+A worker started with ``OPENCLAW_STATE_DIR`` or ``OPENCLAW_CONFIG_PATH`` serves
+that state dir and config only: ``check_message_context`` refuses a message
+whose sender resolved others (a CLI run with another environment must never
+make production workers plan, or rebuild, with a config they were not given).
 """
 
 from __future__ import annotations
@@ -10,21 +15,41 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Mapping, TypeVar
 
-from memindex.pipeline.config.settings import AgentSettings, Context, config_path_for, default_state_dir, load_settings
+from memindex.pipeline.config.settings import AgentSettings, ConfigError, Context, context_paths, load_settings
 
 _lock = threading.Lock()
-_cache: dict[Context, tuple[float | None, AgentSettings]] = {}
+_cache: dict[Context, tuple[tuple[float | None, ...], AgentSettings]] = {}
 
 
-def _config_mtime(ctx: Context) -> float | None:
-    state = Path(ctx.state_dir).expanduser() if ctx.state_dir else default_state_dir()
-    path = config_path_for(ctx.config, state)
+def _mtime(path: Path | None) -> float | None:
     try:
-        return os.stat(path).st_mtime if path else None
+        return os.stat(path).st_mtime_ns if path else None
     except OSError:
         return None
+
+
+def _config_mtime(ctx: Context) -> tuple[float | None, ...]:
+    state, path = context_paths(ctx)
+    return _mtime(path), _mtime(state / ".env")
+
+
+class ContextMismatch(ConfigError):
+    """A queue message names another state dir or config than this worker was started with."""
+
+
+def check_message_context(ctx: Context, env: Mapping[str, str] | None = None) -> None:
+    """Refuse ``ctx`` if this process is pinned (``OPENCLAW_STATE_DIR``/``OPENCLAW_CONFIG_PATH`` set)
+    to a state dir or config other than the ones ``ctx`` resolves to. Both paths are named."""
+    env = os.environ if env is None else env
+    if not (env.get("OPENCLAW_STATE_DIR", "").strip() or env.get("OPENCLAW_CONFIG_PATH", "").strip()):
+        return
+    mine, theirs = context_paths(Context(), env), context_paths(ctx, env)
+    for what, a, b in (("state dir", mine[0], theirs[0]), ("config", mine[1], theirs[1])):
+        if (a and a.resolve()) != (b and b.resolve()):
+            raise ContextMismatch("context", f"refused a message for agent {ctx.agent_id!r}: its {what} is "
+                                             f"{b or '(none)'} but this worker serves {a or '(none)'}")
 
 
 def settings_for(ctx: Context) -> AgentSettings:

@@ -10,21 +10,32 @@ OpenClaw's camelCase keys so that docs, seeds and config read the same.
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
+import logging
+import math
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
-
-import json5
+from typing import Any, Callable, Mapping, MutableMapping
 
 # The provider table is pure data; the one import config makes from embeddings (see pyproject).
 from memindex.pipeline.embeddings.registry import dims_choices
 from memindex.pipeline.embeddings.registry import find as find_provider
 from memindex.pipeline.embeddings.registry import get as provider_spec
 from memindex.pipeline.embeddings.registry import ids as provider_ids
+from memindex.pipeline.config.loader import load_config, resolve_secret_refs
+from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
+from memindex.pipeline.config.paths import NO_CONFIG as NO_CONFIG
+from memindex.pipeline.config.paths import config_path_for as config_path_for
+from memindex.pipeline.config.paths import default_state_dir as default_state_dir
+from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
+from memindex.pipeline.config.paths import agent_workspace, find_agent, inside, resolve_agent_id, resolve_user_path
 from memindex.pipeline.errors import ConfigError
+
+log = logging.getLogger("memindex.config")
 
 
 # --- field checks -------------------------------------------------------------
@@ -42,7 +53,7 @@ def _clamped(what: str, convert: Callable[[Any], Any], lo: Any, hi: Any) -> Chec
     """A number (not a bool, not NaN) converted by ``convert`` and clamped to [lo, hi]."""
 
     def check(key: str, v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ConfigError(key, f"expected {what}, got {v!r}")
         n = convert(v)
         if lo is not None:
@@ -142,7 +153,7 @@ def _duration_ms(key: str, v: Any) -> int:
 # Test-only providers ("hash") may be named as the provider, but are never listed as a
 # choice nor accepted as a fallback.
 def provider_choices() -> tuple[str, ...]:
-    return ("auto", *provider_ids())
+    return ("auto", "none", *provider_ids())
 
 
 def fallback_choices() -> tuple[str, ...]:
@@ -150,7 +161,8 @@ def fallback_choices() -> tuple[str, ...]:
 
 
 def _provider(key: str, v: Any) -> str:
-    if v == "auto" or (isinstance(v, str) and find_provider(v) is not None):
+    # "none" is OpenClaw's deliberate keyword-only search (no embeddings at all).
+    if v in ("auto", "none") or (isinstance(v, str) and find_provider(v) is not None):
         return v
     raise ConfigError(key, f"expected one of {', '.join(provider_choices())}; got {v!r}")
 
@@ -175,6 +187,18 @@ class F:
 
     default: Any
     check: Check
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A key of OpenClaw's schema that memindex does not implement: its value is checked,
+    then dropped, and one warning per load names every such key that was set."""
+
+    schema: Any  # a Check, or a dict schema of Checks / Fs
+
+
+def _any(key: str, v: Any) -> Any:
+    return v
 
 
 # Scope rules (F16), checked at load so a typo fails once, naming its key,
@@ -229,7 +253,14 @@ MEMORY_SEARCH: dict[str, Any] = {
     "sources": F(["memory"], _str_list(("memory", "sessions"))),
     "extraPaths": F([], _str_list()),
     "outputDimensionality": F(None, _opt(_int(1))),
+    # OpenClaw's older name for outputDimensionality; merged into it by resolve_agent.
+    "dimensions": F(None, _opt(_int(1))),
     "experimental": {"sessionMemory": F(False, _bool)},
+    "rememberAcrossConversations": Ignored(_bool),
+    "inputType": Ignored(_str),
+    "queryInputType": Ignored(_str),
+    "documentInputType": Ignored(_str),
+    "qmd": Ignored({"extraCollections": _qmd_paths}),
     "remote": {
         "baseUrl": F(None, _opt(_str)),
         "apiKey": F(None, _opt(_str)),
@@ -248,11 +279,14 @@ MEMORY_SEARCH: dict[str, Any] = {
         "modelPath": F(None, _opt(_str)),
         "modelCacheDir": F(None, _opt(_str)),
         "maxInputTokens": F(None, _opt(_int(8))),
+        "contextSize": Ignored(_any),
     },
     "store": {
         "driver": F("sqlite", _enum("sqlite")),
         "path": F(None, _opt(_str)),
         "vector": {"enabled": F(True, _bool), "extensionPath": F(None, _opt(_str))},
+        "cache": Ignored({"enabled": _bool, "maxEntries": _opt(_int(0))}),
+        "fts": Ignored({"tokenizer": _enum("unicode61", "trigram")}),
     },
     "chunking": {"tokens": F(400, _int(1)), "overlap": F(80, _int(0))},
     "sync": {
@@ -261,11 +295,16 @@ MEMORY_SEARCH: dict[str, Any] = {
         "watch": F(True, _bool),
         "watchDebounceMs": F(1500, _int(0)),
         "intervalMinutes": F(0, _num(0)),
-        "sessions": {"deltaBytes": F(DEFAULT_DELTA_BYTES, _int(0)), "deltaMessages": F(DEFAULT_DELTA_MESSAGES, _int(0))},
+        "embeddingBatchTimeoutSeconds": Ignored(_num(0)),
+        "sessions": {"deltaBytes": F(DEFAULT_DELTA_BYTES, _int(0)), "deltaMessages": F(DEFAULT_DELTA_MESSAGES, _int(0)),
+                     "postCompactionForce": Ignored(_bool)},
     },
     "query": {
         "maxResults": F(6, _int(1)),
         "minScore": F(0.35, _num(0.0, 1.0)),
+        # memindex extension (issue 17): "calibrated" = every score on one scale, a chunk's score
+        # at least its keyword evidence; "weighted" = the spec's 0.7/0.3 sum of BM25/best and cosine.
+        "fusion": F("calibrated", _enum("calibrated", "weighted")),
         "hybrid": {
             "enabled": F(True, _bool),
             "vectorWeight": F(0.7, _num(0.0, 1.0)),
@@ -290,6 +329,9 @@ MEMORY: dict[str, Any] = {
     "scope": SCOPE,
     "qmd": {
         "command": F("qmd", _str),
+        "mcporter": Ignored({"enabled": _bool, "serverName": _str, "startDaemon": _bool}),
+        "rerank": Ignored(_bool),
+        "searchTool": Ignored(_str),
         "searchMode": F("search", _enum("search", "vsearch", "query")),
         "includeDefaultMemory": F(True, _bool),
         "paths": F([], _qmd_paths),
@@ -302,6 +344,8 @@ MEMORY: dict[str, Any] = {
             "interval": F(300_000, _duration_ms),
             "debounceMs": F(15_000, _int(0)),
             "onBoot": F(True, _bool),
+            "startup": Ignored(_enum("off", "idle", "immediate")),
+            "startupDelayMs": Ignored(_int(0)),
             "waitForBootSync": F(False, _bool),
             "embedInterval": F(3_600_000, _duration_ms),
             "commandTimeoutMs": F(30_000, _int(1)),
@@ -330,12 +374,22 @@ MEMORY_FLUSH: dict[str, Any] = {
 def _defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: _defaults(v) if isinstance(v, dict) else copy.deepcopy(v.default)
-        for k, v in schema.items()
+        for k, v in schema.items() if not isinstance(v, Ignored)
     }
 
 
-def _validate(schema: Mapping[str, Any], value: Any, key: str) -> dict[str, Any]:
-    """Check a user subtree against the schema; return only the keys it set."""
+def _unknown_key(schema: Mapping[str, Any], k: str, path: str) -> ConfigError:
+    """A key neither OpenClaw nor memindex knows, with the closest known one suggested."""
+    close = difflib.get_close_matches(k, list(schema), n=1, cutoff=0.6)
+    hint = f'did you mean "{close[0]}"? ' if close else ""
+    return ConfigError(path, f"unknown key; {hint}(known: {', '.join(sorted(schema))})")
+
+
+def _validate(schema: Mapping[str, Any], value: Any, key: str, ignored: list[str]) -> dict[str, Any]:
+    """Check a user subtree against the schema; return only the keys it set.
+
+    ``ignored`` collects the paths of accepted-but-unimplemented OpenClaw keys.
+    """
     if not isinstance(value, dict):
         raise ConfigError(key, f"expected an object, got {value!r}")
     out: dict[str, Any] = {}
@@ -343,9 +397,45 @@ def _validate(schema: Mapping[str, Any], value: Any, key: str) -> dict[str, Any]
         sub = schema.get(k)
         path = f"{key}.{k}"
         if sub is None:
-            raise ConfigError(path, f"unknown key (known: {', '.join(sorted(schema))})")
-        out[k] = _validate(sub, v, path) if isinstance(sub, dict) else sub.check(path, v)
+            raise _unknown_key(schema, k, path)
+        if isinstance(sub, Ignored):
+            if isinstance(sub.schema, dict):
+                _validate(sub.schema, v, path, [])
+            else:
+                sub.schema(path, v)
+            ignored.append(path)
+        elif isinstance(sub, dict):
+            out[k] = _validate(sub, v, path, ignored)
+        else:  # an F, or a bare Check inside an Ignored subtree
+            out[k] = sub.check(path, v) if isinstance(sub, F) else sub(path, v)
     return out
+
+
+def _subtree(parent: Mapping[str, Any], k: str, key: str) -> dict[str, Any]:
+    """``parent[k]`` as an object (absent or null: empty); anything else is a ConfigError."""
+    v = parent.get(k)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected an object, got {v!r}")
+    return v
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_ignored(ignored: list[str]) -> None:
+    """One warning per distinct set of ignored keys per process (settings are reloaded often)."""
+    if not ignored:
+        return
+    msg = ("OpenClaw settings accepted but not implemented by memindex (ignored): "
+           + ", ".join(dict.fromkeys(ignored)))
+    with _warned_lock:
+        if msg in _warned:
+            return
+        _warned.add(msg)
+    log.warning("%s", msg)
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -395,45 +485,6 @@ def validate_multimodal(ms: Mapping[str, Any], key: str) -> None:
                           f"or {MULTIMODAL_DIMS[-1]} (got {dims})")
 
 
-DEFAULT_AGENT = "main"
-
-
-def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    raw = env.get("OPENCLAW_STATE_DIR")
-    return Path(raw).expanduser() if raw else Path("~/.openclaw").expanduser()
-
-
-def config_path_for(
-    explicit: str | os.PathLike[str] | None, state_dir: Path, env: Mapping[str, str] | None = None
-) -> Path | None:
-    env = os.environ if env is None else env
-    if explicit:
-        return Path(explicit).expanduser()
-    if env.get("OPENCLAW_CONFIG_PATH"):
-        return Path(env["OPENCLAW_CONFIG_PATH"]).expanduser()
-    candidate = state_dir / "openclaw.json"
-    return candidate if candidate.exists() else None
-
-
-def load_config_file(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(path), "config file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), f"not valid UTF-8 ({exc.reason})") from None
-    try:
-        data = json5.loads(text) if text.strip() else {}
-    except ValueError as exc:
-        raise ConfigError(str(path), f"not valid JSON5: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "the top level must be an object")
-    return data
-
-
 @dataclass(frozen=True)
 class AgentSettings:
     """Everything one agent's indexing and search needs, fully defaulted."""
@@ -455,7 +506,7 @@ class AgentSettings:
 
     @property
     def sessions_dir(self) -> Path:
-        return self.state_dir / "agents" / self.agent_id / "sessions"
+        return inside(self.state_dir / "agents", self.state_dir / "agents" / self.agent_id / "sessions", "--agent")
 
     @property
     def chunk_tokens(self) -> int:
@@ -476,49 +527,45 @@ class AgentSettings:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _agent_entries(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    agents = cfg.get("agents") or {}
-    if not isinstance(agents, dict):
-        raise ConfigError("agents", "expected an object")
-    entries = agents.get("list") or []
-    if not isinstance(entries, list):
-        raise ConfigError("agents.list", "expected a list")
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not e["id"].strip():
-            raise ConfigError(f"agents.list[{i}].id", "every agent needs a non-empty string id")
-    return entries
 
-
-def list_agent_ids(cfg: Mapping[str, Any]) -> list[str]:
-    ids = [e["id"].strip() for e in _agent_entries(cfg)]
-    return ids or [DEFAULT_AGENT]
+def _ms_key(found: tuple[int, dict[str, Any]] | None) -> str:
+    return f"agents.list[{found[0]}].memorySearch" if found else "agents.defaults.memorySearch"
 
 
 def resolve_agent(
     cfg: Mapping[str, Any],
-    agent_id: str = DEFAULT_AGENT,
+    agent_id: str | None = None,
     *,
     state_dir: Path | None = None,
     workspace_override: str | os.PathLike[str] | None = None,
     config_path: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> AgentSettings:
-    """Merge defaults ← agents.defaults.memorySearch ← agents.list[id].memorySearch."""
-    env = os.environ if env is None else env
-    state_dir = (state_dir or default_state_dir(env)).expanduser()
-    agents = cfg.get("agents") or {}
-    defaults = agents.get("defaults") or {}
-    if not isinstance(defaults, dict):
-        raise ConfigError("agents.defaults", "expected an object")
-    entry = next((e for e in _agent_entries(cfg) if e["id"].strip() == agent_id), {})
-    idx = next((i for i, e in enumerate(_agent_entries(cfg)) if e["id"].strip() == agent_id), None)
+    """Merge defaults ← agents.defaults.memorySearch ← agents.list[id].memorySearch.
 
-    ms = _defaults(MEMORY_SEARCH)
-    base_ms = _validate(MEMORY_SEARCH, defaults.get("memorySearch") or {}, "agents.defaults.memorySearch")
-    agent_ms = _validate(
-        MEMORY_SEARCH, entry.get("memorySearch") or {}, f"agents.list[{idx}].memorySearch"
-    )
-    ms = _deep_merge(_deep_merge(ms, base_ms), agent_ms)
+    ``agent_id`` None is the configured default agent; an id that is not
+    configured is a ConfigError naming the configured ones.
+    """
+    env = os.environ if env is None else env
+    state_dir = resolve_user_path(state_dir, env) if state_dir else default_state_dir(env)
+    agent_id = resolve_agent_id(cfg, agent_id)
+    found = find_agent(cfg, agent_id)
+    entry = found[1] if found else {}
+    defaults = _subtree(_subtree(cfg, "agents", "agents"), "defaults", "agents.defaults")
+
+    ignored: list[str] = []
+    base_key, agent_key = "agents.defaults.memorySearch", _ms_key(found)
+    base_ms = _validate(MEMORY_SEARCH, resolve_secret_refs(
+        _subtree(defaults, "memorySearch", base_key), cfg, env, base_key), base_key, ignored)
+    agent_ms = _validate(MEMORY_SEARCH, resolve_secret_refs(
+        _subtree(entry, "memorySearch", agent_key), cfg, env, agent_key), agent_key, ignored) if found else {}
+    ms = _deep_merge(_deep_merge(_defaults(MEMORY_SEARCH), base_ms), agent_ms)
+    dims = ms.pop("dimensions")
+    if dims is not None:
+        if ms["outputDimensionality"] not in (None, dims):
+            raise ConfigError(f"{agent_key if 'dimensions' in agent_ms else base_key}.dimensions",
+                              f"{dims} conflicts with outputDimensionality {ms['outputDimensionality']}")
+        ms["outputDimensionality"] = dims
     # extraPaths concatenate (defaults first), trimmed and de-duplicated (reference §0.2).
     extra = [p.strip() for p in (base_ms.get("extraPaths", []) + agent_ms.get("extraPaths", []))]
     ms["extraPaths"] = list(dict.fromkeys(p for p in extra if p))
@@ -530,54 +577,41 @@ def resolve_agent(
         (w["vectorWeight"] / total, w["textWeight"] / total) if total > 0 else (0.7, 0.3)
     )
     ms["chunking"]["overlap"] = max(0, min(ms["chunking"]["overlap"], ms["chunking"]["tokens"] - 1))
-    validate_multimodal(ms, f"agents.list[{idx}].memorySearch" if "multimodal" in agent_ms
-                        else "agents.defaults.memorySearch")
+    validate_multimodal(ms, agent_key if "multimodal" in agent_ms else base_key)
 
-    memory = _deep_merge(_defaults(MEMORY), _validate(MEMORY, cfg.get("memory") or {}, "memory"))
-    compaction = defaults.get("compaction") or {}
-    if not isinstance(compaction, dict):
-        raise ConfigError("agents.defaults.compaction", "expected an object")
-    flush = _deep_merge(
-        _defaults(MEMORY_FLUSH),
-        _validate(MEMORY_FLUSH, compaction.get("memoryFlush") or {}, "agents.defaults.compaction.memoryFlush"),
-    )
+    memory = _deep_merge(_defaults(MEMORY), _validate(MEMORY, _subtree(cfg, "memory", "memory"), "memory", ignored))
+    compaction = _subtree(defaults, "compaction", "agents.defaults.compaction")
+    flush_key = "agents.defaults.compaction.memoryFlush"
+    flush = _deep_merge(_defaults(MEMORY_FLUSH),
+                        _validate(MEMORY_FLUSH, _subtree(compaction, "memoryFlush", flush_key), flush_key, ignored))
     if flush["reserveTokensFloor"] is None:
         floor = compaction.get("reserveTokensFloor", DEFAULT_RESERVE_TOKENS_FLOOR)
         flush["reserveTokensFloor"] = _int(0)("agents.defaults.compaction.reserveTokensFloor", floor)
+    _warn_ignored(ignored)
 
-    plugins = cfg.get("plugins") or {}
-    slot = ((plugins.get("slots") or {}) if isinstance(plugins, dict) else {}).get("memory")
+    slot = _subtree(_subtree(cfg, "plugins", "plugins"), "slots", "plugins.slots").get("memory")
     enabled = bool(ms["enabled"]) and slot != "none"
 
-    if workspace_override:
-        workspace = Path(workspace_override)
-    elif entry.get("workspace"):
-        workspace = Path(str(entry["workspace"]))
-    elif defaults.get("workspace"):
-        workspace = Path(str(defaults["workspace"]))
-    else:
-        workspace = state_dir / "workspace"
-    workspace = workspace.expanduser().resolve()
+    workspace = (resolve_user_path(workspace_override, env) if workspace_override
+                 else agent_workspace(cfg, agent_id, state_dir, env)).resolve()
 
     raw_store = ms["store"]["path"]
-    store_path = (
-        Path(raw_store.replace("{agentId}", agent_id)).expanduser()
-        if raw_store
-        else state_dir / "memory" / f"{agent_id}.sqlite"
-    )
-    if not store_path.is_absolute():
-        store_path = (state_dir / store_path).resolve()
+    if raw_store:
+        store_path = Path(raw_store.replace("{agentId}", agent_id)).expanduser()
+        store_path = store_path if store_path.is_absolute() else state_dir / store_path
+    else:
+        store_path = inside(state_dir / "memory", state_dir / "memory" / f"{agent_id}.sqlite", "--agent")
 
-    models = cfg.get("models") or {}
-    providers = (models.get("providers") or {}) if isinstance(models, dict) else {}
-    if not isinstance(providers, dict):
-        raise ConfigError("models.providers", "expected an object")
+    providers = _subtree(_subtree(cfg, "models", "models"), "providers", "models.providers")
+    # SecretRefs of the providers memindex can embed with; other providers are none of our business.
+    providers = {p: resolve_secret_refs(v, cfg, env, f"models.providers.{p}") if find_provider(p) else v
+                 for p, v in providers.items()}
 
     return AgentSettings(
         agent_id=agent_id,
         workspace=workspace,
         state_dir=state_dir,
-        store_path=store_path,
+        store_path=Path(os.path.normpath(store_path)),
         enabled=enabled,
         memory_search=ms,
         memory=memory,
@@ -589,9 +623,14 @@ def resolve_agent(
 
 @dataclass(frozen=True)
 class Context:
-    """How a worker finds an agent's settings: small enough to ride in every message."""
+    """How a worker finds an agent's settings: small enough to ride in every message.
 
-    agent_id: str = DEFAULT_AGENT
+    ``agent_id`` None is the configured default agent; ``config``/``state_dir`` None
+    are looked up the OpenClaw way (flags, then ``OPENCLAW_*``, then ``~/.openclaw``).
+    A message always carries a ``pinned`` Context: every field resolved and absolute.
+    """
+
+    agent_id: str | None = None
     config: str | None = None
     state_dir: str | None = None
     workspace: str | None = None
@@ -604,20 +643,37 @@ class Context:
     def from_dict(cls, d: Mapping[str, Any]) -> "Context":
         return cls(**{k: d.get(k) for k in ("agent_id", "config", "state_dir", "workspace")})
 
-    def with_agent(self, agent_id: str) -> "Context":
+    def with_agent(self, agent_id: str | None) -> "Context":
         return Context(agent_id, self.config, self.state_dir, self.workspace)
 
 
+def pinned(settings: AgentSettings) -> Context:
+    """The Context that finds exactly these settings again, in any process, from any cwd and
+    environment: absolute config path (``NO_CONFIG`` when there was none), state dir, workspace."""
+    return Context(settings.agent_id, str(settings.config_path) if settings.config_path else NO_CONFIG,
+                   str(settings.state_dir), str(settings.workspace))
+
+
+def context_paths(ctx: Context, env: Mapping[str, str] | None = None) -> tuple[Path, Path | None]:
+    """The absolute state dir and config path (None: no file) ``ctx`` names, resolved once here."""
+    state_dir = resolve_user_path(ctx.state_dir, env) if ctx.state_dir else default_state_dir(env)
+    return state_dir, config_path_for(ctx.config, state_dir, env)
+
+
+def _load(ctx: Context, env: Mapping[str, str] | None) -> tuple[dict[str, Any], Path, Path | None, Mapping[str, str]]:
+    # The process environment receives <state>/.env and the env block, as OpenClaw's does;
+    # an explicit ``env`` (tests, embedding callers) is copied and left untouched.
+    target: MutableMapping[str, str] = os.environ if env is None else dict(env)
+    state_dir, path = context_paths(ctx, target)
+    return load_config(path, state_dir, target), state_dir, path, target
+
+
 def load_settings(ctx: Context, env: Mapping[str, str] | None = None) -> AgentSettings:
-    state_dir = Path(ctx.state_dir).expanduser() if ctx.state_dir else default_state_dir(env)
-    path = config_path_for(ctx.config, state_dir, env)
-    cfg = load_config_file(path)
-    return resolve_agent(
-        cfg, ctx.agent_id, state_dir=state_dir, workspace_override=ctx.workspace,
-        config_path=path, env=env,
-    )
+    cfg, state_dir, path, target = _load(ctx, env)
+    return resolve_agent(cfg, ctx.agent_id, state_dir=state_dir, workspace_override=ctx.workspace,
+                         config_path=path, env=target)
 
 
 def load_raw(ctx: Context, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    state_dir = Path(ctx.state_dir).expanduser() if ctx.state_dir else default_state_dir(env)
-    return load_config_file(config_path_for(ctx.config, state_dir, env))
+    """The config ``ctx`` names, includes merged and variables substituted (not validated)."""
+    return _load(ctx, env)[0]

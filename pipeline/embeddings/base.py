@@ -13,7 +13,7 @@ import json
 from abc import ABC, abstractmethod
 from typing import Any, Mapping, Self
 
-from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.registry import ProviderArgs
 from memindex.pipeline.errors import ProviderError
 
@@ -24,6 +24,10 @@ AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-k
 
 class ProviderAuthError(ProviderError):
     """The request can never succeed as configured (missing/rejected key, unknown model, bad request)."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider failed recently and its circuit breaker is open: not called at all."""
 
 
 class ProviderRateLimited(ProviderError):
@@ -98,7 +102,11 @@ class EmbeddingProvider(ABC):
         self._secret = api_key
         self.model = model or spec.default_model
         self.base_url = (base_url or spec.default_base_url or "").rstrip("/")
-        self.dims = registry.known_dims(self.id, self.model)
+        # A proxy or local server (LiteLLM, ...) may serve other vectors under a known
+        # model name: off the provider's own endpoint the dims come from the first
+        # answer (or the configured output size), never from the provider's table.
+        native = self.base_url == (spec.default_base_url or "").rstrip("/")
+        self.dims = registry.known_dims(self.id, self.model) if native else self.output_dimensionality
         self.max_input_tokens = registry.max_input_tokens(self.id, self.model)
         self.max_batch_items = max_batch_items
         self.max_batch_tokens = max_batch_tokens
@@ -144,10 +152,11 @@ class EmbeddingProvider(ABC):
         return {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
 
     def redact(self, text: str) -> str:
-        """Remove the API key from text that may reach a log or an exception."""
-        if self._secret and len(self._secret) >= 4:
-            text = text.replace(self._secret, "***")
-        return text
+        """Remove the API key and every registered secret (``remote.headers`` values) from text
+        that may reach a log or an exception."""
+        if self._secret and len(self._secret) >= secrets.MIN_SECRET_LEN:
+            text = text.replace(self._secret, secrets.MASK)
+        return secrets.redact(text)
 
     def __repr__(self) -> str:  # never shows the key
         return f"<{type(self).__name__} id={self.id} model={self.model} base_url={self.base_url}>"

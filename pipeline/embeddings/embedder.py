@@ -13,21 +13,50 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from memindex.pipeline import observe
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.store.core import StoreReader, open_reader
-from memindex.pipeline.errors import FallbackSwitched
+from memindex.pipeline.embeddings.base import ProviderUnavailable
+from memindex.pipeline.embeddings.breaker import CircuitBreaker
+from memindex.pipeline.errors import FallbackSwitched, ProviderError
 
 log = logging.getLogger("memindex.embedder")
+T = TypeVar("T")
+
+
+def guarded(breaker: CircuitBreaker, provider_key: str, label: str, call: Callable[[], T]) -> T:
+    """``call()`` through the provider's circuit breaker: refused at once while it is open,
+    and a ``ProviderError`` opens it (see ``breaker``)."""
+    if not breaker.allow(provider_key):
+        raise ProviderUnavailable(f"{label} is failing ({breaker.reason(provider_key)}); "
+                                  "not called until a retry after the cooldown succeeds")
+    try:
+        out = call()
+    except ProviderError as exc:
+        log.warning("embeddings from %s failed (%s); keyword-only until a retry in %gs succeeds",
+                    label, exc, breaker.cooldown_s)
+        breaker.failure(provider_key, str(exc))
+        raise
+    breaker.success(provider_key)
+    return out
 
 QUERY_CACHE_SIZE = 256
 
 
 _services: dict[str, tuple[Any, str]] = {}
 _services_lock = threading.Lock()
+# One per agent settings, like the service: indexing and search of an agent in one
+# process share what they learned about its provider.
+_breakers: dict[str, CircuitBreaker] = {}
+
+
+def breaker_for(settings: AgentSettings) -> CircuitBreaker:
+    with _services_lock:
+        return _breakers.setdefault(settings.digest(), CircuitBreaker())
 
 
 def _service(settings: AgentSettings) -> tuple[Any | None, str]:
@@ -70,6 +99,7 @@ def reset_services() -> None:
     """Forget cached services (tests; config reloads get a new digest anyway)."""
     with _services_lock:
         _services.clear()
+        _breakers.clear()
 
 
 def _identity(provider: Any) -> EmbeddingIdentity:
@@ -118,7 +148,9 @@ class ChunkEmbedder:
         reader = _cache_readers.get(self.settings, lambda: open_reader(self.settings))
         ident = self.identity
         try:
-            return reader.cached_embeddings(ident.provider, ident.model, ident.provider_key, ident.dims, hashes)
+            found = reader.cached_embeddings(ident.provider, ident.model, ident.provider_key, ident.dims, hashes)
+            observe.hooks.cache_hits(len(found), len(hashes))
+            return found
         except Exception as exc:  # noqa: BLE001 - a cache problem must not stop indexing
             log.warning("embedding cache lookup failed: %s", exc)
             return {}
@@ -131,7 +163,7 @@ class ChunkEmbedder:
                 missing[h] = t
         fresh: dict[str, list[float]] = {}
         if missing:
-            result = self._accept(self.service.embed_documents(list(missing.values())))
+            result = self._accept(self._guarded(lambda: self.service.embed_documents(list(missing.values()))))
             fresh = {h: v for h, v in zip(missing, result.vectors) if v}
         vectors = [cached.get(h) or fresh.get(h) for h in hashes]
         return vectors, set(cached)
@@ -143,9 +175,12 @@ class ChunkEmbedder:
         missing = {h: item for item, h in zip(items, hashes) if h not in cached}
         fresh: dict[str, list[float]] = {}
         if missing:
-            result = self._accept(self.service.embed_media(list(missing.values())))
+            result = self._accept(self._guarded(lambda: self.service.embed_media(list(missing.values()))))
             fresh = {h: v for h, v in zip(missing, result.vectors) if v}
         return [cached.get(h) or fresh.get(h) for h in hashes], set(cached)
+
+    def _guarded(self, call: Callable[[], T]) -> T:
+        return guarded(breaker_for(self.settings), self.identity.provider_key, self.identity.provider, call)
 
     def _accept(self, result: Any) -> Any:
         """Check the vectors belong to this index; learn its dims from them."""
@@ -201,8 +236,11 @@ class AgentQueryEmbedder:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        # The timeout is the provider's default (registry.query_timeout_s).
-        vec = self.service.embed_query(text, fingerprint=index_fp.get("providerKey")).vector
+        # One attempt within the provider's query budget (registry.query_timeout_s), as
+        # OpenClaw does; a failure opens the breaker, so later searches don't wait on it.
+        pk = str(index_fp.get("providerKey"))
+        vec = guarded(breaker_for(self.settings), pk, str(index_fp.get("provider")),
+                      lambda: self.service.embed_query(text, fingerprint=pk)).vector
         with self._lock:
             self._cache[key] = vec
             while len(self._cache) > QUERY_CACHE_SIZE:

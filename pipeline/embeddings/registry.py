@@ -73,13 +73,14 @@ class ProviderSpec:
     auto_hint: str = ""  # what "auto" looks for, in messages (default: the first env var)
     batch_client: Lazy | None = None  # (EmbeddingProvider) -> BatchClient, for providers with a batch API
     max_concurrency: int | None = None  # requests in flight per process/cluster; None = nonBatchConcurrency
-    query_timeout_s: float = 15.0  # a search's query embedding, retries included
+    query_timeout_s: float = 3.0  # a search's query embedding (one attempt): a search never waits longer
     known_dims: Mapping[str, int] = field(default_factory=dict)  # model -> vector size at default settings
     # model-name prefix -> the sizes outputDimensionality may ask for (any size when absent).
     dims_choices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     max_input_tokens: Mapping[str, int] = field(default_factory=dict)  # model -> per-text limit
     default_max_input_tokens: int = 8192
     test_only: bool = False  # selectable by name (tests, benchmarks), never auto-selected, never listed
+    extra: str | None = None  # the pip extra that installs its SDK (`memindex[<extra>]`); None: always installed
 
     def names_in_config(self) -> tuple[str, ...]:
         return self.config_names or (self.id,)
@@ -96,6 +97,7 @@ _BUILTIN = (
         max_concurrency=1,  # one machine's CPU/GPU: parallel requests only queue up there
         query_timeout_s=60.0,  # CPU inference, and the first call loads the model
         default_max_input_tokens=512,
+        extra="local",
     ),
     ProviderSpec(
         id="openai",
@@ -126,6 +128,7 @@ _BUILTIN = (
         dims_choices={"gemini-embedding-2": (768, 1536, 3072)},  # the largest is the default
         max_input_tokens={"gemini-embedding-2-preview": 8192},
         default_max_input_tokens=2048,
+        extra="gemini",
     ),
     ProviderSpec(
         id="voyage",
@@ -139,6 +142,7 @@ _BUILTIN = (
         auto_order=3,
         batch_client=f"{_BATCH}.voyage:VoyageBatchClient",
         max_input_tokens={"voyage-3": 32000, "voyage-3-lite": 16000, "voyage-code-3": 32000},
+        extra="voyage",
     ),
     ProviderSpec(
         id="mistral",
@@ -218,6 +222,17 @@ def load(ref: Lazy) -> Any:
     for part in attr.split(".") if attr else ():
         obj = getattr(obj, part)
     return obj
+
+
+def factory_of(spec: ProviderSpec) -> Any:
+    """The spec's factory, importing its SDK now: a missing SDK is one error naming the extra to install."""
+    try:
+        return load(spec.factory)
+    except ModuleNotFoundError as exc:
+        if spec.extra is None or (exc.name or "").partition(".")[0] == "memindex":
+            raise
+        raise ProviderError(f"embedding provider {spec.id!r} needs its SDK ({exc.name} is not installed): "
+                            f"pip install 'memindex[{spec.extra}]'") from None
 
 
 # --- derived lists -----------------------------------------------------------------

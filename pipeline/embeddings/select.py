@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderAuthError, ProviderError
 from memindex.pipeline.embeddings.endpoints import fallback_provider, requested_provider, resolve_base_url, resolve_headers, resolve_model
 from memindex.pipeline.embeddings.keys import missing_key_message, resolve_api_key
@@ -62,7 +62,8 @@ def build_provider(
         cache_dir=cache_dir,
         hf_base_url=hf_base_url,
     )
-    provider: EmbeddingProvider = registry.load(spec.factory)(args)  # imports the provider's SDK now
+    secrets.register(key, *(args.headers or {}).values())  # before any request can log them
+    provider: EmbeddingProvider = registry.factory_of(spec)(args)  # imports the provider's SDK now
     if provider.id != spec.id:
         raise ProviderError(f"embedding provider {spec.id!r}: its factory built a {provider.id!r} provider")
     return provider
@@ -85,6 +86,8 @@ def select_provider(
                               auth_profiles=auth_profiles, hf_base_url=hf_base_url)
 
     primary: EmbeddingProvider | None = None
+    if requested == "none":  # OpenClaw's deliberate keyword-only search: no provider, no fallback
+        return ProviderChoice(None, None, 'provider "none": keyword search only', requested)
     if requested == "auto":
         for spec in registry.auto_specs():
             if spec.auto_check is not None:

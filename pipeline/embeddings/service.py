@@ -28,11 +28,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderError, ProviderTransientError
+from memindex.pipeline import observe
 from memindex.pipeline.embeddings.limiter import Limiter, default_limiter
 from memindex.pipeline.embeddings.limits import HARD_MAX_INPUT_TOKENS, estimate_tokens, split_to_limit
 from memindex.pipeline.embeddings.retry import RetryPolicy, call_with_retry, embed_with_splitting, pack_batches
@@ -172,7 +173,7 @@ class EmbeddingService:
         vectors: list[list[float]] = []
         for item in items:
             def attempt(item: tuple[bytes, str] = item) -> list[list[float]]:
-                with self.limiter.acquire(provider.id):
+                with self.limiter.acquire(provider.id), observe.embedding_request(provider.id):
                     vecs = embed([item])
                 dims = validate_vectors(vecs, expected_count=1, expected_dims=provider.dims, provider_id=provider.id)
                 if provider.dims is None:
@@ -192,8 +193,14 @@ class EmbeddingService:
 
     def _request(self, provider: EmbeddingProvider, texts: list[str], policy: RetryPolicy | None = None,
                  query: bool = False) -> list[list[float]]:
+        attempts = 0
+
         def attempt() -> list[list[float]]:
-            with self.limiter.acquire(provider.id):
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                observe.hooks.embedding_retry(provider.id)
+            with self.limiter.acquire(provider.id), observe.embedding_request(provider.id):
                 vecs = [provider.embed_query(texts[0])] if query else provider.embed_documents(texts)
             dims = validate_vectors(vecs, expected_count=len(texts), expected_dims=provider.dims,
                                     provider_id=provider.id)
@@ -226,7 +233,9 @@ class EmbeddingService:
             timeout_s = registry.query_timeout_s(provider.id)
         if not provider.self_truncates:
             text = split_to_limit(text, min(provider.max_input_tokens, HARD_MAX_INPUT_TOKENS))[0]
-        policy = self.retry.with_budget(timeout_s)
+        # No retries: a search must not wait out a failing provider (OpenClaw does not retry
+        # query embeddings either); the caller's circuit breaker remembers the failure.
+        policy = replace(self.retry.with_budget(timeout_s), max_attempts=1)
         box: dict[str, object] = {}
 
         def run() -> None:

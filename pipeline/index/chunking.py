@@ -10,12 +10,17 @@ to size, which duplicates one piece and loses the tail of the line.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 CHARS_PER_TOKEN = 4
 # Bump when the chunking algorithm changes in a way that moves chunk boundaries
 # or ids: it is part of the index fingerprint, so existing indexes are rebuilt.
-CHUNKER_VERSION = 1
+CHUNKER_VERSION = 2  # 2: a lone CR ends a line
+
+# Where a line ends, for the chunker's line numbers and memory_get's alike: at LF, or at a
+# lone CR (classic Mac files). The CR of a CRLF stays with its line (split_lines drops it).
+LINE_BREAK = re.compile(r"\r(?!\n)|\n")
 
 
 @dataclass(frozen=True)
@@ -37,11 +42,10 @@ def chunk_limits(tokens: int, overlap: int) -> tuple[int, int]:
 
 
 def split_lines(text: str) -> list[str]:
-    """Split on \\n; a CR of CRLF is dropped so snippets and hashes don't carry it.
-
-    A final newline ends the last line rather than starting an empty one.
+    """Split on CRLF, LF or a lone CR; no line keeps its terminator, so snippets and
+    hashes carry none. A final line end ends the last line rather than starting an empty one.
     """
-    lines = text.split("\n")
+    lines = LINE_BREAK.split(text)
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]

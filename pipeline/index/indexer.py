@@ -8,16 +8,21 @@ files is ``preparers.prepare_file``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
 from memindex.pipeline.index.media import extra_kind_for
+from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.sessions import discover_sessions, next_step
-from memindex.pipeline.index.workspace import MemoryFile, iter_discover
-from memindex.pipeline.store.core import FileKey, StoreReader, open_reader
+from memindex.pipeline.index.workspace import MemoryFile, check_roots, iter_discover
+from memindex.pipeline.errors import StoreCorrupt
+from memindex.pipeline.store.core import FileKey, StoreReader, check_writable, open_reader, quarantine
+
+log = logging.getLogger("memindex.sync")
 
 
 @dataclass
@@ -39,7 +44,13 @@ def plan_sync(
     files: Sequence[MemoryFile] | None = None,
     force: bool = False,
 ) -> SyncPlan:
-    """Decide the target generation and which files need work."""
+    """Decide the target generation and which files need work.
+
+    Raises ``WorkspaceError`` (workspace missing or not a directory) before
+    reading the store: a plan from an empty listing would delete every file.
+    """
+    if files is None and "memory" in settings.sources:
+        check_roots(settings)
     fp = index_fingerprint(settings, ident)
     st = reader.state()
     if st.live_generation is None:
@@ -72,11 +83,14 @@ def plan_sync(
                 plan.session_deltas.append(step)
                 continue
             prev = None
-        if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force:
+        retry_vectors = prev is not None and embedding_pending(prev.error) and ident.provider != KEYWORD_ONLY.provider
+        if (prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force
+                and not retry_vectors):
             plan.unchanged += 1
             continue
+        # A file still waiting for its vectors is re-read, not touched: same bytes, new work.
         plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
-                                 prev.hash if prev else None))
+                                 prev.hash if prev and not retry_vectors else None))
     plan.deletes = [k for k in indexed if k not in seen]
     return plan
 
@@ -89,9 +103,17 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
     Nothing to do means no file work, no rebuild, nothing left pending and the
     live fingerprint unchanged: then a sync need not touch the writer at all.
     """
+    check_writable(settings.store_path)
     reader = open_reader(settings)
     try:
-        plan = plan_sync(settings, reader, ident, force=force)
+        try:
+            plan = plan_sync(settings, reader, ident, force=force)
+        except StoreCorrupt as exc:
+            # The Markdown is the source of truth: a damaged store is moved aside and rebuilt.
+            log.warning("%s", exc)
+            reader.close()
+            quarantine(settings.store_path)
+            plan = plan_sync(settings, reader, ident, force=force)
         st = reader.state()
         noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
                 and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0

@@ -14,11 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from memindex.pipeline.errors import ProviderError
 from memindex.pipeline.index.chunking import Chunk
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity
 from memindex.pipeline.index.records import ChunkRecord, FileJob, FileRecord, TouchRecord
+from memindex.pipeline.index.workspace import name_problem
 
 log = logging.getLogger("memindex.indexer")
+
+# Starts the problem of a file indexed without its vectors because the provider failed:
+# its text is keyword-searchable now, and the planner re-plans it until the vectors follow.
+EMBED_PENDING = "embedding pending"
+
+
+def embedding_pending(error: str | None) -> bool:
+    return error is not None and error.startswith(EMBED_PENDING)
 
 
 class ChunkEmbedder(Protocol):
@@ -51,15 +61,19 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
                    limit_name: str = "") -> Prepared | tuple[os.stat_result, bytes, str]:
     """Read a job's file: (stat, bytes, sha256), or the ``Prepared`` that ends the job early.
 
-    Vanished and symlinked files end as ``vanished``; too-large and unreadable
-    ones as an error record (so the next sync does not retry them); unchanged
-    content as a stat-only ``touch``.
+    Vanished and symlinked files end as ``vanished``; too-large, unreadable and
+    unnamable ones as an error record (so the next sync does not retry them);
+    unchanged content as a stat-only ``touch``.
     """
     path = Path(job.abs_path)
     try:
         st = os.lstat(path)
         if not os.path.isfile(path) or os.path.islink(path):
             return Prepared(None, vanished=True)
+        bad_name = name_problem(job.abs_path)
+        if bad_name:
+            log.warning("%s: %s", job.path, bad_name)
+            return Prepared(build_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident, bad_name))
         if st.st_size > max_bytes:
             limit = f"{limit_name} {max_bytes:,}" if limit_name else f"{max_bytes:,}"
             log.warning("%s: %d bytes exceeds the limit (%s); skipped", job.path, st.st_size, limit)
@@ -77,6 +91,16 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
     return st, data, digest
 
 
+def unpreparable(job: FileJob, exc: BaseException, ident: EmbeddingIdentity | None) -> FileRecord:
+    """The problem record of a file whose preparation raised: skipped and reported, never retried
+    until it changes (a provider failure instead leaves it pending its vectors)."""
+    why = f"{type(exc).__name__}: {exc}"
+    problem = (f"{EMBED_PENDING} ({why})" if isinstance(exc, ProviderError)
+               else f"could not be indexed ({why}); skipped")
+    log.warning("%s: %s", job.path, problem)
+    return build_record(job, None, f"error:{type(exc).__name__}", [], ident, problem)
+
+
 def embed_into_record(job: FileJob, st: os.stat_result | None, digest: str, chunks: Sequence[Chunk],
                       embedder: ChunkEmbedder | None, problem: str | None) -> FileRecord:
     """``build_record`` for text chunks, embedded through ``embedder`` (and its cache) if there is one."""
@@ -84,7 +108,14 @@ def embed_into_record(job: FileJob, st: os.stat_result | None, digest: str, chun
     hits: set[str] = set()
     ident = None
     if embedder is not None and chunks:
-        vectors, hits = embedder.embed_chunks([c.text for c in chunks], [c.hash for c in chunks])
+        try:
+            vectors, hits = embedder.embed_chunks([c.text for c in chunks], [c.hash for c in chunks])
+        except ProviderError as exc:
+            # Keyword indexing never waits for embeddings: write the text now, vectors later.
+            # INFO per file: the provider's failure itself is one WARNING (its breaker opening).
+            log.info("%s: %s (%s); indexed for keyword search", job.path, EMBED_PENDING, exc)
+            problem = f"{EMBED_PENDING} ({exc}); keyword-searchable until a later sync embeds it" + (
+                f"; {problem}" if problem else "")
     if embedder is not None:
         # Also for a file with no chunks: the writer rejects records whose identity
         # does not match the index, and an empty file must not loop through re-syncs.

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.errors import ConfigError, WorkspaceError
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
@@ -40,8 +41,40 @@ class MemoryFile:
     kind: str = "markdown"  # or "image" / "audio" (F17)
 
 
+# An extraPaths entry this broad indexes a whole disk (or the index itself); it needs this opt-in.
+ALLOW_BROAD_ENV = "MEMINDEX_ALLOW_BROAD_EXTRA_PATHS"
+
+
 def rel_path(workspace: Path, abs_path: Path) -> str:
-    return Path(os.path.relpath(abs_path, workspace)).as_posix()
+    return display_path(Path(os.path.relpath(abs_path, workspace)).as_posix())
+
+
+def display_path(path: str) -> str:
+    """``path`` as stored and shown: a name that is not valid UTF-8 (legal on Linux, carried
+    by Python as surrogate escapes) has its undecodable bytes shown as ``\\xNN``.
+
+    Such a file is skipped with a problem (``name_problem``), never indexed: SQLite text
+    and every log line must be valid UTF-8, and an escaped name is not a path to read back.
+    """
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def name_problem(abs_path: str) -> str | None:
+    """Why a file cannot be indexed by its name, or None."""
+    try:
+        abs_path.encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        return "file name is not valid UTF-8; skipped (rename it to index it)"
+
+
+def is_markdown_name(name: str) -> bool:
+    """The one rule for a Markdown memory file's name (discovery and memory_get): ``.md`` in any case."""
+    return name.lower().endswith(".md")
 
 
 def is_ignored_dir(name: str) -> bool:
@@ -89,15 +122,53 @@ def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[str
 
 
 def _markdown_only(name: str) -> str | None:
-    return "markdown" if name.endswith(".md") else None
+    return "markdown" if is_markdown_name(name) else None
+
+
+def _too_broad(p: Path, settings: AgentSettings) -> bool:
+    """``/``, the home directory, or the state dir (or anything holding it): the index would index itself."""
+    try:
+        real = Path(os.path.realpath(p))
+        state = Path(os.path.realpath(settings.state_dir))
+        home = Path(os.path.realpath(Path.home()))
+    except (OSError, RuntimeError):
+        return False
+    return real == Path(real.anchor) or real == home or real == state or real in state.parents
+
+
+def _allow_broad() -> bool:
+    return os.environ.get(ALLOW_BROAD_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
+    """The extraPaths entries as absolute paths; a too-broad one is left out unless opted in
+    (``check_roots`` is what refuses it with an error)."""
     out: list[Path] = []
+    allow = _allow_broad()
     for raw in settings.memory_search["extraPaths"]:
         p = Path(raw).expanduser()
-        out.append(p if p.is_absolute() else settings.workspace / p)
+        p = p if p.is_absolute() else settings.workspace / p
+        if allow or not _too_broad(p, settings):
+            out.append(p)
     return out
+
+
+def check_roots(settings: AgentSettings) -> None:
+    """Refuse to sync from a workspace that is not there (an unmounted or renamed workspace
+    must not look like "every file deleted") or with a too-broad extraPaths entry."""
+    ws = settings.workspace
+    if not os.path.lexists(ws):
+        raise WorkspaceError(f"workspace {display_path(str(ws))} does not exist; index left unchanged")
+    if not ws.is_dir():
+        raise WorkspaceError(f"workspace {display_path(str(ws))} is not a directory; index left unchanged")
+    if _allow_broad():
+        return
+    for raw in settings.memory_search["extraPaths"]:
+        p = Path(raw).expanduser()
+        if _too_broad(p if p.is_absolute() else ws / p, settings):
+            raise ConfigError("memorySearch.extraPaths",
+                              f"{raw!r} is too broad (the filesystem root, the home directory or the "
+                              f"state dir); name a narrower directory, or set {ALLOW_BROAD_ENV}=1")
 
 
 def discover(settings: AgentSettings, *, extra_kind=None) -> list[MemoryFile]:
@@ -150,7 +221,7 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
             if key in seen:
                 continue
             seen.add(key)
-            sub = sub.replace(os.sep, "/")
+            sub = display_path(sub.replace(os.sep, "/"))
             rel = sub if rel_root == "." else f"{rel_root}/{sub}"
             yield MemoryFile(rel, sp, "memory", st.st_size, st.st_mtime_ns, kind)
 

@@ -18,7 +18,9 @@ from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.errors import QmdError
 from memindex.pipeline.search.scope import check_scope
-from memindex.pipeline.search.engine import MemorySearch, SearchResponse, SearchResult, citation_for, citations_on
+from memindex.pipeline.search.engine import (
+    AsyncSearch, MemorySearch, SearchResponse, SearchResult, citation_for, citations_on,
+)
 
 if TYPE_CHECKING:  # the qmd manager is imported only when memory.backend is "qmd" (CLI start-up)
     from memindex.pipeline.search.qmd.manager import QmdManager
@@ -69,7 +71,7 @@ def diversify_by_source(results: list[SearchResult], limit: int) -> list[SearchR
     return out
 
 
-class FallbackSearch:
+class FallbackSearch(AsyncSearch):
     """qmd first, the built-in ``MemorySearch`` whenever qmd cannot answer."""
 
     def __init__(self, settings: AgentSettings, *, manager: QmdManager | None = None,
@@ -198,6 +200,11 @@ class SearchEngine(Protocol):
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None) -> SearchResponse: ...
+
+    async def asearch(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+                      session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+        """``search`` without blocking the event loop (runs on a small shared thread pool)."""
+        ...
 
     def status(self, *, probe: bool = False) -> dict[str, Any]: ...
 

@@ -18,18 +18,19 @@ from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.store.fts_budget import FtsBudget
-from memindex.pipeline.store.fts_text import build_match_query
+from memindex.pipeline.store.fts_text import build_match_query, query_keywords
 from memindex.pipeline.search.ranking import (
-    Candidate, normalize_weights, rank_pipeline, relative_text_score,
+    Candidate, calibrated_text_scores, keyword_coverage, normalize_weights, rank_pipeline, relative_text_score,
 )
-from memindex.pipeline.search.scope import check_scope
+from memindex.pipeline.search.aio import run_in_pool
+from memindex.pipeline.search.snippet import centred_snippet
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero
+from memindex.pipeline.errors import ProviderError
 
 log = logging.getLogger("memindex.search")
 
-SNIPPET_MAX_CHARS = 700
 MAX_CANDIDATES = 200
 # With sqlite-vec, generations from this many chunks are searched in an in-memory
 # mirror (vec0's scalar scan costs ~0.42 us per 384-dim vector), unless the mirror
@@ -52,6 +53,9 @@ class SearchResult:
     vectorScore: float | None = None
     textScore: float | None = None
     kind: str | None = None  # "image" / "audio" for multimodal results (F17); None for text
+    # The lines the snippet shows (startLine/endLine stay the chunk's, as in OpenClaw).
+    snippetStartLine: int | None = None
+    snippetEndLine: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -100,8 +104,20 @@ def citations_on(mode: str, session_key: str | None) -> bool:
     return not ({"group", "channel"} & set(rest))
 
 
-def snippet_of(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit]
+class _Searches(Protocol):
+    def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+               session_key: str | None = None, chat_type: str | None = None) -> SearchResponse: ...
+
+
+class AsyncSearch:
+    """``await engine.asearch(...)``: ``search`` on the shared thread pool, so an event loop never
+    blocks on it (mixed into every engine)."""
+
+    async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
+                      min_score: float | None = None, session_key: str | None = None,
+                      chat_type: str | None = None) -> SearchResponse:
+        return await run_in_pool(self.search, query, max_results=max_results, min_score=min_score,
+                                 session_key=session_key, chat_type=chat_type)
 
 
 @runtime_checkable
@@ -119,7 +135,7 @@ class QueryEmbedder(Protocol):
     def embed_query(self, text: str, index_fp: Mapping[str, Any] | None = None) -> list[float] | None: ...
 
 
-class MemorySearch:
+class MemorySearch(AsyncSearch):
     """One agent's search. Thread-safe; reuse one instance per agent."""
 
     def __init__(
@@ -139,6 +155,7 @@ class MemorySearch:
         self.clock = clock
         self._warm_sessions: set[str] = set()
         self._lock = threading.Lock()
+        self._scheduling = False
         self._mirror = VectorMirror(settings.store_path)
         self._fts_budget = FtsBudget()
 
@@ -155,12 +172,26 @@ class MemorySearch:
         self._schedule("session-start")
 
     def _schedule(self, reason: str) -> None:
+        """Fire and forget, off the search's thread: a hung broker (a Redis that accepts and
+        never answers) must not stall a search. At most one request is in flight per engine;
+        while it hangs, later ones are dropped (the sync it asks for covers them)."""
         if self.schedule_sync is None:
             return
-        try:
-            self.schedule_sync(self.settings, reason)
-        except Exception as exc:  # noqa: BLE001 - scheduling must never break a search
-            log.warning("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
+        with self._lock:
+            if self._scheduling:
+                return
+            self._scheduling = True
+
+        def run() -> None:
+            try:
+                self.schedule_sync(self.settings, reason)  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - scheduling must never break a search
+                log.warning("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
+            finally:
+                with self._lock:
+                    self._scheduling = False
+
+        threading.Thread(target=run, name=f"memindex-schedule-{self.settings.agent_id}", daemon=True).start()
 
     # -- search -------------------------------------------------------------------
     def search(
@@ -172,6 +203,25 @@ class MemorySearch:
         session_key: str | None = None,
         chat_type: str | None = None,
     ) -> SearchResponse:
+        """Never raises: a store it cannot read answers no results, with a warning saying why."""
+        try:
+            return self._search(query, max_results=max_results, min_score=min_score,
+                                session_key=session_key, chat_type=chat_type)
+        except Exception as exc:  # noqa: BLE001 - an agent's tool call must always get an answer
+            log.warning("memory search failed for %s: %s: %s", self.settings.agent_id, type(exc).__name__, exc)
+            resp = self._empty_response(self.settings.memory["citations"])
+            resp.warning = f"memory search failed ({type(exc).__name__}: {exc}); no results"
+            return resp
+
+    def _search(
+        self,
+        query: str,
+        *,
+        max_results: int | None,
+        min_score: float | None,
+        session_key: str | None,
+        chat_type: str | None,
+    ) -> SearchResponse:
         ms = self.settings.memory_search
         citations_mode = self.settings.memory["citations"]
         resp = self._empty_response(citations_mode)
@@ -181,10 +231,8 @@ class MemorySearch:
         self.warm_session(session_key)
         if ms["sync"]["onSearch"]:
             self._schedule("search")
-        scope = self.settings.memory.get("scope") or ms.get("scope")
-        if not check_scope(scope, session_key, chat_type).allowed:
-            resp.warning = "memory search is not allowed in this chat (scope rules)"
-            return resp
+        # No scope check (``chat_type`` is only part of the shared backend signature): OpenClaw
+        # applies ``scope`` to the QMD backend only (backend.py), never to the builtin store.
         query = (query or "").strip()
         if not query:
             return resp
@@ -209,7 +257,7 @@ class MemorySearch:
             vector_hits = self._vector_candidates(snap, qvec, n_cand) if qvec is not None else []
             text_hits = []
             if qvec is None or (hybrid["enabled"] and tw > 0):
-                text_hits = self._keyword_candidates(snap, query, n_cand)
+                text_hits = self._keyword_candidates(snap, query, n_cand, q["fusion"])
             decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
             mtimes = None
             if decay["enabled"]:
@@ -220,28 +268,29 @@ class MemorySearch:
                 min_score=min_score, max_results=max_results,
                 temporal_decay=decay["enabled"], half_life_days=decay["halfLifeDays"],
                 now=self.clock(), mtimes=mtimes,
-                mmr=mmr["enabled"], mmr_lambda=mmr["lambda"],
+                mmr=mmr["enabled"], mmr_lambda=mmr["lambda"], fusion=q["fusion"],
                 # a full top-K from the vector arm bounds the cosine of every chunk it did not return
                 unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
             )
             kinds = snap.media_kinds([c.chunk_id for c in cands])
         cite = citations_on(citations_mode, session_key)
-        resp.results = [self._result(c, cite, kinds.get(c.chunk_id)) for c in cands]
+        keys = query_keywords(query)
+        resp.results = [self._result(c, cite, keys, kinds.get(c.chunk_id)) for c in cands]
         return resp
 
     def _empty_response(self, citations_mode: str) -> SearchResponse:
         return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
 
-    def _result(self, c: Candidate, cite: bool, kind: str | None = None) -> SearchResult:
-        snippet = snippet_of(c.text)
-        citation = citation_for(c.path, c.start_line, c.end_line)
-        if cite:
-            snippet = f"{snippet.strip()}\n\nSource: {citation}"
+    def _result(self, c: Candidate, cite: bool, keys: frozenset[str], kind: str | None = None) -> SearchResult:
+        snip = centred_snippet(c.text, c.start_line, c.end_line, keys)
+        citation = citation_for(c.path, snip.start_line, snip.end_line)
+        snippet = f"{snip.text.strip()}\n\nSource: {citation}" if cite else snip.text
         return SearchResult(
             path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
             snippet=snippet, source=c.source, citation=citation if cite else None,
             vectorScore=round(c.vector_score, 6) if c.has_vector else None,
             textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
+            snippetStartLine=snip.start_line, snippetEndLine=snip.end_line,
         )
 
     def _describe_index(self, resp: SearchResponse, fp: dict[str, Any] | None) -> None:
@@ -269,25 +318,31 @@ class MemorySearch:
         try:
             vec = emb.embed_query(query, fp)
         except Exception as exc:  # noqa: BLE001 - degrade to keyword search, say so
-            log.warning("query embedding failed (%s); answering keyword-only", exc)
-            resp.warning = f"query embedding failed ({type(exc).__name__}); keyword-only results"
+            if not isinstance(exc, ProviderError):  # provider failures are logged once, as the breaker opens
+                log.warning("query embedding failed (%s); answering keyword-only", exc)
+            resp.warning = f"query embedding failed ({type(exc).__name__}: {exc}); keyword-only results"
+            resp.mode = "fts-only"
             return None
         check = getattr(emb, "is_fallback_index", None)
         resp.fallback = bool(check(fp)) if check else bool(getattr(emb, "fallback", False))
         return None if vec is None or is_zero(vec) else list(vec)
 
     # -- candidate arms -------------------------------------------------------------
-    def _keyword_candidates(self, snap: ReadSnapshot, query: str, limit: int) -> list[Candidate]:
+    def _keyword_candidates(self, snap: ReadSnapshot, query: str, limit: int, fusion: str) -> list[Candidate]:
         match = build_match_query(query)
         if match is None:
             return []
         hits = snap.keyword_hits(match, limit, self._fts_budget)
         rows = snap.chunk_rows([h[0] for h in hits])
-        best = hits[0][1] if hits else 0.0  # best first: the most negative bm25
-        return [
-            Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=relative_text_score(rank, best), has_text=True)
-            for rowid, rank in hits if (r := rows.get(rowid)) is not None
-        ]
+        found = [(r, rank) for rowid, rank in hits if (r := rows.get(rowid)) is not None]
+        if fusion == "calibrated":
+            keys = query_keywords(query)
+            scores = calibrated_text_scores([rank for _, rank in found], [keyword_coverage(r[6], keys) for r, _ in found])
+        else:
+            best = hits[0][1] if hits else 0.0  # best first: the most negative bm25
+            scores = [relative_text_score(rank, best) for _, rank in found]
+        return [Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=ts, has_text=True)
+                for (r, _), ts in zip(found, scores)]
 
     def _vector_candidates(self, snap: ReadSnapshot, qvec: list[float], limit: int) -> list[Candidate]:
         hits: list[tuple[int, float]] | None = None

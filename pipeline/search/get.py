@@ -3,8 +3,9 @@
 Unlike the reference (which answers every refusal with a generic "path
 required"), each refusal names the rule that refused it, so an agent can
 correct its call. Allowed: ``MEMORY.md``, ``memory.md``, ``memory/**.md``
-inside the workspace and ``.md`` files inside an extraPaths entry; never a
-symlink, never anything that resolves outside those roots.
+inside the workspace and ``.md`` files inside an extraPaths entry (given
+workspace-relative, as search returns them, e.g. ``../team/t.md``, or
+absolute); never a symlink, never anything that resolves outside those roots.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, rel_path, resolve_extra_paths
+from memindex.pipeline.index.chunking import LINE_BREAK
+from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
 from memindex.pipeline.errors import MemoryGetError
+from memindex.pipeline.search.aio import run_in_pool
 
 MAX_READ_BYTES = 10 * 1024 * 1024
 
@@ -68,40 +71,19 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     if kind is not None:  # multimodal results are searchable, never returned as raw content (F17)
         raise MemoryGetError(f"memory_get reads Markdown only; {raw} is an {kind} file "
                              "(found through memory_search, not readable as text)")
-    given = Path(raw).expanduser()
-    if given.is_absolute():
-        raise MemoryGetError("path rejected: absolute paths are not allowed; use a workspace-relative path")
-    if ".." in PurePosixPath(raw.replace("\\", "/")).parts:
-        raise MemoryGetError("path rejected: '..' segments are not allowed")
-    if not raw.lower().endswith(".md"):
+    # Relative paths resolve against the workspace, absolute ones as given (as OpenClaw's
+    # readFile does), so every path search returns reads back, ``../team/t.md`` from an
+    # extraPaths directory outside the workspace included. Normalising first means a
+    # ``..`` can only ever land on a path that the root checks below still vet.
+    candidate = Path(os.path.normpath(ws / Path(raw).expanduser()))
+    if not is_markdown_name(candidate.name):
         raise MemoryGetError("path rejected: only Markdown (.md) memory files can be read")
-    candidate = ws / raw
-    norm = PurePosixPath(raw.replace("\\", "/").lstrip("./")).as_posix()
-    root: Path | None = None
-    if norm in ROOT_FILES or norm.startswith("memory/"):
-        root = ws
-    else:
-        for extra in resolve_extra_paths(settings):
-            if extra.is_symlink():
-                continue
-            ex = os.path.normpath(extra)
-            cand = os.path.normpath(candidate)
-            if extra.is_dir() and (cand == ex or cand.startswith(ex + os.sep)):
-                root = extra
-                break
-            if cand == ex:
-                root = extra.parent
-                break
-    if root is None and settings.memory["backend"] == "qmd":
-        from memindex.pipeline.search.qmd.paths import collection_containing  # a custom qmd collection inside the workspace
-
-        coll = collection_containing(settings, candidate)
-        root = coll.path if coll is not None else None
+    root = _memory_root(settings, candidate)
     if root is None:
         raise MemoryGetError(
             f"path rejected: {raw!r} is outside the memory files (MEMORY.md, memory.md, memory/, extraPaths)"
         )
-    if any(is_ignored_dir(p) for p in PurePosixPath(norm).parts[:-1]):
+    if any(is_ignored_dir(p) for p in Path(os.path.relpath(candidate, root)).parts[:-1]):
         raise MemoryGetError("path rejected: inside an ignored directory")
     if not _no_symlinks_between(root, candidate):
         raise MemoryGetError("path rejected: symlinks are not followed")
@@ -110,6 +92,28 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     if not (real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)):
         raise MemoryGetError("path rejected: resolves outside the memory roots")
     return candidate, rel_path(ws, candidate)
+
+
+def _memory_root(settings: AgentSettings, candidate: Path) -> Path | None:
+    """The memory root that holds ``candidate`` (normalised, absolute), or None."""
+    ws = settings.workspace
+    rel = rel_path(ws, candidate)
+    if rel in ROOT_FILES or rel.startswith("memory/"):
+        return ws
+    for extra in resolve_extra_paths(settings):
+        if extra.is_symlink():  # a symlinked extraPaths entry is ignored, as in discovery
+            continue
+        ex = Path(os.path.normpath(extra))
+        if candidate == ex:
+            return ex.parent
+        if ex.is_dir() and ex in candidate.parents:
+            return ex
+    if settings.memory["backend"] == "qmd":
+        from memindex.pipeline.search.qmd.paths import collection_containing  # a custom qmd collection
+
+        coll = collection_containing(settings, candidate)
+        return coll.path if coll is not None else None
+    return None
 
 
 def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
@@ -153,8 +157,14 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
     text = data.decode("utf-8", errors="replace")
     if not from_line and not lines:
         return MemoryGetResult(display, text)
-    all_lines = text.split("\n")
+    all_lines = LINE_BREAK.split(text)  # the lines citations count (a lone CR ends one too)
     start = max(1, from_line or 1)
     count = max(1, lines or len(all_lines))
     window = all_lines[start - 1 : start - 1 + count]
     return MemoryGetResult(display, "\n".join(window), start, len(window), len(all_lines))
+
+
+async def amemory_get(settings: AgentSettings, path: str, from_line: int | None = None,
+                      lines: int | None = None) -> MemoryGetResult:
+    """``memory_get`` without blocking the event loop (runs on the shared thread pool)."""
+    return await run_in_pool(memory_get, settings, path, from_line, lines)

@@ -6,7 +6,7 @@ file mtimes in, which keeps every step testable with hand-computed numbers.
 Pipeline order (F12)::
 
     vector + keyword -> weighted merge -> temporal decay -> sort -> MMR
-    -> minScore filter -> top maxResults
+    -> minScore filter (on the score before decay) -> top maxResults
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import datetime as _dt
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, script_family
+from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, keyword_tokens, match_key, script_family
 
 DEFAULT_VECTOR_WEIGHT = 0.7
 DEFAULT_TEXT_WEIGHT = 0.3
@@ -74,6 +74,29 @@ def relative_text_score(rank: float, best_rank: float) -> float:
     return min(1.0, r / best)
 
 
+def keyword_coverage(text: str, keys: frozenset[str]) -> float:
+    """Share of the query's content terms (``query_keywords``) that ``text`` contains."""
+    if not keys:
+        return 0.0
+    return len(keys & {match_key(t) for t in keyword_tokens(text)}) / len(keys)
+
+
+def calibrated_text_scores(ranks: list[float], coverages: list[float]) -> list[float]:
+    """Keyword evidence on the calibrated scale: ``sqrt((bm25/best + coverage/best coverage) / 2)``.
+
+    BM25 alone says nothing about a term every note contains (FTS5 floors its IDF at ~0: in
+    a workspace where every note names Rod, "Rod" scores 0 in all of them), so the share of
+    the query's terms a chunk holds (relative to the best-covered hit) carries half the
+    evidence. The square root is the calibration: a hit holding half of what the best hit
+    holds scores 0.5, so the default minScore 0.35 keeps chunks that match the query's
+    subject and drops those matching only a small share of it. Monotone in each part.
+    """
+    best = min((_finite(r) for r in ranks), default=0.0)
+    best_cov = max(coverages, default=0.0)
+    return [math.sqrt((relative_text_score(r, best) + (c / best_cov if best_cov > 0 else 0.0)) / 2)
+            for r, c in zip(ranks, coverages)]
+
+
 def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, float]:
     """Clamp each weight to [0,1] and rescale to sum 1; (0,0) -> defaults."""
     vw, tw = _clamp01(vector_weight), _clamp01(text_weight)
@@ -119,8 +142,15 @@ def merge_hybrid(
     vector_enabled: bool | None = None,
     text_enabled: bool | None = None,
     unseen_vector_bound: float | None = None,
+    fusion: str = "weighted",
 ) -> list[Candidate]:
     """Union both arms by chunk id and score them; sorted best first.
+
+    ``fusion`` "calibrated": a chunk's score is at least its keyword evidence,
+    ``max(vw*vs + tw*ts, ts)``, so a chunk matching the query's terms is never
+    cut by minScore because the vector arm is weak (a poor embedding model);
+    with calibrated keyword scores (:func:`calibrated_text_scores`) this is
+    one scale in every mode. "weighted" is the formula below alone.
 
     ``score = vw*vector_score + tw*text_score`` with normalised weights.
 
@@ -177,6 +207,8 @@ def merge_hybrid(
             score = max(score, c.text_score * anchor)
             if bound is not None:
                 score = max(score, vw * bound + tw * c.text_score)
+        if fusion == "calibrated" and c.has_text and tw > 0:
+            score = max(score, c.text_score)
         out.append(replace(c, score=score))
     return sort_candidates(out)
 
@@ -390,15 +422,16 @@ def _relevance(scores: list[float]) -> list[float]:
 
 
 def mmr_rerank(
-    cands: list[Candidate], lambda_: float, *, stop_after: int | None = None, min_score: float = -math.inf
+    cands: list[Candidate], lambda_: float, *, stop_after: int | None = None,
+    passes: Callable[[Candidate], bool] | None = None,
 ) -> list[Candidate]:
     """Reorder by Maximal Marginal Relevance; never drops, never rescores.
 
     Greedily picks ``argmax lambda*rel - (1-lambda)*max_jaccard_to_picked``;
     ties go to the higher original score, then to input order. ``lambda_`` is
     clamped to [0,1]; with 1 (or <= 1 candidate) this is a plain score sort.
-    ``stop_after``: stop picking once that many picks scoring >= ``min_score``
-    are made and append the rest by score - a caller that shows only those
+    ``stop_after``: stop picking once that many picks that ``passes`` (all by
+    default) are made and append the rest by score - a caller that shows only those
     (rank_pipeline) gets the same results for a fraction of the pairwise
     similarity work.
     """
@@ -443,7 +476,7 @@ def mmr_rerank(
                 best, best_val = i, val
         picked.append(best)
         remaining.remove(best)
-        shown += ordered[best].score >= min_score
+        shown += passes is None or passes(ordered[best])
     return [ordered[i] for i in picked]
 
 
@@ -467,53 +500,52 @@ def rank_pipeline(
     vector_enabled: bool | None = None,
     text_enabled: bool | None = None,
     unseen_vector_bound: float | None = None,
+    fusion: str = "weighted",
 ) -> list[Candidate]:
     """Merge -> decay (optional) -> sort -> MMR (optional) -> minScore -> top-K.
 
-    With MMR on, the top-K are taken in MMR order and then shown by score.
+    minScore is a relevance bar: it applies to the score before decay, so
+    decay orders results by age (the seed's example) without cutting a note
+    that answers the question just because it is old; the score shown is the
+    decayed one. With MMR on, the top-K are taken in MMR order and then shown by score.
     ``vector_enabled``/``text_enabled``: see :func:`merge_hybrid`.
     ``now`` (epoch seconds) is required when ``temporal_decay`` is on.
     """
     cands = merge_hybrid(
         vector_hits, text_hits, vector_weight, text_weight, vector_enabled=vector_enabled, text_enabled=text_enabled,
-        unseen_vector_bound=unseen_vector_bound,
+        unseen_vector_bound=unseen_vector_bound, fusion=fusion,
     )
-    age: dict[str, float] | None = None
+    threshold = _finite(min_score)
+    relevant = {c.chunk_id for c in cands if c.score >= threshold}
     if temporal_decay:
         if now is None:
             raise ValueError("rank_pipeline: temporal_decay needs 'now'")
-        age = {c.chunk_id: age_factor(c, now, half_life_days, mtimes or {}) for c in cands}
         cands = apply_temporal_decay(cands, now, half_life_days, mtimes or {})
     cands = sort_candidates(cands)
-    threshold = _finite(min_score)
     limit = max(0, int(max_results))
     if mmr:
-        cands = mmr_rerank(cands, mmr_lambda, stop_after=limit, min_score=threshold)
-    kept = [c for c in cands if c.score >= threshold][:limit]
+        cands = mmr_rerank(cands, mmr_lambda, stop_after=limit, passes=lambda c: c.chunk_id in relevant)
+    kept = [c for c in cands if c.chunk_id in relevant][:limit]
     # MMR decides *which* results make the cut; they are still presented best
     # first, as in the seed's Omada example (both of its lists are score-ordered).
     kept = sort_candidates(kept) if mmr else kept
-    return kept + keyword_fill(cands, kept, threshold, limit - len(kept), age=age)
+    return kept + keyword_fill(cands, kept, threshold, limit - len(kept))
 
 
 def keyword_fill(
     cands: list[Candidate], kept: list[Candidate], threshold: float, slots: int,
-    *, age: Mapping[str, float] | None = None,
 ) -> list[Candidate]:
     """Strong keyword matches that fill slots the fused score left empty.
 
     An exact ID or error string that the embeddings miss scores low on the
     fused scale (its cosine is poor or unknown). When its own keyword score
     passes minScore it may still take a *spare* slot - after every result that
-    passed on the fused score, so semantic ranking is never disturbed.
-    With temporal decay on, ``age`` (chunk id -> decay multiplier) ages the
-    keyword score too: a note that decay pushed out must not come back here.
+    passed on the fused score, so semantic ranking is never disturbed. Like
+    minScore, the bar applies before decay.
     """
     if slots <= 0:
         return []
     taken = {c.chunk_id for c in kept}
-    age = age or {}
-    extra = [c for c in cands if c.has_text and c.chunk_id not in taken
-             and c.text_score * age.get(c.chunk_id, 1.0) >= threshold]
+    extra = [c for c in cands if c.has_text and c.chunk_id not in taken and c.text_score >= threshold]
     extra.sort(key=lambda c: (-c.text_score, -c.score, c.chunk_id))
     return extra[:slots]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memindex.pipeline.config.settings import CHAT_TYPES, validate_scope
+from memindex.pipeline.config.settings import validate_scope
 
 log = logging.getLogger("memindex.scope")
 

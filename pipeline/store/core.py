@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
-from memindex.pipeline.errors import StoreError
+from memindex.pipeline.errors import StoreCorrupt, StoreError
 from memindex.pipeline.store import db
 from memindex.pipeline.store.fts_text import index_text
 from memindex.pipeline.store.schema import (
@@ -44,9 +44,22 @@ log = logging.getLogger("memindex.store")
 
 FileKey = tuple[str, str]  # (source, path)
 
+# What makes one record unstorable however often it is retried (unlike a locked or full
+# disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
+# (surrogates), a constraint the record breaks, a number out of range.
+UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
 
-def chunk_id(source: str, path: str, start: int, end: int, chunk_hash: str, model: str) -> str:
-    return hashlib.sha256(f"{source}:{path}:{start}:{end}:{chunk_hash}:{model}".encode("utf-8", "surrogatepass")).hexdigest()
+
+def printable(text: str) -> str:
+    """``text`` safe for a log line or an error message (undecodable bytes escaped)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def chunk_id(source: str, path: str, seq: int, start: int, end: int, chunk_hash: str, model: str) -> str:
+    """Unique by construction: ``seq`` is the chunk's position in its file, so two chunks with
+    the same lines and text (pieces of one long line repeating itself) still differ."""
+    return hashlib.sha256(
+        f"{source}:{path}:{seq}:{start}:{end}:{chunk_hash}:{model}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def now_ms() -> int:
@@ -73,11 +86,77 @@ class StoreState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def is_corruption(exc: BaseException) -> bool:
+    """A damaged file, as opposed to a busy or missing one (OperationalError: retry or wait)."""
+    return isinstance(exc, db.DatabaseError) and not isinstance(exc, db.OperationalError)
+
+
+def corrupt(path: Path | str, why: object) -> StoreCorrupt:
+    return StoreCorrupt(f"store {printable(str(path))} is damaged ({why}); `memindex index` moves it "
+                        "aside and rebuilds it from the Markdown files")
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def header_problem(path: Path | str) -> str | None:
+    """What is wrong with the store file, judged from its 100-byte header in O(1), or None:
+    not a SQLite file (garbage), or shorter than the page count its header records (truncated)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return None  # missing or unreadable: not a damaged store, the caller's open says why
+    if size == 0:
+        return None  # created, not written yet
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return "not a SQLite database"
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    # The header's page count is valid only when its change counter matches (offsets 24 and 92),
+    # and says nothing while a WAL holds pages a checkpoint has not copied back yet.
+    try:
+        wal = os.path.getsize(f"{path}-wal")
+    except OSError:
+        wal = 0
+    if not wal and head[24:28] == head[92:96] and pages and size < pages * page_size:
+        return f"truncated: {size:,} of {pages * page_size:,} bytes"
+    return None
+
+
+def check_writable(path: Path | str) -> None:
+    """Refuse early, with one clear line, when the store cannot be written (a read-only state dir):
+    otherwise every write would fail and be retried."""
+    p = Path(path)
+    target = p if p.exists() else next((d for d in p.parents if d.exists()), None)
+    if target is not None and not os.access(target, os.W_OK):
+        raise StoreError(f"cannot write the store {printable(str(p))}: {printable(str(target))} is read-only")
+    if p.exists() and not os.access(p.parent, os.W_OK):  # SQLite's WAL and SHM files live beside it
+        raise StoreError(f"cannot write the store {printable(str(p))}: its directory is read-only")
+
+
+def quarantine(path: Path | str) -> Path:
+    """Move a damaged store (and its WAL/SHM) aside as ``<store>.corrupt-<ms>``; the next writer
+    starts a fresh one. The Markdown on disk is the source of truth; only the embedding cache is lost."""
+    dest = Path(f"{path}.corrupt-{now_ms()}")
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.replace(f"{path}{suffix}", f"{dest}{suffix}")
+        except FileNotFoundError:
+            pass
+    log.warning("store %s is damaged: moved aside to %s; rebuilding", printable(str(path)), printable(str(dest)))
+    return dest
+
+
 def _read_state(conn: db.Connection) -> StoreState:
     try:
         rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     except db.OperationalError:
         return StoreState(None, None)
+    except db.DatabaseError as exc:
+        raise corrupt(_conn_path(conn), exc) from None
     live = json.loads(rows[META_KEY]) if META_KEY in rows else None
     building = json.loads(rows[BUILDING_KEY]) if BUILDING_KEY in rows else None
     extra = {k: v for k, v in rows.items() if k not in (META_KEY, BUILDING_KEY)}
@@ -88,6 +167,11 @@ def _read_state(conn: db.Connection) -> StoreState:
         building_fingerprint=building["fingerprint"] if building else None,
         extra=extra,
     )
+
+
+def _conn_path(conn: db.Connection) -> str:
+    row = conn.execute("PRAGMA database_list").fetchone()
+    return row[2] if row else "?"
 
 
 def _table_exists(conn: db.Connection, name: str) -> bool:
@@ -187,7 +271,7 @@ class StoreWriter:
 
     def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None):
         self.path = Path(path)
-        self.conn = db.connect(self.path)
+        self.conn = self._open_checked()
         _run_script(self.conn, BASE_DDL)
         self.conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -201,8 +285,39 @@ class StoreWriter:
                         self.vector_error)
         self._lock = threading.RLock()
 
+    def _open_checked(self) -> db.Connection:
+        """Open the store, moving a damaged one aside first (``quarantine``). A store that
+        cannot be created or written (a read-only state dir) is one ``StoreError``.
+        The checks are O(1) (header, schema read): a full quick_check would cost a big
+        store seconds on every open; ``check_invariant`` is the deep one."""
+        try:
+            damaged = header_problem(self.path)
+            if damaged is None:
+                conn = None
+                try:
+                    conn = db.connect(self.path)
+                    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                    conn.execute("BEGIN IMMEDIATE")  # fails at once on a read-only file or dir
+                    conn.execute("COMMIT")
+                    return conn
+                except db.DatabaseError as exc:
+                    if not is_corruption(exc):
+                        raise
+                    if conn is not None:
+                        conn.close()
+            quarantine(self.path)
+            return db.connect(self.path)
+        except (OSError, db.OperationalError) as exc:
+            raise StoreError(f"cannot write the store {printable(str(self.path))}: {exc} "
+                             "(is the state dir read-only?)") from None
+
     def close(self) -> None:
         self.conn.close()
+
+    def wal_lost(self) -> bool:
+        """The WAL file this connection writes was deleted under it: recent writes may never
+        reach the store, so the caller re-plans instead of trusting them."""
+        return not os.path.exists(f"{self.path}-wal")
 
     # -- meta ------------------------------------------------------------------
     def state(self) -> StoreState:
@@ -345,7 +460,7 @@ class StoreWriter:
                 if not identity_matches(fp, rec.embedding):
                     rejected.append(rec.path)
                     continue
-                written += self._write_file(gen, rec)
+                written += self._write_isolated(gen, rec)
         if rejected:
             log.warning("rejected %d write(s) embedded by a different provider than generation %d expects",
                         len(rejected), gen)
@@ -374,9 +489,39 @@ class StoreWriter:
                 if row is None or row[0] != rec.base_hash:
                     log.info("skipping append to %s: it no longer extends the indexed state", rec.path)
                     continue
-                written += self._write_file(gen, rec, replace=False)
+                written += self._write_isolated(gen, rec, replace=False)
         self.maybe_promote(gen)
         return written
+
+    def _write_isolated(self, gen: int, rec: FileWrite, replace: bool = True) -> int:
+        """``_write_file`` in a savepoint: a record the store cannot take (an invalid vector,
+        text SQLite refuses, ...) becomes that file's problem row instead of failing, and
+        endlessly retrying, the whole batch. Locked or failing disks still raise (retryable)."""
+        self.conn.execute("SAVEPOINT file_write")
+        try:
+            n = self._write_file(gen, rec, replace)
+        except UNSTORABLE as exc:
+            self.conn.execute("ROLLBACK TO file_write")
+            self.conn.execute("RELEASE file_write")
+            problem = f"could not be stored: {type(exc).__name__}: {exc}"
+            log.warning("%s: %s", printable(rec.path), problem)
+            self._write_problem(gen, rec, problem)
+            return 0
+        self.conn.execute("RELEASE file_write")
+        return n
+
+    def _write_problem(self, gen: int, rec: FileStat, problem: str) -> None:
+        """The file's row with ``problem`` and no chunks, so status lists it and no sync retries it."""
+        try:
+            self._delete_file(gen, rec.source, rec.path)
+            self.conn.execute(
+                f"INSERT INTO {files_table(gen)}(source, path, hash, size, mtime_ns, chunks, error, indexed_at) "
+                "VALUES (?,?,?,?,?,0,?,?) ON CONFLICT(source, path) DO UPDATE SET hash=excluded.hash, "
+                "size=excluded.size, mtime_ns=excluded.mtime_ns, chunks=0, error=excluded.error, "
+                "indexed_at=excluded.indexed_at",
+                (rec.source, rec.path, rec.hash, rec.size, rec.mtime_ns, problem, now_ms()))
+        except UNSTORABLE as exc:  # not even its name can be stored: the log line is all there is
+            log.warning("%s: cannot record its problem either (%s); skipped", printable(rec.path), exc)
 
     def _write_file(self, gen: int, rec: FileWrite, replace: bool = True) -> int:
         source, path = rec.source, rec.path
@@ -396,16 +541,17 @@ class StoreWriter:
         ts = now_ms()
         ct, ft, vt = chunks_table(gen), fts_table(gen), vec_table(gen)
         fts_rows, vec_rows, cache_rows = [], [], []
-        for ch in chunks:
+        for seq, ch in enumerate(chunks, start=kept):
             blob, v = None, ch.embedding
             if v:
                 vec = unpack(v) if isinstance(v, bytes) else v
                 if not is_valid(vec, dims):
                     raise StoreError(f"{path}: invalid vector for chunk {ch.start_line}-{ch.end_line}")
                 blob = v if isinstance(v, bytes) else pack(vec)
-            cid = chunk_id(source, path, ch.start_line, ch.end_line, ch.hash, model)
+            cid = chunk_id(source, path, seq, ch.start_line, ch.end_line, ch.hash, model)
+            # Plain INSERT: a replaced row would leave its FTS and vector rows behind as orphans.
             cur = self.conn.execute(
-                f"INSERT OR REPLACE INTO {ct}(id, source, path, start_line, end_line, hash, kind, text, "
+                f"INSERT INTO {ct}(id, source, path, start_line, end_line, hash, kind, text, "
                 "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (cid, source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts),
             )
@@ -542,6 +688,10 @@ class StoreReader:
             return c
         if c is not None:
             c.close()
+            self._local.conn = None
+        damage = header_problem(self.path)
+        if damage:
+            raise corrupt(self.path, damage)
         c = db.connect(self.path, readonly=True)
         if self.vector_enabled:
             self.vector_error = db.load_vector_extension(c, self.extension_path)
@@ -554,7 +704,62 @@ class StoreReader:
 
     def indexed_files(self, gen: int) -> dict[FileKey, IndexedFile]:
         c = self.conn()
-        return read_indexed_files(c, gen) if c is not None else {}
+        try:
+            return read_indexed_files(c, gen) if c is not None else {}
+        except db.DatabaseError as exc:
+            if is_corruption(exc):
+                raise corrupt(self.path, exc) from None
+            raise
+
+    def check_invariant(self) -> dict[str, Any]:
+        """The store invariant (``status --deep``): ``{"ok": bool, "problems": [...]}``.
+
+        ``integrity_check`` passes; in the live and building generations every chunk
+        belongs to a files row, every chunk has its FTS row and no FTS or vector row
+        lacks its chunk, and each files row counts its chunks; every cached embedding
+        is as long as its dims say.
+        """
+        c = self.conn()
+        if c is None:
+            return {"ok": True, "problems": []}
+        problems: list[str] = []
+        with self.snapshot():  # one read transaction: a concurrent write cannot fake an orphan
+            try:
+                rows = [r[0] for r in c.execute("PRAGMA integrity_check(20)")]
+                if rows != ["ok"]:
+                    problems.append("integrity_check: " + "; ".join(rows))
+                st = _read_state(c)
+                for gen in sorted({g for g in (st.live_generation, st.building_generation) if g is not None}):
+                    problems.extend(f"generation {gen}: {p}" for p in self._generation_problems(c, gen))
+                bad = c.execute("SELECT count(*) FROM embedding_cache WHERE length(embedding) != dims * 4"
+                                ).fetchone()[0] if _table_exists(c, "embedding_cache") else 0
+                if bad:
+                    problems.append(f"{bad} cached embedding(s) whose length does not match their dims")
+            except db.DatabaseError as exc:
+                problems.append(f"unreadable: {exc}")
+        return {"ok": not problems, "problems": problems}
+
+    def _generation_problems(self, c: db.Connection, gen: int) -> list[str]:
+        f, ct, ft, vt = files_table(gen), chunks_table(gen), fts_table(gen), vec_table(gen)
+        if not (_table_exists(c, f) and _table_exists(c, ct)):
+            return ["its tables are missing"]
+        out: list[str] = []
+
+        def count(sql: str, what: str) -> None:
+            n = c.execute(sql).fetchone()[0]
+            if n:
+                out.append(f"{n} {what}")
+
+        count(f"SELECT count(*) FROM {ct} WHERE NOT EXISTS (SELECT 1 FROM {f} "
+              f"WHERE {f}.source = {ct}.source AND {f}.path = {ct}.path)", "chunk(s) of no indexed file")
+        count(f"SELECT count(*) FROM {f} WHERE chunks != (SELECT count(*) FROM {ct} "
+              f"WHERE {ct}.source = {f}.source AND {ct}.path = {f}.path)", "file(s) whose chunk count is wrong")
+        if _table_exists(c, ft):
+            count(f"SELECT count(*) FROM {ft} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan FTS row(s)")
+            count(f"SELECT count(*) FROM {ct} WHERE rowid NOT IN (SELECT rowid FROM {ft})", "chunk(s) without an FTS row")
+        if self.vector_error is None and _table_exists(c, vt):
+            count(f"SELECT count(*) FROM {vt} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan vector row(s)")
+        return out
 
     def pending_count(self, gen: int | None) -> int:
         """Files a sync announced for ``gen`` that are not written yet (0 if unknown)."""
@@ -565,6 +770,16 @@ class StoreReader:
             return c.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
         except db.OperationalError:  # no such generation (yet)
             return 0
+
+    def pending_paths(self, gen: int | None, limit: int = 1000) -> set[str]:
+        """Paths of (at most ``limit``) files still pending in ``gen``."""
+        c = self.conn()
+        if c is None or gen is None:
+            return set()
+        try:
+            return {r[0] for r in c.execute(f"SELECT path FROM {pending_table(gen)} LIMIT ?", (limit,))}
+        except db.OperationalError:  # no such generation (yet)
+            return set()
 
     def table_exists(self, name: str) -> bool:
         c = self.conn()

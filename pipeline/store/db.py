@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any
 
 try:  # pragma: no cover - import choice depends on the environment
     import sqlean as sqlite3  # type: ignore[import-untyped]

@@ -222,6 +222,42 @@ def _is_stop_term(tokens: list[str]) -> bool:
     return all(t in STOP_WORDS for t in tokens)
 
 
+# English possessives: "Rod's" must search for "rod", not the phrase "rod s" (which only
+# matches text that itself says "Rod's").
+_POSSESSIVE = re.compile(r"['\u2019][sS]$")
+
+
+def _query_terms(query: str) -> tuple[list[list[str]], list[list[str]]]:
+    """(content terms, stop-word terms) of a query, each term a list of its tokens."""
+    kept: list[list[str]] = []
+    stops: list[list[str]] = []
+    for term in query[:MAX_QUERY_CHARS].split():
+        tokens = keyword_tokens(_POSSESSIVE.sub("", term))
+        if tokens:
+            (stops if _is_stop_term(tokens) else kept).append(tokens)
+    return kept, stops
+
+
+def query_keywords(query: str) -> frozenset[str]:
+    """The query's content tokens as :func:`match_key` sees them (for locating matches in text)."""
+    kept, _ = _query_terms(query)
+    return frozenset(match_key(t) for term in kept for t in term if t not in STOP_WORDS)
+
+
+_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "es", "s", "ly")
+
+
+def match_key(token: str) -> str:
+    """A crude stem, so that text tokens and query tokens the FTS table's porter stemmer
+    conflates mostly compare equal here too ("works"/"work", "standups"/"standup").
+    Only used to *locate* matches in a chunk, never to decide what matches."""
+    for suf in _SUFFIXES:
+        if token.endswith(suf) and len(token) - len(suf) >= 3:
+            token = token[: -len(suf)]
+            break
+    return token[:-1] if token.endswith("e") and len(token) > 4 else token
+
+
 def build_match_query(query: str) -> str | None:
     """A safe FTS5 MATCH expression for arbitrary user text, or None.
 
@@ -230,26 +266,15 @@ def build_match_query(query: str) -> str | None:
     spaceless scripts become a phrase of their characters plus overlapping
     n-gram phrases. Terms are OR-ed: a natural-language question matches
     chunks sharing only some of its words, and BM25 ranks chunks matching more
-    and rarer terms higher. Stop words are dropped unless nothing else is
+    and rarer terms higher. A trailing possessive 's is dropped; stop words unless nothing else is
     left; phrases are de-duplicated and capped at :data:`MAX_TERMS`.
     Returns None when the input has no searchable token (empty, punctuation,
     emoji, control characters only).
     """
     if not isinstance(query, str):
         return None
-    query = query[:MAX_QUERY_CHARS]
-    kept: list[list[str]] = []
-    stops: list[list[str]] = []
-    subs: list[list[str]] = []
-    for term in query.split():
-        tokens = keyword_tokens(term)
-        if not tokens:
-            continue
-        if _is_stop_term(tokens):
-            stops.append(tokens)
-        else:
-            kept.append(tokens)
-            subs.extend(_sub_phrases(tokens))
+    kept, stops = _query_terms(query)
+    subs = [sub for tokens in kept for sub in _sub_phrases(tokens)]
     # Whole terms first so n-grams never push a real term past the cap.
     phrases = kept + subs if kept else stops
     seen: set[tuple[str, ...]] = set()

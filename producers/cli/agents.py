@@ -1,23 +1,50 @@
-"""Which agents a subcommand acts on: ``--agent ID`` or ``--all`` (shared by cli_ops and cli_batch)."""
+"""Which agents a command acts on, as ``openclaw memory`` picks them.
+
+``--agent`` is a global option (accepted before or after the command). Without
+it, ``status`` and ``index`` cover every configured agent (OpenClaw's
+``resolveAgentIds``); the other commands act on the default agent, or on every
+configured agent with ``--all``.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from memindex.pipeline.config.settings import Context
+from memindex.pipeline.config.settings import DEFAULT_AGENT, Context
 
 
-def add_agent_opts(s: argparse.ArgumentParser) -> None:
-    g = s.add_mutually_exclusive_group()
-    g.add_argument("--agent", dest="sub_agent", metavar="ID", help="this agent (default: the global --agent)")
-    g.add_argument("--all", action="store_true", help="every configured agent")
+def add_all_opt(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--all", action="store_true", help="every configured agent (instead of --agent)")
 
 
-def agent_contexts(args: argparse.Namespace) -> list[Context]:
-    """The subcommand's --agent, every configured agent with --all, else the global --agent."""
-    from memindex.pipeline.config.settings import list_agent_ids, load_raw
+def context_for(args: argparse.Namespace, agent: str) -> Context:
+    return Context(agent, args.config, args.state_dir, args.workspace)
 
-    base = Context(args.agent, args.config, args.state_dir, args.workspace)
-    if getattr(args, "all", False):
-        return [base.with_agent(a) for a in list_agent_ids(load_raw(base))]
-    return [base.with_agent(getattr(args, "sub_agent", None) or args.agent)]
+
+def _config(args: argparse.Namespace) -> dict:
+    from memindex.pipeline.config.settings import load_raw
+
+    return load_raw(context_for(args, DEFAULT_AGENT))
+
+
+def configured_agents(args: argparse.Namespace) -> list[str]:
+    """Every configured agent id, in ``agents.list`` order (``main`` when the list is empty)."""
+    from memindex.pipeline.config.paths import list_agent_ids
+
+    return list_agent_ids(_config(args))
+
+
+def base_context(args: argparse.Namespace) -> Context:
+    """The global options as a Context: ``--agent`` (normalised; an unknown id is an error naming
+    the configured ones), else the config's default agent (OpenClaw's ``resolveDefaultAgentId``)."""
+    from memindex.pipeline.config.paths import resolve_agent_id
+
+    return context_for(args, resolve_agent_id(_config(args), args.agent))
+
+
+def agent_contexts(args: argparse.Namespace, *, all_by_default: bool = False) -> list[Context]:
+    """``--agent``; every configured agent with ``--all`` (or, for status and index, without
+    ``--agent``); else the default agent."""
+    if args.agent or not (getattr(args, "all", False) or all_by_default):
+        return [base_context(args)]
+    return [context_for(args, a) for a in configured_agents(args)]

@@ -1,4 +1,4 @@
-"""Batch commands (F4, P2): ``memindex batches`` and ``memindex backfill --batch``.
+"""Batch commands: ``memindex batches`` and ``memindex backfill --batch``.
 
 ``--batch`` is added to the existing ``backfill`` command when it is there
 (``memindex.producers.cli.ops``); otherwise it is offered as ``memindex batch-backfill``.
@@ -17,7 +17,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from memindex.producers.cli.agents import add_agent_opts, agent_contexts
+from memindex.producers.cli.agents import add_all_opt, agent_contexts
+from memindex.producers.cli.options import examples
 
 POLL_S = 0.2
 
@@ -182,10 +183,14 @@ def _wrap(original: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("batches", help="batch embedding jobs: in flight, state and counts (F4)")
-    add_agent_opts(s)
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--limit", type=int, default=20, help="jobs per agent, newest first")
+    s = sub.add_parser("batches", help="batch embedding jobs: in flight, state and counts", **examples(
+        ("memindex batches", "the default agent's batch jobs"),
+        ("memindex batches --all --json", "every configured agent, as JSON"),
+        description="Provider batch jobs (remote.batch.enabled): id, state, phase, done/requests, "
+                    "failed and redone items."))
+    add_all_opt(s)
+    s.add_argument("--json", action="store_true", help="print the reports as JSON")
+    s.add_argument("--limit", metavar="N", type=int, default=20, help="jobs per agent, newest first (default 20)")
     s.set_defaults(func=cmd_batches)
 
     backfill = sub.choices.get("backfill")
@@ -195,10 +200,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         backfill.add_argument("--batch", action="store_true", help=help_text)
         backfill.set_defaults(func=_wrap(backfill.get_default("func")))
         return
-    s = sub.add_parser("batch-backfill", help="backfill through the provider's batch API (P2, F4)")
-    add_agent_opts(s)
+    s = sub.add_parser("batch-backfill", help="backfill through the provider's batch API", **examples(
+        ("memindex batch-backfill --wait", "enqueue, then follow the batch jobs to the end"),
+        description="Backfill through the provider's batch API (remote.batch.enabled)."))
+    add_all_opt(s)
     s.add_argument("--wait", action="store_true", help="wait even when remote.batch.wait is false")
-    s.add_argument("--force", action="store_true", help="rebuild everything")
-    s.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
+    s.add_argument("--timeout", metavar="S", type=float, default=None, help="give up waiting after S seconds")
+    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     s.set_defaults(func=cmd_backfill_batch, batch=True)

@@ -9,17 +9,22 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any, Sequence
 
 from memindex.pipeline.config.settings import ConfigError, Context
+from memindex.pipeline.errors import MemindexError
+from memindex.producers.cli.agents import agent_contexts, base_context, context_for
+from memindex.producers.cli.openclaw_format import search_text, status_entry
+from memindex.producers.cli.options import add_global_options, command_parsers, examples, has_option, share_global_options
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex")
 
 
 def _ctx(args: argparse.Namespace, agent: str | None = None) -> Context:
-    return Context(agent or args.agent, args.config, args.state_dir, args.workspace)
+    return context_for(args, agent) if agent else base_context(args)
 
 
 def _settings(args: argparse.Namespace, agent: str | None = None):
@@ -28,18 +33,19 @@ def _settings(args: argparse.Namespace, agent: str | None = None):
     return settings_for(_ctx(args, agent))
 
 
-def _all_agents(args: argparse.Namespace) -> list[str]:
-    from memindex.pipeline.config.settings import list_agent_ids, load_raw
-
-    return list_agent_ids(load_raw(_ctx(args)))
+def _command_agents(args: argparse.Namespace) -> list[str]:
+    """``--agent``, else every configured agent (``openclaw memory status|index``)."""
+    return [c.agent_id for c in agent_contexts(args, all_by_default=True)]
 
 
 # --- commands -----------------------------------------------------------------------
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from memindex.producers.cli.failures import report_failures, run_started
     from memindex.producers.enqueue import sync_and_wait
 
-    agents = _all_agents(args) if args.all else [args.agent]
+    agents = _command_agents(args)
+    since = run_started()
     for agent in agents:
         ctx = _ctx(args, agent)
         bar = Progress(f"indexing {agent}", sys.stderr.isatty() and not args.quiet)
@@ -51,8 +57,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(f"{agent}: indexed {counts['to_index']} file(s), removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged")
         _qmd_index(_settings(args, agent), args.quiet)
-    _report_dead_letters()
-    return 0
+    return 1 if report_failures([_settings(args, a) for a in agents], since) else 0
 
 
 def _qmd_index(settings: Any, quiet: bool) -> None:
@@ -69,16 +74,6 @@ def _qmd_index(settings: Any, quiet: bool) -> None:
         return
     if not quiet:
         print(f"{settings.agent_id}: qmd index updated (embed: {report.get('embed')})")
-
-
-def _report_dead_letters() -> None:
-    if "memindex.workers.embedded" not in sys.modules:
-        return  # nothing was enqueued in this process (a no-op sync never loads the broker)
-    from memindex.workers.broker import is_embedded
-    from memindex.workers import embedded
-
-    if is_embedded() and embedded.dead_letters():
-        print(f"warning: {len(embedded.dead_letters())} job(s) failed; see the log above", file=sys.stderr)
 
 
 def _search_engine(args: argparse.Namespace, settings: Any) -> Any:
@@ -116,17 +111,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(resp.as_dict(), ensure_ascii=False, indent=2))
         return 0
+    # stdout is OpenClaw's shape exactly; what it does not print goes to stderr.
     if resp.warning:
         print(f"note: {resp.warning}", file=sys.stderr)
-    if not resp.results:
-        print("no results" + (" (indexing pending)" if resp.indexing else ""))
-        return 0
-    print(f"{len(resp.results)} result(s)  [{resp.mode}, provider {resp.provider}"
-          + (" (fallback)" if resp.fallback else "") + "]")
-    for i, r in enumerate(resp.results, 1):
-        print(f"\n{i}. {r.path}:{r.startLine}-{r.endLine}  score {r.score:.3f}  [{r.source}]")
-        body = r.snippet.strip().replace("\n", "\n   ")
-        print(f"   {body[:400]}{'…' if len(body) > 400 else ''}")
+    if resp.indexing:
+        print("note: indexing is pending; results may be incomplete", file=sys.stderr)
+    if args.verbose and resp.results:
+        print(f"{len(resp.results)} result(s) [{resp.mode}, provider {resp.provider}"
+              + (" (fallback)" if resp.fallback else "") + "]", file=sys.stderr)
+    print(search_text(resp.results))
     return 0
 
 
@@ -150,98 +143,224 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from memindex.pipeline.status import format_status, index_status
+    """``openclaw memory status``: every configured agent unless ``--agent``; ``--deep`` adds an
+    embedding probe, ``--index`` syncs first (and implies ``--deep``)."""
+    from memindex.pipeline.embeddings.embedder import provider_info
+    from memindex.pipeline.status import embedding_probe, format_status, index_status, source_scan
+    from memindex.producers.cli.batch import batch_report
 
-    agents = _all_agents(args) if args.all else [args.agent]
-    reports = []
-    for agent in agents:
+    entries, texts, failed = [], [], False
+    for agent in _command_agents(args):
         settings = _settings(args, agent)
-        from memindex.pipeline.embeddings.embedder import provider_info
-
-        report = index_status(settings, provider_info(settings))
+        index_error = None
+        if args.index:
+            index_error = _status_index(args, agent)
+            failed = failed or index_error is not None
+        probe = embedding_probe(settings) if args.deep or args.index else None
+        report = index_status(settings, provider_info(settings), invariant=args.deep)
         if settings.memory["backend"] == "qmd":
             from memindex.pipeline.search.backend import open_search
 
             report.update(open_search(settings).status(probe=True))
-        reports.append(report)
-    if args.json:
-        print(json.dumps(reports if args.all else reports[0], indent=2, default=str))
-    else:
-        print("\n\n".join(format_status(r) for r in reports))
-    return 0
+        scan = source_scan(settings)
+        entries.append(status_entry(report, embedding_probe=probe, index_error=index_error, scan=scan,
+                                    batch_jobs=batch_report(settings, limit=50)["jobs"]))
+        texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan))
+    print(json.dumps(entries, indent=2, default=str) if args.json else "\n\n".join(texts))
+    return 1 if failed else 0
+
+
+def _status_index(args: argparse.Namespace, agent: str) -> str | None:
+    """``status --index``: sync and wait, as ``index`` does; the error text, or None."""
+    from memindex.pipeline.errors import MemindexError
+    from memindex.producers.cli.failures import report_failures, run_started
+    from memindex.producers.enqueue import sync_and_wait
+
+    since = run_started()
+    try:
+        sync_and_wait(_ctx(args, agent), force=args.force)
+    except MemindexError as exc:
+        print(f"Memory index failed ({agent}): {exc}", file=sys.stderr)
+        return str(exc)
+    failed = report_failures([_settings(args, agent)], since)
+    return f"{failed} file(s) failed to index" if failed else None
 
 
 # --- parser ---------------------------------------------------------------------------
 
+class _Version(argparse.Action):
+    """``--version``, reading the installed version only when asked (start-up time)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the memindex version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import version
+
+        print(f"memindex {version('memindex')}")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memindex",
-        description="Index and search an agent's Markdown memory (OpenClaw-compatible).",
+        description="Index and search an agent's Markdown memory; reads OpenClaw's openclaw.json "
+                    "and mirrors `openclaw memory status|index|search`.",
+        **{k: v for k, v in examples(
+            ('memindex index', "sync every configured agent now"),
+            ('memindex search "deployment notes"', "search the default agent's memory"),
+            ('memindex status --json', "status in OpenClaw's JSON shape"),
+            ('memindex --agent ops get MEMORY.md', "read a memory file of agent ops"),
+        ).items() if k != "description"},
     )
-    p.add_argument("--config", help="openclaw.json (default: $OPENCLAW_CONFIG_PATH or <state>/openclaw.json)")
-    p.add_argument("--state-dir", help="state dir (default: $OPENCLAW_STATE_DIR or ~/.openclaw)")
-    p.add_argument("--workspace", help="override the agent's workspace directory")
-    p.add_argument("--agent", default="main", help="agent id (default: main)")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    p.add_argument("--version", action=_Version)
+    add_global_options(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    s = sub.add_parser("index", help="sync the index now and wait for it")
-    s.add_argument("--force", action="store_true", help="rebuild everything")
-    s.add_argument("--all", action="store_true", help="every configured agent")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s = sub.add_parser("index", help="sync the index now and wait for it", **examples(
+        ("memindex index", "every configured agent"),
+        ("memindex index --agent ops --force", "rebuild agent ops from scratch"),
+        description="Bring the index up to date with the Markdown on disk and wait until it is "
+                    "searchable. Without --agent, every configured agent (as `openclaw memory index`)."))
+    s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
+    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     s.set_defaults(func=cmd_index)
 
-    s = sub.add_parser("search", help="search memory")
-    s.add_argument("query", nargs="*", help="the query text")
+    s = sub.add_parser("search", help="search memory", **examples(
+        ('memindex search "router VLAN"', "score path:lines and the snippet per result"),
+        ('memindex search --json --max-results 3 "kafka"', "the memory_search payload"),
+        ("memindex search --queries q.jsonl", "one JSON line per query"),
+        description="Hybrid (vector + keyword) search of one agent's memory, the default agent "
+                    "unless --agent. Text output is `openclaw memory search`'s."))
+    s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
     s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
-    s.add_argument("--max-results", type=int, default=None)
-    s.add_argument("--min-score", type=float, default=None)
-    s.add_argument("--session-key", default=None, help="search on behalf of this session (scope, citations)")
+    s.add_argument("--max-results", metavar="N", type=int, default=None,
+                   help="at most N results (default: query.maxResults, 6)")
+    s.add_argument("--min-score", metavar="X", type=float, default=None,
+                   help="drop results scoring below X (default: query.minScore, 0.35)")
+    s.add_argument("--session-key", default=None, metavar="KEY",
+                   help="search on behalf of this session key (session warm-up, citations)")
     s.add_argument("--queries", metavar="FILE",
                    help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
     s.set_defaults(func=cmd_search)
 
-    s = sub.add_parser("get", help="read a memory file (memory_get)")
-    s.add_argument("path")
-    s.add_argument("--from", dest="from_line", type=int, default=None, help="1-based start line")
-    s.add_argument("--lines", type=int, default=None, help="number of lines")
-    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("get", help="read a memory file (memory_get)", **examples(
+        ("memindex get memory/2026-02-10.md --from 3 --lines 5", "five lines from line 3"),
+        ("memindex get ../team/plan.md", "a file of an extraPaths directory, as search names it"),
+        description="Read a memory Markdown file the way the memory_get tool does: MEMORY.md, "
+                    "memory/**.md and extraPaths only; symlinks and traversal are refused."))
+    s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
+    s.add_argument("--from", dest="from_line", metavar="LINE", type=int, default=None,
+                   help="1-based start line")
+    s.add_argument("--lines", metavar="N", type=int, default=None, help="number of lines to return")
+    s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
     s.set_defaults(func=cmd_get)
 
-    s = sub.add_parser("status", help="what the index holds and what serves it")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--all", action="store_true", help="every configured agent")
+    s = sub.add_parser("status", help="what the index holds and what serves it", **examples(
+        ("memindex status", "every configured agent"),
+        ("memindex status --deep --agent ops", "also send one embedding request and time it"),
+        ("memindex status --index --json", "sync first, then OpenClaw's JSON shape"),
+        description="Files, chunks, provider, vector and FTS state per agent; without --agent every "
+                    "configured agent. --json prints `openclaw memory status --json`'s shape."))
+    s.add_argument("--json", action="store_true",
+                   help="print [{agentId, status, embeddingProbe, indexError, scan}] as JSON")
+    s.add_argument("--deep", action="store_true", help="probe the embedding provider with one real request")
+    s.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
+    s.add_argument("--force", action="store_true", help="with --index: re-index every file")
     s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("completion", help="print a shell completion script", **examples(
+        ('eval "$(memindex completion bash)"', "enable completion in this bash session"),
+        ("memindex completion zsh > ~/.zfunc/_memindex", "install it for zsh"),
+        description="Tab completion for commands and options (argcomplete)."))
+    s.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh"), help="the shell to print it for")
+    s.set_defaults(func=cmd_completion)
 
     from memindex.producers.cli import batch as cli_batch, ops as cli_ops
 
     cli_ops.register(sub)
     cli_batch.register(sub)  # batches, backfill --batch (after cli_ops)
+    from memindex.producers.cli import serve as cli_serve
+
+    cli_serve.register(sub)  # mcp, serve
+    share_global_options(sub)
     return p
 
 
-def _setup_logging(verbosity: int) -> None:
+def cmd_completion(args: argparse.Namespace) -> int:
+    import argcomplete
+
+    sys.stdout.write(argcomplete.shellcode(["memindex"], shell=args.shell))
+    return 0
+
+
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot express: a --json or --all that the command does not take."""
+    command = dict(command_parsers(parser))[args.command]
+    if args.json and not has_option(command, "--json"):
+        parser.error(f"--json does not apply to {args.command}")
+    if getattr(args, "all", False) and args.agent:
+        parser.error("give --agent ID or --all, not both")
+
+
+def _setup_logging(verbosity: int, level_name: str | None, fmt: str) -> None:
+    from memindex.workers.logs import configure
+
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if verbosity < 2:
+    if level_name:
+        level = logging.getLevelName(level_name.upper())
+    configure(level, fmt)
+    if level > logging.DEBUG:
         for noisy in ("dramatiq", "httpx", "httpcore", "watchdog"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _one_line_error(exc: BaseException) -> str | None:
+    """The one line for an error the user can act on (a file they named, the broker); None: a bug."""
+    if type(exc).__module__.split(".")[0] == "redis":  # broker unreachable, hung or refusing
+        from memindex.workers.broker import broker_url, redact
+
+        return (f"cannot reach the broker at {redact(broker_url() or '?')} ({exc}); "
+                "start Redis or unset MEMINDEX_BROKER_URL to use the embedded default")
+    if isinstance(exc, UnicodeDecodeError):
+        return f"input is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see `memindex completion`)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
-    _setup_logging(args.verbose)
+    _check_usage(parser, args)
+    _setup_logging(args.verbose, args.log_level, args.log_format)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except MemindexError as exc:  # e.g. no API key for the configured provider: one line, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the failures a user causes or can fix get one line
+        line = _one_line_error(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `memindex status --json | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     finally:
         if "memindex.workers.embedded" in sys.modules:
             sys.modules["memindex.workers.embedded"].stop(idle=True)

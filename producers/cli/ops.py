@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from memindex.pipeline.config.settings import Context
-from memindex.producers.cli.agents import add_agent_opts, agent_contexts
+from memindex.producers.cli.agents import add_all_opt, agent_contexts
+from memindex.producers.cli.options import examples
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex.ops")
@@ -56,48 +57,81 @@ class _Stop:
 
 # --- watch ----------------------------------------------------------------------------
 
-def cmd_watch(args: argparse.Namespace) -> int:
+class Producers:
+    """The watcher, interval sync and side loops of one long-running process (watch, mcp --watch)."""
+
+    def __init__(self, watcher: Any, interval: Any, loops: list, agents: int) -> None:
+        self.watcher, self.interval, self.loops, self.agents = watcher, interval, loops, agents
+
+    def stop(self) -> None:
+        self.watcher.stop()
+        self.interval.stop()
+        for loop in self.loops:
+            loop.stop()
+        self.watcher.flush()  # edits inside the debounce window still get their sync
+
+
+def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_dirs: int | None = None,
+                    debounce_ms: int | None = None) -> Producers:
     from memindex.pipeline.config.agents import settings_for
     from memindex.producers.interval import IntervalSync
     from memindex.producers.enqueue import request_sync
-    from memindex.producers.watcher import Watcher
+    from memindex.producers.watcher import DEFAULT_MAX_DIRS, Watcher
     from memindex.workers import embedded
-    from memindex.workers.broker import broker_url, is_embedded, redact
 
-    contexts = agent_contexts(args)
     embedded.start()  # no-op on Redis: the Procfile / compose run the workers
-    where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
     pairs, loops = [], []
     for ctx in contexts:
         settings = settings_for(ctx)
         if not settings.enabled:
             print(f"{ctx.agent_id}: memory search disabled; not watched", file=sys.stderr)
             continue
-        if not args.no_initial_sync:
+        if initial_sync:
             request_sync(ctx, reason="watch-start")  # catch up on what changed while nobody watched
         if settings.memory_search["sync"]["watch"]:
             pairs.append((ctx, settings))
         loops.extend(_side_loops(ctx, settings))
-    watcher = Watcher(pairs, max_dirs=args.max_watch_dirs,
-                      debounce_s=None if args.debounce_ms is None else args.debounce_ms / 1000).start()
-    interval = IntervalSync(contexts).start()
-    print(f"watching {len(pairs)} agent(s), {len(watcher.watched_dirs)} directories; {where}. "
+    watcher = Watcher(pairs, max_dirs=DEFAULT_MAX_DIRS if max_dirs is None else max_dirs,
+                      debounce_s=None if debounce_ms is None else debounce_ms / 1000).start()
+    return Producers(watcher, IntervalSync(contexts).start(), loops, len(pairs))
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from memindex.workers import embedded
+    from memindex.workers.broker import broker_url, is_embedded, redact
+
+    contexts = agent_contexts(args)
+    running = start_producers(contexts, initial_sync=not args.no_initial_sync,
+                              max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms)
+    if args.metrics_port:
+        from memindex.workers.metrics import serve_watch
+
+        serve_watch(args.metrics_port, contexts)
+    where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
+    print(f"watching {running.agents} agent(s), {len(running.watcher.watched_dirs)} directories; {where}. "
           "Ctrl-C to stop.", file=sys.stderr, flush=True)
+    heartbeat = _heartbeat("watch")
     stop = _Stop()
     try:
         while not stop.wait(0.5):
             pass
     finally:
         stop.restore()
-        watcher.stop()
-        interval.stop()
-        for loop in loops:
-            loop.stop()
-        watcher.flush()  # edits inside the debounce window still get their sync
+        running.stop()
+        if heartbeat is not None:
+            heartbeat.stop()
         if is_embedded():
             embedded.wait_idle(timeout=args.drain_timeout)  # the queue dies with this process
         print("stopped", file=sys.stderr)
     return 0
+
+
+def _heartbeat(kind: str) -> Any:
+    """This process's heartbeat on Redis, for ``memindex health`` (None on the embedded broker)."""
+    from memindex.workers.broker import broker, is_embedded
+    from memindex.workers.lifecycle import Heartbeat
+
+    return None if is_embedded() else Heartbeat(broker.client, broker.namespace, kind, ()).start()
 
 
 def _side_loops(ctx: Context, settings: Any) -> list:
@@ -126,8 +160,10 @@ def _side_loops(ctx: Context, settings: Any) -> list:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from memindex.producers import backfill
+    from memindex.producers.cli.failures import report_failures, run_started
 
     contexts = agent_contexts(args)
+    since = run_started()
     bar_on = _tty() and not args.quiet
     wait = args.wait or backfill.must_wait()
     if wait and not args.wait and not args.quiet:
@@ -159,7 +195,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         if not args.quiet:
             state = "done" if done else f"timed out ({backfill.progress_of(b)[1]} still pending)"
             print(f"{b.ctx.agent_id}: {state} in {time.monotonic() - started:.1f}s", flush=True)
-    return 0 if ok else 1
+    failed = report_failures([b.settings for b in jobs], since)
+    return 0 if ok and not failed else 1
 
 
 # --- queues -----------------------------------------------------------------------------
@@ -185,9 +222,13 @@ def _format_report(r: dict[str, Any]) -> str:
     if r["broker"] == "embedded":
         lines.append("  (embedded: queues live inside the process running the workers; set "
                      "MEMINDEX_BROKER_URL to inspect a shared Redis broker)")
-    lines.append(f"{'queue':<8} {'ready':>8} {'delayed':>8} {'dead':>8} {'in_progress':>12}")
+    from memindex.workers.messages import GROUP_FILES
+
+    lines.append(f"messages (a sync request, or a group of up to {GROUP_FILES} files):")
+    cols = ("ready", "delayed", "running", "prefetched", "dead")
+    lines.append(f"{'queue':<8}" + "".join(f"{c:>11}" for c in cols))
     for q, d in r["queues"].items():
-        lines.append(f"{q:<8} {d['ready']:>8} {d['delayed']:>8} {d['dead']:>8} {d['in_progress']:>12}")
+        lines.append(f"{q:<8}" + "".join(f"{d[c]:>11}" for c in cols))
     lines.append(f"{'agent':<16} {'pending files':>14}")
     for a, d in r["agents"].items():
         lines.append(f"{a:<16} {d['pending'] if d['pending'] is not None else 'error':>14}")
@@ -195,10 +236,7 @@ def _format_report(r: dict[str, Any]) -> str:
 
 
 def cmd_queues(args: argparse.Namespace) -> int:
-    from memindex.pipeline.config.settings import list_agent_ids, load_raw
-
-    base = Context(args.agent, args.config, args.state_dir, args.workspace)
-    contexts = [base.with_agent(a) for a in list_agent_ids(load_raw(base))]
+    contexts = agent_contexts(args, all_by_default=True)
     stop = _Stop() if args.watch else None
     try:
         while True:
@@ -225,6 +263,30 @@ def cmd_queues(args: argparse.Namespace) -> int:
             stop.restore()
 
 
+# --- health ---------------------------------------------------------------------------------
+
+def cmd_health(args: argparse.Namespace) -> int:
+    import socket
+
+    from memindex.workers import health
+    from memindex.workers.broker import broker, is_embedded
+
+    if is_embedded():
+        print("error: health reads the heartbeats on a shared Redis broker; set MEMINDEX_BROKER_URL "
+              "(on the embedded broker the workers live and die with `memindex watch` itself)", file=sys.stderr)
+        return 2
+    host = args.host or socket.gethostname()
+    try:
+        ok, lines = health.check(broker.client, broker.namespace, host, stall_s=args.stall_seconds)
+    except Exception as exc:  # noqa: BLE001 - redis unreachable: unhealthy, one line
+        print(f"unhealthy: cannot read the heartbeats: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'healthy' if ok else 'unhealthy'}: {host}", file=sys.stdout if ok else sys.stderr)
+    for line in lines:
+        print(f"  {line}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
 # --- dead letters -----------------------------------------------------------------------------
 
 def cmd_dead_letters(args: argparse.Namespace) -> int:
@@ -244,7 +306,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         print("no dead letters")
     else:
         for d in dead:
-            err = (d.get("error") or [""])[0] if isinstance(d.get("error"), list) else d.get("error")
+            err = d.get("error")
             print(f"{d['queue']:<6} {d['actor']:<20} agent={d['agent'] or '-':<12} "
                   f"retries={d['retries']:<3} {d['id']}  {err or ''}")
     if args.replay:
@@ -273,6 +335,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
             print("error: the write queue must be consumed by exactly one thread (use --writer)",
                   file=sys.stderr)
             return 2
+    from memindex.workers.logs import FORMAT_ENV, LEVEL_ENV
+
+    if args.log_level:
+        os.environ[LEVEL_ENV] = args.log_level
+    os.environ[FORMAT_ENV] = args.log_format
+    if args.metrics_port:
+        from memindex.workers.metrics import worker_env
+
+        os.environ.update(worker_env(args.metrics_port))
     argv = [sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()
@@ -283,51 +354,82 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 # --- registration ---------------------------------------------------------------------------
 
-def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("watch", help="keep the index fresh: watcher + interval sync (+ in-process workers)")
-    add_agent_opts(s)
-    s.add_argument("--no-initial-sync", action="store_true", help="do not sync once at start")
-    s.add_argument("--max-watch-dirs", type=int, default=None,
-                   help="cap on watched directories (default $MEMINDEX_WATCH_MAX_DIRS or 512)")
-    s.add_argument("--debounce-ms", type=int, default=None, help="override sync.watchDebounceMs")
-    s.add_argument("--drain-timeout", type=float, default=30.0,
-                   help="embedded: seconds to let queued work finish on exit")
-    s.set_defaults(func=_with_default_cap(cmd_watch))
+def _metrics_opt(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--metrics-port", metavar="PORT", type=int, default=None,
+                   help="serve Prometheus metrics on PORT (off by default; see README, Operations)")
 
-    s = sub.add_parser("backfill", help="enqueue a whole workspace in bulk (P2)")
-    add_agent_opts(s)
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("watch", help="keep the index fresh: watcher + interval sync (+ in-process workers)",
+                       **examples(("memindex watch", "the default agent, until Ctrl-C"),
+                                  ("memindex watch --all", "every configured agent (the Procfile's watcher)"),
+                                  description="Sync once, then watch the memory files and sync on change; "
+                                              "without MEMINDEX_BROKER_URL the workers run in this process."))
+    add_all_opt(s)
+    s.add_argument("--no-initial-sync", action="store_true", help="do not sync once at start")
+    s.add_argument("--max-watch-dirs", metavar="N", type=int, default=None,
+                   help="cap on watched directories (default $MEMINDEX_WATCH_MAX_DIRS or 512)")
+    s.add_argument("--debounce-ms", metavar="MS", type=int, default=None, help="override sync.watchDebounceMs")
+    s.add_argument("--drain-timeout", metavar="S", type=float, default=30.0,
+                   help="embedded: seconds to let queued work finish on exit")
+    _metrics_opt(s)
+    s.set_defaults(func=cmd_watch)
+
+    s = sub.add_parser("backfill", help="enqueue a whole workspace in bulk", **examples(
+        ("memindex backfill --all", "enqueue every configured agent and return"),
+        ("memindex backfill --wait --timeout 600", "enqueue, then follow progress to the end"),
+        ("memindex backfill --batch", "embed through the provider's batch API"),
+        description="Plan every agent's files and stream them into the queue in groups; with Redis "
+                    "it returns once enqueued (the workers index), embedded it waits."))
+    add_all_opt(s)
     s.add_argument("--wait", action="store_true", help="wait until everything is indexed, with progress")
-    s.add_argument("--force", action="store_true", help="rebuild everything")
-    s.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
+    s.add_argument("--timeout", metavar="S", type=float, default=None,
+                   help="with --wait: give up after S seconds")
+    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     s.set_defaults(func=cmd_backfill)
 
-    s = sub.add_parser("queues", help="queue depth per queue and pending work per agent (P3)")
-    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("queues", help="queue depth per queue and pending work per agent", **examples(
+        ("memindex queues", "messages ready / delayed / running / prefetched / dead per queue"),
+        ("memindex queues --watch --interval 5", "refresh every 5 s until Ctrl-C"),
+        description="Queue depths on the broker and pending files per agent (every configured agent "
+                    "unless --agent)."))
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    s.add_argument("--interval", type=float, default=2.0, help="with --watch: seconds between refreshes")
+    s.add_argument("--interval", metavar="S", type=float, default=2.0,
+                   help="with --watch: seconds between refreshes (default 2)")
     s.set_defaults(func=cmd_queues)
 
-    s = sub.add_parser("dead-letters", help="jobs that failed after all retries")
+    s = sub.add_parser("health", help="exit non-zero unless this host's memindex processes are consuming",
+                       **examples(("memindex health", "every worker and watcher on this host (compose healthcheck)"),
+                                  ("memindex health --stall-seconds 60", "stricter: queue not moving for 60 s"),
+                                  description="Reads the heartbeats that worker processes and `memindex watch` "
+                                              "keep on Redis: fails when one is stale (stopped, paused, hung) "
+                                              "or when its queue has messages but nothing was consumed."))
+    s.add_argument("--host", default=None, help="check another host's processes (default: this hostname)")
+    s.add_argument("--stall-seconds", metavar="S", type=float, default=None,
+                   help="queue ready but nothing consumed for S seconds is unhealthy "
+                        "(default $MEMINDEX_HEALTH_STALL_S or 300)")
+    s.set_defaults(func=cmd_health)
+
+    s = sub.add_parser("dead-letters", help="jobs that failed after all retries", **examples(
+        ("memindex dead-letters", "what failed, for which agent, the last error"),
+        ("memindex dead-letters --replay", "re-enqueue them with a fresh retry budget"),
+        description="Messages that exhausted their retries on the Redis broker."))
     s.add_argument("--replay", action="store_true", help="re-enqueue them (retry counters reset)")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--limit", type=int, default=1000)
+    s.add_argument("--json", action="store_true", help="print them as JSON")
+    s.add_argument("--limit", metavar="N", type=int, default=1000, help="at most N messages (default 1000)")
     s.set_defaults(func=cmd_dead_letters)
 
-    s = sub.add_parser("worker", help="run dramatiq workers on MEMINDEX_BROKER_URL")
+    s = sub.add_parser("worker", help="run dramatiq workers on MEMINDEX_BROKER_URL", **examples(
+        ("memindex worker --queues sync embed --processes 2", "plan syncs, chunk and embed"),
+        ("memindex worker --writer", "the single writer process"),
+        description="Exec `dramatiq memindex.workers.actors` with the right queues (the Procfile's "
+                    "worker, batch and writer processes)."))
     s.add_argument("--writer", action="store_true", help="the single writer: --processes 1 --threads 1 -Q write")
-    s.add_argument("--processes", type=int, default=2)
-    s.add_argument("--threads", type=int, default=4)
-    s.add_argument("--queues", nargs="+", default=None, help="default: sync embed batch")
+    s.add_argument("--processes", metavar="N", type=int, default=2, help="worker processes (default 2)")
+    s.add_argument("--threads", metavar="N", type=int, default=4, help="threads per process (default 4)")
+    s.add_argument("--queues", nargs="+", default=None, help="queues to consume (default: sync embed batch)")
+    _metrics_opt(s)
     s.set_defaults(func=cmd_worker)
 
-
-def _with_default_cap(fn):
-    def run(args: argparse.Namespace) -> int:
-        if args.max_watch_dirs is None:
-            from memindex.producers.watcher import DEFAULT_MAX_DIRS
-
-            args.max_watch_dirs = DEFAULT_MAX_DIRS
-        return fn(args)
-
-    return run

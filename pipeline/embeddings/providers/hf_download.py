@@ -7,17 +7,16 @@ A file lock keeps two worker processes from writing the same ``.part``.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlparse
 
 from memindex.pipeline.embeddings.base import ProviderError, ProviderTransientError
+from memindex.pipeline.store.locks import file_lock
 
 if TYPE_CHECKING:  # httpx is imported where a download happens, not at CLI start-up
     import httpx
@@ -66,17 +65,6 @@ def source_url(model: str, hf_base_url: str = HF_BASE_URL) -> str:
             f"{quote(ref.revision, safe='')}/{quote(ref.file)}")
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def ensure_model_file(
     model: str,
     cache_dir: str | os.PathLike[str],
@@ -92,7 +80,7 @@ def ensure_model_file(
         return dest
     url = source_url(model, hf_base_url)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with _file_lock(dest.with_name(dest.name + ".lock")):
+    with file_lock(dest.with_name(dest.name + ".lock")):
         if dest.is_file():  # another process finished it while we waited
             return dest
         last: ProviderError | None = None

@@ -1,0 +1,254 @@
+"""Reading ``openclaw.json`` with OpenClaw's loading rules.
+
+In OpenClaw's order (``src/config/io.ts``): ``<state dir>/.env`` fills the
+environment (never overriding a variable already set, ``src/infra/dotenv.ts``);
+the JSON5 file is parsed and its ``$include`` directives are merged
+(``src/config/includes.ts``); the top-level ``env`` block fills the environment
+the same way (``src/config/env-vars.ts``); then ``${VAR}`` is substituted in every
+string (``src/config/env-substitution.ts``). SecretRef objects
+(``{source, provider, id}``) are resolved by ``resolve_secret_refs`` for the keys
+memindex reads. Every failure is one ConfigError naming the file or key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Mapping, MutableMapping
+
+import json5
+from dotenv import dotenv_values
+
+from memindex.pipeline.config.paths import resolve_user_path
+from memindex.pipeline.errors import ConfigError
+
+INCLUDE_KEY = "$include"
+MAX_INCLUDE_DEPTH = 10  # MAX_INCLUDE_DEPTH
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_ENV_REF = re.compile(r"\$(\$?)\{([A-Z_][A-Z0-9_]*)\}")
+SECRET_SOURCES = ("env", "file", "exec")
+DEFAULT_SECRET_PROVIDER = "default"
+
+# Environment variables are process-wide: applying them is serialised.
+_env_lock = threading.Lock()
+
+
+def _read_json5(path: Path, key: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(key, f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(key, f"is a directory, not a config file: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(key, f"{path}: not valid UTF-8 ({exc.reason})") from None
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return json5.loads(text) if text.strip() else {}
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(key, f"{path}: not valid JSON5: {exc}") from None
+
+
+def _deep_merge(target: Any, source: Any) -> Any:
+    """OpenClaw's include merge: arrays concatenate, objects merge recursively, else source wins."""
+    if isinstance(target, list) and isinstance(source, list):
+        return [*target, *source]
+    if isinstance(target, dict) and isinstance(source, dict):
+        out = dict(target)
+        for k, v in source.items():
+            out[k] = _deep_merge(out[k], v) if k in out else v
+        return out
+    return source
+
+
+def _resolve_includes(value: Any, base: Path, root: Path, chain: tuple[Path, ...]) -> Any:
+    if isinstance(value, list):
+        return [_resolve_includes(v, base, root, chain) for v in value]
+    if not isinstance(value, dict):
+        return value
+    rest = {k: _resolve_includes(v, base, root, chain) for k, v in value.items() if k != INCLUDE_KEY}
+    if INCLUDE_KEY not in value:
+        return rest
+    spec = value[INCLUDE_KEY]
+    names = [spec] if isinstance(spec, str) else spec
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{base}: {INCLUDE_KEY}", f"expected a path or a list of paths, got {spec!r}")
+    included: Any = {}
+    for name in names:
+        target = Path(os.path.normpath(base.parent / name))
+        where = f"{base}: {INCLUDE_KEY} {name!r}"
+        # Includes stay inside the top-level config's directory (symlinks included), as in OpenClaw.
+        real_root = root.resolve()
+        if root not in target.parents or (target.exists() and real_root not in target.resolve().parents):
+            raise ConfigError(where, f"include path escapes the config directory {root}")
+        if target in chain:
+            raise ConfigError(where, "circular include: " + " -> ".join(str(p) for p in (*chain, target)))
+        if len(chain) > MAX_INCLUDE_DEPTH:
+            raise ConfigError(where, f"includes nested deeper than {MAX_INCLUDE_DEPTH}")
+        parsed = _read_json5(target, where)
+        included = _deep_merge(included, _resolve_includes(parsed, target, root, (*chain, target)))
+    if not rest:
+        return included
+    if not isinstance(included, dict):
+        raise ConfigError(f"{base}: {INCLUDE_KEY}", "sibling keys need the included content to be an object")
+    return _deep_merge(included, rest)
+
+
+def _fill_env(env: MutableMapping[str, str], values: Mapping[str, Any]) -> None:
+    """Set each variable that is not already set (non-blank): the environment always wins."""
+    with _env_lock:
+        for k, v in values.items():
+            if isinstance(v, str) and v.strip() and not (env.get(k) or "").strip():
+                env[k] = v
+
+
+def load_dotenv(state_dir: Path, env: MutableMapping[str, str]) -> None:
+    """``<state dir>/.env`` (python-dotenv syntax) fills variables not already set."""
+    path = state_dir / ".env"
+    if path.is_file():
+        try:
+            _fill_env(env, {k: v for k, v in dotenv_values(path).items() if v is not None})
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(str(path), f"cannot read: {exc}") from None
+
+
+def _config_env_vars(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """collectConfigEnvVars: ``env.vars`` and the string entries of ``env`` itself (not ``shellEnv``).
+
+    A value that still holds a ``${VAR}`` reference is left out: it would put the
+    literal placeholder into the environment.
+    """
+    block = cfg.get("env")
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise ConfigError("env", f"expected an object, got {block!r}")
+    entries: dict[str, Any] = {}
+    if block.get("vars") is not None:
+        if not isinstance(block["vars"], dict):
+            raise ConfigError("env.vars", f"expected an object, got {block['vars']!r}")
+        entries.update(block["vars"])
+    entries.update({k: v for k, v in block.items() if k not in ("vars", "shellEnv")})
+    for k, v in entries.items():
+        if not isinstance(v, str):
+            raise ConfigError(f"env.{k}", f"expected a string, got {v!r}")
+    return {k: v for k, v in entries.items() if not any(not m.group(1) for m in _ENV_REF.finditer(v))}
+
+
+def substitute_env(value: Any, env: Mapping[str, str], key: str = "") -> Any:
+    """``${VAR}`` (upper-case names) in every string; ``$${VAR}`` is a literal ``${VAR}``.
+
+    A variable that is unset or empty is a ConfigError naming the key (MissingEnvVarError).
+    """
+    if isinstance(value, str):
+        def one(m: re.Match[str]) -> str:
+            if m.group(1):
+                return "${" + m.group(2) + "}"
+            found = env.get(m.group(2))
+            if not found:
+                raise ConfigError(key or "(top level)", f"environment variable {m.group(2)} is not set")
+            return found
+
+        return _ENV_REF.sub(one, value) if "$" in value else value
+    if isinstance(value, list):
+        return [substitute_env(v, env, f"{key}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: substitute_env(v, env, f"{key}.{k}" if key else k) for k, v in value.items()}
+    return value
+
+
+def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str]) -> dict[str, Any]:
+    """The config at ``path`` (``None``: no file, defaults only), includes merged, env applied and
+    substituted. ``env`` receives ``<state dir>/.env`` and the ``env`` block (never overriding)."""
+    load_dotenv(state_dir, env)
+    if path is None:
+        return {}
+    data = _read_json5(path, str(path))
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "the top level must be an object")
+    data = _resolve_includes(data, path, path.parent, (path,))
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "the top level must be an object (after $include)")
+    _fill_env(env, _config_env_vars(data))
+    return substitute_env(data, env)
+
+
+# --- SecretRefs --------------------------------------------------------------------------------
+
+
+def is_secret_ref(value: Any) -> bool:
+    """A SecretRef object: ``{source, provider?, id}`` with a known source."""
+    return (isinstance(value, dict) and value.get("source") in SECRET_SOURCES and "id" in value
+            and set(value) <= {"source", "provider", "id"})
+
+
+def _json_pointer(doc: Any, pointer: str, key: str) -> Any:
+    if not pointer.startswith("/"):
+        raise ConfigError(key, f"file SecretRef id must be a JSON pointer like /providers/openai/apiKey, got {pointer!r}")
+    for part in pointer[1:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(doc, dict) and part in doc:
+            doc = doc[part]
+        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+            doc = doc[int(part)]
+        else:
+            raise ConfigError(key, f"file SecretRef {pointer!r} not found")
+    return doc
+
+
+def resolve_secret(ref: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[str, str], key: str) -> str:
+    """The value a SecretRef names (env and file sources; exec is refused with a clear error)."""
+    source, ident = ref["source"], ref["id"]
+    name = ref.get("provider") or DEFAULT_SECRET_PROVIDER
+    if not isinstance(ident, str) or not ident.strip() or not isinstance(name, str):
+        raise ConfigError(key, f"SecretRef needs a string id and provider, got {json.dumps(ref)}")
+    providers = ((cfg.get("secrets") or {}).get("providers") or {}) if isinstance(cfg.get("secrets"), dict) else {}
+    provider = providers.get(name) if isinstance(providers, dict) else None
+    where = f"secrets.providers.{name}"
+    if provider is not None and (not isinstance(provider, dict) or provider.get("source") != source):
+        raise ConfigError(key, f"SecretRef provider {name!r} is not a {source!r} provider ({where})")
+    if source == "env":
+        if provider is None and name != DEFAULT_SECRET_PROVIDER:
+            raise ConfigError(key, f"SecretRef provider {name!r} is not configured ({where})")
+        allow = (provider or {}).get("allowlist")
+        if isinstance(allow, list) and ident not in allow:
+            raise ConfigError(key, f"{ident} is not in the allowlist of {where}")
+        if not _ENV_NAME.fullmatch(ident):
+            raise ConfigError(key, f"env SecretRef id must be an upper-case variable name, got {ident!r}")
+        value = env.get(ident)
+        if not value:
+            raise ConfigError(key, f"environment variable {ident} (SecretRef) is not set")
+        return value
+    if source == "exec":
+        raise ConfigError(key, "exec SecretRefs are not supported by memindex; use an env or file SecretRef")
+    if provider is None or not isinstance(provider.get("path"), str):
+        raise ConfigError(key, f"file SecretRef provider {name!r} needs {where}.path")
+    file = resolve_user_path(provider["path"], env)
+    try:
+        raw = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(key, f"cannot read SecretRef file {file}: {exc}") from None
+    if provider.get("mode") == "singleValue":
+        return raw.rstrip("\r\n")
+    try:
+        value = _json_pointer(json.loads(raw), ident, key)
+    except json.JSONDecodeError:
+        raise ConfigError(key, f"SecretRef file {file} is not JSON (set mode: \"singleValue\" for a plain file)") from None
+    if not isinstance(value, str):
+        raise ConfigError(key, f"file SecretRef {ident!r} is not a string")
+    return value
+
+
+def resolve_secret_refs(value: Any, cfg: Mapping[str, Any], env: Mapping[str, str], key: str) -> Any:
+    """``value`` with every SecretRef object in it replaced by the secret it names."""
+    if is_secret_ref(value):
+        return resolve_secret(value, cfg, env, key)
+    if isinstance(value, dict):
+        return {k: resolve_secret_refs(v, cfg, env, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_secret_refs(v, cfg, env, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value

@@ -1,0 +1,203 @@
+"""Agents, homes, state dirs and workspaces, resolved the way OpenClaw resolves them.
+
+Each function names the OpenClaw function it mirrors, so the two can be read side
+by side (``src/agents/agent-scope.ts``, ``src/config/paths.ts``,
+``src/infra/home-dir.ts``, ``src/agents/workspace-default.ts``,
+``src/routing/session-key.ts``). Every path returned is absolute.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from memindex.pipeline.errors import ConfigError
+
+DEFAULT_AGENT = "main"  # DEFAULT_AGENT_ID
+STATE_DIRNAME = ".openclaw"
+CONFIG_FILENAME = "openclaw.json"
+# A queue message's config when its sender had no config file: the receiver must not pick one.
+NO_CONFIG = ""
+
+_VALID_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.I)
+_INVALID_CHARS = re.compile(r"[^a-z0-9_-]+")
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def _nonblank(value: str | None) -> str | None:
+    value = (value or "").strip()
+    return value or None
+
+
+def resolve_home(env: Mapping[str, str] | None = None) -> Path:
+    """resolveRequiredHomeDir: ``OPENCLAW_HOME`` (its ``~`` is the OS home), else ``HOME``."""
+    env = _env(env)
+    os_home = _nonblank(env.get("HOME")) or _nonblank(env.get("USERPROFILE")) or os.path.expanduser("~")
+    explicit = _nonblank(env.get("OPENCLAW_HOME"))
+    if explicit:
+        return Path(re.sub(r"^~(?=$|[\\/])", lambda _: os_home, explicit)).resolve()
+    return Path(os_home).resolve()
+
+
+def resolve_user_path(raw: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
+    """resolveUserPath: trimmed; a leading ``~`` is the OpenClaw home; relative to the cwd; absolute."""
+    text = str(raw).strip()
+    if text.startswith("~"):
+        text = re.sub(r"^~(?=$|[\\/])", lambda _: str(resolve_home(env)), text)
+    return Path(os.path.abspath(text))
+
+
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """resolveStateDir: ``OPENCLAW_STATE_DIR``, else ``<home>/.openclaw``."""
+    override = _nonblank(_env(env).get("OPENCLAW_STATE_DIR"))
+    return resolve_user_path(override, env) if override else resolve_home(env) / STATE_DIRNAME
+
+
+def config_path_for(explicit: str | os.PathLike[str] | None, state_dir: Path,
+                    env: Mapping[str, str] | None = None) -> Path | None:
+    """resolveConfigPath: ``explicit`` (``--config``; ``NO_CONFIG`` for none), else
+    ``OPENCLAW_CONFIG_PATH``, else ``<state dir>/openclaw.json`` if it exists; ``None``: defaults only."""
+    if explicit is not None:
+        return resolve_user_path(explicit, env) if str(explicit) != NO_CONFIG else None
+    override = _nonblank(_env(env).get("OPENCLAW_CONFIG_PATH"))
+    if override:
+        return resolve_user_path(override, env)
+    candidate = state_dir / CONFIG_FILENAME
+    return candidate if candidate.exists() else None
+
+
+def default_workspace(env: Mapping[str, str] | None = None) -> Path:
+    """resolveDefaultAgentWorkspaceDir: ``<home>/.openclaw/workspace``, or ``workspace-<profile>``
+    under ``OPENCLAW_PROFILE``. The state dir does not move it (OpenClaw joins the home, not
+    ``OPENCLAW_STATE_DIR``)."""
+    profile = _nonblank(_env(env).get("OPENCLAW_PROFILE"))
+    name = f"workspace-{profile}" if profile and profile.lower() != "default" else "workspace"
+    return resolve_home(env) / STATE_DIRNAME / name
+
+
+def normalize_agent_id(raw: str | None) -> str:
+    """normalizeAgentId: lower case; other characters collapse to ``-``; blank is ``main``.
+
+    Path separators and dots become dashes here, so a normalised id can never
+    leave the directory it is joined to.
+    """
+    text = (raw or "").strip()
+    if not text:
+        return DEFAULT_AGENT
+    if _VALID_ID.match(text):
+        return text.lower()
+    return _INVALID_CHARS.sub("-", text.lower()).strip("-")[:64] or DEFAULT_AGENT
+
+
+def validate_agent_id(raw: str, key: str = "--agent") -> str:
+    """An id given by a user (``--agent``, a queue message): normalised like OpenClaw, but
+    one that would name a path (``a/b``, ``..``, absolute) or nothing is refused, not rewritten."""
+    text = raw.strip() if isinstance(raw, str) else ""
+    if not text or "/" in text or "\\" in text or text in (".", "..") or "\0" in text:
+        raise ConfigError(key, f"invalid agent id {raw!r}: expected letters, digits, '_' or '-'")
+    return normalize_agent_id(text)
+
+
+def agent_entries(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """listAgentEntries, with every entry's ``id`` checked (one ConfigError naming the key)."""
+    agents = cfg.get("agents")
+    if agents is None:
+        return []
+    if not isinstance(agents, dict):
+        raise ConfigError("agents", f"expected an object, got {agents!r}")
+    entries = agents.get("list")
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise ConfigError("agents.list", f"expected a list, got {entries!r}")
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise ConfigError(f"agents.list[{i}]", f"expected an object, got {e!r}")
+        if not isinstance(e.get("id"), str) or not e["id"].strip():
+            raise ConfigError(f"agents.list[{i}].id", "every agent needs a non-empty string id")
+        if not isinstance(e.get("default", False), bool):
+            raise ConfigError(f"agents.list[{i}].default", f"expected true or false, got {e['default']!r}")
+    return entries
+
+
+def list_agent_ids(cfg: Mapping[str, Any]) -> list[str]:
+    """listAgentIds: normalised, de-duplicated, in config order; ``main`` when none is configured."""
+    ids = list(dict.fromkeys(normalize_agent_id(e["id"]) for e in agent_entries(cfg)))
+    return ids or [DEFAULT_AGENT]
+
+
+def default_agent_id(cfg: Mapping[str, Any]) -> str:
+    """resolveDefaultAgentId: the first entry with ``default: true``, else the first entry, else ``main``."""
+    entries = agent_entries(cfg)
+    if not entries:
+        return DEFAULT_AGENT
+    chosen = next((e for e in entries if e.get("default") is True), entries[0])
+    return normalize_agent_id(chosen["id"])
+
+
+def find_agent(cfg: Mapping[str, Any], agent_id: str) -> tuple[int, dict[str, Any]] | None:
+    """resolveAgentConfig: the (index, entry) whose normalised id is ``agent_id``."""
+    for i, e in enumerate(agent_entries(cfg)):
+        if normalize_agent_id(e["id"]) == agent_id:
+            return i, e
+    return None
+
+
+def resolve_agent_id(cfg: Mapping[str, Any], requested: str | None) -> str:
+    """The agent a command acts on: ``requested`` (validated, normalised) or the default agent.
+
+    An id that is not configured is refused, naming the configured ones; with no
+    ``agents.list`` only ``main`` exists, as in OpenClaw.
+    """
+    if requested is None:
+        return default_agent_id(cfg)
+    agent_id = validate_agent_id(requested)
+    known = list_agent_ids(cfg)
+    if agent_id not in known:
+        raise ConfigError("--agent", f"unknown agent {requested!r}; configured: {', '.join(known)}")
+    return agent_id
+
+
+def _path_value(value: Any, key: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected a path string, got {value!r}")
+    return value.strip() or None
+
+
+def agent_workspace(cfg: Mapping[str, Any], agent_id: str, state_dir: Path,
+                    env: Mapping[str, str] | None = None) -> Path:
+    """resolveAgentWorkspaceDir.
+
+    The agent's own ``workspace``; else, for the default agent,
+    ``agents.defaults.workspace`` or the default workspace; else
+    ``<agents.defaults.workspace>/<agentId>`` or ``<state dir>/workspace-<agentId>``.
+    """
+    found = find_agent(cfg, agent_id)
+    if found is not None:
+        own = _path_value(found[1].get("workspace"), f"agents.list[{found[0]}].workspace")
+        if own:
+            return resolve_user_path(own, env)
+    defaults = (cfg.get("agents") or {}).get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError("agents.defaults", f"expected an object, got {defaults!r}")
+    fallback = _path_value(defaults.get("workspace"), "agents.defaults.workspace")
+    if agent_id == default_agent_id(cfg):
+        return resolve_user_path(fallback, env) if fallback else default_workspace(env)
+    if fallback:
+        return resolve_user_path(fallback, env) / agent_id
+    return state_dir / f"workspace-{agent_id}"
+
+
+def inside(root: Path, path: Path, key: str) -> Path:
+    """``path`` if it stays inside ``root`` (both absolute), else a ConfigError naming ``key``."""
+    resolved = Path(os.path.normpath(path))
+    if resolved != root and Path(os.path.normpath(root)) not in resolved.parents:
+        raise ConfigError(key, f"{path} is outside {root}")
+    return resolved

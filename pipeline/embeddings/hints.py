@@ -1,0 +1,35 @@
+"""Which configuration key to check for a failure: the hint beside every reported error.
+
+Provider errors are worded in one place (``http_errors``, ``keys``, ``validate``),
+so the hint is read off that wording and names the OpenClaw keys that decide it.
+"""
+
+from __future__ import annotations
+
+from memindex.pipeline.embeddings import registry
+
+
+def _key_sources(provider_id: str | None) -> str:
+    spec = registry.find(provider_id or "")
+    if spec is None or not spec.env_vars:
+        return "memorySearch.remote.apiKey"
+    return (f"memorySearch.remote.apiKey, models.providers.{spec.names_in_config()[0]}.apiKey "
+            f"or {' / '.join(spec.env_vars)}")
+
+
+def failure_hint(reason: str, provider_id: str | None) -> str:
+    """A short "check this key" for a failure ``reason`` (an error's text)."""
+    text = reason.lower()
+    if "no api key" in text or "rejected the api key" in text:
+        return f"check the API key: {_key_sources(provider_id)}"
+    if "model not found" in text or "baseurl" in text:
+        return "check memorySearch.model and memorySearch.remote.baseUrl"
+    if "quota" in text or "billing" in text:
+        return f"check the {provider_id or 'provider'} account's plan and billing"
+    if "dims" in text or "dimension" in text:
+        return "check memorySearch.model, memorySearch.remote.baseUrl and memorySearch.outputDimensionality"
+    if "rate limited" in text:
+        return f"the provider kept throttling; check memorySearch.remote.concurrency and the {provider_id} quota"
+    if "server error" in text or "timed out" in text or "connect" in text:
+        return "the provider kept failing; check memorySearch.remote.baseUrl and the provider's status"
+    return "run the worker with --log-level debug for the full traceback"

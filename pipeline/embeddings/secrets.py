@@ -1,0 +1,69 @@
+"""Secrets kept out of every log line and error message, at every level.
+
+Provider selection registers each API key and every ``remote.headers`` value
+(an ``X-Api-Key`` is as secret as the key) the moment it builds a provider;
+``redact`` replaces them in any text, and ``install`` wraps the process's log
+record factory once, so every record - ours, dramatiq's, httpx/httpcore's at
+``-vv`` (which print response headers verbatim), tracebacks included - is
+scrubbed before any handler sees it. Provider error bodies that echo a header
+are redacted when the error is built (``EmbeddingProvider.redact``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+MIN_SECRET_LEN = 4  # shorter values would blank out ordinary words
+MASK = "***"
+
+_secrets: set[str] = set()
+_lock = threading.Lock()
+
+
+def register(*values: Any) -> None:
+    """Remember secret values (None and short values are ignored); installs the log scrubber."""
+    fresh = {str(v) for v in values if v is not None and len(str(v)) >= MIN_SECRET_LEN}
+    if fresh - _secrets:
+        with _lock:
+            _secrets.update(fresh)
+    install()
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced by ``***``."""
+    for s in sorted(_secrets, key=len, reverse=True):  # longest first: a key containing another
+        if s in text:
+            text = text.replace(s, MASK)
+    return text
+
+
+def _scrubbing(make: Any) -> Any:
+    formatter = logging.Formatter()
+
+    def factory(*a: Any, **kw: Any) -> logging.LogRecord:
+        record = make(*a, **kw)
+        if not _secrets:
+            return record
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
+            return record
+        clean = redact(msg)
+        if clean != msg:
+            record.msg, record.args = clean, ()
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = redact(formatter.formatException(record.exc_info))
+        return record
+
+    factory.memindex_redacts = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install() -> None:
+    """Scrub every log record of this process (idempotent)."""
+    with _lock:
+        make = logging.getLogRecordFactory()
+        if not getattr(make, "memindex_redacts", False):
+            logging.setLogRecordFactory(_scrubbing(make))

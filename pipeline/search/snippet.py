@@ -1,0 +1,77 @@
+"""Snippets centred on the lines of a chunk that match the query (F13).
+
+An agent reads the snippet, not the file, so the snippet must show why the
+chunk matched: a term at the end of a 1.5 KB chunk is invisible in the chunk's
+first 700 characters. Lines are scored by the query's content terms they
+contain (each weighted by how rare it is among the chunk's lines), the best
+line is the centre, and whole neighbouring lines are added - the better
+scoring side first - while the snippet stays within the cap. The snippet's own
+line range is returned so that citations and ``memory_get`` point at exactly
+the lines shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from memindex.pipeline.store.fts_text import keyword_tokens, match_key
+
+SNIPPET_MAX_CHARS = 700
+
+
+@dataclass(frozen=True)
+class Snippet:
+    text: str
+    start_line: int
+    end_line: int
+
+
+def _line_scores(lines: list[str], keys: frozenset[str]) -> list[float]:
+    found = [keys & {match_key(t) for t in keyword_tokens(line)} for line in lines]
+    df: dict[str, int] = {}
+    for hit in found:
+        for k in hit:
+            df[k] = df.get(k, 0) + 1
+    # A term on every line locates nothing; a term on one line locates the match.
+    return [sum(math.log(1 + len(lines) / df[k]) for k in hit) for hit in found]
+
+
+def _cut_line(line: str, keys: frozenset[str], limit: int) -> str:
+    """``limit`` characters of one over-long line, around its first matching token."""
+    low, pos = line.lower(), 0
+    for tok in keyword_tokens(line):
+        if match_key(tok) in keys:
+            pos = max(0, low.find(tok))
+            break
+    start = min(max(0, pos - limit // 2), len(line) - limit)
+    return line[start : start + limit]
+
+
+def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[str],
+                    limit: int = SNIPPET_MAX_CHARS) -> Snippet:
+    """The ≤ ``limit``-character window of whole lines of a chunk around its best-matching line.
+
+    ``keys``: the query's content tokens (:func:`~memindex.pipeline.store.fts_text.query_keywords`).
+    With no matching line the window starts at the chunk's first line. A chunk whose text does not
+    map line for line onto its range (a piece of an over-long line) keeps its own range.
+    """
+    lines = text.split("\n")
+    if len(lines) != end_line - start_line + 1:
+        return Snippet(text[:limit] if len(text) > limit else text, start_line, end_line)
+    scores = _line_scores(lines, keys) if keys else [0.0] * len(lines)
+    best = max(range(len(lines)), key=lambda i: (scores[i], -i))
+    if len(lines[best]) >= limit:
+        return Snippet(_cut_line(lines[best], keys, limit), start_line + best, start_line + best)
+    lo = hi = best
+    size = len(lines[best])
+    while True:
+        # Grow towards the better-scoring neighbour (ties: the shorter one, then downwards),
+        # while the next line still fits.
+        options = [i for i in (lo - 1, hi + 1) if 0 <= i < len(lines) and size + 1 + len(lines[i]) <= limit]
+        if not options:
+            break
+        nxt = max(options, key=lambda i: (scores[i], -len(lines[i]), i))
+        size += 1 + len(lines[nxt])
+        lo, hi = min(lo, nxt), max(hi, nxt)
+    return Snippet("\n".join(lines[lo : hi + 1]), start_line + lo, start_line + hi)

@@ -1,0 +1,74 @@
+"""Options every ``memindex`` command shares, accepted before or after the command
+(``memindex --agent ops status`` and ``memindex status --agent ops`` alike), and
+the help-text helpers every command module uses.
+
+argparse copies a subcommand's defaults over the values parsed before it, so the
+shared options default to ``SUPPRESS`` inside subcommands: only a value actually
+given after the command overrides one given before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from typing import Any, Iterable
+
+from memindex.workers.logs import FORMATS, LEVELS
+
+GLOBAL_TITLE = "global options (before or after the command)"
+
+
+def _global_specs() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    return [
+        (("--config",), dict(metavar="FILE", default=None,
+                             help="openclaw.json (default: $OPENCLAW_CONFIG_PATH, else <state-dir>/openclaw.json)")),
+        (("--state-dir",), dict(metavar="DIR", default=None,
+                                help="OpenClaw state directory (default: $OPENCLAW_STATE_DIR, else ~/.openclaw)")),
+        (("--workspace",), dict(metavar="DIR", default=None, help="use this workspace instead of the agent's")),
+        (("--agent",), dict(metavar="ID", default=None,
+                            help="agent id (default: status and index cover every configured agent; "
+                                 "other commands use the default agent)")),
+        (("-v", "--verbose"), dict(action="count", default=0, help="more output and logging (-vv: debug)")),
+        (("--log-level",), dict(choices=LEVELS, default=None,
+                                help="log level (default warning; -v info, -vv debug); worker processes too")),
+        (("--log-format",), dict(choices=FORMATS, default="text", help="log lines as text or one JSON object each")),
+    ]
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """The shared options on the top-level parser, with their real defaults."""
+    group = parser.add_argument_group(GLOBAL_TITLE)
+    for flags, kw in _global_specs():
+        group.add_argument(*flags, **kw)
+    group.add_argument("--json", action="store_true", help="machine-readable output (commands that have it)")
+
+
+def share_global_options(sub: argparse._SubParsersAction) -> None:
+    """Accept the shared options after every registered command too (call once all are registered)."""
+    for parser in dict.fromkeys(sub.choices.values()):  # aliases map to the same parser
+        group = parser.add_argument_group(GLOBAL_TITLE)
+        for flags, kw in _global_specs():
+            if not any(f in parser._option_string_actions for f in flags):
+                group.add_argument(*flags, **{**kw, "default": argparse.SUPPRESS})
+        json_opt = parser._option_string_actions.get("--json")
+        if json_opt is not None:
+            json_opt.default = argparse.SUPPRESS
+
+
+def has_option(parser: argparse.ArgumentParser, flag: str) -> bool:
+    return flag in parser._option_string_actions
+
+
+def examples(*pairs: tuple[str, str], description: str | None = None) -> dict[str, Any]:
+    """``add_parser`` keywords for a command's help: its description and an Examples epilog."""
+    # Raw formatting keeps the examples' columns; the description is wrapped here instead.
+    return {"description": textwrap.fill(description, 88) if description else None,
+            "formatter_class": argparse.RawDescriptionHelpFormatter,
+            "epilog": "examples:\n" + "\n".join(f"  {cmd:<46} {what}" for cmd, what in pairs)}
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argparse.ArgumentParser]]:
+    """(name, parser) of every command (for help checks and completion)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.items()

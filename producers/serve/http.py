@@ -1,0 +1,175 @@
+"""``memindex serve``: the memory operations as a small JSON HTTP API (Starlette on uvicorn).
+
+    POST /v1/search  {"query", "maxResults"?, "minScore"?, "agent"?, "sessionKey"?}  -> memory_search payload
+    POST /v1/get     {"path", "from"?, "lines"?, "agent"?}                            -> memory_get payload
+    GET  /v1/status[?agent=ID]                                                        -> status report
+    GET  /healthz                                                                     -> {"ok": true}
+
+Errors are ``{"error": {"code", "message"}}`` with a matching HTTP status.
+Anything but a loopback bind needs a bearer token (``BearerAuth``, also used
+by ``memindex mcp --http``), compared in constant time; request bodies are
+capped at ``MAX_BODY_BYTES``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import sys
+from typing import Any, Awaitable, Callable
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
+from memindex.producers.serve.tools import MemoryTools, OperationError
+
+MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
+UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
+
+# JSON body field -> MemoryTools keyword, per operation (unknown fields are refused, not ignored).
+SEARCH_FIELDS = {"query": "query", "maxResults": "max_results", "minScore": "min_score",
+                 "agent": "agent", "sessionKey": "session_key"}
+GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "agent"}
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def require_token_off_loopback(host: str, token: str | None) -> None:
+    """Refuse to expose memory beyond this machine without a token."""
+    if not token and not is_loopback(host):
+        raise OperationError("token_required", f"binding {host} exposes memory beyond this machine: "
+                             f"give --token or set {TOKEN_ENV} (or bind 127.0.0.1)")
+
+
+def parse_bind(value: str, default_host: str = DEFAULT_HOST) -> tuple[str, int]:
+    """'[HOST:]PORT' -> (host, port); IPv6 hosts in brackets ('[::1]:8377')."""
+    host, sep, port = value.rpartition(":")
+    host = host if sep else default_host
+    try:
+        n = int(port)
+    except ValueError:
+        raise OperationError("bad_request", f"bad address {value!r}: expected [HOST:]PORT, e.g. 127.0.0.1:8377") from None
+    if not 0 < n < 65536:
+        raise OperationError("bad_request", f"bad port {n}: expected 1-65535")
+    return host.strip("[]") or default_host, n
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    await JSONResponse(body, status, headers=headers)({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> dict[str, Any]:  # a response never reads the request
+    return {"type": "http.disconnect"}
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request but ``UNAUTHENTICATED_PATHS`` must carry the token."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in UNAUTHENTICATED_PATHS:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                err = OperationError("unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)", 401)
+                await _send_json(send, 401, err.as_dict(), {"WWW-Authenticate": "Bearer"})
+                return
+        await self.app(scope, receive, send)
+
+
+def protect(app: ASGIApp, token: str | None) -> ASGIApp:
+    return BearerAuth(app, token) if token else app
+
+
+async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
+    too_large = OperationError("too_large", f"request body over {max_bytes} bytes", 413)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large  # refused before reading a byte
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise too_large
+    try:
+        data = json.loads(body or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise OperationError("bad_json", f"request body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise OperationError("bad_request", "request body must be a JSON object")
+    return data
+
+
+def _kwargs(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise OperationError("bad_request", f"unknown field(s) {', '.join(unknown)}; expected {', '.join(fields)}")
+    return {fields[k]: v for k, v in data.items()}
+
+
+def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
+    async def search(request: Request) -> Response:
+        kw = _kwargs(await _json_body(request, max_body_bytes), SEARCH_FIELDS)
+        if "query" not in kw:
+            raise OperationError("bad_request", "query is required")
+        return JSONResponse(await tools.search(kw.pop("query"), **kw))
+
+    async def get(request: Request) -> Response:
+        kw = _kwargs(await _json_body(request, max_body_bytes), GET_FIELDS)
+        if "path" not in kw:
+            raise OperationError("bad_request", "path is required")
+        return JSONResponse(await tools.get(kw.pop("path"), **kw))
+
+    async def status(request: Request) -> Response:
+        return JSONResponse(await tools.status(agent=request.query_params.get("agent")))
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def operation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, OperationError)
+        return JSONResponse(exc.as_dict(), exc.status)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse({"error": {"code": code, "message": f"{request.method} {request.url.path}: "
+                                       f"{exc.detail}"}}, exc.status_code)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # The message, never a traceback; the server's log has the rest.
+        print(f"memindex serve: {request.method} {request.url.path} failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return JSONResponse({"error": {"code": "internal", "message": f"{type(exc).__name__}: {exc}"}}, 500)
+
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        OperationError: operation_error, HTTPException: http_error, Exception: internal_error}
+    return Starlette(routes=[
+        Route("/v1/search", search, methods=["POST"]),
+        Route("/v1/get", get, methods=["POST"]),
+        Route("/v1/status", status, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ], exception_handlers=handlers)
+
+
+def run_uvicorn(app: ASGIApp, host: str, port: int, what: str) -> None:
+    """Serve until Ctrl-C / SIGTERM (uvicorn handles both and drains open requests)."""
+    shown = f"[{host}]" if ":" in host else host
+    print(f"{what} listening on http://{shown}:{port}", file=sys.stderr, flush=True)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)).run()

@@ -1,0 +1,111 @@
+"""``memindex mcp``: the memory tools on the official MCP SDK, over stdio or streamable HTTP.
+
+Tools ``memory_search``, ``memory_get`` and ``memory_status`` answer with the
+in-process API's payloads (as structured content, and as JSON text for
+clients that read only text); a refusal (unknown agent, a path outside
+memory, bad arguments) is a tool error (``is_error``) whose message says why.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Annotated, Any, Awaitable
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from memindex import __version__
+from memindex.producers.serve.http import protect, run_uvicorn
+from memindex.producers.serve.tools import MemoryTools, OperationError
+
+INSTRUCTIONS = (
+    "Long-term memory for this agent: Markdown notes (MEMORY.md, memory/YYYY-MM-DD.md, and "
+    "optionally past session transcripts). Use memory_search before answering anything about prior "
+    "work, decisions, dates, people or preferences; then memory_get to read around a hit."
+)
+
+SEARCH_DESCRIPTION = (
+    "Search the agent's long-term memory (Markdown notes and, when enabled, past session transcripts) "
+    "for what is relevant to a question: earlier decisions, preferences, people, dates, fixes, todos. "
+    "Call it before answering anything about prior work or what the user said before. Returns the "
+    "best-matching snippets (up to ~700 characters each), best first, each with path, startLine, "
+    "endLine, score (0-1) and source ('memory' or 'sessions'); read more of a file with memory_get "
+    "using that path and line range. An empty result list means nothing relevant is recorded. "
+    "A file written seconds ago may not be searchable yet."
+)
+GET_DESCRIPTION = (
+    "Read a memory file: MEMORY.md, memory/YYYY-MM-DD.md, or any path memory_search returned. "
+    "Give 'from' (1-based line) and 'lines' to read only a window, e.g. around a search hit's "
+    "startLine. Only Markdown memory files can be read: other paths are refused with the reason. "
+    "A memory file that does not exist yet returns empty text (nothing recorded), not an error."
+)
+STATUS_DESCRIPTION = (
+    "What the memory index holds for an agent: files and chunks indexed, the embedding provider and "
+    "search mode (hybrid or keyword-only), files still waiting to be indexed, problems, and the list "
+    "of configured agents. Use it when memory_search unexpectedly finds nothing."
+)
+
+Agent = Annotated[str | None, Field(description="Which agent's memory (default: the server's agent). "
+                                    "memory_status lists the configured agents.")]
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+
+async def _answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await call
+    except OperationError as exc:
+        raise ToolError(str(exc)) from None  # the model reads the reason and can correct its call
+
+
+def build_server(tools: MemoryTools) -> MCPServer:
+    server: MCPServer = MCPServer("memindex", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+
+    async def memory_search(
+        query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
+        maxResults: Annotated[int | None, Field(ge=1, description="At most this many results "
+                                                "(default: the agent's query.maxResults, 6).")] = None,
+        minScore: Annotated[float | None, Field(description="Drop results scoring below this (0-1; "
+                                                "default: the agent's query.minScore).")] = None,
+        agent: Agent = None,
+        sessionKey: Annotated[str | None, Field(description="The calling session's key "
+                                                "(agent:<id>:<channel>:...); decides citations.")] = None,
+    ) -> dict[str, Any]:
+        return await _answer(tools.search(query, max_results=maxResults, min_score=minScore,
+                                          agent=agent, session_key=sessionKey))
+
+    async def memory_get(**args: Any) -> dict[str, Any]:
+        return await _answer(tools.get(args["path"], from_line=args.get("from"), lines=args.get("lines"),
+                                       agent=args.get("agent")))
+
+    # "from" is a Python keyword, so the signature the SDK derives the input schema from is built
+    # by hand; the SDK then calls the function with the wire names, which **args receives as is.
+    kw = inspect.Parameter.KEYWORD_ONLY
+    memory_get.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter("path", kw, annotation=Annotated[str, Field(
+            description="Workspace-relative memory file, e.g. memory/2026-02-10.md or a search result's path.")]),
+        inspect.Parameter("from_", kw, default=None, annotation=Annotated[int | None, Field(
+            alias="from", ge=1, description="First line to read (1-based); default: the whole file.")]),
+        inspect.Parameter("lines", kw, default=None, annotation=Annotated[int | None, Field(
+            ge=1, description="How many lines to read from 'from'.")]),
+        inspect.Parameter("agent", kw, default=None, annotation=Agent),
+    ], return_annotation=dict[str, Any])
+
+    async def memory_status(agent: Agent = None) -> dict[str, Any]:
+        return await _answer(tools.status(agent=agent))
+
+    for fn, desc in ((memory_search, SEARCH_DESCRIPTION), (memory_get, GET_DESCRIPTION),
+                     (memory_status, STATUS_DESCRIPTION)):
+        server.add_tool(fn, name=fn.__name__, description=desc, annotations=READ_ONLY)
+    return server
+
+
+def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str | None = None) -> None:
+    """stdio (the default) or streamable HTTP at ``http`` = (host, port), endpoint ``/mcp``."""
+    server = build_server(tools)
+    if http is None:
+        server.run("stdio")
+        return
+    host, port = http
+    run_uvicorn(protect(server.streamable_http_app(host=host), token), host, port, "memindex mcp (endpoint /mcp)")

@@ -1,0 +1,122 @@
+"""The memory operations every server transport exposes: search, get, status.
+
+One process serves every configured agent: ``MemoryTools`` keeps the base
+``Context`` (config, state dir, workspace) and resolves an agent per call.
+Engines come from ``engine_for``, one per agent settings, so store
+connections and the query embedder stay loaded between calls; each engine
+schedules syncs the way the in-process runtime hooks do (on search and on a
+new session key), so the index stays fresh without a separate watcher.
+Payloads are exactly the in-process API's (``SearchResponse.as_dict()``,
+``MemoryGetResult.as_dict()``, the engine's ``status()``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import AgentSettings, Context, config_path_for, default_state_dir, list_agent_ids, load_raw
+from memindex.pipeline.errors import MemindexError, MemoryGetError
+from memindex.pipeline.search.aio import run_in_pool
+from memindex.pipeline.search.backend import SearchEngine, engine_for
+from memindex.pipeline.search.get import amemory_get
+from memindex.producers.hooks import schedule_sync
+
+
+class OperationError(MemindexError):
+    """A request the server refuses: ``code`` is stable for programs, the message is for people
+    (and models); ``status`` is the HTTP status the JSON API answers with."""
+
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code, self.status = code, status
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": str(self)}}
+
+
+def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: float | None = None) -> Any:
+    """``value`` if None or of ``kind`` (bools are not numbers here), else a bad_request naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        expected = "an integer" if kind is int else "a number" if kind == (int, float) else "a string"
+        raise OperationError("bad_request", f"{name} must be {expected}")
+    if minimum is not None and value < minimum:
+        raise OperationError("bad_request", f"{name} must be at least {minimum:g}")
+    return value
+
+
+class MemoryTools:
+    """search / get / status for any configured agent, from one long-lived process."""
+
+    def __init__(self, base: Context) -> None:
+        self.base = base
+        self._lock = threading.Lock()
+        self._ids: tuple[float | None, list[str]] | None = None  # (config mtime, agent ids)
+
+    def agent_ids(self) -> list[str]:
+        """Configured agent ids, re-read only when the config file changes."""
+        state = Path(self.base.state_dir).expanduser() if self.base.state_dir else default_state_dir()
+        path = config_path_for(self.base.config, state)
+        try:
+            mtime = os.stat(path).st_mtime if path else None
+        except OSError:
+            mtime = None
+        with self._lock:
+            if self._ids is not None and self._ids[0] == mtime:
+                return self._ids[1]
+        ids = list_agent_ids(load_raw(self.base))
+        with self._lock:
+            self._ids = (mtime, ids)
+        return ids
+
+    def default_agent(self) -> str:
+        """The server's ``--agent`` when it is configured, else the first configured agent."""
+        ids = self.agent_ids()
+        return self.base.agent_id if self.base.agent_id in ids else ids[0]
+
+    def settings(self, agent: str | None) -> AgentSettings:
+        agent = _optional(agent, "agent", str)
+        ids = self.agent_ids()
+        agent_id = agent.strip() if agent and agent.strip() else self.default_agent()
+        if agent_id not in ids:
+            raise OperationError("unknown_agent", f"unknown agent {agent_id!r}; configured agents: "
+                                 f"{', '.join(ids)}", 404)
+        return settings_for(self.base.with_agent(agent_id))
+
+    def engine(self, settings: AgentSettings) -> SearchEngine:
+        # "auto": the query embedder is built on the first vector search and then kept.
+        return engine_for(settings, query_embedder="auto", schedule_sync=schedule_sync)
+
+    async def search(self, query: Any, *, max_results: Any = None, min_score: Any = None,
+                     agent: Any = None, session_key: Any = None) -> dict[str, Any]:
+        if not isinstance(query, str):
+            raise OperationError("bad_request", "query must be a string")
+        opts = dict(max_results=_optional(max_results, "maxResults", int, minimum=1),
+                    min_score=_optional(min_score, "minScore", (int, float)),
+                    session_key=_optional(session_key, "sessionKey", str))
+        settings = self.settings(agent)
+        return (await self.engine(settings).asearch(query, **opts)).as_dict()
+
+    async def get(self, path: Any, *, from_line: Any = None, lines: Any = None,
+                  agent: Any = None) -> dict[str, Any]:
+        if not isinstance(path, str):
+            raise OperationError("bad_request", "path must be a string, e.g. memory/2026-02-10.md")
+        from_line = _optional(from_line, "from", int, minimum=1)
+        lines = _optional(lines, "lines", int, minimum=1)
+        settings = self.settings(agent)
+        if not settings.enabled:
+            raise OperationError("disabled", f"memory is disabled for agent {settings.agent_id!r}", 403)
+        try:
+            return (await amemory_get(settings, path, from_line, lines)).as_dict()
+        except MemoryGetError as exc:
+            raise OperationError("path_rejected", str(exc)) from None
+
+    async def status(self, *, agent: Any = None) -> dict[str, Any]:
+        settings = self.settings(agent)
+        report = await run_in_pool(self.engine(settings).status, probe=True)
+        return {**report, "agents": self.agent_ids()}

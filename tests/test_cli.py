@@ -1,0 +1,269 @@
+"""The ``memindex`` command as an OpenClaw user meets it: ``openclaw memory status|index|search``
+parity, global options anywhere, help, ``--version`` and shell completion.
+
+The two parsers below are written from OpenClaw's documented output shapes
+(``src/cli/memory-cli.ts``: ``status --json`` and the text of ``search``), not from
+our code, and our output must go through them unchanged."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from memindex.producers.cli.main import build_parser
+from memindex.producers.cli.options import command_parsers
+from tests.conftest import module_server, run_cli
+from tests.provider_server import ProviderServer
+
+server = module_server(ProviderServer)
+
+# --- parsers of OpenClaw's shapes ------------------------------------------------------------
+
+_HEADER = re.compile(r"^(\d+\.\d{3}) (.+):(\d+)-(\d+)$")
+
+
+def parse_openclaw_search(text: str) -> list[dict]:
+    """``<score.toFixed(3)> <path>:<start>-<end>``, the snippet, a blank line; or ``No matches.``"""
+    if text.strip() == "No matches.":
+        return []
+    out: list[dict] = []
+    for line in text.rstrip("\n").split("\n"):
+        m = _HEADER.match(line)
+        if m:
+            out.append({"score": float(m[1]), "path": m[2], "startLine": int(m[3]), "endLine": int(m[4]),
+                        "snippet": []})
+        else:
+            assert out, f"snippet before the first result header: {line!r}"
+            out[-1]["snippet"].append(line)
+    for r in out:
+        r["snippet"] = "\n".join(r["snippet"]).strip()
+    assert out, "neither results nor 'No matches.'"
+    return out
+
+
+def _is(v, *types) -> bool:
+    return isinstance(v, types)
+
+
+def parse_openclaw_status(text: str) -> list[dict]:
+    """``[{agentId, status:{…}, embeddingProbe, indexError, scan}]`` with OpenClaw's field types."""
+    entries = json.loads(text)
+    assert _is(entries, list) and entries
+    for e in entries:
+        assert {"agentId", "status", "embeddingProbe", "indexError", "scan"} <= set(e)
+        s = e["status"]
+        assert _is(e["agentId"], str) and s["backend"] in ("builtin", "qmd")
+        for key in ("files", "chunks"):
+            assert _is(s[key], int)
+        assert _is(s["dirty"], bool)
+        for key in ("workspaceDir", "dbPath", "provider", "requestedProvider"):
+            assert _is(s[key], str), key
+        assert s["model"] is None or _is(s["model"], str)
+        assert _is(s["sources"], list) and _is(s["extraPaths"], list)
+        for sc in s["sourceCounts"]:
+            assert {"source", "files", "chunks"} <= set(sc)
+        assert {"enabled", "entries", "maxEntries"} <= set(s["cache"])
+        assert {"enabled", "available", "error"} <= set(s["fts"])
+        assert s["fallback"] is None or {"from", "reason"} <= set(s["fallback"])
+        assert {"enabled", "available", "extensionPath", "loadError", "dims"} <= set(s["vector"])
+        assert {"enabled", "failures", "limit", "wait", "concurrency", "pollIntervalMs", "timeoutMs",
+                "lastError", "lastProvider"} <= set(s["batch"])
+        p = e["embeddingProbe"]
+        assert p is None or (_is(p["ok"], bool) and (p["ok"] or _is(p["error"], str)))
+        assert e["indexError"] is None or _is(e["indexError"], str)
+        scan = e["scan"]
+        assert {"sources", "totalFiles", "issues"} <= set(scan)
+        for sc in scan["sources"]:
+            assert {"source", "totalFiles", "issues"} <= set(sc)
+    return entries
+
+
+# --- a two-agent OpenClaw config ------------------------------------------------------------
+
+@pytest.fixture
+def two(tmp_path: Path) -> dict:
+    """Agents main and ops with their own workspaces; ops has an extraPaths dir outside its workspace."""
+    root = tmp_path
+    for agent, note in (("main", "Mara fixed the kumquat router on Friday."),
+                        ("ops", "The kumquat runbook says: restart the broker twice.")):
+        (root / agent / "memory").mkdir(parents=True)
+        (root / agent / "memory" / "2026-02-10.md").write_text(f"# 2026-02-10\n\n{note}\n")
+    (root / "team").mkdir()
+    (root / "team" / "t.md").write_text("# Team\n\nThe kumquat escalation goes to the team lead.\n")
+    cfg = {"agents": {"defaults": {"memorySearch": {"provider": "hash"}},
+                      "list": [{"id": "main", "workspace": str(root / "main")},
+                               {"id": "ops", "workspace": str(root / "ops"),
+                                "memorySearch": {"extraPaths": [str(root / "team")]}}]}}
+    (root / "openclaw.json").write_text(json.dumps(cfg))
+    (root / "cwd").mkdir()  # the CLI runs from a directory that is neither the repo nor a workspace
+    return {"root": root, "base": ["--config", str(root / "openclaw.json"), "--state-dir", str(root / "state")],
+            "cwd": root / "cwd"}
+
+
+def _cli(two: dict, *args: str, ok: bool = True, env: dict | None = None):
+    out = run_cli(*args, cwd=two["cwd"], env=env, timeout=120)
+    if ok:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_index_and_status_cover_every_configured_agent(two):
+    _cli(two, *two["base"], "index")
+    entries = parse_openclaw_status(_cli(two, *two["base"], "status", "--json").stdout)
+    by_agent = {e["agentId"]: e for e in entries}
+    assert set(by_agent) == {"main", "ops"}
+    assert by_agent["main"]["status"]["files"] == 1 and by_agent["ops"]["status"]["files"] == 2
+    assert by_agent["ops"]["scan"]["totalFiles"] == 2 and not by_agent["ops"]["scan"]["issues"]
+    assert by_agent["main"]["status"]["dirty"] is False and by_agent["main"]["embeddingProbe"] is None
+    # --agent, before or after the command, narrows to one agent.
+    for args in (["--agent", "ops", "status", "--json"], ["status", "--json", "--agent", "ops"]):
+        (only,) = parse_openclaw_status(_cli(two, *two["base"], *args).stdout)
+        assert only["agentId"] == "ops"
+
+
+def test_search_text_parses_as_openclaw_and_matches_json(two):
+    _cli(two, *two["base"], "index")
+    text = _cli(two, *two["base"], "search", "--agent", "ops", "kumquat").stdout
+    results = parse_openclaw_search(text)
+    payload = json.loads(_cli(two, *two["base"], "--agent", "ops", "--json", "search", "kumquat").stdout)
+    assert [(r["path"], r["startLine"], r["endLine"]) for r in results] == \
+        [(r["path"], r["startLine"], r["endLine"]) for r in payload["results"]]
+    assert [r["score"] for r in results] == [round(r["score"], 3) for r in payload["results"]]
+    assert {r["path"] for r in results} == {"memory/2026-02-10.md", "../team/t.md"}
+    assert "kumquat" in results[0]["snippet"]
+    # Every path search returns reads back through get, the extraPaths one included.
+    for r in results:
+        got = _cli(two, *two["base"], "get", r["path"], "--agent", "ops").stdout
+        assert "kumquat" in got
+    refused = _cli(two, *two["base"], "--agent", "ops", "get", "../main/memory/2026-02-10.md", ok=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "outside" in refused.stderr
+    # The default agent (the first configured) does not see ops' memory.
+    assert parse_openclaw_search(_cli(two, *two["base"], "search", "runbook").stdout) == []
+    assert _cli(two, *two["base"], "search", "runbook").stdout == "No matches.\n"
+
+
+def test_status_deep_probes_the_provider(two, server):
+    server.reset()
+    cfg = json.loads((two["root"] / "openclaw.json").read_text())
+    cfg["agents"]["defaults"]["memorySearch"] = {
+        "provider": "openai", "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test"}}
+    (two["root"] / "openclaw.json").write_text(json.dumps(cfg))
+    (entry,) = parse_openclaw_status(_cli(two, *two["base"], "status", "--deep", "--agent", "main", "--json").stdout)
+    probe = entry["embeddingProbe"]
+    assert probe["ok"] is True and probe["provider"] == "openai" and probe["latencyMs"] >= 0
+    assert server.count("openai") == 1  # one real request
+    server.always("openai", {"status": 401, "message": "Incorrect API key provided"})
+    try:
+        out = _cli(two, *two["base"], "--agent", "main", "status", "--deep")
+    finally:
+        server.always("openai", None)
+    assert "embeddings:   unavailable" in out.stdout and "401" in out.stdout
+
+
+def test_status_index_indexes_first(two):
+    (entry,) = parse_openclaw_status(_cli(two, *two["base"], "status", "--index", "--agent", "ops", "--json").stdout)
+    assert entry["indexError"] is None and entry["status"]["files"] == 2
+    assert entry["embeddingProbe"]["ok"] is True  # --index implies --deep
+
+
+def test_status_scan_reports_missing_paths(two):
+    cfg = json.loads((two["root"] / "openclaw.json").read_text())
+    cfg["agents"]["list"][1]["memorySearch"]["extraPaths"].append(str(two["root"] / "gone"))
+    (two["root"] / "openclaw.json").write_text(json.dumps(cfg))
+    (entry,) = parse_openclaw_status(_cli(two, *two["base"], "status", "--agent", "ops", "--json").stdout)
+    assert entry["scan"]["issues"] == [f"additional memory path missing ({two['root'] / 'gone'})"]
+    assert entry["status"]["dirty"] is True  # never indexed
+
+
+# --- the parser: global options anywhere, help, version, completion --------------------------
+
+REQUIRED = {"get": ["MEMORY.md"], "completion": ["bash"]}
+
+
+def _commands():
+    return list(command_parsers(build_parser()))
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _commands()])
+def test_global_options_before_or_after_every_command(name):
+    parser = build_parser()
+    opts = ["--config", "c.json", "--state-dir", "st", "--workspace", "ws", "--agent", "ops", "-v"]
+    for argv in ([*opts, name, *REQUIRED.get(name, [])], [name, *REQUIRED.get(name, []), *opts]):
+        a = parser.parse_args(argv)
+        assert (a.command, a.config, a.state_dir, a.workspace, a.agent, a.verbose) == \
+            (name, "c.json", "st", "ws", "ops", 1), argv
+    a = parser.parse_args([name, *REQUIRED.get(name, [])])
+    assert (a.config, a.state_dir, a.workspace, a.agent, a.verbose) == (None, None, None, None, 0)
+
+
+def test_json_before_or_after_and_refused_where_it_does_not_apply(tmp_path):
+    parser = build_parser()
+    assert parser.parse_args(["--json", "status"]).json and parser.parse_args(["status", "--json"]).json
+    assert not parser.parse_args(["status"]).json
+    out = run_cli("--json", "watch", cwd=tmp_path)
+    assert out.returncode == 2 and "--json does not apply to watch" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_agent_and_all_together_is_one_line_error(tmp_path):
+    out = run_cli("--agent", "ops", "batches", "--all", cwd=tmp_path)
+    assert out.returncode == 2 and "not both" in out.stderr and "Traceback" not in out.stderr
+
+
+_INTERNAL_ID = re.compile(r"\((?:[PF]\d+)(?:, ?[PF]\d+)*\)")
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _commands()])
+def test_every_command_has_help_and_examples(name):
+    parser = dict(_commands())[name]
+    text = parser.format_help()
+    assert re.search(r"examples:\n  (eval \"\$\()?memindex ", text), name
+    assert not _INTERNAL_ID.search(text), text
+    assert not re.search(r"\bhash\b", text)  # the test-only provider is not offered to users
+    for action in parser._actions:
+        if action.option_strings or action.dest != "help":
+            assert action.help and action.help != "==SUPPRESS==", (name, action.option_strings or action.dest)
+
+
+def test_top_level_help_and_version(tmp_path):
+    top = build_parser().format_help()
+    assert not _INTERNAL_ID.search(top) and "examples:" in top and not re.search(r"\bhash\b", top)
+    out = run_cli("--version", cwd=tmp_path)
+    assert out.returncode == 0 and re.fullmatch(r"memindex \d+\.\d+\S*\n", out.stdout)
+
+
+def test_completion_script_and_completions(tmp_path):
+    script = run_cli("completion", "bash", cwd=tmp_path)
+    assert script.returncode == 0 and "complete" in script.stdout and "memindex" in script.stdout
+    # What the shell hook does: ask the program itself, through argcomplete's protocol.
+    answer = tmp_path / "answer"
+    line = "memindex sta"
+    env = {"_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}
+    run_cli(cwd=tmp_path, env=env)
+    assert [w.strip() for w in answer.read_text().split("\n")] == ["status"]
+    line = "memindex status --de"
+    env.update(COMP_LINE=line, COMP_POINT=str(len(line)))
+    run_cli(cwd=tmp_path, env=env)
+    assert [w.strip() for w in answer.read_text().split("\n")] == ["--deep"]
+
+
+def test_compose_names_its_workspace_mounts_sessions_and_reads_keys_from_env_file():
+    import json5
+    import yaml
+
+    from tests.conftest import REPO
+
+    base = yaml.safe_load((REPO / "docker-compose.yml").read_text())["x-memindex"]
+    mounts = {}  # source (may hold ${VAR:-default}) -> container path
+    for v in base["volumes"]:
+        dst = re.search(r":(/[^:]*)(?::ro)?$", v)[1]
+        mounts[v[:v.rindex(":" + dst)]] = dst
+    config_src = next(src for src, dst in mounts.items() if dst == base["environment"]["OPENCLAW_CONFIG_PATH"])
+    cfg = json5.loads((REPO / config_src.split(":-", 1)[1].rstrip("}")).read_text())
+    assert cfg["agents"]["defaults"]["workspace"] == "/state/workspace" in mounts.values()
+    assert "/state/agents" in mounts.values()  # <state>/agents/<id>/sessions: the transcripts
+    assert base["env_file"][0]["path"] == ".env"

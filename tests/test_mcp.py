@@ -1,0 +1,137 @@
+"""``memindex mcp`` as a subprocess, driven by the official MCP SDK's own client over stdio and HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp", reason="the serve extra (mcp SDK) is not installed")
+
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+
+from memindex.pipeline.search.get import memory_get  # noqa: E402
+from tests.conftest import Agent, free_port  # noqa: E402
+
+TOOLS = {"memory_search", "memory_get", "memory_status"}
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory) -> Agent:
+    a = Agent(tmp_path_factory.mktemp("mcp"))
+    a.write("MEMORY.md", "# Memory\nRouter: Omada ER605. ERR_SIG_4012 fixed by Mara.\n")
+    a.write("memory/2026-02-10.md", "Configured VLAN 10 for IoT devices.\nCafé meeting at 10.\nThird line.\n")
+    a.write("notes/secret.md", "not memory\n")
+    a.index()
+    return a
+
+
+def cli_args(a: Agent) -> list[str]:
+    return ["-m", "memindex", "--config", str(a.config_path), "--state-dir", str(a.state),
+            "--workspace", str(a.workspace)]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "server exited"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("server did not start listening")
+
+
+async def exercise(client: Client, a: Agent) -> None:
+    """What every transport must do: the tools, their payloads, and refusals as tool errors."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    assert "memory_get" in tools["memory_search"].description  # written to steer the model
+    assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines", "agent"}
+    assert set(tools["memory_search"].input_schema["properties"]) == {
+        "query", "maxResults", "minScore", "agent", "sessionKey"}
+
+    res = await client.call_tool("memory_search", {"query": "VLAN IoT", "maxResults": 3})
+    assert not res.is_error
+    assert res.structured_content == a.search("VLAN IoT", max_results=3)
+    assert res.structured_content["results"][0]["path"] == "memory/2026-02-10.md"
+    assert json.loads(res.content[0].text) == res.structured_content  # text-only clients get the same
+
+    res = await client.call_tool("memory_get", {"path": "memory/2026-02-10.md", "from": 2, "lines": 1})
+    assert not res.is_error
+    assert res.structured_content == memory_get(a.settings(), "memory/2026-02-10.md", 2, 1).as_dict()
+    assert res.structured_content["text"] == "Café meeting at 10."
+
+    res = await client.call_tool("memory_get", {"path": "notes/secret.md"})
+    assert res.is_error and "outside the memory files" in res.content[0].text
+
+    res = await client.call_tool("memory_search", {"query": "VLAN", "agent": "nobody"})
+    assert res.is_error and "unknown agent 'nobody'" in res.content[0].text and "main" in res.content[0].text
+
+    res = await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 0})
+    assert res.is_error  # from is 1-based: the schema refuses 0
+
+    res = await client.call_tool("memory_status", {})
+    assert not res.is_error
+    status = res.structured_content
+    assert status["agents"] == ["main"] and status["agent"] == "main" and status["files"] >= 2
+
+
+def test_stdio_tools_and_freshness(indexed: Agent, tmp_path: Path) -> None:
+    params = StdioServerParameters(command=sys.executable, args=[*cli_args(indexed), "mcp"], cwd=str(tmp_path))
+
+    async def main() -> None:
+        async with Client(params) as client:
+            await exercise(client, indexed)
+            # A file written while the server runs becomes searchable: searches schedule syncs
+            # the way the runtime hooks do, and the embedded workers run in the server process.
+            indexed.write("memory/2026-03-01.md", "Replaced the quokka firmware.\n")
+            deadline = time.monotonic() + 60
+            while True:
+                res = await client.call_tool("memory_search", {"query": "quokka"})
+                if res.structured_content["results"]:
+                    break
+                assert time.monotonic() < deadline, "a new memory file never became searchable"
+                await asyncio.sleep(0.3)
+            assert res.structured_content["results"][0]["path"] == "memory/2026-03-01.md"
+
+    asyncio.run(main())
+
+
+def test_streamable_http(indexed: Agent, tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, *cli_args(indexed), "mcp", "--http", f"127.0.0.1:{port}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc)
+
+        async def main() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                await exercise(client, indexed)
+
+        asyncio.run(main())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_http_off_loopback_needs_a_token(indexed: Agent, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, *cli_args(indexed), "mcp", "--http", f"0.0.0.0:{free_port()}"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("error:") and "--token" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_bind_is_one_line(indexed: Agent, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, *cli_args(indexed), "mcp", "--http", "localhost:http"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "expected [HOST:]PORT" in r.stderr and "Traceback" not in r.stderr

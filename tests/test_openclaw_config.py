@@ -1,0 +1,370 @@
+"""OpenClaw drop-in (issue 14, part A): agents, paths and config loading as OpenClaw does them.
+
+Each resolution rule is stated next to the OpenClaw function it mirrors; the
+CLI tests run ``python -m memindex`` from a directory that is not the repo.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memindex.pipeline.config.settings import ConfigError, Context, load_settings, resolve_agent
+from tests.conftest import Agent, run_cli, start_workers
+
+
+def _write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+# --- resolution rules, table-driven ------------------------------------------------------------
+
+H = "/h"  # HOME in every row below; OPENCLAW_* variables are added per row
+TWO = {"agents": {"list": [{"id": "main"}, {"id": "ops"}]}}
+DEF = {"agents": {"defaults": {"workspace": "/ws"}, "list": [{"id": "main"}, {"id": "ops"}]}}
+
+RULES = [
+    # (mirrors, cfg, --agent, extra env, field, expected)
+    ("resolveAgentWorkspaceDir: the agent's own workspace",
+     {"agents": {"list": [{"id": "ops", "workspace": "/own"}]}}, "ops", {}, "workspace", "/own"),
+    ("resolveAgentWorkspaceDir: '~' in a workspace is the OpenClaw home (resolveUserPath)",
+     {"agents": {"list": [{"id": "ops", "workspace": "~/w"}]}}, "ops", {"OPENCLAW_HOME": "/oh"}, "workspace", "/oh/w"),
+    ("resolveAgentWorkspaceDir: default agent -> agents.defaults.workspace", DEF, "main", {}, "workspace", "/ws"),
+    ("resolveAgentWorkspaceDir: other agent -> <agents.defaults.workspace>/<agentId>", DEF, "ops", {},
+     "workspace", "/ws/ops"),
+    ("resolveDefaultAgentWorkspaceDir: default agent -> ~/.openclaw/workspace", {}, "main", {},
+     "workspace", f"{H}/.openclaw/workspace"),
+    ("resolveDefaultAgentWorkspaceDir: OPENCLAW_PROFILE -> workspace-<profile>", {}, "main",
+     {"OPENCLAW_PROFILE": "work"}, "workspace", f"{H}/.openclaw/workspace-work"),
+    ("resolveDefaultAgentWorkspaceDir: profile 'default' is the plain workspace", {}, "main",
+     {"OPENCLAW_PROFILE": "Default"}, "workspace", f"{H}/.openclaw/workspace"),
+    ("resolveDefaultAgentWorkspaceDir: OPENCLAW_STATE_DIR does not move the default workspace", {}, "main",
+     {"OPENCLAW_STATE_DIR": "/state"}, "workspace", f"{H}/.openclaw/workspace"),
+    ("resolveDefaultAgentWorkspaceDir: OPENCLAW_HOME does", {}, "main", {"OPENCLAW_HOME": "/oh"},
+     "workspace", "/oh/.openclaw/workspace"),
+    ("resolveAgentWorkspaceDir: other agent -> <state dir>/workspace-<agentId>", TWO, "ops", {},
+     "workspace", f"{H}/.openclaw/workspace-ops"),
+    ("resolveAgentWorkspaceDir + resolveStateDir: ... under OPENCLAW_STATE_DIR", TWO, "ops",
+     {"OPENCLAW_STATE_DIR": "/state"}, "workspace", "/state/workspace-ops"),
+    ("resolveStateDir: OPENCLAW_STATE_DIR", {}, "main", {"OPENCLAW_STATE_DIR": "/state"}, "state_dir", "/state"),
+    ("resolveStateDir: <OPENCLAW_HOME>/.openclaw", {}, "main", {"OPENCLAW_HOME": "/oh"}, "state_dir",
+     "/oh/.openclaw"),
+    ("resolveStateDir: <HOME>/.openclaw", {}, "main", {}, "state_dir", f"{H}/.openclaw"),
+    ("resolveDefaultAgentId: the entry with default: true",
+     {"agents": {"list": [{"id": "a"}, {"id": "b", "default": True}]}}, None, {}, "agent_id", "b"),
+    ("resolveDefaultAgentId: else the first entry", {"agents": {"list": [{"id": "a"}, {"id": "main"}]}}, None, {},
+     "agent_id", "a"),
+    ("resolveDefaultAgentId: else main", {}, None, {}, "agent_id", "main"),
+    ("normalizeAgentId: ids are lower-cased", {"agents": {"list": [{"id": "Work"}]}}, "WORK", {}, "agent_id", "work"),
+    ("normalizeAgentId: other characters collapse to '-'", {"agents": {"list": [{"id": "My Agent!"}]}}, "my-agent",
+     {}, "agent_id", "my-agent"),
+    ("agents.defaults.workspace is only the default agent's: 'Work' (default) gets it as is",
+     {"agents": {"defaults": {"workspace": "/ws"}, "list": [{"id": "Work"}, {"id": "b"}]}}, "work", {},
+     "workspace", "/ws"),
+    ("store path: <state dir>/memory/<agentId>.sqlite", {"agents": {"list": [{"id": "Ops"}]}}, "ops",
+     {"OPENCLAW_STATE_DIR": "/state"}, "store_path", "/state/memory/ops.sqlite"),
+]
+
+
+@pytest.mark.parametrize("mirrors, cfg, agent, extra, field, expected", RULES, ids=[r[0] for r in RULES])
+def test_resolution_rule(mirrors, cfg, agent, extra, field, expected):
+    s = resolve_agent(cfg, agent, env={"HOME": H, **extra})
+    got = getattr(s, field)
+    assert str(got) == expected, mirrors
+
+
+@pytest.mark.parametrize("bad", ["../../x", "/abs", "a/b", "", " ", "..", "a\\b"])
+def test_path_like_agent_ids_are_refused(tmp_path, bad):
+    with pytest.raises(ConfigError, match="invalid agent id"):
+        load_settings(Context(bad, state_dir=str(tmp_path)), env={"HOME": str(tmp_path)})
+    assert not (tmp_path / "memory").exists()
+
+
+def test_configured_ids_that_look_like_paths_stay_inside_their_roots(tmp_path):
+    # A configured id is normalised (never refused: OpenClaw would run it), so it can never escape.
+    s = resolve_agent({"agents": {"list": [{"id": "../../etc"}]}}, None, state_dir=tmp_path, env={"HOME": "/h"})
+    assert s.agent_id == "etc"
+    assert s.store_path == tmp_path / "memory" / "etc.sqlite"
+    assert s.sessions_dir == tmp_path / "agents" / "etc" / "sessions"
+
+
+def test_unknown_agent_names_the_configured_ones(tmp_path):
+    cfg = {"agents": {"list": [{"id": "main"}, {"id": "ops"}]}}
+    with pytest.raises(ConfigError, match="unknown agent 'nosuch'; configured: main, ops"):
+        resolve_agent(cfg, "nosuch", state_dir=tmp_path)
+    with pytest.raises(ConfigError, match="configured: main"):  # no agents.list: only main exists
+        resolve_agent({}, "nosuch", state_dir=tmp_path)
+
+
+# --- the same through the CLI ------------------------------------------------------------------
+
+def _cli(cwd: Path, env: dict, *args: str):
+    return run_cli(*args, env=env, cwd=cwd, timeout=180)
+
+
+def test_two_agents_without_workspace_index_two_workspaces(tmp_path):
+    home, state = tmp_path / "home", tmp_path / "state"
+    cfg = _write(state / "openclaw.json", {"agents": {"defaults": {"memorySearch": {"provider": "none"}},
+                                                      "list": [{"id": "main"}, {"id": "Ops"}]}})
+    _write(home / ".openclaw" / "workspace" / "MEMORY.md", "main keeps the quokka runbook\n")
+    _write(state / "workspace-ops" / "MEMORY.md", "ops keeps the pangolin runbook\n")
+    env = {"HOME": str(home)}
+    base = ("--config", str(cfg), "--state-dir", str(state))
+    for agent in ("main", "ops"):
+        out = _cli(tmp_path, env, *base, "--agent", agent, "index")
+        assert out.returncode == 0, out.stderr
+
+    def found(agent: str, word: str) -> bool:
+        out = _cli(tmp_path, env, *base, "--agent", agent, "search", "--json", word)
+        assert out.returncode == 0, out.stderr
+        return "MEMORY.md" in out.stdout and word in out.stdout
+
+    assert found("main", "quokka") and not found("main", "pangolin")
+    assert found("ops", "pangolin") and not found("ops", "quokka")
+    assert (state / "memory" / "main.sqlite").exists() and (state / "memory" / "ops.sqlite").exists()
+
+    out = _cli(tmp_path, env, *base, "--agent", "nosuch", "index")
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "unknown agent 'nosuch'; configured: main, ops" in out.stderr
+    assert not (state / "memory" / "nosuch.sqlite").exists()
+
+
+def test_default_true_picks_the_default_agent(tmp_path):
+    home, state = tmp_path / "home", tmp_path / "state"
+    cfg = _write(state / "openclaw.json", {"agents": {"list": [{"id": "a"}, {"id": "b", "default": True}]}})
+    s = load_settings(Context(config=str(cfg), state_dir=str(state)), env={"HOME": str(home)})
+    assert s.agent_id == "b" and s.workspace == home / ".openclaw" / "workspace"
+    a = load_settings(Context("a", str(cfg), str(state)), env={"HOME": str(home)})
+    assert a.workspace == state / "workspace-a"
+
+
+def test_relative_state_dir_works_from_any_cwd(tmp_path):
+    ws = tmp_path / "ws"
+    _write(ws / "MEMORY.md", "the wombat migration plan\n")
+    for cwd in (tmp_path / "one", tmp_path / "two" / "deeper"):
+        cwd.mkdir(parents=True)
+        out = _cli(cwd, {}, "--workspace", str(ws), "--state-dir", ".memindex-demo", "index")
+        assert out.returncode == 0, out.stderr
+        assert (cwd / ".memindex-demo" / "memory" / "main.sqlite").exists()
+        assert not (cwd / ".memindex-demo" / ".memindex-demo").exists()  # applied once, not twice
+        out = _cli(cwd, {}, "--workspace", str(ws), "--state-dir", ".memindex-demo", "search", "wombat")
+        assert out.returncode == 0 and "wombat" in out.stdout, out.stderr
+
+
+# --- config loading ----------------------------------------------------------------------------
+
+def test_include_var_env_block_dotenv_and_secret_refs_resolve_like_openclaw(tmp_path, monkeypatch):
+    state, conf = tmp_path / "state", tmp_path / "conf"
+    monkeypatch.setenv("NOTES_DIR", "team-notes")
+    monkeypatch.setenv("FROM_SHELL", "shell-wins")
+    _write(state / ".env", "DOTENV_KEY=sk-from-dotenv\nFROM_SHELL=dotenv-loses\n")
+    _write(conf / "parts" / "query.json5", "{query: {maxResults: 9}, $include: './deeper/hybrid.json5'}")
+    _write(conf / "parts" / "deeper" / "hybrid.json5", "{query: {hybrid: {mmr: {enabled: true}}}}")
+    _write(conf / "secrets.json", {"providers": {"voyage": {"apiKey": "pa-from-file"}}})
+    cfg = _write(conf / "openclaw.json", """{
+      // OpenClaw config spread over files, variables and secrets
+      env: { BLOCK_KEY: "sk-from-env-block", vars: { BLOCK_VAR: "from-vars" }, FROM_SHELL: "block-loses" },
+      secrets: { providers: { files: { source: "file", path: "${CONF_DIR}/secrets.json" } } },
+      agents: { defaults: { memorySearch: {
+        $include: "./parts/query.json5",
+        provider: "openai",
+        extraPaths: ["${NOTES_DIR}", "literal-$${NOT_SUBSTITUTED}"],
+        remote: { apiKey: { source: "env", provider: "default", id: "BLOCK_KEY" },
+                  headers: { "X-Dotenv": "${DOTENV_KEY}", "X-Var": "${BLOCK_VAR}" } },
+      } } },
+      models: { providers: { voyage: { apiKey: { source: "file", provider: "files", id: "/providers/voyage/apiKey" } },
+                             anthropic: { apiKey: { source: "env", provider: "default", id: "UNSET_BUT_NOT_OURS" } } } },
+    }""")
+    monkeypatch.setenv("CONF_DIR", str(conf))
+    for k in ("BLOCK_KEY", "BLOCK_VAR", "DOTENV_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    s = load_settings(Context(config=str(cfg), state_dir=str(state)))
+    ms = s.memory_search
+    assert ms["query"]["maxResults"] == 9 and ms["query"]["hybrid"]["mmr"]["enabled"] is True  # nested $include
+    assert ms["extraPaths"] == ["team-notes", "literal-${NOT_SUBSTITUTED}"]  # ${VAR} and its $${} escape
+    assert ms["remote"]["apiKey"] == "sk-from-env-block"  # SecretRef (env) <- env block
+    assert ms["remote"]["headers"] == {"X-Dotenv": "sk-from-dotenv", "X-Var": "from-vars"}  # .env, env.vars
+    assert s.providers["voyage"]["apiKey"] == "pa-from-file"  # SecretRef (file, JSON pointer)
+    assert isinstance(s.providers["anthropic"]["apiKey"], dict)  # not a provider memindex uses: untouched
+    # Both fill the process environment the way OpenClaw does, never overriding what is set.
+    assert os.environ["BLOCK_KEY"] == "sk-from-env-block" and os.environ["DOTENV_KEY"] == "sk-from-dotenv"
+    assert os.environ["FROM_SHELL"] == "shell-wins"
+
+
+@pytest.mark.parametrize("text, files, match, key", [
+    ('{agents: {defaults: {memorySearch: {model: "${NO_SUCH_VAR_X}"}}}}', {}, "NO_SUCH_VAR_X is not set",
+     "agents.defaults.memorySearch.model"),
+    ('{$include: "a.json5"}', {"a.json5": '{$include: "b.json5"}', "b.json5": '{$include: "a.json5"}'},
+     "circular include", None),
+    ('{$include: "../outside.json5"}', {}, "escapes the config directory", None),
+    ('{$include: "missing.json5"}', {}, "config file not found", None),
+    ('{$include: 42}', {}, "expected a path or a list of paths", None),
+    ('{agents: {defaults: {memorySearch: {remote: {apiKey: {source: "env", provider: "default", id: "NOPE_KEY_X"}}}}}}',
+     {}, "NOPE_KEY_X \\(SecretRef\\) is not set", "agents.defaults.memorySearch.remote.apiKey"),
+    ('{agents: {defaults: {memorySearch: {remote: {apiKey: {source: "exec", provider: "vault", id: "k"}}}}}}',
+     {}, "exec SecretRefs are not supported", "agents.defaults.memorySearch.remote.apiKey"),
+    ('{env: {vars: ["x"]}}', {}, "expected an object", "env.vars"),
+])
+def test_config_loading_errors_are_one_config_error(tmp_path, text, files, match, key):
+    for name, body in files.items():
+        _write(tmp_path / "c" / name, body)
+    cfg = _write(tmp_path / "c" / "openclaw.json", text)
+    with pytest.raises(ConfigError, match=match) as err:
+        load_settings(Context(config=str(cfg), state_dir=str(tmp_path / "s")), env={"HOME": str(tmp_path)})
+    if key:
+        assert err.value.key == key
+
+
+OPENCLAW_ONLY_KEYS = [
+    ("agents.defaults.memorySearch", {"store": {"cache": {"enabled": True, "maxEntries": 10}}},
+     "memorySearch.store.cache"),
+    ("agents.defaults.memorySearch", {"store": {"fts": {"tokenizer": "trigram"}}}, "memorySearch.store.fts"),
+    ("agents.defaults.memorySearch", {"sync": {"embeddingBatchTimeoutSeconds": 600}},
+     "memorySearch.sync.embeddingBatchTimeoutSeconds"),
+    ("agents.defaults.memorySearch", {"sync": {"sessions": {"postCompactionForce": True}}},
+     "memorySearch.sync.sessions.postCompactionForce"),
+    ("agents.defaults.memorySearch", {"qmd": {"extraCollections": [{"path": "x"}]}}, "memorySearch.qmd"),
+    ("agents.defaults.memorySearch", {"local": {"contextSize": 4096}}, "memorySearch.local.contextSize"),
+    ("agents.defaults.memorySearch", {"rememberAcrossConversations": True}, "memorySearch.rememberAcrossConversations"),
+    ("agents.defaults.memorySearch", {"inputType": "search_document"}, "memorySearch.inputType"),
+    ("memory", {"qmd": {"mcporter": {"enabled": True, "serverName": "qmd", "startDaemon": True}}},
+     "memory.qmd.mcporter"),
+    ("memory", {"qmd": {"rerank": False, "searchTool": "query"}}, "memory.qmd.rerank"),
+    ("memory", {"qmd": {"update": {"startup": "idle", "startupDelayMs": 100}}}, "memory.qmd.update.startup"),
+]
+
+
+def _nest(where: str, value: dict) -> dict:
+    for part in reversed(where.split(".")):
+        value = {part: value}
+    return value
+
+
+@pytest.mark.parametrize("where, value, named", OPENCLAW_ONLY_KEYS, ids=[k[2] for k in OPENCLAW_ONLY_KEYS])
+def test_each_openclaw_key_loads_with_one_warning(tmp_path, caplog, where, value, named):
+    cfg = _nest(where, value)
+    with caplog.at_level(logging.WARNING, logger="memindex.config"):
+        s = resolve_agent(cfg, None, state_dir=tmp_path, env={"HOME": str(tmp_path)})
+        resolve_agent(cfg, None, state_dir=tmp_path, env={"HOME": str(tmp_path)})  # reloads warn once
+    warnings = [r.getMessage() for r in caplog.records if r.name == "memindex.config"]
+    assert len(warnings) == 1 and named in warnings[0], warnings
+    assert s.enabled
+
+
+def test_openclaw_keys_we_implement_are_honoured(tmp_path):
+    s = resolve_agent({"agents": {"defaults": {"memorySearch": {"provider": "openai", "dimensions": 256}}}},
+                      state_dir=tmp_path)
+    assert s.memory_search["outputDimensionality"] == 256 and "dimensions" not in s.memory_search
+    with pytest.raises(ConfigError, match="conflicts with outputDimensionality"):
+        resolve_agent({"agents": {"defaults": {"memorySearch": {"dimensions": 256, "outputDimensionality": 512}}}},
+                      state_dir=tmp_path)
+    assert resolve_agent({"agents": {"defaults": {"memorySearch": {"provider": "none"}}}},
+                         state_dir=tmp_path).memory_search["provider"] == "none"
+
+
+@pytest.mark.parametrize("ms, key, suggestion", [
+    ({"provder": "openai"}, "agents.defaults.memorySearch.provder", "provider"),
+    ({"query": {"maxResult": 3}}, "agents.defaults.memorySearch.query.maxResult", "maxResults"),
+    ({"remote": {"baseURL": "x"}}, "agents.defaults.memorySearch.remote.baseURL", "baseUrl"),
+])
+def test_a_typo_gets_a_suggestion(tmp_path, ms, key, suggestion):
+    with pytest.raises(ConfigError, match=f'did you mean "{suggestion}"') as err:
+        resolve_agent({"agents": {"defaults": {"memorySearch": ms}}}, state_dir=tmp_path)
+    assert err.value.key == key
+
+
+@pytest.mark.parametrize("text, key", [
+    ("{agents: {defaults: {memorySearch: {query: {maxResults: Infinity}}}}}",
+     "agents.defaults.memorySearch.query.maxResults"),
+    ("{agents: {defaults: {memorySearch: {query: {minScore: NaN}}}}}", "agents.defaults.memorySearch.query.minScore"),
+    ('{agents: "x"}', "agents"),
+    ('{agents: {list: "x"}}', "agents.list"),
+    ('{agents: {list: ["x"]}}', "agents.list[0]"),
+    ('{agents: {list: [{id: "a", default: "yes"}]}}', "agents.list[0].default"),
+    ('{agents: {defaults: "x"}}', "agents.defaults"),
+    ("{agents: {defaults: {workspace: 42}}}", "agents.defaults.workspace"),
+    ('{agents: {list: [{id: "main", workspace: {a: 1}}]}}', "agents.list[0].workspace"),
+    ('{agents: {defaults: {memorySearch: "x"}}}', "agents.defaults.memorySearch"),
+    ('{memory: "x"}', "memory"),
+    ('{models: {providers: []}}', "models.providers"),
+    ('{plugins: {slots: 1}}', "plugins.slots"),
+])
+def test_every_bad_value_is_one_config_error(tmp_path, text, key):
+    cfg = _write(tmp_path / "openclaw.json", text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(Context(config=str(cfg), state_dir=str(tmp_path)), env={"HOME": str(tmp_path)})
+    assert err.value.key == key
+
+
+def test_a_bad_value_through_the_cli_is_one_line(tmp_path):
+    cfg = _write(tmp_path / "openclaw.json", "{agents: {defaults: {memorySearch: {query: {maxResults: Infinity}}}}}")
+    out = _cli(tmp_path, {}, "--config", str(cfg), "--state-dir", str(tmp_path / "s"), "status")
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "agents.defaults.memorySearch.query.maxResults" in out.stderr
+
+
+# --- queue messages: absolute paths, and workers that refuse another deployment's work -----------
+
+def test_messages_carry_absolute_config_and_state_dir_even_from_the_environment(tmp_path, monkeypatch):
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.config.settings import pinned
+
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "st" / "openclaw.json", {})
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", "st")  # relative, from the environment
+    ctx = pinned(settings_for(Context()))
+    assert ctx.state_dir == str(tmp_path / "st") and ctx.config == str(tmp_path / "st" / "openclaw.json")
+    assert ctx.agent_id == "main" and Path(ctx.workspace).is_absolute()
+    monkeypatch.chdir("/")  # the receiver's cwd and environment do not matter
+    monkeypatch.delenv("OPENCLAW_STATE_DIR")
+    assert settings_for(ctx).store_path == tmp_path / "st" / "memory" / "main.sqlite"
+
+
+@pytest.mark.redis
+def test_a_worker_refuses_messages_for_another_state_dir(tmp_path, redis_server):
+    import redis
+
+    prod, other = Agent(tmp_path / "prod"), Agent(tmp_path / "other")
+    for a, word in ((prod, "production"), (other, "stray")):
+        a.write_config({"agents": {"defaults": {"workspace": str(a.workspace),
+                                                "memorySearch": {"provider": "hash"}}}})
+        a.write("MEMORY.md", f"the {word} notes\n")
+    # An existing production index, built before the worker starts.
+    prod.index()
+    store = prod.settings().store_path
+    before = (store.stat().st_mtime_ns, store.stat().st_size, prod.store_rows())
+
+    env = {"OPENCLAW_STATE_DIR": str(prod.state), "OPENCLAW_CONFIG_PATH": str(prod.config_path)}
+    worker = start_workers(redis_server.url, queues=("sync", "embed", "write"), extra_env=env)
+    try:
+        # A sender with another environment (the issue's CLI run): its message names its own paths.
+        code = ("from memindex.producers.enqueue import request_sync\n"
+                "from memindex.pipeline.config.settings import Context\n"
+                f"request_sync(Context(config={str(other.config_path)!r}, state_dir={str(other.state)!r}), force=True)\n")
+        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url))
+        assert out.returncode == 0, out.stderr
+        client = redis.Redis.from_url(redis_server.url)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not client.zcard("memindex:sync.XQ"):
+            assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+            time.sleep(0.1)
+        assert client.zcard("memindex:sync.XQ") == 1, "the message was not dead-lettered"
+        (raw,) = client.hvals("memindex:sync.XQ.msgs")
+        reason = json.loads(raw)["options"]["error"]
+        assert str(other.state) in reason and str(prod.state) in reason  # names both
+        assert client.llen("memindex:write") == 0 and client.llen("memindex:embed") == 0
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(15)
+    assert (store.stat().st_mtime_ns, store.stat().st_size, prod.store_rows()) == before  # untouched
+    assert not other.settings().store_path.exists()  # and nothing planned or written for the stranger

@@ -1,0 +1,180 @@
+"""Operating the pipeline (issue 15): failures are visible where a user looks, custom
+endpoints' dims are learnt, and the Redis layout we read is the one installed.
+
+Real parts: the CLI in a subprocess run from outside the repo, the real OpenAI SDK
+against tests/provider_server.py, a real redis-server and real worker processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Agent, module_server, run_cli
+from tests.provider_server import ProviderServer
+
+server = module_server(ProviderServer)
+
+WRONG_PATH = "check memorySearch.model and memorySearch.remote.baseUrl"
+
+
+def _notes(agent: Agent, n: int = 3) -> None:
+    for i in range(n):
+        agent.write(f"memory/2026-01-{i + 1:02d}.md", f"# Day {i}\nThe Omada router VLAN {i} serves IoT device {i}.\n")
+
+
+def _cli(agent: Agent, *args: str, env: dict | None = None, timeout: float = 90):
+    return run_cli("--config", str(agent.config_path), "--state-dir", str(agent.state),
+                   "--workspace", str(agent.workspace), *args, env=env, timeout=timeout, cwd=agent.root)
+
+
+def _wrong_path_config(agent: Agent, server: ProviderServer) -> None:
+    agent.memory_config({"provider": "openai", "fallback": "none",
+                         "remote": {"baseUrl": f"{server.url}/wrong/v1", "apiKey": "sk-test-123"}})
+
+
+def _assert_visible_404(agent: Agent, out: subprocess.CompletedProcess, env: dict | None = None) -> None:
+    assert out.returncode != 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    summary = [ln for ln in out.stderr.splitlines() if ln.startswith("error: main:")]
+    assert len(summary) == 1 and "3 file(s) failed" in summary[0] and "model not found" in summary[0], out.stderr
+    assert WRONG_PATH in summary[0]
+    st = json.loads(_cli(agent, "status", "--json", env=env).stdout)
+    st = st[0] if isinstance(st, list) else st
+    st = st.get("status", st)  # OpenClaw's {agentId, status: {...}} shape, our fields inside
+    assert "model not found" in st["lastError"]["reason"] and st["lastError"]["provider"] == "openai"
+    failing = {p["path"] for p in st["problems"] if "model not found" in p["error"]}
+    assert failing == {f"memory/2026-01-0{i}.md" for i in (1, 2, 3)}
+    text = _cli(agent, "status", env=env).stdout
+    assert "last error:" in text and "model not found" in text
+
+
+def test_a_404_endpoint_fails_index_visibly_on_the_embedded_broker(agent, server):
+    _notes(agent)
+    _wrong_path_config(agent, server)
+    out = _cli(agent, "index")
+    _assert_visible_404(agent, out)
+    # Each distinct reason is logged once, and no line carries a whole queue message.
+    out = _cli(agent, "-v", "index", "--force")
+    errors = [ln for ln in out.stderr.splitlines() if " ERROR " in ln]
+    assert len(errors) == 1 and "agent main (provider openai)" in errors[0], out.stderr
+    assert max(len(ln) for ln in out.stderr.splitlines()) < 600
+
+
+def test_no_key_at_all_is_one_clear_line(agent):
+    _notes(agent)
+    agent.memory_config({"provider": "openai", "fallback": "none"})
+    out = _cli(agent, "index")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "no API key" in out.stderr and "OPENAI_API_KEY" in out.stderr
+
+
+def test_a_custom_endpoint_serving_256_dims_under_an_openai_model_name(agent, server):
+    from memindex.pipeline.embeddings.embedder import reset_services
+    from memindex.pipeline.status import index_status
+
+    server.reset()
+    server.state.dims["openai"] = 256
+    _notes(agent)
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    reset_services()
+    try:
+        agent.index()
+        st = index_status(agent.settings())
+        assert st["files"] == 3 and st["pending"] == 0 and st["vector"]["dims"] == 256, st
+        res = agent.search("Omada router VLAN 1")
+        assert res["results"] and res["mode"] != "fts-only", res
+        gen = st["generation"]
+        # The endpoint now serves other dims (a new process learns them): the index is rebuilt.
+        server.state.dims["openai"] = 128
+        reset_services()
+        agent.write("memory/2026-01-09.md", "# Later\nA note about kumquats.\n")
+        agent.index()
+        from memindex.workers import embedded
+
+        embedded.wait_idle(timeout=60)
+        agent.index()
+        st = index_status(agent.settings())
+        assert st["generation"] > gen and st["vector"]["dims"] == 128 and st["pending"] == 0, st
+    finally:
+        server.reset()
+        reset_services()
+
+
+# --- Redis --------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _redis_workers(url: str, logdir: Path):
+    procs = []
+    for name, args in (("worker", ("--processes", "1", "--threads", "2")), ("writer", ("--writer",))):
+        log = open(logdir / f"{name}.log", "ab")
+        procs.append(subprocess.Popen([sys.executable, "-m", "memindex", "worker", *args], cwd=REPO,
+                                      env=dict(os.environ, MEMINDEX_BROKER_URL=url), stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+
+
+@pytest.mark.redis
+def test_a_404_endpoint_fails_index_visibly_on_redis(agent, server, redis_server, tmp_path):
+    _notes(agent)
+    _wrong_path_config(agent, server)
+    env = {"MEMINDEX_BROKER_URL": redis_server.url}
+    with _redis_workers(redis_server.url, tmp_path):
+        out = _cli(agent, "index", env=env)
+        _assert_visible_404(agent, out, env)
+        logs = "\n".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
+        errors = [ln for ln in logs.splitlines() if "[ERROR]" in ln]
+        assert len(errors) == 1 and "model not found" in errors[0], logs  # once per reason
+        assert "agent main (provider openai)" in errors[0] and "remote.baseUrl" in errors[0]
+        # A message that fails for good (no key: not retried) keeps its error on Redis.
+        agent.memory_config({"provider": "openai", "fallback": "none"})
+        send = f"from memindex.workers.index import index_files; index_files.send({agent.ctx.as_dict()!r}, 1, [])"
+        subprocess.run([sys.executable, "-c", send], cwd=REPO, check=True, timeout=60,
+                       env=dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url))
+        dead: list = []
+        deadline = time.monotonic() + 60
+        while not dead and time.monotonic() < deadline:
+            dead = json.loads(_cli(agent, "dead-letters", "--json", env=env).stdout)
+    assert len(dead) == 1 and "no API key" in (dead[0]["error"] or ""), dead
+
+
+@pytest.mark.redis
+def test_the_private_redis_layout_we_read_is_the_installed_dramatiqs(redis_server, tmp_path):
+    """workers/queues.py and workers/failures.py read dramatiq's Redis keys directly:
+    this fails when a dramatiq upgrade moves them (the pin in pyproject says which)."""
+    code = """
+import json
+from memindex.workers.broker import broker
+from memindex.workers import actors
+import dramatiq
+m = dramatiq.Message(queue_name="sync", actor_name="sync_agent", args=({"agent_id": "x"},), kwargs={}, options={})
+broker.enqueue(m)
+broker.enqueue(m.copy(message_id="delayed-1"), delay=60_000)
+c, ns = broker.client, broker.namespace
+print(json.dumps({"ready": c.llen(f"{ns}:sync"), "msgs": c.hlen(f"{ns}:sync.msgs"),
+                  "delayed": c.llen(f"{ns}:sync.DQ"), "dq_msgs": c.hlen(f"{ns}:sync.DQ.msgs")}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"ready": 1, "msgs": 1, "delayed": 1, "dq_msgs": 1}

@@ -1,0 +1,122 @@
+"""``memindex serve`` as a subprocess, driven with httpx: payloads, errors, limits and auth."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+
+from tests.conftest import Agent, free_port, run_cli  # noqa: E402
+from tests.test_mcp import cli_args, wait_port  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory) -> Agent:
+    a = Agent(tmp_path_factory.mktemp("serve"))
+    a.write("MEMORY.md", "# Memory\nRouter: Omada ER605. ERR_SIG_4012 fixed by Mara.\n")
+    a.write("memory/2026-02-10.md", "Configured VLAN 10 for IoT devices.\nCafé meeting at 10.\n")
+    a.index()
+    return a
+
+
+def serve(a: Agent, cwd: Path, *extra: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, *cli_args(a), "serve", "--port", str(port), *extra],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_port(port, proc)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def local(indexed: Agent, tmp_path_factory) -> Iterator[str]:
+    proc, url = serve(indexed, tmp_path_factory.mktemp("cwd"))
+    yield url
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_results_identical_to_the_cli(indexed: Agent, local: str) -> None:
+    for query, opts, flags in (("VLAN IoT", {}, []), ("ERR_SIG_4012", {"maxResults": 1}, ["--max-results", "1"]),
+                               ("café", {"sessionKey": "agent:main:discord:group:1"},
+                                ["--session-key", "agent:main:discord:group:1"])):
+        r = httpx.post(f"{local}/v1/search", json={"query": query, **opts}, timeout=30)
+        assert r.status_code == 200, r.text
+        cli = run_cli(*cli_args(indexed)[2:], "search", "--json", *flags, query)
+        assert cli.returncode == 0, cli.stderr
+        assert r.json() == json.loads(cli.stdout)
+        assert r.json()["results"], query
+    r = httpx.post(f"{local}/v1/get", json={"path": "memory/2026-02-10.md", "from": 2, "lines": 1}, timeout=30)
+    cli = run_cli(*cli_args(indexed)[2:], "get", "--json", "memory/2026-02-10.md", "--from", "2", "--lines", "1")
+    assert r.status_code == 200 and r.json() == json.loads(cli.stdout)
+    assert r.json()["text"] == "Café meeting at 10."
+
+
+def test_status_and_health(local: str) -> None:
+    assert httpx.get(f"{local}/healthz").json() == {"ok": True}
+    s = httpx.get(f"{local}/v1/status", timeout=30).json()
+    assert s["agent"] == "main" and s["agents"] == ["main"] and s["files"] == 2
+
+
+@pytest.mark.parametrize("method,path,body,status,code", [
+    ("POST", "/v1/get", {"path": "../outside.md"}, 400, "path_rejected"),
+    ("POST", "/v1/get", {"path": "notes/x.md"}, 400, "path_rejected"),
+    ("POST", "/v1/get", {}, 400, "bad_request"),
+    ("POST", "/v1/search", {"query": "x", "agent": "nobody"}, 404, "unknown_agent"),
+    ("POST", "/v1/search", {"query": 5}, 400, "bad_request"),
+    ("POST", "/v1/search", {"query": "x", "maxResults": "3"}, 400, "bad_request"),
+    ("POST", "/v1/search", {"query": "x", "bogus": 1}, 400, "bad_request"),
+    ("POST", "/v1/search", [1, 2], 400, "bad_request"),
+    ("GET", "/v1/search", None, 405, "method_not_allowed"),
+    ("GET", "/nope", None, 404, "not_found"),
+])
+def test_errors_are_json_with_a_code(local: str, method: str, path: str, body, status: int, code: str) -> None:
+    r = httpx.request(method, f"{local}{path}", json=body, timeout=30)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
+
+
+def test_bad_json_and_oversized_bodies(local: str) -> None:
+    r = httpx.post(f"{local}/v1/search", content=b"{not json", timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_json"
+    big = json.dumps({"query": "x" * 200_000}).encode()
+    r = httpx.post(f"{local}/v1/search", content=big, timeout=30)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    # No Content-Length (chunked): the cap holds while reading the stream.
+    r = httpx.post(f"{local}/v1/search", content=iter([big[i:i + 8192] for i in range(0, len(big), 8192)]),
+                   timeout=30)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+
+
+def test_off_loopback_bind_refused_without_a_token(indexed: Agent, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, *cli_args(indexed), "serve", "--host", "0.0.0.0", "--port",
+                        str(free_port())], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.startswith("error:") and "MEMINDEX_TOKEN" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_token_required_and_checked(indexed: Agent, tmp_path: Path) -> None:
+    import os
+
+    env = dict(os.environ, MEMINDEX_TOKEN="s3cret-token")
+    proc, url = serve(indexed, tmp_path, "--host", "0.0.0.0", env=env)
+    try:
+        q = {"query": "VLAN"}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"},
+                        {"Authorization": "Bearer s3cret-token-and-more"}):
+            r = httpx.post(f"{url}/v1/search", json=q, headers=headers, timeout=30)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", headers
+            assert r.headers["www-authenticate"] == "Bearer"
+        assert httpx.get(f"{url}/v1/status", timeout=30).status_code == 401
+        assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no token
+        r = httpx.post(f"{url}/v1/search", json=q, headers={"Authorization": "Bearer s3cret-token"}, timeout=30)
+        assert r.status_code == 200 and r.json()["results"]
+    finally:
+        proc.terminate()
+        proc.wait(30)

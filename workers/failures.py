@@ -1,0 +1,198 @@
+"""Failures made visible: a middleware that records why work failed for good, and
+log lines that name a message instead of printing it.
+
+When a message is dead-lettered (an error its actor does not retry, or retries
+used up) the ``FailureReporter`` records the reason beside the agent's store
+(``pipeline.index.failures``: ``index`` and ``status`` read it), logs each
+distinct reason once per process at ERROR with agent and provider, and puts the
+error text on the dead letter itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterable, Iterator
+
+from dramatiq.middleware import Middleware
+
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.hints import failure_hint
+
+log = logging.getLogger("memindex.failures")
+
+
+def reason_of(exc: BaseException) -> str:
+    """One line saying why: a memindex error's own message, else the type and message."""
+    from memindex.pipeline.errors import MemindexError
+
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, MemindexError) and text else f"{type(exc).__name__}: {text}"
+
+
+def provider_of(reason: str, settings: Any) -> str | None:
+    """Provider errors start with the provider id; anything else blames the configured one."""
+    head = reason.split(":", 1)[0].split(" ", 1)[0]
+    if registry.find(head) is not None:
+        return head
+    return settings.memory_search.get("provider") if settings is not None else None
+
+
+def message_paths(args: Any) -> Iterator[str]:
+    """The files a queue message is about: every ``path`` in its record arguments."""
+    for a in args:
+        items = a if isinstance(a, list) else [a]
+        for it in items:
+            if isinstance(it, dict) and isinstance(it.get("path"), str):
+                yield it["path"]
+            elif isinstance(it, list) and len(it) == 2 and all(isinstance(x, str) for x in it):
+                yield it[1]  # a (source, path) pair (write_deletes)
+
+
+def describe(message: Any) -> str:
+    """A message in a log line: actor, agent and id, never its (possibly huge) arguments."""
+    args = getattr(message, "args", ()) or ()
+    agent = args[0].get("agent_id") if args and isinstance(args[0], dict) else None
+    return f"{message.actor_name}[{agent or '-'}] {message.message_id}"
+
+
+def _parenthesised(text: str, start: int) -> str:
+    """The text inside the parentheses opening at ``text[start]`` (nesting respected)."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1:i]
+    return text[start + 1:]
+
+
+def record_failure_reason(error: str | None) -> str | None:
+    """Why a file record was written without its vectors (or skipped), from its problem text:
+    the provider's own message, unwrapped from "embedding pending (...)" and from the
+    circuit breaker's "<provider> is failing (...)"; None for problems that are not failures."""
+    from memindex.pipeline.index.prepare import EMBED_PENDING
+
+    if not error:
+        return None
+    for prefix in (f"{EMBED_PENDING} (", "could not be indexed ("):
+        if error.startswith(prefix):
+            reason = _parenthesised(error, len(prefix) - 1)
+            head, sep, _ = reason.partition(" is failing (")
+            if sep and " " not in head:
+                reason = _parenthesised(reason, len(head) + len(" is failing "))
+            return reason
+    return None
+
+
+def note_record_failures(settings: Any, records: Iterable[Any]) -> None:
+    """Note, grouped by reason, the files of one message that were written without vectors."""
+    by_reason: dict[str, list[str]] = {}
+    for r in records:
+        reason = record_failure_reason(r.error)
+        if reason:
+            by_reason.setdefault(reason, []).append(r.path)
+    for reason, paths in by_reason.items():
+        note_failure(settings, reason, paths, "indexed for keyword search only")
+
+
+class FailureReporter(Middleware):
+    """Must run after ``Retries``: it acts only on messages that failed for good."""
+
+    def after_process_message(self, broker, message, *, result=None, exception=None):
+        if exception is None or not message.failed:
+            return
+        reason = reason_of(exception)
+        message.options["error"] = reason
+        try:
+            self._record(message, reason)
+        except Exception as exc:  # noqa: BLE001 - reporting must never turn one failure into two
+            log.warning("could not record the failure of %s: %s", describe(message), exc)
+        _keep_error_on_dead_letter(broker, message)
+
+    def _record(self, message: Any, reason: str) -> None:
+        from memindex.pipeline.config.agents import settings_for
+        from memindex.pipeline.config.settings import Context
+
+        ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
+        settings = settings_for(Context.from_dict(ctx)) if ctx else None
+        note_failure(settings, reason, list(message_paths(message.args[1:])), f"{describe(message)} failed for good")
+
+
+_seen: set[tuple[str, str]] = set()
+_seen_lock = threading.Lock()
+
+
+def note_failure(settings: Any, reason: str, paths: list[str], what: str) -> None:
+    """Log a failure (at ERROR the first time this process sees the reason for this agent)
+    and record it beside the agent's store for ``index`` and ``status``."""
+    from memindex.pipeline.index.failures import record_failure
+
+    provider = provider_of(reason, settings)
+    hint = failure_hint(reason, provider)
+    agent = settings.agent_id if settings is not None else "-"
+    with _seen_lock:
+        first = (agent, reason) not in _seen
+        _seen.add((agent, reason))
+    log.log(logging.ERROR if first else logging.DEBUG, "agent %s (provider %s): %s: %s [%d file(s); %s]",
+            agent, provider or "none", what, reason, len(paths), hint)
+    if settings is not None:
+        record_failure(settings.store_path, reason=reason, provider=provider, hint=hint, paths=paths)
+
+
+def _keep_error_on_dead_letter(broker: Any, message: Any) -> None:
+    """On Redis a nack moves the message *as stored*: store it again with its error first.
+
+    Reads dramatiq's private key layout (``<ns>:<queue>.msgs``); the layout test
+    in tests/test_operations.py fails if a dramatiq upgrade changes it.
+    """
+    client = getattr(broker, "client", None)
+    mid = message.options.get("redis_message_id")
+    if client is None or mid is None:
+        return  # the embedded broker keeps the message object itself, error included
+    key = f"{broker.namespace}:{message.queue_name}.msgs"
+    try:
+        if client.hexists(key, mid):
+            client.hset(key, mid, message.encode())  # options carry "error" (and any traceback)
+    except Exception as exc:  # noqa: BLE001 - the error is also in the log and the failure record
+        log.debug("could not annotate dead letter %s: %s", mid, exc)
+
+
+def _short_records(make: Any) -> Any:
+    """Wrap a log record factory so dramatiq's lines name a message instead of printing it
+    (``%s`` of a Message is every argument: 6 kB for a group of files), its actors'
+    "Received args=..." lines say only how many, and per-attempt failures stay out
+    of ERROR: the reporter logs each reason once, when it is final."""
+    from dramatiq.broker import MessageProxy
+    from dramatiq.message import Message
+    from dramatiq.middleware import Shutdown
+
+    def factory(*a: Any, **kw: Any) -> logging.LogRecord:
+        record = make(*a, **kw)
+        args = record.args
+        if not isinstance(args, tuple) or not args:
+            return record
+        if record.msg == "Received args=%r kwargs=%r.":
+            record.msg, record.args = "Received %d arg(s), kwargs %s.", (len(args[0] or ()), sorted(args[1] or {}))
+        elif any(isinstance(x, (Message, MessageProxy)) for x in args):
+            record.args = tuple(describe(x) if isinstance(x, (Message, MessageProxy)) else x for x in args)
+            exc = record.exc_info[1] if record.exc_info else None
+            if record.levelno >= logging.ERROR and isinstance(exc, Shutdown):
+                # a stopping worker hands the message back (workers/lifecycle.py): not a failure
+                record.msg, record.args = "%s: the worker is stopping; the message is retried later", record.args[:1]
+                record.exc_info, record.levelno, record.levelname = None, logging.INFO, "INFO"
+            elif record.levelno >= logging.ERROR and exc is not None:
+                record.msg = f"{record.msg} %s"
+                record.args = (*record.args, reason_of(exc))
+                if not logging.getLogger("memindex").isEnabledFor(logging.DEBUG):
+                    record.exc_info = None  # the traceback is kept for --log-level debug
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return record
+
+    factory.memindex_short = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install_log_filters() -> None:
+    make = logging.getLogRecordFactory()
+    if not getattr(make, "memindex_short", False):
+        logging.setLogRecordFactory(_short_records(make))

@@ -1,0 +1,45 @@
+"""``memindex health``: are this host's memindex processes alive and consuming?
+
+Reads the heartbeats of ``workers/lifecycle.py``. A process is unhealthy when its
+heartbeat is older than ``STALE_S`` (stopped, paused, hung: a worker blocked in
+C code still beats, its threads are separate), or when one of its queues has
+messages ready and it has neither started nor finished one for ``STALL_S``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from memindex.workers.lifecycle import BEAT_S, PROC_TTL_S, processes
+from memindex.workers.queues import ready
+
+STALE_S = 3 * BEAT_S
+STALL_S = float(os.environ.get("MEMINDEX_HEALTH_STALL_S", "300"))
+
+
+def check(client: Any, namespace: str, host: str, stall_s: float | None = None) -> tuple[bool, list[str]]:
+    """Whether the memindex processes on ``host`` are healthy, and one line per process."""
+    import time
+
+    stall_s = STALL_S if stall_s is None else stall_s
+    now = time.time()
+    procs = [p for p in processes(client, namespace) if p["host"] == host]
+    if not procs:
+        return False, [f"no memindex process on {host} has a live heartbeat (none running, or all of them "
+                       f"stopped or paused for over {PROC_TTL_S:.0f} s)"]
+    ok, lines = True, []
+    for p in sorted(procs, key=lambda p: (p["kind"], p["pid"])):
+        beat_s, idle_s = now - p["beat"] / 1000, now - p["last_consume"] / 1000
+        waiting = sum(ready(q) for q in p["queues"])
+        what = f"{p['kind']} pid {p['pid']} ({', '.join(p['queues']) or 'no queues'})"
+        if beat_s > STALE_S:
+            ok = False
+            lines.append(f"{what}: no heartbeat for {beat_s:.0f} s (stopped, paused or hung)")
+        elif waiting and idle_s > stall_s:
+            ok = False
+            lines.append(f"{what}: {waiting} message(s) ready but none started or finished for {idle_s:.0f} s")
+        else:
+            lines.append(f"{what}: heartbeat {beat_s:.1f} s ago, {len(p['running'])} message(s) running, "
+                         f"last consumed {idle_s:.0f} s ago")
+    return ok, lines

@@ -1,0 +1,212 @@
+"""What each long-running process tells Redis about itself: a heartbeat, the
+messages it is running, and a clean goodbye.
+
+Every worker process (and ``memindex watch``) keeps one hash,
+``memindex:proc:<id>``, with its host, pid, queues, last heartbeat and last
+consume time, and one hash ``memindex:proc:<id>:running`` of the message ids it
+is processing (id -> queue). Both are renewed on every heartbeat and expire
+after ``PROC_TTL_S``, so a process killed without cleanup (SIGKILL, OOM, a lost
+container) vanishes from ``queues`` and ``health`` on its own. ``queues``
+counts running messages from these hashes, not from dramatiq's ack sets (which
+also hold prefetched messages and those of dead workers).
+
+Graceful stop: dramatiq's parent process forwards SIGTERM to its children, and
+a second signal makes a child exit at once ("Killing worker process...")
+without finishing its messages. honcho (and ``kill -- -PGID``) signal the whole
+process group, so every child got two at the same instant. A child now takes a
+repeat of the signal within ``REPEAT_WINDOW_S`` as the same request (a later
+one still means "stop now"), drains, and gives back every embedding slot it
+still holds before it exits. The children stay in their parent's process group,
+so a SIGKILL of the group still takes them all.
+
+Draining must fit the supervisor's grace period (honcho: 5 s, then SIGKILL), and
+a group of files can take many provider requests: a stopping worker lets each
+embedding request in flight finish, then interrupts the message between
+requests (dramatiq's shutdown notification, and the limiter refusing new
+slots); the message is retried later (every actor is idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Iterable
+
+from dramatiq.middleware import Middleware, ShutdownNotifications
+
+log = logging.getLogger("memindex.lifecycle")
+
+# Heartbeat period, and how long a silent process's entries live on.
+BEAT_S = float(os.environ.get("MEMINDEX_HEARTBEAT_S", "2"))
+PROC_TTL_S = float(os.environ.get("MEMINDEX_PROC_TTL_S", "10"))
+# A stop signal repeated within this window is the same stop (see the module docstring).
+REPEAT_WINDOW_S = 3.0
+
+
+def proc_key(namespace: str, proc_id: str) -> str:
+    return f"{namespace}:proc:{proc_id}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Heartbeat:
+    """One process's presence on Redis, renewed by a daemon thread until ``stop``."""
+
+    def __init__(self, client: Any, namespace: str, kind: str, queues: Iterable[str]) -> None:
+        self.client, self.namespace = client, namespace
+        self.key = proc_key(namespace, uuid.uuid4().hex)
+        self.info = {"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
+                     "queues": json.dumps(sorted(queues)), "started": _now_ms()}
+        self.last_consume = _now_ms()
+        self._running: dict[str, str] = {}  # message id -> queue
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="memindex-heartbeat", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        self.beat()
+        self._thread.start()
+        return self
+
+    def began(self, message_id: str, queue: str) -> None:
+        with self._lock:
+            self._running[message_id] = queue
+            self.last_consume = _now_ms()
+        self._write_running()
+
+    def ended(self, message_id: str) -> None:
+        with self._lock:
+            self._running.pop(message_id, None)
+            self.last_consume = _now_ms()
+        self._write_running()
+
+    def _write_running(self) -> None:
+        # Written at once (not on the next beat), so `queues` is exact while the process lives.
+        try:
+            with self._lock:
+                running = dict(self._running)
+            pipe = self.client.pipeline()
+            pipe.delete(f"{self.key}:running")
+            if running:
+                pipe.hset(f"{self.key}:running", mapping=running)
+                pipe.expire(f"{self.key}:running", int(PROC_TTL_S))
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - the next beat writes it again
+            log.debug("could not record running messages: %s", exc)
+
+    def beat(self) -> None:
+        ttl = int(PROC_TTL_S)
+        pipe = self.client.pipeline()
+        pipe.hset(self.key, mapping={**self.info, "beat": _now_ms(), "last_consume": self.last_consume})
+        pipe.expire(self.key, ttl)
+        pipe.expire(f"{self.key}:running", ttl)
+        pipe.execute()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(BEAT_S):
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 - retried on the next beat
+                log.warning("heartbeat to redis failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self.client.delete(self.key, f"{self.key}:running")
+        except Exception as exc:  # noqa: BLE001 - the keys expire on their own
+            log.debug("could not remove the heartbeat: %s", exc)
+
+
+def processes(client: Any, namespace: str) -> list[dict[str, Any]]:
+    """Live processes (their keys not yet expired), each with its running message ids by queue."""
+    out = []
+    for key in client.scan_iter(match=f"{namespace}:proc:*"):
+        key = key.decode() if isinstance(key, bytes) else key
+        if key.endswith(":running"):
+            continue
+        raw = client.hgetall(key)
+        if not raw:
+            continue
+        d = {k.decode(): v.decode() for k, v in raw.items()}
+        running = client.hgetall(f"{key}:running")
+        out.append({"kind": d.get("kind"), "host": d.get("host"), "pid": int(d.get("pid", 0)),
+                    "queues": json.loads(d.get("queues", "[]")), "beat": int(d.get("beat", 0)),
+                    "last_consume": int(d.get("last_consume", 0)),
+                    "running": [q.decode() for q in running.values()]})
+    return out
+
+
+class InterruptEmbedsOnStop(ShutdownNotifications):
+    """dramatiq's shutdown notification for one queue's messages (the embed queue): the
+    writer and the sync planner are short and finish their work."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__()
+        self.queue = queue
+
+    def should_notify(self, actor: Any, message: Any) -> bool:
+        return message.queue_name.removesuffix(".DQ") == self.queue or super().should_notify(actor, message)
+
+
+class Lifecycle(Middleware):
+    """Worker processes on Redis: one stop per stop signal, heartbeat, running messages, slots released on stop."""
+
+    def __init__(self, queues: Iterable[str]) -> None:
+        self.queues = tuple(queues)  # what a worker consumes when not told (dramatiq: every queue)
+        self.heartbeat: Heartbeat | None = None
+
+    def after_process_boot(self, broker: Any) -> None:
+        from memindex.workers.logs import configure_from_env
+
+        configure_from_env()
+        # Only dramatiq's worker children boot a process on Redis, in their main thread.
+        first = signal.getsignal(signal.SIGTERM)
+        if not callable(first):
+            return
+        stopping_since: list[float] = []
+
+        def once(signum: int, frame: Any) -> None:
+            now = time.monotonic()
+            if stopping_since and now - stopping_since[0] < REPEAT_WINDOW_S:
+                return
+            stopping_since[:] = [now]
+            first(signum, frame)
+
+        signal.signal(signal.SIGTERM, once)
+
+    def after_worker_boot(self, broker: Any, worker: Any) -> None:
+        queues = worker.consumer_whitelist or self.queues
+        self.heartbeat = Heartbeat(broker.client, broker.namespace, "worker", queues).start()
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.began(message.message_id, message.queue_name)
+
+    def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.ended(message.message_id)
+
+    after_skip_message = after_process_message
+
+    def before_worker_shutdown(self, broker: Any, worker: Any) -> None:
+        from memindex.workers.limits import stop_acquiring
+
+        stop_acquiring()
+
+    def after_worker_shutdown(self, broker: Any, worker: Any) -> None:
+        from memindex.workers.limits import release_all
+
+        release_all()  # slots of messages that did not finish within the shutdown timeout
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+

@@ -1,0 +1,63 @@
+"""Log level and format for every memindex process (``--log-level``, ``--log-format``).
+
+The CLI applies them to its own process and passes them to the dramatiq worker
+processes of ``memindex worker`` through the environment (``LEVEL_ENV``,
+``FORMAT_ENV``), where ``workers/lifecycle.py`` applies them at boot. HTTP
+clients log one line per request at INFO; here those lines are DEBUG.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+LEVEL_ENV, FORMAT_ENV = "MEMINDEX_LOG_LEVEL", "MEMINDEX_LOG_FORMAT"
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, pid, thread, message (and the traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+               "pid": record.process, "thread": record.threadName, "message": record.getMessage()}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+class _HttpAtDebug(logging.Filter):
+    """httpx / httpcore request lines are DEBUG, not INFO (they were 94 % of a worker's log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+def configure(level: str | int, fmt: str = "text") -> None:
+    """Apply a level and format to this process's root logger (its handlers, or a new stderr one)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig()
+    root.setLevel(level if isinstance(level, int) else level.upper())
+    formatter = JsonFormatter() if fmt == "json" else None
+    for handler in root.handlers:
+        handler.setFormatter(formatter or handler.formatter or logging.Formatter(TEXT_FORMAT))
+    for name in ("httpx", "httpcore"):
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, _HttpAtDebug) for f in lg.filters):
+            lg.addFilter(_HttpAtDebug())
+
+
+def configure_from_env() -> None:
+    """In a worker process: what ``memindex worker --log-level/--log-format`` asked for, if anything."""
+    level, fmt = os.environ.get(LEVEL_ENV), os.environ.get(FORMAT_ENV)
+    if level or fmt:
+        configure(level or logging.getLevelName(logging.getLogger().level), fmt or "text")
+    else:
+        configure(logging.getLogger().level)

@@ -1,0 +1,161 @@
+"""Prometheus metrics (``--metrics-port`` on ``worker`` and ``watch``; off by default).
+
+Every definition is here. ``memindex worker --metrics-port P`` runs dramatiq's
+own ``Prometheus`` middleware in multiprocess mode: the forked worker processes
+write their samples into one directory made for that command
+(``PROMETHEUS_MULTIPROC_DIR``) and dramatiq's exposition process serves all of
+them, summed, on port P. So one port per ``memindex worker`` command, however
+many processes it forks. ``memindex watch --metrics-port P`` is one process and
+serves its own registry, with the per-agent pending gauges computed at scrape.
+
+Series: dramatiq's ``dramatiq_messages_total``, ``..._errors_total``,
+``..._retries_total``, ``..._rejects_total``, ``dramatiq_messages_inprogress``,
+``dramatiq_message_duration_milliseconds``; ours:
+``memindex_embedding_requests_total{provider}``,
+``memindex_embedding_errors_total{provider,error}``,
+``memindex_embedding_retries_total{provider}``,
+``memindex_embedding_request_seconds{provider}``,
+``memindex_embedding_cache_hits_total`` / ``..._lookups_total``,
+``memindex_writer_transaction_seconds``;
+on watch: ``memindex_files_pending{agent}``, ``memindex_oldest_pending_seconds{agent}``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterable
+
+from dramatiq.middleware import Middleware
+
+PORT_ENV = "MEMINDEX_METRICS_PORT"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def worker_env(port: int) -> dict[str, str]:
+    """Environment for ``dramatiq`` children that makes them export metrics on ``port``."""
+    import tempfile
+
+    db = tempfile.mkdtemp(prefix="memindex-metrics-")  # this command's processes only
+    return {PORT_ENV: str(port), "dramatiq_prom_port": str(port), "dramatiq_prom_db": db, MULTIPROC_ENV: db}
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(PORT_ENV))
+
+
+class Recorders:
+    """Our series, and the pipeline hooks that feed them (``pipeline/observe.py``)."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Histogram
+
+        r = registry or REGISTRY
+        self.requests = Counter("memindex_embedding_requests", "Requests sent to an embedding provider.",
+                                ["provider"], registry=r)
+        self.errors = Counter("memindex_embedding_errors", "Embedding requests that failed, by error type.",
+                              ["provider", "error"], registry=r)
+        self.retries = Counter("memindex_embedding_retries", "Embedding requests sent again after a failure.",
+                               ["provider"], registry=r)
+        self.latency = Histogram("memindex_embedding_request_seconds", "Time of one embedding request.",
+                                 ["provider"], registry=r, buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
+        self.cache_hits = Counter("memindex_embedding_cache_hits", "Chunks found in the embedding cache.",
+                                  registry=r)
+        self.cache_lookups = Counter("memindex_embedding_cache_lookups", "Chunks looked up in the embedding cache.",
+                                     registry=r)
+        self.writer = Histogram("memindex_writer_transaction_seconds", "Time of one writer transaction "
+                                "(one write-queue message).", registry=r,
+                                buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+
+    def install(self) -> "Recorders":
+        from memindex.pipeline.observe import hooks
+
+        hooks.embedding_request = self._request
+        hooks.embedding_retry = lambda provider: self.retries.labels(provider).inc()
+        hooks.cache_hits = self._cache
+        return self
+
+    def _request(self, provider: str, seconds: float, error: str | None) -> None:
+        self.requests.labels(provider).inc()
+        self.latency.labels(provider).observe(seconds)
+        if error is not None:
+            self.errors.labels(provider, error).inc()
+
+    def _cache(self, hits: int, looked_up: int) -> None:
+        self.cache_hits.inc(hits)
+        self.cache_lookups.inc(looked_up)
+
+
+class WriterTiming(Middleware):
+    """Each write-queue message is one writer transaction: time it."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.recorders: Recorders | None = None
+        self._started: dict[str, float] = {}
+
+    def after_process_boot(self, broker: Any) -> None:
+        self.recorders = Recorders().install()  # after dramatiq's Prometheus set the multiprocess dir
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        if message.queue_name == self.queue:
+            self._started[message.message_id] = time.perf_counter()
+
+    def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        start = self._started.pop(message.message_id, None)
+        if start is not None and self.recorders is not None:
+            self.recorders.writer.observe(time.perf_counter() - start)
+
+    after_skip_message = after_process_message
+
+
+def middleware(write_queue: str) -> list:
+    """The worker-side middleware when metrics are on (the broker appends it)."""
+    from dramatiq.middleware.prometheus import Prometheus
+
+    return [Prometheus(), WriterTiming(write_queue)]
+
+
+class PendingCollector:
+    """``memindex_files_pending`` and ``memindex_oldest_pending_seconds`` per agent, read from
+    the stores at each scrape. A file's age counts from when this process first saw it pending."""
+
+    def __init__(self, contexts: Iterable[Any]) -> None:
+        self.contexts = list(contexts)
+        self._first_seen: dict[tuple[str, str], float] = {}
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from memindex.pipeline.config.agents import settings_for
+        from memindex.pipeline.store.core import open_reader
+
+        pending = GaugeMetricFamily("memindex_files_pending", "Files announced by a sync, not yet written.",
+                                    labels=["agent"])
+        oldest = GaugeMetricFamily("memindex_oldest_pending_seconds", "Age of the oldest pending file.",
+                                   labels=["agent"])
+        now = time.monotonic()
+        for ctx in self.contexts:
+            reader = open_reader(settings_for(ctx))
+            try:
+                st = reader.state()
+                gen = st.building_generation or st.live_generation
+                count, paths = reader.pending_count(gen), reader.pending_paths(gen)
+            finally:
+                reader.close()
+            seen = {(ctx.agent_id, p): self._first_seen.get((ctx.agent_id, p), now) for p in paths}
+            self._first_seen = {k: v for k, v in self._first_seen.items() if k[0] != ctx.agent_id} | seen
+            pending.add_metric([ctx.agent_id], count)
+            oldest.add_metric([ctx.agent_id], now - min(seen.values()) if seen else 0.0)
+        yield pending
+        yield oldest
+
+
+def serve_watch(port: int, contexts: Iterable[Any]) -> None:
+    """``memindex watch --metrics-port``: this process's series on ``port`` (a daemon thread)."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    Recorders().install()
+    REGISTRY.register(PendingCollector(contexts))
+    start_http_server(port)
