@@ -7,8 +7,9 @@ time, never copied) the folder is the agent's workspace; the index is built
 through the real pipeline (sync -> chunk -> local GGUF embed -> writer) in a
 scratch state dir under /tmp, once per ``local.maxInputTokens`` setting (the
 store's embedding cache makes re-runs cheap). Every question then goes
-through ``MemorySearch.search`` (maxResults 10, minScore 0) under several
-ranking configs, scored per the data set's README: hit@k = every evidence
+through ``MemorySearch.search`` (maxResults 10) under several ranking configs,
+at minScore 0 and at the default minScore (with the share of questions left
+with no result at all), scored per the data set's README: hit@k = every evidence
 turn's line lies inside the line range of one of the top-k results in the
 same file; MRR = 1/first such k (0 past 10).
 """
@@ -43,8 +44,10 @@ KS = (1, 5, 10)
 # name -> overrides of memorySearch.query.hybrid (weights 1/0 and 0/1 switch an arm off)
 VARIANTS: dict[str, dict[str, Any]] = {
     "keyword-only": {"vectorWeight": 0.0, "textWeight": 1.0},
+    "keyword-only (weighted)": {"vectorWeight": 0.0, "textWeight": 1.0, "fusion": "weighted"},
     "vector-only": {"vectorWeight": 1.0, "textWeight": 0.0},
     "hybrid": {},
+    "hybrid (weighted)": {"fusion": "weighted"},
     "hybrid+decay": {"temporalDecay": {"enabled": True}},
     "hybrid+mmr": {"mmr": {"enabled": True}},
     "hybrid+decay+mmr": {"temporalDecay": {"enabled": True}, "mmr": {"enabled": True}},
@@ -108,7 +111,9 @@ def variant_settings(base: AgentSettings, overrides: dict[str, Any]) -> AgentSet
     ms = copy.deepcopy(base.memory_search)
     hy = ms["query"]["hybrid"]
     for k, v in overrides.items():
-        if isinstance(v, dict):
+        if k == "fusion":
+            ms["query"][k] = v
+        elif isinstance(v, dict):
             hy[k].update(v)
         else:
             hy[k] = v
@@ -140,16 +145,17 @@ def last_session_clock(conv_dir: Path) -> float:
 
 def evaluate(settings: AgentSettings, qe: QueryEmbedder, questions: list[Question], clock: float,
              ) -> dict[str, list[tuple[int, int | None]]]:
-    """variant -> [(category, first hit k or None)]"""
+    """"variant @minScore" -> [(category, first hit k or None; -1 = no result at all)]"""
     out: dict[str, list[tuple[int, int | None]]] = {}
     for name, ov in VARIANTS.items():
         eng = MemorySearch(variant_settings(settings, ov), query_embedder=qe, clock=lambda: clock)
         try:
-            rows = []
-            for q in questions:
-                res = eng.search(q.text, max_results=10, min_score=0.0).as_dict()["results"]
-                rows.append((q.category, first_hit(res, q.evidence)))
-            out[name] = rows
+            for label, min_score in (("0", 0.0), ("default", None)):
+                rows = []
+                for q in questions:
+                    res = eng.search(q.text, max_results=10, min_score=min_score).as_dict()["results"]
+                    rows.append((q.category, first_hit(res, q.evidence) if res else -1))
+                out[f"{name} @{label}"] = rows
         finally:
             eng.close()
     return out
@@ -160,18 +166,19 @@ def metrics(rows: Iterable[tuple[int, int | None]]) -> tuple[int, list[float], f
     n = len(rows)
     if not n:
         return 0, [0.0] * len(KS), 0.0
-    rec = [sum(1 for _, k in rows if k is not None and k <= K) / n for K in KS]
-    mrr = sum(1.0 / k for _, k in rows if k is not None) / n
+    rec = [sum(1 for _, k in rows if k is not None and 0 < k <= K) / n for K in KS]
+    mrr = sum(1.0 / k for _, k in rows if k is not None and k > 0) / n
     return n, rec, mrr
 
 
 def print_table(title: str, results: dict[str, list[tuple[int, int | None]]]) -> None:
     print(f"\n### {title}")
-    print("| method | n | R@1 | R@5 | R@10 | MRR |")
-    print("|---|---|---|---|---|---|")
+    print("| method @minScore | n | R@1 | R@5 | R@10 | MRR | no result |")
+    print("|---|---|---|---|---|---|---|")
     for name, rows in results.items():
         n, rec, mrr = metrics(rows)
-        print(f"| {name} | {n} | " + " | ".join(f"{r:.3f}" for r in rec) + f" | {mrr:.3f} |")
+        empty = sum(1 for _, k in rows if k == -1) / max(1, n)
+        print(f"| {name} | {n} | " + " | ".join(f"{r:.3f}" for r in rec) + f" | {mrr:.3f} | {empty:.3f} |")
     print("\nper category, R@10 / MRR:")
     cats = sorted({c for rows in results.values() for c, _ in rows})
     print("| method | " + " | ".join(f"{CATEGORIES.get(c, c)} ({c})" for c in cats) + " |")
@@ -213,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, rows in res.items():
                 combined[name].extend(rows)
         print_table(f"LoCoMo dev ({len(convs)} conversations), local all-MiniLM-L6-v2, "
-                    f"maxInputTokens {tokens}, chunks 400/80, maxResults 10, minScore 0", combined)
+                    f"maxInputTokens {tokens}, chunks 400/80, maxResults 10", combined)
         print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
     return 0
 

@@ -277,8 +277,8 @@ def test_rod_schedule_seed_decay_through_config(agent):
     assert got["memory/2026-02-10.md"] == pytest.approx(raw["memory/2026-02-10.md"], abs=1e-5)  # today: 100%
     assert got["memory/2026-02-03.md"] / raw["memory/2026-02-03.md"] == pytest.approx(0.851, abs=0.002)  # 7 d
     assert got["memory/2025-09-15.md"] / raw["memory/2025-09-15.md"] == pytest.approx(0.0326, abs=0.001)  # 148 d
-    # with the default minScore the 148-day-old note is gone
-    assert "memory/2025-09-15.md" not in [r["path"] for r in run(agent.settings(), q, clock=FEB_10)["results"]]
+    # minScore judges relevance before decay (issue 17): the 148-day-old note stays, ranked last
+    assert [r["path"] for r in run(agent.settings(), q, clock=FEB_10)["results"]][-1] == "memory/2025-09-15.md"
 
 
 @needs_gguf

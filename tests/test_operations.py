@@ -178,3 +178,25 @@ print(json.dumps({"ready": c.llen(f"{ns}:sync"), "msgs": c.hlen(f"{ns}:sync.msgs
                          env=dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"ready": 1, "msgs": 1, "delayed": 1, "dq_msgs": 1}
+
+
+def test_openclaw_dimensions_key_is_sent_to_the_openai_api(agent, server):
+    """`memorySearch.dimensions` (OpenClaw's key) asks the API for that size and fixes the index's dims."""
+    from memindex.pipeline.embeddings.embedder import reset_services
+    from memindex.pipeline.status import index_status
+
+    server.reset()
+    _notes(agent)
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
+                         "dimensions": 512, "remote": {"apiKey": "sk-test-123", "baseUrl": server.base("openai")}})
+    reset_services()
+    try:
+        agent.index()
+        st = index_status(agent.settings())
+        assert st["vector"]["dims"] == 512 and st["pending"] == 0, st
+        sent = [r.body for r in server.requests if r.flavor == "openai" and isinstance(r.body, dict)]
+        assert sent and all(b.get("dimensions") == 512 for b in sent), sent[:2]
+        assert agent.search("Omada router VLAN 1")["results"]
+    finally:
+        server.reset()
+        reset_services()

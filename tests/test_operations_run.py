@@ -224,3 +224,21 @@ def test_metrics_endpoints_serve_what_the_processes_did(tmp_path, redis_server, 
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(20)
         _kill_all(f"MEMINDEX_BROKER_URL={redis_server.url}")
+
+
+def test_log_level_and_json_format_with_http_lines_at_debug(tmp_path, server):
+    def lines(name: str, *opts: str) -> list[dict]:
+        a = _slow_agent(tmp_path / name, server, files=2)  # a fresh store: requests, not cache hits
+        server.always("openai", None)
+        out = run_cli(*opts, "index", env={"OPENCLAW_STATE_DIR": str(a.state),
+                                           "OPENCLAW_CONFIG_PATH": str(a.config_path)}, cwd=a.root)
+        assert out.returncode == 0 and server.count("openai") > 0, out.stderr
+        assert all(ln.startswith("{") for ln in out.stderr.splitlines() if ln.strip()), out.stderr
+        return [json.loads(ln) for ln in out.stderr.splitlines() if ln.strip()]
+
+    info = lines("info", "--log-format", "json", "--log-level", "info")
+    assert info and all({"time", "level", "logger", "message"} <= set(r) for r in info)
+    assert not any(r["logger"].startswith("httpx") for r in info)  # one line per request: DEBUG only
+    debug = lines("debug", "--log-format", "json", "--log-level", "debug")
+    http = [r for r in debug if r["logger"].startswith("httpx") and "HTTP Request" in r["message"]]
+    assert http and all(r["level"] == "DEBUG" for r in http)

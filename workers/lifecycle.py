@@ -66,8 +66,6 @@ class Heartbeat:
         self.info = {"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
                      "queues": json.dumps(sorted(queues)), "started": _now_ms()}
         self.last_consume = _now_ms()
-        self._running: dict[str, str] = {}  # message id -> queue
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memindex-heartbeat", daemon=True)
 
@@ -77,30 +75,23 @@ class Heartbeat:
         return self
 
     def began(self, message_id: str, queue: str) -> None:
-        with self._lock:
-            self._running[message_id] = queue
-            self.last_consume = _now_ms()
-        self._write_running()
+        self.last_consume = _now_ms()
+        # One HSET / HDEL per message, at once (not on the next beat), so `queues` is exact while
+        # the process lives; each op is atomic, so threads finishing together cannot undo each other.
+        try:
+            pipe = self.client.pipeline()
+            pipe.hset(f"{self.key}:running", message_id, queue)
+            pipe.expire(f"{self.key}:running", int(PROC_TTL_S))
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - the count is advice; the work goes on
+            log.debug("could not record running message %s: %s", message_id, exc)
 
     def ended(self, message_id: str) -> None:
-        with self._lock:
-            self._running.pop(message_id, None)
-            self.last_consume = _now_ms()
-        self._write_running()
-
-    def _write_running(self) -> None:
-        # Written at once (not on the next beat), so `queues` is exact while the process lives.
+        self.last_consume = _now_ms()
         try:
-            with self._lock:
-                running = dict(self._running)
-            pipe = self.client.pipeline()
-            pipe.delete(f"{self.key}:running")
-            if running:
-                pipe.hset(f"{self.key}:running", mapping=running)
-                pipe.expire(f"{self.key}:running", int(PROC_TTL_S))
-            pipe.execute()
-        except Exception as exc:  # noqa: BLE001 - the next beat writes it again
-            log.debug("could not record running messages: %s", exc)
+            self.client.hdel(f"{self.key}:running", message_id)
+        except Exception as exc:  # noqa: BLE001 - a stale entry goes with the process's keys
+            log.debug("could not clear running message %s: %s", message_id, exc)
 
     def beat(self) -> None:
         ttl = int(PROC_TTL_S)

@@ -16,6 +16,8 @@ LEVEL_ENV, FORMAT_ENV = "MEMINDEX_LOG_LEVEL", "MEMINDEX_LOG_FORMAT"
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The HTTP clients' loggers (openai >= 3.5 vendors httpx and httpcore under the "2" names).
+HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,12 +45,13 @@ def configure(level: str | int, fmt: str = "text") -> None:
     """Apply a level and format to this process's root logger (its handlers, or a new stderr one)."""
     root = logging.getLogger()
     if not root.handlers:
-        logging.basicConfig()
+        logging.basicConfig(format=TEXT_FORMAT)
     root.setLevel(level if isinstance(level, int) else level.upper())
     formatter = JsonFormatter() if fmt == "json" else None
     for handler in root.handlers:
-        handler.setFormatter(formatter or handler.formatter or logging.Formatter(TEXT_FORMAT))
-    for name in ("httpx", "httpcore"):
+        if formatter is not None:
+            handler.setFormatter(formatter)
+    for name in HTTP_LOGGERS:
         lg = logging.getLogger(name)
         if not any(isinstance(f, _HttpAtDebug) for f in lg.filters):
             lg.addFilter(_HttpAtDebug())

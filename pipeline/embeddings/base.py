@@ -91,6 +91,12 @@ class EmbeddingProvider(ABC):
         constructor takes ``(api_key, model, *, base_url, headers)``; others override it."""
         return cls(args.api_key, args.model, base_url=args.base_url, headers=args.headers)  # type: ignore[call-arg]
 
+    @staticmethod
+    def configured_dims(args: ProviderArgs) -> int | None:
+        """``memorySearch.outputDimensionality`` (OpenClaw's ``dimensions`` maps onto it), if set."""
+        dims = args.memory_search.get("outputDimensionality")
+        return int(dims) if dims else None
+
     def _init_remote(
         self, api_key: str | None, model: str | None, base_url: str | None, max_batch_items: int,
         max_batch_tokens: int,
@@ -106,7 +112,8 @@ class EmbeddingProvider(ABC):
         # model name: off the provider's own endpoint the dims come from the first
         # answer (or the configured output size), never from the provider's table.
         native = self.base_url == (spec.default_base_url or "").rstrip("/")
-        self.dims = registry.known_dims(self.id, self.model) if native else self.output_dimensionality
+        # Configured output size (memorySearch.dimensions / outputDimensionality) wins everywhere.
+        self.dims = self.output_dimensionality or (registry.known_dims(self.id, self.model) if native else None)
         self.max_input_tokens = registry.max_input_tokens(self.id, self.model)
         self.max_batch_items = max_batch_items
         self.max_batch_tokens = max_batch_tokens

@@ -305,14 +305,14 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def _setup_logging(verbosity: int, level_name: str | None, fmt: str) -> None:
-    from memindex.workers.logs import configure
+    from memindex.workers.logs import HTTP_LOGGERS, configure
 
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     if level_name:
         level = logging.getLevelName(level_name.upper())
     configure(level, fmt)
     if level > logging.DEBUG:
-        for noisy in ("dramatiq", "httpx", "httpcore", "watchdog"):
+        for noisy in ("dramatiq", "watchdog", *HTTP_LOGGERS):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -350,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemindexError as exc:  # e.g. no API key for the configured provider: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `memindex status --json | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # noqa: BLE001 - the failures a user causes or can fix get one line
         line = _one_line_error(exc)
         if line is None:
@@ -358,9 +361,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `memindex status --json | head`: the reader left, not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     finally:
         if "memindex.workers.embedded" in sys.modules:
             sys.modules["memindex.workers.embedded"].stop(idle=True)

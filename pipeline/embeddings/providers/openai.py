@@ -8,6 +8,7 @@ import openai
 
 from memindex.pipeline.embeddings import http_errors
 from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
+from memindex.pipeline.embeddings.registry import ProviderArgs
 
 
 class OpenAIProvider(EmbeddingProvider):
@@ -23,8 +24,10 @@ class OpenAIProvider(EmbeddingProvider):
         timeout: float = 120.0,
         max_batch_items: int = 2048,  # API cap on inputs per request
         max_batch_tokens: int = 250_000,  # API cap is 300k tokens summed per request; margin kept
+        output_dimensionality: int | None = None,  # the API's `dimensions` (text-embedding-3 and compatibles)
     ) -> None:
         super().__init__()
+        self.output_dimensionality = output_dimensionality
         self._init_remote(api_key, model, base_url, max_batch_items, max_batch_tokens)
         self.headers = dict(headers or {})
         # SDK retries are off: retry.py owns retries (Retry-After, budget).
@@ -37,6 +40,11 @@ class OpenAIProvider(EmbeddingProvider):
             timeout=timeout,
         )
 
+    @classmethod
+    def from_args(cls, args: ProviderArgs) -> "OpenAIProvider":
+        return cls(args.api_key or "", args.model, base_url=args.base_url, headers=args.headers,
+                   output_dimensionality=cls.configured_dims(args))
+
     def fingerprint_headers(self) -> Mapping[str, str]:
         return self.headers
 
@@ -48,7 +56,8 @@ class OpenAIProvider(EmbeddingProvider):
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         try:
-            resp = self.client.embeddings.create(model=self.model, input=texts)
+            extra: dict[str, Any] = {"dimensions": self.output_dimensionality} if self.output_dimensionality else {}
+            resp = self.client.embeddings.create(model=self.model, input=texts, **extra)
         except openai.APIStatusError as exc:
             raise self.status_error(exc) from None
         except openai.APIConnectionError as exc:  # includes APITimeoutError

@@ -17,6 +17,7 @@ from voyageai import error as verr
 
 from memindex.pipeline.embeddings import http_errors
 from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
+from memindex.pipeline.embeddings.registry import ProviderArgs
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,20 @@ class VoyageProvider(EmbeddingProvider):
         timeout: float = 120.0,
         max_batch_items: int = 1000,  # API cap on inputs per request
         max_batch_tokens: int = 120_000,  # API cap for the large models (lower than others')
+        output_dimensionality: int | None = None,  # the API's output_dimension (voyage-3.5 and later)
     ) -> None:
         super().__init__()
+        self.output_dimensionality = output_dimensionality
         self._init_remote(api_key, model, base_url, max_batch_items, max_batch_tokens)
         if headers:
             log.warning("voyage: the voyageai SDK does not send custom headers; ignoring %s", sorted(headers))
         # max_retries=0: one attempt; retry.py owns retries. No network I/O here.
         self._client = voyageai.Client(api_key=api_key, max_retries=0, timeout=timeout, base_url=self.base_url)
+
+    @classmethod
+    def from_args(cls, args: ProviderArgs) -> "VoyageProvider":
+        return cls(args.api_key or "", args.model, base_url=args.base_url, headers=args.headers,
+                   output_dimensionality=cls.configured_dims(args))
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self._embed(list(texts), "document")
@@ -50,7 +58,8 @@ class VoyageProvider(EmbeddingProvider):
 
     def _embed(self, texts: list[str], input_type: str) -> list[list[float]]:
         try:
-            result = self._client.embed(texts, model=self.model, input_type=input_type, truncation=True)
+            extra: dict[str, Any] = {"output_dimension": self.output_dimensionality} if self.output_dimensionality else {}
+            result = self._client.embed(texts, model=self.model, input_type=input_type, truncation=True, **extra)
         except (verr.Timeout, verr.APIConnectionError) as exc:
             raise http_errors.from_transport(self.id, exc) from None
         except verr.VoyageError as exc:
