@@ -10,6 +10,7 @@ import time
 from typing import Callable
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
+from memindex.pipeline.errors import MemindexError
 
 ProgressFn = Callable[[int, int], None]
 
@@ -56,6 +57,15 @@ def plan_now(ctx: Context, *, force: bool = False):
     return plan_agent(settings, identity_for(settings), force=force)
 
 
+# How long queued work may wait with no live worker consuming its queue before
+# `index` says so and gives up (a worker starting up heartbeats well within this).
+NO_WORKER_GRACE_S = 15.0
+
+
+class NoWorkerError(MemindexError):
+    """Work is queued on Redis but no worker process consumes its queue."""
+
+
 def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = None,
               timeout: float | None = None) -> bool:
     from memindex.pipeline.config.agents import settings_for
@@ -68,7 +78,21 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
     settings = settings_for(ctx)
     deadline = None if timeout is None else time.monotonic() + timeout
     quiet = 0
+    unconsumed_since: float | None = None
+    next_worker_check = time.monotonic()
     while True:
+        if not is_embedded() and time.monotonic() >= next_worker_check:
+            next_worker_check = time.monotonic() + 1.0
+            orphaned = queues.unconsumed_queues()
+            if not orphaned:
+                unconsumed_since = None
+            elif unconsumed_since is None:
+                unconsumed_since = time.monotonic()
+            elif time.monotonic() - unconsumed_since > NO_WORKER_GRACE_S:
+                raise NoWorkerError(
+                    f"no worker is consuming queue(s) {', '.join(orphaned)} on the broker; start the Procfile's "
+                    "processes (`memindex worker --queues sync embed`, `memindex worker --writer`); "
+                    "the work stays queued")
         if progress is not None and total:
             progress(total - min(total, pending_files(settings)), total)
         busy = embedded.outstanding() if is_embedded() else queues.total_outstanding()

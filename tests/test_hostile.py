@@ -434,3 +434,12 @@ def test_former_tracebacks_are_one_line_errors(agent, tmp_path) -> None:
         assert "Traceback" not in r.stderr, (argv, r.stderr)
         assert needle in r.stderr, (argv, r.stderr)
         assert "hunter2" not in r.stderr + r.stdout
+
+
+def test_index_on_redis_with_no_worker_says_so_instead_of_waiting(agent, redis_server) -> None:
+    agent.write("memory/a.md", "kiwi notes\n")
+    args = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
+    r = run_cli(*args, "index", env={"MEMINDEX_BROKER_URL": redis_server.url}, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "no worker is consuming queue(s)" in r.stderr and "memindex worker" in r.stderr, r.stderr

@@ -58,6 +58,17 @@ def ready(queue: str) -> int:
     return int(broker.client.llen(f"{broker.namespace}:{queue}"))
 
 
+def unconsumed_queues() -> list[str]:
+    """Queues holding ready messages that no live worker process consumes (Redis only)."""
+    if is_embedded(broker):
+        return []  # the embedded workers run in this process
+    from memindex.workers.lifecycle import processes
+
+    consumed = {q.removesuffix(".DQ") for proc in processes(broker.client, broker.namespace)
+                for q in proc["queues"]}
+    return sorted(q for q, d in depth().items() if d["ready"] and q not in consumed)
+
+
 def total_outstanding() -> int:
     return sum(v["ready"] + v["delayed"] + v["running"] + v["prefetched"] for v in depth().values())
 
