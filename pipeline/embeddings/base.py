@@ -85,10 +85,17 @@ class EmbeddingProvider(ABC):
     def __init__(self) -> None:
         self._secret: str | None = None  # only for redacting error text
 
+    # True for hosted APIs whose constructor takes ``output_dimensionality`` (the size asked of the API).
+    takes_output_dims: bool = False
+
     @classmethod
     def from_args(cls, args: ProviderArgs) -> Self:
         """The provider for resolved settings: the registry's factory for providers whose
-        constructor takes ``(api_key, model, *, base_url, headers)``; others override it."""
+        constructor takes ``(api_key, model, *, base_url, headers)`` (plus ``output_dimensionality``
+        when ``takes_output_dims``); others override it."""
+        if cls.takes_output_dims:
+            return cls(args.api_key or "", args.model, base_url=args.base_url,  # type: ignore[call-arg]
+                       headers=args.headers, output_dimensionality=cls.configured_dims(args))
         return cls(args.api_key, args.model, base_url=args.base_url, headers=args.headers)  # type: ignore[call-arg]
 
     @staticmethod

@@ -13,7 +13,7 @@ SDK quirks handled here:
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Self
+from typing import Any, Mapping
 
 from google import genai
 from google.genai import errors as genai_errors
@@ -21,7 +21,6 @@ from google.genai import types
 
 from memindex.pipeline.embeddings import http_errors, registry
 from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderAuthError, ProviderError
-from memindex.pipeline.embeddings.registry import ProviderArgs
 
 _VERSION = re.compile(r"^v\d+(?:(?:alpha|beta)\d*)?$")
 
@@ -53,6 +52,7 @@ def output_dims_for(model: str, configured: int | None) -> int | None:
 
 class GeminiProvider(EmbeddingProvider):
     id = "gemini"
+    takes_output_dims = True
 
     def __init__(
         self,
@@ -84,12 +84,6 @@ class GeminiProvider(EmbeddingProvider):
                 timeout=int(timeout * 1000),  # milliseconds
             ),
         )
-
-    @classmethod
-    def from_args(cls, args: ProviderArgs) -> Self:
-        dims = args.memory_search.get("outputDimensionality")
-        return cls(args.api_key or "", args.model, base_url=args.base_url, headers=args.headers,
-                   output_dimensionality=int(dims) if dims else None)
 
     def fingerprint_headers(self) -> Mapping[str, str]:
         return self.headers

@@ -38,9 +38,8 @@ class HashProvider(EmbeddingProvider):
     @classmethod
     def from_args(cls, args: ProviderArgs) -> Self:
         """memorySearch.outputDimensionality sets dims; MEMINDEX_HASH_EMBED_DELAY (s) slows each request."""
-        dims = args.memory_search.get("outputDimensionality")
         delay = float(args.env.get("MEMINDEX_HASH_EMBED_DELAY", "0") or 0)
-        return cls(args.model, int(dims) if dims else cls.DEFAULT_DIMS, delay)
+        return cls(args.model, cls.configured_dims(args) or cls.DEFAULT_DIMS, delay)
 
     def fingerprint_extra(self) -> Mapping[str, Any]:
         return {"dims": self.dims}

@@ -8,11 +8,11 @@ import openai
 
 from memindex.pipeline.embeddings import http_errors
 from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
-from memindex.pipeline.embeddings.registry import ProviderArgs
 
 
 class OpenAIProvider(EmbeddingProvider):
     id = "openai"
+    takes_output_dims = True
 
     def __init__(
         self,
@@ -39,11 +39,6 @@ class OpenAIProvider(EmbeddingProvider):
             max_retries=0,
             timeout=timeout,
         )
-
-    @classmethod
-    def from_args(cls, args: ProviderArgs) -> "OpenAIProvider":
-        return cls(args.api_key or "", args.model, base_url=args.base_url, headers=args.headers,
-                   output_dimensionality=cls.configured_dims(args))
 
     def fingerprint_headers(self) -> Mapping[str, str]:
         return self.headers

@@ -17,13 +17,13 @@ from voyageai import error as verr
 
 from memindex.pipeline.embeddings import http_errors
 from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
-from memindex.pipeline.embeddings.registry import ProviderArgs
 
 log = logging.getLogger(__name__)
 
 
 class VoyageProvider(EmbeddingProvider):
     id = "voyage"
+    takes_output_dims = True
 
     def __init__(
         self,
@@ -44,11 +44,6 @@ class VoyageProvider(EmbeddingProvider):
             log.warning("voyage: the voyageai SDK does not send custom headers; ignoring %s", sorted(headers))
         # max_retries=0: one attempt; retry.py owns retries. No network I/O here.
         self._client = voyageai.Client(api_key=api_key, max_retries=0, timeout=timeout, base_url=self.base_url)
-
-    @classmethod
-    def from_args(cls, args: ProviderArgs) -> "VoyageProvider":
-        return cls(args.api_key or "", args.model, base_url=args.base_url, headers=args.headers,
-                   output_dimensionality=cls.configured_dims(args))
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self._embed(list(texts), "document")
