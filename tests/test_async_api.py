@@ -12,7 +12,11 @@ import pytest
 import memindex
 from tests.conftest import Agent
 
-STALL_LIMIT_S = 0.020
+# A generous bound, plus a ratio to the blocking control: on a loaded 2-core CI machine the
+# search thread's pure-Python ranking holds the GIL for a few switch intervals (~25 ms seen),
+# while calling search() on the loop stalls it for the whole batch (~2.5 s here).
+STALL_LIMIT_S = 0.100
+STALL_RATIO = 10
 ROUNDS = 3
 WORDS = "router vlan kafka quokka firmware backup schedule invoice mara omada iot cafe deploy".split()
 
@@ -79,7 +83,9 @@ def test_fifty_concurrent_asearch_calls_never_stall_the_loop(big: Agent) -> None
             assert [r.as_dict() for r in responses] == expected
             stalls.append(stall)
         assert all(r["results"] for r in expected)
-        assert min(stalls) < STALL_LIMIT_S, f"worst event-loop stall per round (ms): {[round(s * 1000, 1) for s in stalls]}"
+        shown = f"worst event-loop stall per round (ms): {[round(s * 1000, 1) for s in stalls]}, blocking: {control * 1000:.0f}"
+        assert min(stalls) < STALL_LIMIT_S, shown
+        assert min(stalls) * STALL_RATIO < control, shown
     finally:
         engine.close()
 
