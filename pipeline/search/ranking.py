@@ -78,7 +78,7 @@ def keyword_coverage(text: str, keys: frozenset[str]) -> float:
     """Share of the query's content terms (``query_keywords``) that ``text`` contains."""
     if not keys:
         return 0.0
-    return len(keys & {match_key(t) for t in keyword_tokens(text)}) / len(keys)
+    return len(keys & {match_key(t) for t in set(keyword_tokens(text))}) / len(keys)
 
 
 def calibrated_text_scores(ranks: list[float], coverages: list[float]) -> list[float]:

@@ -15,6 +15,7 @@ letters/numbers, so FTS5 operators in the input (``AND``, ``NEAR(``, ``*``,
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -135,6 +136,8 @@ def index_text(text: str) -> str:
     attached to their base character. Only spaces are inserted, so line
     structure is unchanged; everything else is left to the tokenizer.
     """
+    if text.isascii():  # most chunks: NFC, the folds and the spacing cannot change ASCII
+        return text
     text = _fold(text)
     if not _SPACELESS_RE.search(text):  # fast path: nothing to space out
         return text
@@ -158,6 +161,9 @@ def index_text(text: str) -> str:
     return "".join(out)
 
 
+_ASCII_TOKEN_RE = re.compile(r"[a-z0-9]+")
+
+
 def keyword_tokens(text: str) -> list[str]:
     """Approximate unicode61 tokens of ``index_text(text)``, lowercased.
 
@@ -165,6 +171,8 @@ def keyword_tokens(text: str) -> list[str]:
     marks). Tokens consisting only of marks are dropped: FTS5 would not index
     anything for them.
     """
+    if text.isascii():  # unicode61's token characters in ASCII are exactly letters and digits
+        return _ASCII_TOKEN_RE.findall(text.lower())
     tokens: list[str] = []
     buf: list[str] = []
 
@@ -247,6 +255,7 @@ def query_keywords(query: str) -> frozenset[str]:
 _SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "es", "s", "ly")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure, and a workspace's vocabulary repeats across chunks
 def match_key(token: str) -> str:
     """A crude stem, so that text tokens and query tokens the FTS table's porter stemmer
     conflates mostly compare equal here too ("works"/"work", "standups"/"standup").
