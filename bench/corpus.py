@@ -1,6 +1,14 @@
 """Speed on real text: memindex (keyword-only, embedded default) vs QMD on one corpus.
 
     python bench/corpus.py [--corpus ../shared/bench/md-corpus-1k] [--qmd CMD]
+    python bench/corpus.py --scale 1k,10k,30k [--cache /tmp/memindex-corpora] [--qmd CMD]
+
+``--scale`` (issue 19) builds corpora of N files from copies of the base corpus,
+each copy with a unique first line (built once under ``--cache``, reused), and
+for every scale runs memindex and QMD interleaved step by step, printing CPU
+time (user+sys of the child, via wait4) next to wall time: cold index, no-change
+and single-edit resync, CLI search p50/p95, warm in-process search p50/p95 over
+200 distinct queries drawn from the corpus text, peak RSS and store size.
 
 The corpus is copied to a temp dir (so one file can be edited) and used as the
 agent's extraPaths. Every memindex number is an end-to-end CLI run in a fresh
@@ -14,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,18 +47,31 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
+def run_child(cmd: list[str], env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (user+sys), the child's peak RSS (KiB) and its stdout.
+
+    Reaped with wait4 for the child's own rusage (stderr goes to a file so reading
+    stdout to the end cannot deadlock on a full stderr pipe).
+    """
+    with tempfile.TemporaryFile("w+") as errf:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env, cwd=cwd, text=True)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        dt = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            errf.seek(0)
+            raise RuntimeError(f"{' '.join(cmd[:4])}… failed ({proc.returncode}): {errf.read()[-2000:]}")
+    return dt, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out
+
+
 def run_with_rss(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, str]:
     """Wall seconds, the child's peak RSS (KiB, via wait4) and its stdout."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd, text=True)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    dt = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:4])}… failed ({proc.returncode}): {err[-2000:]}")
-    return dt, usage.ru_maxrss, out
+    dt, _, kb, out = run_child(cmd, env, cwd)
+    return dt, kb, out
 
 
 def memindex_cmd(root: Path, *args: str) -> list[str]:
@@ -129,11 +148,227 @@ def bench_qmd(qmd: str, root: Path, corpus: Path, edit_file: Path) -> dict[str, 
     return r
 
 
+
+# ---------------------------------------------------------------- --scale (issue 19)
+
+def build_corpus(base: Path, n: int, cache: Path) -> Path:
+    """n files from copies of `base`, each copy's first line unique; built once, reused."""
+    out = cache / f"{n}"
+    if (out / ".complete").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    src = sorted(base.rglob("*.md"))
+    for i in range(n):
+        copy, f = divmod(i, len(src))
+        d = out / f"c{copy:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        text = src[f].read_text(encoding="utf-8", errors="replace")
+        (d / src[f].name).write_text(f"Copy {copy} of {src[f].stem}, file {i}.\n\n{text}", encoding="utf-8")
+    (out / ".complete").touch()
+    return out
+
+
+def corpus_queries(base: Path, k: int = 200, seed: int = 19) -> list[str]:
+    """k distinct 2-4 word queries cut from the corpus's own text (seeded, so runs compare)."""
+    import random
+    import re
+
+    rng = random.Random(seed)
+    files = sorted(base.rglob("*.md"))
+    word = re.compile(r"[A-Za-z][a-z]{2,}")
+    seen: dict[str, None] = {}
+    while len(seen) < k:
+        lines = [ln for ln in files[rng.randrange(len(files))].read_text(errors="replace").splitlines()
+                 if len(word.findall(ln)) >= 4]
+        if not lines:
+            continue
+        words = word.findall(rng.choice(lines))
+        n = rng.randint(2, 4)
+        at = rng.randrange(len(words) - n + 1)
+        seen.setdefault(" ".join(w.lower() for w in words[at:at + n]), None)
+    return list(seen)
+
+
+def dir_bytes(path: Path, pattern: str = "*") -> int:
+    return sum(f.stat().st_size for f in path.rglob(pattern) if f.is_file())
+
+
+def fts_floor_ms(store: Path, queries: list[str], limit: int = 24) -> tuple[float, float]:
+    """p50/p95 of the bare FTS5 query our search issues (same MATCH text after the same work
+    budget, bm25 order, the default 6 results x 4 candidates) in a plain connection: the floor."""
+    import re
+
+    from memindex.pipeline.store import db
+    from memindex.pipeline.store.fts_budget import FtsBudget
+    from memindex.pipeline.store.fts_text import build_match_query
+
+    con = db.connect(store, readonly=True)  # the store's own driver (its FTS5 options need SQLite >= 3.43)
+    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    table = max((t for t in names if re.fullmatch(r"fts_g\d+", t)), key=lambda t: int(t[5:]))
+    gen = int(table[5:])
+    budget = FtsBudget()
+    lat = []
+    for _ in range(2):
+        for q in queries:
+            t0 = time.perf_counter()
+            match = build_match_query(q)
+            if match:
+                match = budget.trim(con, gen, match)
+                con.execute(f"SELECT rowid, bm25({table}) FROM {table} WHERE {table} MATCH ? "
+                            f"ORDER BY bm25({table}) LIMIT ?", (match, limit)).fetchall()
+            lat.append((time.perf_counter() - t0) * 1000)
+    con.close()
+    return pct(lat, 50), pct(lat, 95)
+
+
+def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list[str]) -> dict[str, dict[str, float]]:
+    """memindex and QMD step by step on one corpus (the edit is reverted afterwards)."""
+    mroot, qroot = root / "memindex", root / "qmd"
+    (mroot / "ws").mkdir(parents=True)
+    (mroot / "openclaw.json").write_text(json.dumps(
+        {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}))
+    menv = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    menv.pop("MEMINDEX_BROKER_URL", None)
+    menv.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run(memindex_cmd(mroot, "--help"), env=menv, capture_output=True, cwd=REPO)
+    qenv = dict(os.environ, XDG_CONFIG_HOME=str(qroot / "xdg-config"), XDG_CACHE_HOME=str(qroot / "xdg-cache"),
+                NO_COLOR="1")
+    steps: dict[str, tuple[list[str], list[str]]] = {
+        "cold": (memindex_cmd(mroot, "index", "-q"),
+                 [qmd or "", "collection", "add", str(corpus), "--name", "bench", "--mask", "**/*.md"]),
+        "resync": (memindex_cmd(mroot, "index", "-q"), [qmd or "", "update"]),
+    }
+    m: dict[str, float] = {}
+    q: dict[str, float] = {}
+
+    def step(name: str, mcmd: list[str], qcmd: list[str]) -> None:
+        m[f"{name}_s"], m[f"{name}_cpu"], m[f"{name}_rss_kb"], _ = run_child(mcmd, menv, REPO)
+        if qmd:
+            q[f"{name}_s"], q[f"{name}_cpu"], q[f"{name}_rss_kb"], _ = run_child(qcmd, qenv)
+
+    for name, (mcmd, qcmd) in steps.items():
+        step(name, mcmd, qcmd)
+    edit_file = sorted(corpus.rglob("*.md"))[n // 2]
+    original = edit_file.read_bytes()
+    try:
+        with open(edit_file, "a", encoding="utf-8") as fh:
+            fh.write("\nA freshly appended line about zanzibar-benchmark-token.\n")
+        step("edit", memindex_cmd(mroot, "index", "-q"), [qmd or "", "update"])
+        found = run_child(memindex_cmd(mroot, "search", "--json", "zanzibar-benchmark-token"), menv, REPO)[3]
+        m["edit_found"] = float(bool(json.loads(found)["results"]))
+    finally:
+        edit_file.write_bytes(original)
+    mcli, qcli = [], []
+    for text in QUERIES:
+        mcli.append(run_child(memindex_cmd(mroot, "search", "--json", text), menv, REPO)[0])
+        if qmd:
+            qcli.append(run_child([qmd, "search", text, "--json", "-n", "6"], qenv)[0])
+    m["cli_p50"], m["cli_p95"] = pct(mcli, 50), pct(mcli, 95)
+    if qcli:
+        q["cli_p50"], q["cli_p95"] = pct(qcli, 50), pct(qcli, 95)
+    store = mroot / "state" / "memory" / "main.sqlite"
+    m["store_mb"] = dir_bytes(mroot / "state" / "memory") / 1e6
+    if qmd:
+        q["store_mb"] = dir_bytes(qroot / "xdg-cache" / "qmd") / 1e6
+    from memindex.pipeline.config.settings import Context, load_settings
+    from memindex.pipeline.search.engine import MemorySearch
+
+    eng = MemorySearch(load_settings(Context("main", str(mroot / "openclaw.json"), str(mroot / "state"),
+                                             str(mroot / "ws"))))
+    for text in queries[:20]:
+        eng.search(text)
+    lat = []
+    for _ in range(2):
+        for text in queries:
+            t0 = time.perf_counter()
+            eng.search(text)
+            lat.append((time.perf_counter() - t0) * 1000)
+    eng.close()
+    m["inproc_p50_ms"], m["inproc_p95_ms"] = pct(lat, 50), pct(lat, 95)
+    try:
+        m["fts_p50_ms"], m["fts_p95_ms"] = fts_floor_ms(store, queries)
+    except Exception as exc:  # noqa: BLE001 - the floor is context, not a result
+        print(f"  (FTS5 floor not measured: {exc})")
+    for r in (m, q):
+        if "cold_cpu" in r:
+            r["cpu_per_file_ms"] = r["cold_cpu"] / n * 1000
+    return {"memindex": m, "qmd": q}
+
+
+SCALE_ROWS = [
+    ("cold index wall (s)", "cold_s"), ("cold index CPU (s)", "cold_cpu"), ("cold CPU per file (ms)", "cpu_per_file_ms"),
+    ("cold peak RSS (MB)", "cold_rss_kb"), ("no-change resync wall (s)", "resync_s"),
+    ("no-change resync CPU (s)", "resync_cpu"), ("single-edit resync wall (s)", "edit_s"),
+    ("single-edit resync CPU (s)", "edit_cpu"), ("CLI search p50 (s)", "cli_p50"), ("CLI search p95 (s)", "cli_p95"),
+    ("warm search p50 (ms)", "inproc_p50_ms"), ("warm search p95 (ms)", "inproc_p95_ms"),
+    ("bare FTS5 query p50 (ms)", "fts_p50_ms"), ("bare FTS5 query p95 (ms)", "fts_p95_ms"), ("store size (MB)", "store_mb"),
+]
+
+
+def parse_scale(text: str) -> list[int]:
+    return [int(float(t[:-1]) * 1000) if t.lower().endswith("k") else int(t) for t in text.split(",") if t]
+
+
+def main_scale(args: argparse.Namespace) -> None:
+    qmd = None if args.no_qmd else find_qmd(args.qmd)
+    queries = corpus_queries(args.corpus)
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    for n in parse_scale(args.scale):
+        corpus = build_corpus(args.corpus, n, args.cache)
+        size = dir_bytes(corpus, "*.md")
+        print(f"\n== {n} files, {size / 1e6:.0f} MB ({corpus}); qmd: {qmd or 'not run'}", flush=True)
+        with tempfile.TemporaryDirectory(prefix=f"memindex-scale-{n}-") as tmp:
+            res = bench_scale(n, corpus, Path(tmp), qmd, queries)
+        results[n] = res
+        m, q = res["memindex"], res["qmd"]
+        print(f"{'':<30}{'memindex':>10}" + (f"{'qmd':>10}{'ours/qmd':>10}" if q else ""))
+        for label, key in SCALE_ROWS:
+            if key not in m:
+                continue
+            val = m[key] / 1024 if key.endswith("_kb") else m[key]
+            line = f"{label:<30}{val:>10.3f}"
+            if key in q:
+                qv = q[key] / 1024 if key.endswith("_kb") else q[key]
+                line += f"{qv:>10.3f}{(val / qv if qv else float('inf')):>9.2f}x"
+            print(line, flush=True)
+        print(f"edited file searchable after resync: {'yes' if m.get('edit_found') else 'NO'}", flush=True)
+    print("\nissue 19 'Done when':")
+    ns = sorted(results)
+    lo, hi = ns[0], ns[-1]
+    m_lo, m_hi = results[lo]["memindex"], results[hi]["memindex"]
+    checks = [(f"cold CPU/file at {hi} within 10% of {lo}",
+               m_hi["cpu_per_file_ms"] <= 1.10 * m_lo["cpu_per_file_ms"],
+               f"{m_hi['cpu_per_file_ms']:.2f} vs {m_lo['cpu_per_file_ms']:.2f} ms")]
+    for n in ns:
+        m, q = results[n]["memindex"], results[n]["qmd"]
+        if n >= 10_000 and "cold_cpu" in q:
+            checks.append((f"cold CPU <= 0.75x QMD at {n}", m["cold_cpu"] <= 0.75 * q["cold_cpu"],
+                           f"{m['cold_cpu'] / q['cold_cpu']:.2f}x"))
+        if n >= 30_000:
+            checks.append((f"warm search p95 <= 10 ms at {n}", m["inproc_p95_ms"] <= 10, f"{m['inproc_p95_ms']:.1f} ms"))
+            checks.append((f"no-change resync <= 0.25 s at {n}", m["resync_s"] <= 0.25, f"{m['resync_s']:.3f} s"))
+        if n <= 1_000:
+            checks.append((f"warm search p95 <= 3 ms at {n}", m["inproc_p95_ms"] <= 3, f"{m['inproc_p95_ms']:.1f} ms"))
+            checks.append((f"CLI search p50 <= 0.08 s at {n}", m["cli_p50"] <= 0.08, f"{m['cli_p50']:.3f} s"))
+        if n == 10_000 and "store_mb" in q:
+            checks.append((f"store size <= QMD's at {n}", m["store_mb"] <= q["store_mb"],
+                           f"{m['store_mb']:.1f} vs {q['store_mb']:.1f} MB"))
+    for label, ok, detail in checks:
+        print(f"  {'met' if ok else 'NOT met':<8} {label}: {detail}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "bench" / "md-corpus-1k")
     ap.add_argument("--qmd", default=None, help="qmd command (default: $MEMINDEX_QMD_COMMAND or qmd on PATH)")
+    ap.add_argument("--scale", default=None, help="comma-separated file counts, e.g. 1k,10k,30k (issue 19)")
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memindex-corpora",
+                    help="where --scale builds its corpora (once; reused by later runs)")
+    ap.add_argument("--no-qmd", action="store_true", help="--scale: memindex only")
     args = ap.parse_args()
+    if args.scale:
+        main_scale(args)
+        return
     with tempfile.TemporaryDirectory(prefix="memindex-corpus-") as tmp:
         tmp_path = Path(tmp)
         corpus = tmp_path / "corpus"

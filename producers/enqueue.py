@@ -7,7 +7,7 @@ the workers run elsewhere (Procfile / compose) and waiting polls queue depth.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.pipeline.errors import MemindexError
@@ -70,18 +70,31 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
               timeout: float | None = None) -> bool:
     from memindex.pipeline.config.agents import settings_for
     from memindex.workers import embedded
-    from memindex.workers import queues
     from memindex.workers.broker import is_embedded
 
-    if progress is None and is_embedded():
-        return embedded.join_idle(timeout)  # event-driven: no polling latency at the end
-    settings = settings_for(ctx)
+    if is_embedded():
+        if progress is None or not total:
+            return embedded.join_idle(timeout)  # event-driven: no polling latency at the end
+        return _join_with_progress(settings_for(ctx), total, progress, timeout)
+    from memindex.pipeline.store.core import StoreReader
+
+    reader = StoreReader(settings_for(ctx).store_path, vector_enabled=False)  # one connection, no sqlite-vec
+    try:
+        return _poll_broker(reader, total, progress, timeout)
+    finally:
+        reader.close()
+
+
+def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: float | None) -> bool:
+    """Redis: poll queue depth (the workers are other processes) until idle or timeout."""
+    from memindex.workers import queues
+
     deadline = None if timeout is None else time.monotonic() + timeout
     quiet = 0
     unconsumed_since: float | None = None
     next_worker_check = time.monotonic()
     while True:
-        if not is_embedded() and time.monotonic() >= next_worker_check:
+        if time.monotonic() >= next_worker_check:
             next_worker_check = time.monotonic() + 1.0
             orphaned = queues.unconsumed_queues()
             if not orphaned:
@@ -94,18 +107,49 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
                     "processes (`memindex worker --queues sync embed`, `memindex worker --writer`); "
                     "the work stays queued")
         if progress is not None and total:
-            progress(total - min(total, pending_files(settings)), total)
-        busy = embedded.outstanding() if is_embedded() else queues.total_outstanding()
-        quiet = quiet + 1 if busy == 0 else 0
+            progress(total - min(total, _pending(reader)), total)
+        quiet = quiet + 1 if queues.total_outstanding() == 0 else 0
         # A message stays unfinished until its actor (and every send it made) is done,
-        # so two idle readings in a row mean idle; Redis gets one more for its acks.
-        if quiet >= (2 if is_embedded() else 3):
+        # so idle readings in a row mean idle (three: one more for the acks).
+        if quiet >= 3:
             if progress is not None and total:
-                progress(total - min(total, pending_files(settings)), total)
+                progress(total - min(total, _pending(reader)), total)
             return True
         if deadline is not None and time.monotonic() > deadline:
             return False
-        time.sleep(0.01 if is_embedded() else 0.05)
+        time.sleep(0.05)
+
+
+# How often the bar is redrawn while the embedded workers run. The wait itself is
+# event-driven (it returns the moment the queues drain); this only bounds how stale
+# the bar may look, and each redraw is one count(*) on an already open connection.
+PROGRESS_REDRAW_S = 0.25
+
+
+def _join_with_progress(settings: AgentSettings, total: int, progress: ProgressFn,
+                        timeout: float | None) -> bool:
+    from memindex.pipeline.store.core import StoreReader
+    from memindex.workers import embedded
+
+    # One read connection for the whole wait, without sqlite-vec: a count needs no vectors.
+    reader = StoreReader(settings.store_path, vector_enabled=False)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            step = PROGRESS_REDRAW_S if deadline is None else min(PROGRESS_REDRAW_S, deadline - time.monotonic())
+            done = embedded.join_idle(max(step, 0.001))
+            progress(total - min(total, _pending(reader)), total)
+            if done:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+    finally:
+        reader.close()
+
+
+def _pending(reader: Any) -> int:
+    st = reader.state()
+    return reader.pending_count(st.building_generation or st.live_generation)
 
 
 def pending_files(settings: AgentSettings) -> int:
@@ -113,7 +157,6 @@ def pending_files(settings: AgentSettings) -> int:
 
     reader = open_reader(settings)
     try:
-        st = reader.state()
-        return reader.pending_count(st.building_generation or st.live_generation)
+        return _pending(reader)
     finally:
         reader.close()

@@ -65,7 +65,7 @@ class IntervalSync:
             every = self.interval_of(ctx)
             if every <= 0:
                 continue
-            due = self._last[ctx] + every
+            due = self._last.setdefault(ctx, now) + every  # setdefault: set_contexts may race
             if now >= due:
                 try:
                     self.enqueue(ctx, "interval")
@@ -76,6 +76,13 @@ class IntervalSync:
                 due = now + every
             wait = min(wait, max(0.05, due - now))
         return wait
+
+    def set_contexts(self, contexts: Iterable[Context]) -> None:
+        """The agents after a config reload: new ones start their interval now, removed ones stop."""
+        contexts = list(contexts)
+        now = self.clock()
+        self._last = {c: self._last.get(c, now) for c in contexts}
+        self.contexts = contexts
 
     def start(self) -> "IntervalSync":
         if self._thread is None:

@@ -17,6 +17,15 @@ An event marks the agent dirty and (re)starts its debounce timer
 (``sync.watchDebounceMs``, 1.5 s); when the timer fires, one sync is enqueued,
 so a burst of edits becomes one job. Continuous edits still sync at least
 every ``MAX_DELAY_FACTOR`` debounce periods.
+
+``ConfigReload`` polls ``openclaw.json`` (and the state dir's ``.env``) every
+``MEMINDEX_CONFIG_POLL_S`` seconds; on a change it re-resolves the agents and
+``Watcher.reconfigure`` starts watching new agents (with one catch-up sync) and
+stops watching removed ones, each logged at INFO with the agent id.
+
+On Redis, the debounce loop also probes every ``DATA_LOSS_PROBE_S`` whether Redis
+lost its data (``workers.lifecycle.DataLossProbe``); if so every agent is marked
+dirty, and the sync that follows re-plans every file still pending in the store.
 """
 
 from __future__ import annotations
@@ -50,6 +59,11 @@ DEFAULT_MAX_DIRS = int(os.environ.get("MEMINDEX_WATCH_MAX_DIRS", "512"))
 MAX_DELAY_FACTOR = 10  # a steady stream of edits still syncs every 10 debounce periods
 CAPPED_RESYNC_S = 300.0  # agents with unwatched directories (cap hit) resync this often
 RETRY_S = 2.0  # enqueue failed (broker down): try again after this long
+# How often ConfigReload stats the config: a stat is cheap, and an operator who edits
+# openclaw.json expects the new agent to be watched within seconds, not on restart.
+CONFIG_POLL_S = float(os.environ.get("MEMINDEX_CONFIG_POLL_S", "2"))
+# How often the watcher asks Redis whether it lost its data: one SET per period.
+DATA_LOSS_PROBE_S = 2.0
 
 # Only changes matter: opens/reads (e.g. by our own workers) never reach us.
 EVENT_FILTER = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
@@ -62,6 +76,14 @@ def _default_enqueue(ctx: Context, reason: str) -> object:
     from memindex.producers.enqueue import request_sync
 
     return request_sync(ctx, reason=reason)
+
+
+def _data_loss_probe() -> Callable[[], bool] | None:
+    """The probe for this deployment's Redis; None on the embedded broker (its queue dies with us)."""
+    from memindex.workers.broker import broker, is_embedded
+    from memindex.workers.lifecycle import DataLossProbe
+
+    return None if is_embedded() else DataLossProbe(broker.client, broker.namespace)  # type: ignore[attr-defined]
 
 
 def _norm(p: str | os.PathLike[str]) -> str:
@@ -143,7 +165,8 @@ class Watcher:
     """Watch every given agent; enqueue one debounced sync per burst of changes."""
 
     def __init__(self, agents: Iterable[tuple[Context, AgentSettings]], *, enqueue: Enqueue | None = None,
-                 max_dirs: int = DEFAULT_MAX_DIRS, debounce_s: float | None = None) -> None:
+                 max_dirs: int = DEFAULT_MAX_DIRS, debounce_s: float | None = None,
+                 lost: Callable[[], bool] | None | str = "auto") -> None:
         self.agents = [AgentWatch.from_settings(c, s) for c, s in agents]
         if debounce_s is not None:
             for a in self.agents:
@@ -153,16 +176,26 @@ class Watcher:
         self.observer = Observer()
         self._handler = _Handler(self)
         self._watches: dict[str, object] = {}  # directory -> ObservedWatch
+        self._carry: dict[str, object] = {}  # during reconfigure: the watches before it
+        self._debounce_override = debounce_s
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._due: dict[int, float] = {}  # agent index -> when to fire
         self._first: dict[int, float] = {}  # agent index -> first event of the burst
+        self._changed: dict[int, set[str]] = {}  # agent index -> paths changed in this burst (for the log)
         self._capped: set[int] = set()
         self._last_capped_sync: dict[int, float] = {}
         self._cap_warned = False
         self._stop = False
         self._thread: threading.Thread | None = None
         self.enqueued = 0  # syncs enqueued (for tests and the bench)
+        # Redis losing its data loses the queued work of every pending file; nothing on disk
+        # changes, so only a re-plan brings it back. "auto": the broker's probe, when the
+        # syncs go to it (None on the embedded broker, or with a caller's own enqueue).
+        if lost == "auto":
+            lost = _data_loss_probe() if enqueue is None else None
+        self._lost: Callable[[], bool] | None = lost  # type: ignore[assignment]
+        self._next_probe = 0.0
 
     # -- directories ------------------------------------------------------------------
     @property
@@ -177,6 +210,9 @@ class Watcher:
                 return True
             if len(self._watches) >= self.max_dirs:
                 return False
+            if d in self._carry:  # reconfigure: already watched, keep that watch
+                self._watches[d] = self._carry.pop(d)
+                return True
             try:
                 self._watches[d] = self.observer.schedule(self._handler, d, recursive=False,
                                                           event_filter=EVENT_FILTER)
@@ -236,6 +272,52 @@ class Watcher:
             if not self._walk_and_watch(tree):
                 self._cap_hit(idx, tree)
 
+    def reconfigure(self, agents: Iterable[tuple[Context, AgentSettings]]) -> tuple[list[str], list[str]]:
+        """Watch exactly these agents from now on: start the new ones (each gets a catch-up
+        sync), stop the removed ones, re-read the kept ones' roots. Returns (added, removed) ids."""
+        new = [AgentWatch.from_settings(c, s) for c, s in agents]
+        with self._cond:
+            if self._debounce_override is not None:
+                for a in new:
+                    a.debounce_s = self._debounce_override
+            old_ids = [a.ctx.agent_id for a in self.agents]
+            new_ids = [a.ctx.agent_id for a in new]
+            added = [i for i in new_ids if i not in old_ids]
+            removed = [i for i in old_ids if i not in new_ids]
+            # Debounce state is kept by agent id across the re-numbering.
+            due = {old_ids[i]: t for i, t in self._due.items()}
+            first = {old_ids[i]: t for i, t in self._first.items()}
+            changed = {old_ids[i]: c for i, c in self._changed.items()}
+            self.agents = new
+            pos = {aid: i for i, aid in enumerate(new_ids)}
+            self._due = {pos[k]: t for k, t in due.items() if k in pos}
+            self._first = {pos[k]: t for k, t in first.items() if k in pos}
+            self._changed = {pos[k]: c for k, c in changed.items() if k in pos}
+            self._capped, self._last_capped_sync = set(), {}
+            # Re-walk every agent; directories still needed keep their watch (watchdog watches
+            # compare equal by path, so scheduling one twice and unscheduling the old would drop both).
+            carry, self._watches = self._watches, {}
+            self._carry = carry
+            try:
+                for idx in range(len(new)):
+                    self._watch_agent(idx)
+            finally:
+                self._carry = {}
+            for d, watch in carry.items():
+                try:
+                    self.observer.unschedule(watch)
+                except (KeyError, OSError):
+                    pass
+        for aid in removed:
+            log.info("watcher: agent %s removed from the config; no longer watched", aid)
+        for aid in added:
+            log.info("watcher: agent %s added to the config; watching %s", aid,
+                     ", ".join(new[pos[aid]].tops) or "nothing yet")
+            self.mark_dirty(pos[aid])  # what it already has gets indexed without waiting for an edit
+        if added or removed:
+            log.info("watcher: %d agent(s), %d directories watched", len(new), len(self._watches))
+        return added, removed
+
     # -- events -----------------------------------------------------------------------------
     def handle(self, event: FileSystemEvent) -> None:
         if event.event_type not in ("created", "modified", "deleted", "moved"):
@@ -247,43 +329,72 @@ class Watcher:
             return  # symlinks are never memory
         if is_dir and event.event_type in ("deleted", "moved"):
             self._unwatch_under(src)
-        for idx, a in enumerate(self.agents):
-            hit = False
-            for path in (src, dest):
-                if not path or not a.relevant(path, is_dir):
-                    continue
-                hit = True
-                if is_dir and path == (dest or src) and event.event_type in ("created", "moved"):
-                    # A new (or moved-in) directory: watch it and everything below it.
-                    if not self._walk_and_watch(path):
-                        self._cap_hit(idx, path)
-            if hit:
-                self.mark_dirty(idx)
+        with self._lock:  # reconfigure swaps the agents list: indices must not change under us
+            for idx, a in enumerate(self.agents):
+                hit = False
+                for path in (src, dest):
+                    if not path or not a.relevant(path, is_dir):
+                        continue
+                    hit = True
+                    if is_dir and path == (dest or src) and event.event_type in ("created", "moved"):
+                        # A new (or moved-in) directory: watch it and everything below it.
+                        if not self._walk_and_watch(path):
+                            self._cap_hit(idx, path)
+                if hit:
+                    self.mark_dirty(idx, dest or src)
 
-    def mark_dirty(self, idx: int) -> None:
+    def mark_dirty(self, idx: int, path: str | None = None) -> None:
         now = time.monotonic()
         with self._cond:
+            if path:
+                self._changed.setdefault(idx, set()).add(path)
             first = self._first.setdefault(idx, now)
             a = self.agents[idx]
             self._due[idx] = min(now + a.debounce_s, first + a.debounce_s * MAX_DELAY_FACTOR)
             self._cond.notify()
 
     # -- the debounce loop ------------------------------------------------------------------
-    def _fire(self, idx: int) -> None:
-        a = self.agents[idx]
+    def _take(self, ready: list[int]) -> list[tuple["AgentWatch", list[str]]]:
+        """Under the lock: the agents behind these indices and their changed paths (a
+        reconfigure may renumber the agents once the lock is released)."""
+        with self._lock:
+            return [(self.agents[i], sorted(self._changed.pop(i, ()))) for i in ready if i < len(self.agents)]
+
+    def _fire(self, a: "AgentWatch", changed: list[str]) -> None:
         try:
             self.enqueue(a.ctx, "watch")
             self.enqueued += 1
-            log.info("watcher: sync enqueued for %s", a.ctx.agent_id)
+            # One line per change batch: agent, how many paths, the first few of them.
+            log.info("watcher: sync enqueued for %s: %d changed path(s)%s", a.ctx.agent_id, len(changed),
+                     (": " + ", ".join(os.path.basename(p) for p in changed[:3])
+                      + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")) if changed else "")
         except Exception as exc:  # noqa: BLE001 - broker unreachable: keep the agent dirty
             log.warning("watcher: could not enqueue a sync for %s (%s); retrying in %.0f s",
                         a.ctx.agent_id, exc, RETRY_S)
             with self._cond:
+                if a not in self.agents:
+                    return  # removed from the config meanwhile
+                idx = self.agents.index(a)
+                self._changed.setdefault(idx, set()).update(changed)
                 self._first.setdefault(idx, time.monotonic())
                 self._due[idx] = time.monotonic() + RETRY_S
 
+    def _probe_data_loss(self) -> None:
+        now = time.monotonic()
+        if self._lost is None or now < self._next_probe:
+            return
+        self._next_probe = now + DATA_LOSS_PROBE_S
+        if self._lost():
+            log.warning("watcher: Redis lost its data (flushed or restarted without persistence); "
+                        "re-planning every watched agent (%s) so pending files are queued again",
+                        ", ".join(a.ctx.agent_id or "default" for a in self.agents))
+            with self._lock:
+                for idx in range(len(self.agents)):
+                    self.mark_dirty(idx)
+
     def _loop(self) -> None:
         while True:
+            self._probe_data_loss()
             with self._cond:
                 if self._stop:
                     return
@@ -302,8 +413,9 @@ class Watcher:
                     wait = min(self._due.values(), default=now + 1.0) - now
                     self._cond.wait(timeout=max(0.01, min(wait, 1.0)))
                     continue
-            for i in ready:
-                self._fire(i)
+                batch = self._take(ready)
+            for a, changed in batch:
+                self._fire(a, changed)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> "Watcher":
@@ -330,11 +442,11 @@ class Watcher:
     def flush(self) -> None:
         """Fire every pending debounce now (used on shutdown and in tests)."""
         with self._cond:
-            ready = list(self._due)
+            batch = self._take(list(self._due))
             self._due.clear()
             self._first.clear()
-        for i in ready:
-            self._fire(i)
+        for a, changed in batch:
+            self._fire(a, changed)
 
 
 def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
@@ -349,3 +461,67 @@ def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
             continue
         pairs.append((ctx, settings))
     return Watcher(pairs, **kw).start()
+
+
+class ConfigReload:
+    """Poll the config (and ``.env``) of ``probe``; on a change, re-resolve the agents and apply them.
+
+    ``resolve`` returns the contexts to watch now (``--all``: every configured agent);
+    ``apply`` gets them (the watch command hands them to ``Watcher.reconfigure`` and the
+    interval sync). A config that fails to load is logged and the old agents stay watched.
+    """
+
+    def __init__(self, probe: Context, resolve: Callable[[], list[Context]],
+                 apply: Callable[[list[Context]], object], *, every_s: float = CONFIG_POLL_S) -> None:
+        self.probe, self.resolve, self.apply, self.every_s = probe, resolve, apply, every_s
+        self._seen = self._stamp()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reloads = 0
+
+    def _stamp(self) -> tuple[tuple[int, int] | None, ...]:
+        from memindex.pipeline.config.settings import context_paths
+
+        state, path = context_paths(self.probe)
+        out: list[tuple[int, int] | None] = []
+        for p in (path, state / ".env"):
+            try:
+                st = os.stat(p) if p else None
+                out.append((st.st_mtime_ns, st.st_size) if st else None)
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def check(self) -> bool:
+        """Reload if the config changed since the last check; True when it did."""
+        stamp = self._stamp()
+        if stamp == self._seen:
+            return False
+        try:
+            contexts = self.resolve()
+        except Exception as exc:  # noqa: BLE001 - a half-written or broken config: keep what runs
+            log.warning("watcher: config changed but cannot be loaded (%s); still watching the previous agents",
+                        exc)
+            return False  # _seen unchanged: retried at the next poll (the editor may still be writing)
+        self._seen = stamp
+        log.info("watcher: config changed; agents now %s", ", ".join(c.agent_id or "default" for c in contexts))
+        self.apply(contexts)
+        self.reloads += 1
+        return True
+
+    def start(self) -> "ConfigReload":
+        self._thread = threading.Thread(target=self._run, name="memindex-config-reload", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - the poller must outlive any one bad reload
+                log.exception("watcher: config reload failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

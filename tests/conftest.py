@@ -3,8 +3,10 @@ embedded broker, and real redis-server instances on free ports."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -232,3 +234,23 @@ def errors_in_threads(fn, n: int = 4) -> list[BaseException]:
     for t in threads:
         t.join()
     return errors
+
+
+def wait_for(cond, timeout: float, step: float = 0.25) -> bool:
+    """Poll ``cond`` until it holds or ``timeout`` seconds pass; one last check at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def kill_groups(procs) -> None:
+    """SIGKILL each process group started with ``start_new_session`` and reap its leader."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(10)

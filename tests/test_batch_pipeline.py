@@ -88,7 +88,10 @@ def test_backfill_through_batch_equals_a_synchronous_index(tmp_path, server):
     assert sync.store_rows() == batch.store_rows()
     assert live_vectors(sync) == live_vectors(batch)  # byte-identical vectors
     res = batch.search("Omada router VLAN 3")
-    assert res["mode"] == "hybrid" and res["results"][0]["path"] == "memory/2026-01-04.md"
+    assert res["mode"] == "hybrid" and res == sync.search("Omada router VLAN 3")  # the same answer
+    # The note saying "VLAN 3" is among the top two: its keyword evidence is near-tied with
+    # 2026-01-03's date context ("3 January"), and this fake embedder's cosine breaks the tie.
+    assert "memory/2026-01-04.md" in [r["path"] for r in res["results"][:2]]
 
 
 @pytest.mark.parametrize("flavor", ["gemini", "voyage"])

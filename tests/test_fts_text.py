@@ -188,3 +188,26 @@ def test_bm25_prefers_rarer_terms() -> None:
     assert search("wg0 logs")[0] == 1
 
 
+
+
+# Issue 19: keyword_tokens splits on ASCII separators and whitespace before walking the
+# words that hold non-ASCII characters; it must give exactly the character walk's tokens.
+_MIXED = st.lists(st.sampled_from(
+    list("abXZ09 _-.,;:!?\t\n'\"()<>=/\\\x1c\x85") +
+    ["é", "e\u0301", "ß", "đ", "Đ", "—", "“", "\u00a0", "\u2003", "ﬁ", "İ", "ǅ", "ω", "٣", "Ⅻ", "½",
+     "\ue000", "\u0338", "\u0301", "\u0308", "😀", "漢", "ไ", "한", "ø", "\u200b", "\u00ad", "ℌ", "ǰ", "K"]),
+    max_size=40).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_MIXED)
+def test_keyword_tokens_fast_paths_match_the_character_walk(text):
+    from memindex.pipeline.store.fts_text import _walk_tokens
+
+    assert keyword_tokens(text) == _walk_tokens(index_text(text))
+
+
+def test_keyword_tokens_fold_before_splitting():
+    # NFC composes "=" + U+0338 into "≠" (not a token character): the mark must not
+    # survive as the start of the next word.
+    assert keyword_tokens("X=\u0338b9 é") == ["x", "b9", "é"]

@@ -35,7 +35,9 @@ def test_fingerprint_recorded(agent):
     fp = st.live_fingerprint
     assert fp["provider"] == "none" and fp["model"] == "fts-only"
     assert fp["chunkTokens"] == 400 and fp["chunkOverlap"] == 80
-    assert fp["sources"] == ["memory"] and fp["schemaVersion"] == 1
+    from memindex.pipeline.store.schema import SCHEMA_VERSION
+
+    assert fp["sources"] == ["memory"] and fp["schemaVersion"] == SCHEMA_VERSION
 
 
 def test_unchanged_reindex_reads_no_file_contents(agent):

@@ -147,6 +147,18 @@ def test_default_true_picks_the_default_agent(tmp_path):
     assert a.workspace == state / "workspace-a"
 
 
+def test_legacy_clawdbot_state_dir_is_used_until_openclaw_exists(tmp_path):
+    """resolveStateDir: ~/.openclaw if it exists, else a pre-rename ~/.clawdbot (with its clawdbot.json)."""
+    home = tmp_path / "home"
+    _write(home / ".clawdbot" / "clawdbot.json", {"agents": {"list": [{"id": "legacy", "default": True}]}})
+    s = load_settings(Context(), env={"HOME": str(home)})
+    assert s.state_dir == home / ".clawdbot" and s.config_path == home / ".clawdbot" / "clawdbot.json"
+    assert s.agent_id == "legacy"
+    (home / ".openclaw").mkdir()
+    s = load_settings(Context(), env={"HOME": str(home)})
+    assert s.state_dir == home / ".openclaw" and s.config_path is None and s.agent_id == "main"
+
+
 def test_relative_state_dir_works_from_any_cwd(tmp_path):
     ws = tmp_path / "ws"
     _write(ws / "MEMORY.md", "the wombat migration plan\n")
@@ -211,7 +223,7 @@ def test_include_var_env_block_dotenv_and_secret_refs_resolve_like_openclaw(tmp_
     ('{agents: {defaults: {memorySearch: {remote: {apiKey: {source: "env", provider: "default", id: "NOPE_KEY_X"}}}}}}',
      {}, "NOPE_KEY_X \\(SecretRef\\) is not set", "agents.defaults.memorySearch.remote.apiKey"),
     ('{agents: {defaults: {memorySearch: {remote: {apiKey: {source: "exec", provider: "vault", id: "k"}}}}}}',
-     {}, "exec SecretRefs are not supported", "agents.defaults.memorySearch.remote.apiKey"),
+     {}, "exec SecretRef provider 'vault' is not configured", "agents.defaults.memorySearch.remote.apiKey"),
     ('{env: {vars: ["x"]}}', {}, "expected an object", "env.vars"),
 ])
 def test_config_loading_errors_are_one_config_error(tmp_path, text, files, match, key):
@@ -222,6 +234,87 @@ def test_config_loading_errors_are_one_config_error(tmp_path, text, files, match
         load_settings(Context(config=str(cfg), state_dir=str(tmp_path / "s")), env={"HOME": str(tmp_path)})
     if key:
         assert err.value.key == key
+
+
+# --- exec SecretRefs (OpenClaw's resolver protocol) ----------------------------------------------
+
+RESOLVER = """#!{python}
+import json, os, sys
+req = json.load(sys.stdin)
+mode = os.environ.get("MODE", "json")
+if mode == "plain":
+    print("sk-plain-" + req["provider"])
+elif mode == "sleep":
+    import time; time.sleep(30)
+elif mode == "env":
+    print(json.dumps({{"protocolVersion": 1, "values": {{req["ids"][0]: ",".join(sorted(os.environ))}}}}))
+elif mode == "fail":
+    sys.exit(3)
+elif mode == "missing":
+    print(json.dumps({{"protocolVersion": 1, "values": {{}}, "errors": {{req["ids"][0]: {{"message": "not in vault"}}}}}}))
+else:
+    print(json.dumps({{"protocolVersion": 1, "values": {{i: "sk-exec-" + i.replace("/", "-") for i in req["ids"]}}}}))
+"""
+
+
+def _exec_config(tmp_path, **provider) -> Path:
+    resolver = tmp_path / "bin" / "resolver"
+    _write(resolver, RESOLVER.format(python=sys.executable))
+    resolver.chmod(0o755)
+    spec = {"source": "exec", "command": str(resolver), **provider}
+    return _write(tmp_path / "c" / "openclaw.json", {
+        "secrets": {"providers": {"vault": spec}},
+        "agents": {"defaults": {"memorySearch": {"provider": "openai", "remote": {
+            "apiKey": {"source": "exec", "provider": "vault", "id": "providers/openai/apiKey"}}}}}})
+
+
+def _exec_key(tmp_path, cfg: Path, **env) -> str:
+    s = load_settings(Context(config=str(cfg), state_dir=str(tmp_path / "s")),
+                      env={"HOME": str(tmp_path), "PATH": os.environ["PATH"], "SECRET_PARENT": "x", **env})
+    return s.memory_search["remote"]["apiKey"]
+
+
+def test_exec_secret_ref_runs_the_resolver_with_openclaws_protocol(tmp_path):
+    cfg = _exec_config(tmp_path, passEnv=["MODE"])
+    assert _exec_key(tmp_path, cfg) == "sk-exec-providers-openai-apiKey"
+    # jsonOnly: false accepts a bare secret on stdout for the one id asked for.
+    cfg = _exec_config(tmp_path, passEnv=["MODE"], jsonOnly=False)
+    assert _exec_key(tmp_path, cfg, MODE="plain") == "sk-plain-vault"
+    # The child sees only env and the passEnv names: never the caller's other variables.
+    cfg = _exec_config(tmp_path, passEnv=["MODE"], env={"VAULT_ADDR": "http://v"})
+    seen = _exec_key(tmp_path, cfg, MODE="env").split(",")
+    assert "VAULT_ADDR" in seen and "MODE" in seen and "SECRET_PARENT" not in seen and "HOME" not in seen
+
+
+@pytest.mark.parametrize("provider, env, match", [
+    ({"passEnv": ["MODE"]}, {"MODE": "plain"}, "did not answer with a JSON object"),
+    ({"passEnv": ["MODE"]}, {"MODE": "fail"}, "exited with status 3"),
+    ({"passEnv": ["MODE"]}, {"MODE": "missing"}, "could not resolve 'providers/openai/apiKey': not in vault"),
+    ({"passEnv": ["MODE"], "timeoutMs": 300}, {"MODE": "sleep"}, "timed out after 300 ms|no output for 300 ms"),
+    ({"command": "relative/resolver"}, {}, "must be an absolute path"),
+    ({"trustedDirs": ["/opt/nowhere"]}, {}, "outside secrets.providers.vault.trustedDirs"),
+    ({"timeoutMs": -1}, {}, "timeoutMs must be a positive number"),
+    ({"shell": True}, {}, "unknown key\\(s\\): shell"),
+])
+def test_exec_secret_ref_failures_are_one_config_error(tmp_path, provider, env, match):
+    cfg = _exec_config(tmp_path, **provider)
+    with pytest.raises(ConfigError, match=match) as err:
+        _exec_key(tmp_path, cfg, **env)
+    assert err.value.key == "agents.defaults.memorySearch.remote.apiKey"
+
+
+def test_exec_secret_ref_refuses_a_symlinked_command_unless_trusted(tmp_path):
+    cfg = _exec_config(tmp_path)
+    link = tmp_path / "bin" / "link"
+    link.symlink_to(tmp_path / "bin" / "resolver")
+    data = json.loads(cfg.read_text())
+    data["secrets"]["providers"]["vault"]["command"] = str(link)
+    cfg.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="is a symlink"):
+        _exec_key(tmp_path, cfg)
+    data["secrets"]["providers"]["vault"].update(allowSymlinkCommand=True, trustedDirs=[str(tmp_path / "bin")])
+    cfg.write_text(json.dumps(data))
+    assert _exec_key(tmp_path, cfg) == "sk-exec-providers-openai-apiKey"
 
 
 OPENCLAW_ONLY_KEYS = [

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import REPO, Agent, module_server, run_cli
+from tests.conftest import REPO, Agent, module_server, run_cli, wait_for
 from tests.provider_server import ProviderServer
 
 server = module_server(ProviderServer)
@@ -56,15 +56,6 @@ def _pids_with(marker: str) -> list[int]:
     return pids
 
 
-def _wait_for(cond, timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
-
-
 def _kill_all(marker: str) -> None:
     for pid in _pids_with(marker):
         with contextlib.suppress(ProcessLookupError):
@@ -93,11 +84,11 @@ def test_one_sigint_to_honcho_drains_and_releases_every_slot(tmp_path, redis_ser
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             # The watcher's initial sync starts the indexing; wait until embedding requests are in flight.
-            assert _wait_for(lambda: client.zcard(SLOTS) > 0, 60), log_path.read_text()
-            assert _wait_for(lambda: sum(q["running"] for q in _queues(env)["queues"].values()) > 0, 30)
+            assert wait_for(lambda: client.zcard(SLOTS) > 0, 60, step=0.1), log_path.read_text()
+            assert wait_for(lambda: sum(q["running"] for q in _queues(env)["queues"].values()) > 0, 30)
             proc.send_signal(signal.SIGINT)  # Ctrl-C: honcho alone, it signals its children
             proc.wait(60)
-            assert _wait_for(lambda: not _pids_with(f"MEMINDEX_BROKER_URL={redis_server.url}"), 30)
+            assert wait_for(lambda: not _pids_with(f"MEMINDEX_BROKER_URL={redis_server.url}"), 30, step=0.1)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -121,14 +112,14 @@ def test_queues_counts_running_from_live_workers_only(tmp_path, redis_server, se
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         assert run_cli("backfill", "--all", env=env).returncode == 0
-        assert _wait_for(lambda: _queues(env)["queues"]["embed"]["running"] > 0, 60)
+        assert wait_for(lambda: _queues(env)["queues"]["embed"]["running"] > 0, 60, step=0.1)
         rep = _queues(env)
         assert rep["queues"]["embed"]["running"] <= 2  # two threads: prefetched messages are not running
         assert "main" in rep["agents"]
         os.killpg(worker.pid, signal.SIGKILL)  # mid-run: no chance to say goodbye
         worker.wait(10)
         # The dead process's entries expire (workers/lifecycle.py PROC_TTL_S = 10 s).
-        assert _wait_for(lambda: all(q["running"] == 0 and q["prefetched"] == 0
+        assert wait_for(lambda: all(q["running"] == 0 and q["prefetched"] == 0
                                      for q in _queues(env)["queues"].values()), 40, step=1.0)
         text = run_cli("queues", env=env).stdout
         assert "running" in text and "pending files" in text and "group of up to 32 files" in text
@@ -148,15 +139,15 @@ def test_health_fails_for_a_paused_worker_and_passes_again(tmp_path, redis_serve
         return run_cli("health", env=env).returncode == 0
 
     try:
-        assert _wait_for(healthy, 60, step=0.5)
+        assert wait_for(healthy, 60, step=0.5)
         out = run_cli("health", env=env)
         assert "worker pid" in out.stdout and "(embed, sync)" in out.stdout, out.stdout
         os.killpg(worker.pid, signal.SIGSTOP)
-        assert _wait_for(lambda: not healthy(), 40, step=0.5)
+        assert wait_for(lambda: not healthy(), 40, step=0.5)
         out = run_cli("health", env=env)
         assert out.returncode == 1 and "unhealthy" in out.stderr and "Traceback" not in out.stderr, out.stderr
         os.killpg(worker.pid, signal.SIGCONT)
-        assert _wait_for(healthy, 40, step=0.5)
+        assert wait_for(healthy, 40, step=0.5)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(worker.pid, signal.SIGCONT)
@@ -198,12 +189,12 @@ def test_metrics_endpoints_serve_what_the_processes_did(tmp_path, redis_server, 
         start("worker", "--writer", "--metrics-port", str(writer_port))
         start("worker", "--queues", "sync", "--processes", "1", "--threads", "1")
         start("watch", "--all", "--metrics-port", str(watch_port))
-        assert _wait_for(lambda: _scrape(watch_port).get(pending) == 3.0, 60, step=0.5), _scrape(watch_port)
+        assert wait_for(lambda: _scrape(watch_port).get(pending) == 3.0, 60, step=0.5), _scrape(watch_port)
         time.sleep(1.5)
         assert _scrape(watch_port)[("memindex_oldest_pending_seconds", (("agent", "main"),))] >= 1.0
         start("worker", "--queues", "embed", "--processes", "2", "--threads", "1",
               "--metrics-port", str(embed_port))
-        assert _wait_for(lambda: _scrape(watch_port).get(pending) == 0.0, 60, step=0.5)
+        assert wait_for(lambda: _scrape(watch_port).get(pending) == 0.0, 60, step=0.5)
         assert _scrape(watch_port)[("memindex_oldest_pending_seconds", (("agent", "main"),))] == 0.0
         embed = _scrape(embed_port)  # both forked processes, summed by dramatiq's exposition server
         sent = server.count("openai")

@@ -42,7 +42,7 @@ def _command(svc: dict) -> list[str]:
 def test_procfile_and_compose_start_the_same_commands():
     procs = procfile()
     services = {k: v for k, v in compose()["services"].items() if k != "redis"}
-    assert set(procs) == set(services) == {"watcher", "worker", "batch", "writer"}
+    assert set(procs) == set(services) == {"watcher", "worker", "batch", "writer0", "writer1"}
     for name, cmd in procs.items():
         assert _command(services[name]) == cmd, name
 
@@ -52,8 +52,9 @@ def test_the_writer_is_one_thread_and_workers_skip_the_write_queue():
 
     procs = procfile()
     parser = build_parser()
-    writer = parser.parse_args(procs["writer"][1:])
-    assert writer.command == "worker" and writer.writer
+    for k in (0, 1):  # N = 2 write shards, one writer each
+        writer = parser.parse_args(procs[f"writer{k}"][1:])
+        assert writer.command == "worker" and writer.writer and writer.shard == f"{k}/2"
     for name in ("worker", "batch"):
         worker = parser.parse_args(procs[name][1:])
         assert worker.command == "worker" and not worker.writer and "write" not in (worker.queues or [])
@@ -69,8 +70,9 @@ def test_compose_wiring():
     doc = compose()
     svcs = doc["services"]
     assert svcs["redis"]["healthcheck"]["test"]
-    for name in ("watcher", "worker", "batch", "writer"):
+    for name in ("watcher", "worker", "batch", "writer0", "writer1"):
         s = svcs[name]
+        assert s["environment"]["MEMINDEX_WRITE_SHARDS"] == "2"
         assert s["environment"]["MEMINDEX_BROKER_URL"].startswith("redis://redis:")
         assert s["environment"]["OPENCLAW_STATE_DIR"] == "/state"
         vols = s["volumes"]
@@ -108,7 +110,8 @@ def test_honcho_start_runs_the_pipeline(tmp_path, redis_server):
     envfile = tmp_path / "empty.env"
     envfile.write_text("")
     bindir = str(Path(sys.executable).parent)
-    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, OPENCLAW_STATE_DIR=str(a.state),
+    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, MEMINDEX_WRITE_SHARDS="2",
+               OPENCLAW_STATE_DIR=str(a.state),
                OPENCLAW_CONFIG_PATH=str(a.config_path), PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
     honcho = shutil.which("honcho", path=env["PATH"])
     log = open(tmp_path / "honcho.log", "wb")

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memindex.pipeline.search.ranking import (
+    CALIBRATED_VECTOR_SHARE,
     Candidate,
     apply_temporal_decay,
     dated_path_date,
@@ -377,3 +378,30 @@ def test_rank_pipeline_order_decay_then_mmr_then_filter() -> None:
 def test_rank_pipeline_decay_needs_now() -> None:
     with pytest.raises(ValueError):
         rank_pipeline([cand("a", vs=0.5)], [], temporal_decay=True)
+
+
+# ------------------------------------------------------------ calibrated fusion, both arms
+
+
+def test_calibrated_fusion_lets_the_cosine_break_near_ties() -> None:
+    """Keyword evidence leads; the cosine relative to the best moves a near-tie (0.02 apart), not a gap."""
+    vec = [cand("a", vs=0.30), cand("b", vs=0.60), cand("c", vs=0.20)]
+    txt = [cand("a", ts=0.90), cand("b", ts=0.88), cand("c", ts=0.60)]
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated")
+    assert [c.chunk_id for c in out] == ["b", "a", "c"]
+    share = CALIBRATED_VECTOR_SHARE
+    assert out[0].score == pytest.approx((1 - share) * 0.88 + share * 1.0)
+    assert out[1].score == pytest.approx((1 - share) * 0.90 + share * 0.5)
+    # Without the vector arm the same keyword scores keep their own order and values.
+    kw = merge_hybrid([], txt, 0.7, 0.3, fusion="calibrated")
+    assert [(c.chunk_id, c.score) for c in kw] == [("a", 0.90), ("b", 0.88), ("c", 0.60)]
+
+
+def test_calibrated_fusion_a_strong_vector_hit_ranks_above_weak_keyword_hits() -> None:
+    vec = [cand("sem", vs=0.80), cand("kw", vs=0.10)]
+    txt = [cand("kw", ts=0.40)]
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated")
+    assert [c.chunk_id for c in out] == ["sem", "kw"]
+    assert out[0].score == pytest.approx(0.7 * 0.80)  # its weighted cosine, past minScore 0.35
+    kept = rank_pipeline(vec, txt, min_score=0.35, max_results=5, fusion="calibrated")
+    assert [c.chunk_id for c in kept] == ["sem", "kw"]

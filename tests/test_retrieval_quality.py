@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memindex.pipeline.index.chunking import chunk_markdown, file_context, sha256_hex, with_context
 from memindex.pipeline.search.engine import MemorySearch
 from memindex.pipeline.search.get import memory_get
 from memindex.pipeline.search.snippet import SNIPPET_MAX_CHARS, centred_snippet
@@ -95,3 +96,30 @@ def test_three_notes_about_the_subject_all_come_back(agent, ms, decay):
     assert sorted(paths) == sorted(ROD), res
     if decay:  # decay still orders by age (the seed's example): the 148-day-old note comes last
         assert paths[-1] == "memory/2025-09-15.md"
+
+
+def test_file_context_names_the_title_and_the_daily_notes_date() -> None:
+    assert file_context("memory/2023-07-07.md", "\n# Standups\nbody\n") == "Standups 2023-07-07 Friday 7 July 2023"
+    assert file_context("notes/router.md", "# Router notes ##\nVLAN 20\n") == "Router notes"
+    assert file_context("memory/2026-02-30.md", "no heading\n") == ""  # not a date, no title
+    chunks = with_context(chunk_markdown("# T\n" + "\n".join(FILLER), 50, 10), "T")
+    assert len(chunks) > 1 and all(c.context == "T" for c in chunks)
+    assert all(c.hash == sha256_hex(c.text) for c in chunks)  # the embedding cache key ignores the context
+
+
+@pytest.mark.parametrize("ms", [{}, HASH], ids=["keyword-only", "hybrid-hash"])
+def test_a_later_chunk_of_a_daily_note_is_found_by_its_date(agent, ms):
+    """The date lives in the file name and chunk 1's heading; every chunk is keyword-indexed with it,
+    while snippets, citations and memory_get still show the file's own lines."""
+    agent.memory_config({**ms, "chunking": {"tokens": 60, "overlap": 0}})
+    body = "\n".join(FILLER[:12]) + "\nPainted the garden fence green.\n"
+    agent.write("memory/2023-07-07.md", "# 2023-07-07\n" + body)
+    agent.write("memory/2023-08-09.md", "# 2023-08-09\n" + body)
+    agent.index()
+    res = _search(agent, "fence painting in July", session_key="agent:main:direct:alice", max_results=1)
+    top = res["results"][0]
+    assert top["path"] == "memory/2023-07-07.md" and top["startLine"] > 1  # not the chunk with the heading
+    snippet_lines = top["snippet"].split("\n\nSource: ")[0]
+    assert "July" not in snippet_lines and "fence" in snippet_lines
+    start, end = top["snippetStartLine"], top["snippetEndLine"]
+    assert memory_get(agent.settings(), top["path"], from_line=start, lines=end - start + 1).text == snippet_lines

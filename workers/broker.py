@@ -23,6 +23,38 @@ log = logging.getLogger("memindex.broker")
 BROKER_ENV = "MEMINDEX_BROKER_URL"
 SYNC_QUEUE, EMBED_QUEUE, WRITE_QUEUE = "sync", "embed", "write"
 QUEUES = (SYNC_QUEUE, EMBED_QUEUE, "batch", WRITE_QUEUE)
+# Write-queue shards (issue 18): N > 1 routes each store to ``write.<k>`` (workers/messages.py);
+# every process of a deployment must agree on N (`memindex worker --writer --shard K/N` checks).
+SHARDS_ENV = "MEMINDEX_WRITE_SHARDS"
+
+
+SHARDS_KEY = "memindex:write-shards"  # the N the deployment's first writer recorded
+_shards_seen: list[float] = [0.0, 1.0]  # (when read, value): re-read from Redis at most every 5 s
+
+
+def write_shards() -> int:
+    """N: ``MEMINDEX_WRITE_SHARDS`` when set, else what the writers recorded in Redis, else 1."""
+    if os.environ.get(SHARDS_ENV, "").strip():
+        return max(1, int(os.environ[SHARDS_ENV]))
+    url = broker_url()
+    if not url or "broker" not in globals():
+        return 1
+    import time
+
+    now = time.monotonic()
+    if now - _shards_seen[0] > 5.0:
+        try:
+            raw = broker.client.get(SHARDS_KEY)  # type: ignore[attr-defined]
+            _shards_seen[:] = [now, float(int(raw)) if raw else 1.0]
+        except Exception:  # noqa: BLE001 - Redis down: sends fail anyway; keep the last value
+            _shards_seen[0] = now
+    return int(_shards_seen[1])
+
+
+def shard_queues() -> tuple[str, ...]:
+    """``write.0`` .. ``write.<N-1>`` when sharded (Redis only), else none."""
+    n = write_shards()
+    return tuple(f"{WRITE_QUEUE}.{k}" for k in range(n)) if n > 1 and broker_url() else ()
 
 
 def broker_url() -> str | None:
@@ -118,7 +150,7 @@ _install_log_filters()
 
 broker = make_broker()
 dramatiq.set_broker(broker)
-for _q in QUEUES:
+for _q in (*QUEUES, *shard_queues()):
     broker.declare_queue(_q)
 if not is_embedded(broker):
     from memindex.workers.limits import install as _install_limits

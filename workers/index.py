@@ -23,7 +23,7 @@ from memindex.workers.batch.actors import send_to_batch
 from memindex.workers.failures import note_record_failures
 from memindex.workers.batch.route import batch_embedder_for
 from memindex.workers.messages import EMBED_QUEUE, RETRY, request_resync
-from memindex.workers.writer import wait_for_writer, write_deletes, write_files, write_session_append, write_touch
+from memindex.workers.writer import send_write, write_deletes, write_files, write_session_append, write_touch
 
 log = logging.getLogger("memindex.index")
 
@@ -62,12 +62,11 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
     if deferring is not None:
         records = send_to_batch(ctx, settings, generation, records, deferring)  # the rest is ready now
     if records:
-        wait_for_writer()
-        write_files.send(ctx, generation, [r.to_message() for r in records])
+        send_write(write_files, ctx, generation, [r.to_message() for r in records], backpressure=True)
     if touches:
-        write_touch.send(ctx, generation, [t.to_message() for t in touches])
+        send_write(write_touch, ctx, generation, [t.to_message() for t in touches])
     if vanished:
-        write_deletes.send(ctx, generation, vanished)
+        send_write(write_deletes, ctx, generation, vanished)
 
 
 @dramatiq.actor(queue_name=EMBED_QUEUE, time_limit=30 * 60_000, **RETRY)
@@ -78,10 +77,10 @@ def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, A
     prepared = prepare_session_delta(settings, d, chunk_embedder_for(settings))
     rec = prepared.record
     if prepared.vanished:
-        write_deletes.send(ctx, generation, [[d.source, d.path]])
+        send_write(write_deletes, ctx, generation, [[d.source, d.path]])
     elif rec is not None and rec.base_hash is not None:
-        write_session_append.send(ctx, generation, [rec.to_message()])
+        send_write(write_session_append, ctx, generation, [rec.to_message()])
     elif rec is not None:  # the file no longer extends what was indexed: a full rewrite
-        write_files.send(ctx, generation, [rec.to_message()])
+        send_write(write_files, ctx, generation, [rec.to_message()])
 
 

@@ -201,3 +201,35 @@ class Lifecycle(Middleware):
             self.heartbeat.stop()
             self.heartbeat = None
 
+
+
+# A process's "Redis still has our data" marker lives this long without renewal. It is
+# checked and renewed every few seconds, so only lost data (FLUSHALL, a restart without
+# persistence) or a process paused this long finds it gone; the second costs one extra sync.
+ALIVE_TTL_S = 120
+
+
+class DataLossProbe:
+    """Calls return True once each time Redis lost its data since the previous call.
+
+    Each process keeps its own key (``memindex:alive:<host>:<pid>:<uuid>``), so every
+    watcher of a deployment notices the loss, not only the first one to look.
+    """
+
+    def __init__(self, client: Any, namespace: str = "memindex") -> None:
+        self.client = client
+        self.key = f"{namespace}:alive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._armed = False
+
+    def __call__(self) -> bool:
+        try:
+            present = self.client.set(self.key, "1", ex=ALIVE_TTL_S, xx=True)  # renew only if still there
+            if not present:
+                self.client.set(self.key, "1", ex=ALIVE_TTL_S)
+        except Exception as exc:  # noqa: BLE001 - Redis down: no verdict until it answers again
+            log.debug("data-loss probe: Redis unreachable (%s)", exc)
+            return False
+        lost = self._armed and not present
+        self._armed = True
+        return lost
+

@@ -64,3 +64,37 @@ def configure_from_env() -> None:
         configure(level or logging.getLevelName(logging.getLogger().level), fmt or "text")
     else:
         configure(logging.getLogger().level)
+
+
+# The writer's INFO summary: at most one line per agent this often (a backfill writes
+# hundreds of transactions a minute; one DEBUG line each, one INFO line per period).
+WRITE_SUMMARY_S = float(os.environ.get("MEMINDEX_WRITE_SUMMARY_S", "10"))
+
+
+class WriteSummary:
+    """Per-agent totals of the writer's transactions, logged at INFO once per period."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = WRITE_SUMMARY_S) -> None:
+        import threading
+
+        self.log, self.every_s = logger, every_s
+        self._lock = threading.Lock()
+        self._totals: dict[str, list[float]] = {}  # agent -> [transactions, files, chunks, seconds, since]
+
+    def record(self, agent: str, files: int, chunks: int, seconds: float, first_path: str = "") -> None:
+        import time
+
+        self.log.debug("writer %s: wrote %d file(s), %d chunk(s) in %.0f ms (first: %s)", agent, files, chunks,
+                       seconds * 1000, first_path or "-")
+        now = time.monotonic()
+        with self._lock:
+            t = self._totals.setdefault(agent, [0, 0, 0, 0.0, now])
+            t[0] += 1
+            t[1] += files
+            t[2] += chunks
+            t[3] += seconds
+            if now - t[4] < self.every_s:
+                return
+            n, f, c, s, since = self._totals.pop(agent)
+        self.log.info("writer %s: %d file(s), %d chunk(s) in %d transaction(s), %.0f ms writing, over the last "
+                      "%.0f s", agent, f, c, n, s * 1000, now - since)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import zlib
+
 import dramatiq
 
-from memindex.workers.broker import EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, broker
+from memindex.workers.broker import EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, broker, is_embedded, write_shards
 
 # Retry policy shared by every pipeline actor.
 # Files (or records) per index/write message: big enough to amortise queue
@@ -25,3 +27,14 @@ def request_resync(ctx: dict[str, Any], reason: str, *, force: bool = False) -> 
     """Enqueue a sync of the agent ``ctx`` names (what ``sync_agent.send`` does)."""
     broker.enqueue(dramatiq.Message(queue_name=SYNC_QUEUE, actor_name="sync_agent", args=(ctx,),
                                     kwargs={"force": force, "reason": reason}, options={}))
+
+
+def write_queue_for(store_key: str) -> str:
+    """The write queue that owns a store: ``write`` with one shard (and always on the embedded
+    broker, whose single writer thread serves every store), else ``write.<k>`` with
+    ``k = crc32(store path) % N``: stable across processes and runs (Python's ``hash`` is salted),
+    so one store's plan and writes share one FIFO queue and one writer."""
+    n = write_shards()
+    if n <= 1 or is_embedded(broker):
+        return WRITE_QUEUE
+    return f"{WRITE_QUEUE}.{zlib.crc32(store_key.encode()) % n}"

@@ -17,14 +17,18 @@ Series: dramatiq's ``dramatiq_messages_total``, ``..._errors_total``,
 ``memindex_embedding_request_seconds{provider}``,
 ``memindex_embedding_cache_hits_total`` / ``..._lookups_total``,
 ``memindex_writer_transaction_seconds``;
-on watch: ``memindex_files_pending{agent}``, ``memindex_oldest_pending_seconds{agent}``.
+on watch: ``memindex_files_pending{agent}``, ``memindex_oldest_pending_seconds{agent}``,
+``memindex_batch_jobs{agent,state}`` (from the agent's batch state file);
+in a process that serves searches (``memindex serve``, ``memindex mcp``):
+``memindex_searches_total{agent,outcome}`` and ``memindex_search_seconds{agent}``
+(``memindex serve`` exposes them, with the process's other series, at ``GET /metrics``).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware
 
@@ -86,6 +90,41 @@ class Recorders:
         self.cache_lookups.inc(looked_up)
 
 
+class SearchRecorders:
+    """Searches a serving process answered: count by agent and outcome (ok, error), and latency."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Histogram
+
+        r = registry or REGISTRY
+        self.searches = Counter("memindex_searches", "Searches answered by this process.",
+                                ["agent", "outcome"], registry=r)
+        self.latency = Histogram("memindex_search_seconds", "Time of one search, from request to payload.",
+                                 ["agent"], registry=r,
+                                 buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
+
+    def observe(self, agent: str, seconds: float, ok: bool) -> None:
+        self.searches.labels(agent, "ok" if ok else "error").inc()
+        self.latency.labels(agent).observe(seconds)
+
+
+_search: list[SearchRecorders] = []
+
+
+def search_recorders() -> SearchRecorders:
+    """This process's search series, registered once on first use."""
+    if not _search:
+        _search.append(SearchRecorders())
+    return _search[0]
+
+
+def exposition() -> tuple[bytes, str]:
+    """(body, content type) of this process's registry, for a server's ``/metrics`` route."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
 class WriterTiming(Middleware):
     """Each write-queue message is one writer transaction: time it."""
 
@@ -121,8 +160,9 @@ class PendingCollector:
     """``memindex_files_pending`` and ``memindex_oldest_pending_seconds`` per agent, read from
     the stores at each scrape. A file's age counts from when this process first saw it pending."""
 
-    def __init__(self, contexts: Iterable[Any]) -> None:
+    def __init__(self, contexts: Iterable[Any], batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
         self.contexts = list(contexts)
+        self.batch_states = batch_states  # store path -> {state: jobs} (workers.batch.state.job_state_counts)
         self._first_seen: dict[tuple[str, str], float] = {}
 
     def collect(self) -> Iterable[Any]:
@@ -135,8 +175,13 @@ class PendingCollector:
                                     labels=["agent"])
         oldest = GaugeMetricFamily("memindex_oldest_pending_seconds", "Age of the oldest pending file.",
                                    labels=["agent"])
+        jobs = GaugeMetricFamily("memindex_batch_jobs", "Batch-API jobs kept in this agent's batch state, by "
+                                 "state (pending, in_progress, completed, failed, ...).", labels=["agent", "state"])
         now = time.monotonic()
         for ctx in self.contexts:
+            counts = self.batch_states(settings_for(ctx).store_path) if self.batch_states else {}
+            for state, count in sorted(counts.items()):
+                jobs.add_metric([ctx.agent_id, state], count)
             reader = open_reader(settings_for(ctx))
             try:
                 st = reader.state()
@@ -150,12 +195,17 @@ class PendingCollector:
             oldest.add_metric([ctx.agent_id], now - min(seen.values()) if seen else 0.0)
         yield pending
         yield oldest
+        yield jobs
 
 
-def serve_watch(port: int, contexts: Iterable[Any]) -> None:
-    """``memindex watch --metrics-port``: this process's series on ``port`` (a daemon thread)."""
+
+def serve_watch(port: int, contexts: Iterable[Any],
+                batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
+    """``memindex watch --metrics-port``: this process's series on ``port`` (a daemon thread).
+
+    ``batch_states`` is passed in: the batch package imports the broker, which imports this module."""
     from prometheus_client import REGISTRY, start_http_server
 
     Recorders().install()
-    REGISTRY.register(PendingCollector(contexts))
+    REGISTRY.register(PendingCollector(contexts, batch_states))
     start_http_server(port)

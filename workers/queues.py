@@ -13,7 +13,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded
+from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, shard_queues
+
+
+def all_queues() -> tuple[str, ...]:
+    """Every queue of this deployment: the four named ones plus the write shards ``write.<k>``."""
+    return (*QUEUES, *shard_queues())
 
 
 def depth() -> dict[str, dict[str, int]]:
@@ -31,7 +36,7 @@ def depth() -> dict[str, dict[str, int]]:
     from memindex.workers.lifecycle import processes
 
     client, ns = broker.client, broker.namespace
-    running = {q: 0 for q in QUEUES}
+    running = {q: 0 for q in all_queues()}
     for proc in processes(client, ns):
         for q in proc["running"]:
             base = q.removesuffix(".DQ")
@@ -42,7 +47,7 @@ def depth() -> dict[str, dict[str, int]]:
     live = [w.decode() for w in client.zrangebyscore(f"{ns}:__heartbeats__",
                                                      int(time.time() * 1000) - HEARTBEAT_TIMEOUT_MS, "+inf")]
     out = {}
-    for q in QUEUES:
+    for q in all_queues():
         claimed = sum(client.scard(f"{ns}:__acks__.{w}.{q}") for w in live)
         held_back = sum(client.scard(f"{ns}:__acks__.{w}.{q}.DQ") for w in live)  # waiting for their eta
         out[q] = {"ready": client.llen(f"{ns}:{q}"), "delayed": client.llen(f"{ns}:{q}.DQ") + held_back,
@@ -79,7 +84,7 @@ def dead_letters(limit: int = 100) -> list[dict[str, Any]]:
     if is_embedded(broker):
         return [_describe(m) for m in broker.dead_letters[:limit]]
     out = []
-    for q in QUEUES:
+    for q in all_queues():
         ids = broker.client.zrange(f"{broker.namespace}:{q}.XQ", 0, limit - 1)  # ZRANGE's stop is inclusive
         if not ids:
             continue
@@ -124,7 +129,7 @@ def replay_dead_letters(limit: int = 1000) -> int:
                 n += 1
         return n
     client, ns, n = broker.client, broker.namespace, 0
-    for q in QUEUES:
+    for q in all_queues():
         xq = f"{ns}:{q}.XQ"
         for mid in client.zrange(xq, 0, max(0, limit - n - 1)):
             data = client.hget(f"{xq}.msgs", mid)
@@ -142,3 +147,47 @@ def _fresh(dataclasses, m: Any, q_name) -> Any:
     m = getattr(m, "_message", m)  # the embedded broker keeps MessageProxy objects
     opts = {k: v for k, v in m.options.items() if k not in _REPLAY_DROP}
     return dataclasses.replace(m, queue_name=q_name(m.queue_name), options=opts)
+
+
+
+
+def claim_shard_count(n: int) -> int | None:
+    """Record this deployment's write-shard count N in Redis (first writer wins); returns the
+    recorded count when it differs from ``n`` (that writer must refuse), else None.
+
+    Senders route by ``MEMINDEX_WRITE_SHARDS``: a writer with another N would consume a
+    queue that stores were never (or only partly) routed to, splitting a store's FIFO.
+    """
+    if is_embedded(broker):
+        return None
+    from memindex.workers.broker import SHARDS_KEY
+
+    key = SHARDS_KEY
+    broker.client.set(key, n, nx=True)
+    got = int(broker.client.get(key) or n)
+    return got if got != n else None
+
+
+def _kind(qs: list[str]) -> str:
+    names = {q.removesuffix(".DQ") for q in qs}
+    if names and all(q == "write" or q.startswith("write.") for q in names):
+        return "writer"
+    # Planning and chunking still read the files (index_files runs on ``embed``): every non-writer
+    # is file-side until the embed step is split off (issue 18, see README "Scaling past one writer").
+    return "worker"
+
+
+def worker_kinds() -> list[dict[str, Any]]:
+    """Live worker processes grouped by kind (writer / compute / file-side) and queues (Redis only)."""
+    if is_embedded(broker):
+        return []
+    from memindex.workers.lifecycle import processes
+
+    groups: dict[tuple[str, tuple[str, ...]], int] = {}
+    for proc in processes(broker.client, broker.namespace):
+        qs = tuple(sorted({q.removesuffix(".DQ") for q in proc["queues"]}))
+        if not qs:
+            continue  # a watcher beats too; it consumes nothing
+        key = (_kind(list(qs)), qs)
+        groups[key] = groups.get(key, 0) + 1
+    return [{"kind": k, "queues": list(qs), "processes": n} for (k, qs), n in sorted(groups.items())]

@@ -23,7 +23,7 @@ from memindex.pipeline.index.records import FileJob
 from memindex.workers import flags
 from memindex.workers.index import index_files, index_session_delta
 from memindex.workers.messages import GROUP_FILES, RETRY, SYNC_QUEUE
-from memindex.workers.writer import write_plan
+from memindex.workers.writer import send_write, write_plan
 
 log = logging.getLogger("memindex.sync")
 
@@ -49,7 +49,7 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
     """
     msg = pinned(settings_for(ctx)).as_dict()
     pending = [(j.source, j.path) for j in plan.jobs]
-    write_plan.send(msg, plan.generation, plan.fingerprint, pending, plan.deletes,
+    send_write(write_plan, msg, plan.generation, plan.fingerprint, pending, plan.deletes,
                     planned_at=time.time_ns())
     sent = 0
     for group in _groups(plan.jobs):

@@ -23,9 +23,11 @@ from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreError
 from memindex.pipeline.store.core import StoreWriter, open_writer
 from memindex.workers import queues
-from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync
+from memindex.workers.logs import WriteSummary
+from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync, write_queue_for
 
 log = logging.getLogger("memindex.writer")
+_summary = WriteSummary(log)  # a DEBUG line per transaction, an INFO summary per agent and period
 # StoreError (a read-only state dir, mixed vector dims) will not get better by retrying;
 # a record the store cannot take is already its file's problem row (StoreWriter).
 
@@ -36,15 +38,28 @@ WRITE_BACKLOG_MAX = 16
 WRITE_BACKLOG_WAIT_S = 120.0  # never wait forever: no writer running must not wedge the embedders
 
 
-def wait_for_writer() -> None:
-    """Block (bounded) while the write queue holds more than WRITE_BACKLOG_MAX messages."""
+def wait_for_writer(queue: str = WRITE_QUEUE) -> None:
+    """Block (bounded) while ``queue`` (a store's write queue or shard) holds more than WRITE_BACKLOG_MAX messages."""
     deadline = time.monotonic() + WRITE_BACKLOG_WAIT_S
     try:
-        while queues.ready(WRITE_QUEUE) > WRITE_BACKLOG_MAX and time.monotonic() < deadline:
+        while queues.ready(queue) > WRITE_BACKLOG_MAX and time.monotonic() < deadline:
             time.sleep(0.02)
     except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup): just send
         log.debug("write backlog check failed: %s", exc)
 
+
+def send_write(actor: Any, ctx: dict[str, Any], *args: Any, backpressure: bool = False, **kwargs: Any) -> None:
+    """Send a write actor's message to the write queue (shard) that owns ``ctx``'s store.
+
+    ``backpressure`` first waits (bounded) for that shard's backlog, as embedders do.
+    """
+    queue = write_queue_for(str(settings_for(Context.from_dict(ctx)).store_path))
+    if backpressure:
+        wait_for_writer(queue)
+    if queue == WRITE_QUEUE:
+        actor.send(ctx, *args, **kwargs)
+        return
+    actor.broker.enqueue(actor.message(ctx, *args, **kwargs).copy(queue_name=queue))
 
 
 _writers: dict[str, StoreWriter] = {}
@@ -110,7 +125,10 @@ def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, An
     for rec in map(FileRecord.from_message, records):
         (fresh if is_current(rec) else stale).append(rec)
     if fresh:
+        started = time.perf_counter()
         _, rejected = w.write_files(generation, fresh)
+        _summary.record(context.agent_id or "default", len(fresh), sum(len(r.chunks) for r in fresh),
+                        time.perf_counter() - started, fresh[0].path)
         if rejected:
             # Same provider, model and endpoint but other dims: the endpoint changed what
             # it serves, which a plan cannot see (dims are learnt from answers): rebuild.

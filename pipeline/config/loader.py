@@ -23,6 +23,7 @@ import json5
 from dotenv import dotenv_values
 
 from memindex.pipeline.config.paths import resolve_user_path
+from memindex.pipeline.config.secret_exec import resolve_exec_secret
 from memindex.pipeline.errors import ConfigError
 
 INCLUDE_KEY = "$include"
@@ -201,12 +202,14 @@ def _json_pointer(doc: Any, pointer: str, key: str) -> Any:
 
 
 def resolve_secret(ref: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[str, str], key: str) -> str:
-    """The value a SecretRef names (env and file sources; exec is refused with a clear error)."""
+    """The value a SecretRef names, from the env, a file, or an exec resolver (OpenClaw's three sources)."""
     source, ident = ref["source"], ref["id"]
-    name = ref.get("provider") or DEFAULT_SECRET_PROVIDER
+    secrets = cfg.get("secrets") if isinstance(cfg.get("secrets"), dict) else {}
+    defaults = secrets.get("defaults") if isinstance(secrets.get("defaults"), dict) else {}
+    name = ref.get("provider") or defaults.get(source) or DEFAULT_SECRET_PROVIDER
     if not isinstance(ident, str) or not ident.strip() or not isinstance(name, str):
         raise ConfigError(key, f"SecretRef needs a string id and provider, got {json.dumps(ref)}")
-    providers = ((cfg.get("secrets") or {}).get("providers") or {}) if isinstance(cfg.get("secrets"), dict) else {}
+    providers = secrets.get("providers") or {}
     provider = providers.get(name) if isinstance(providers, dict) else None
     where = f"secrets.providers.{name}"
     if provider is not None and (not isinstance(provider, dict) or provider.get("source") != source):
@@ -224,7 +227,9 @@ def resolve_secret(ref: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[
             raise ConfigError(key, f"environment variable {ident} (SecretRef) is not set")
         return value
     if source == "exec":
-        raise ConfigError(key, "exec SecretRefs are not supported by memindex; use an env or file SecretRef")
+        if provider is None:
+            raise ConfigError(key, f"exec SecretRef provider {name!r} is not configured ({where})")
+        return resolve_exec_secret(provider, name, ident, env, key)
     if provider is None or not isinstance(provider.get("path"), str):
         raise ConfigError(key, f"file SecretRef provider {name!r} needs {where}.path")
     file = resolve_user_path(provider["path"], env)

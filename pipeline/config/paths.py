@@ -18,6 +18,9 @@ from memindex.pipeline.errors import ConfigError
 DEFAULT_AGENT = "main"  # DEFAULT_AGENT_ID
 STATE_DIRNAME = ".openclaw"
 CONFIG_FILENAME = "openclaw.json"
+# Pre-rename installs OpenClaw still runs from when ~/.openclaw does not exist (config/paths.ts).
+LEGACY_STATE_DIRNAMES = (".clawdbot",)
+LEGACY_CONFIG_FILENAMES = ("clawdbot.json",)
 # A queue message's config when its sender had no config file: the receiver must not pick one.
 NO_CONFIG = ""
 
@@ -53,22 +56,32 @@ def resolve_user_path(raw: str | os.PathLike[str], env: Mapping[str, str] | None
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
-    """resolveStateDir: ``OPENCLAW_STATE_DIR``, else ``<home>/.openclaw``."""
+    """resolveStateDir: ``OPENCLAW_STATE_DIR``, else ``<home>/.openclaw`` if it exists, else a
+    legacy ``<home>/.clawdbot`` that exists, else ``<home>/.openclaw``."""
     override = _nonblank(_env(env).get("OPENCLAW_STATE_DIR"))
-    return resolve_user_path(override, env) if override else resolve_home(env) / STATE_DIRNAME
+    if override:
+        return resolve_user_path(override, env)
+    home = resolve_home(env)
+    new = home / STATE_DIRNAME
+    if new.exists():
+        return new
+    return next((home / d for d in LEGACY_STATE_DIRNAMES if (home / d).is_dir()), new)
 
 
 def config_path_for(explicit: str | os.PathLike[str] | None, state_dir: Path,
                     env: Mapping[str, str] | None = None) -> Path | None:
     """resolveConfigPath: ``explicit`` (``--config``; ``NO_CONFIG`` for none), else
-    ``OPENCLAW_CONFIG_PATH``, else ``<state dir>/openclaw.json`` if it exists; ``None``: defaults only."""
+    ``OPENCLAW_CONFIG_PATH``, else ``<state dir>/openclaw.json`` (or a legacy ``clawdbot.json``) if it
+    exists; ``None``: defaults only."""
     if explicit is not None:
         return resolve_user_path(explicit, env) if str(explicit) != NO_CONFIG else None
     override = _nonblank(_env(env).get("OPENCLAW_CONFIG_PATH"))
     if override:
         return resolve_user_path(override, env)
-    candidate = state_dir / CONFIG_FILENAME
-    return candidate if candidate.exists() else None
+    for name in (CONFIG_FILENAME, *LEGACY_CONFIG_FILENAMES):
+        if (state_dir / name).exists():
+            return state_dir / name
+    return None
 
 
 def default_workspace(env: Mapping[str, str] | None = None) -> Path:

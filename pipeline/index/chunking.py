@@ -9,14 +9,16 @@ to size, which duplicates one piece and loses the tail of the line.
 
 from __future__ import annotations
 
+import calendar
+import datetime as _dt
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CHARS_PER_TOKEN = 4
 # Bump when the chunking algorithm changes in a way that moves chunk boundaries
 # or ids: it is part of the index fingerprint, so existing indexes are rebuilt.
-CHUNKER_VERSION = 2  # 2: a lone CR ends a line
+CHUNKER_VERSION = 3  # 2: a lone CR ends a line; 3: chunks carry keyword context (file_context)
 
 # Where a line ends, for the chunker's line numbers and memory_get's alike: at LF, or at a
 # lone CR (classic Mac files). The CR of a CRLF stays with its line (split_lines drops it).
@@ -29,6 +31,9 @@ class Chunk:
     end_line: int
     text: str
     hash: str
+    # Keyword-indexed with the chunk, never shown or embedded: the file's title and date
+    # (file_context). ``hash`` stays the hash of ``text`` (the embedding cache key).
+    context: str = ""
 
 
 def sha256_hex(text: str) -> str:
@@ -99,3 +104,45 @@ def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chun
         if buf:
             flush()
     return [c for c in chunks if c.text.strip()]
+
+
+# A daily note's name: memory/[...]/YYYY-MM-DD.md (as ranking.dated_path_date reads it).
+_DATED_NAME = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})\.md$")
+# The file's title: its first ATX heading, when it is the first non-blank line.
+_TITLE = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$")
+MAX_CONTEXT_CHARS = 200
+
+
+def file_context(path: str, text: str) -> str:
+    """Context keyword-indexed with every chunk of a file (issue 17): its title and, for a
+    dated daily note, the date in words.
+
+    A chunk is found by its own words only, so the second chunk of ``memory/2023-07-07.md``
+    never matched "what did I do on 7 July" (and its first chunk only through ``2023``, the
+    heading's one token every note shares): the date lives in the file name and the heading
+    of chunk 1. On the LoCoMo dev split this raised keyword-only R@10 from 0.811 to 0.829
+    and MRR from 0.627 to 0.656. Embedding it as well cost vector-only R@10 0.612 -> 0.580
+    (MiniLM's vector of a chunk drifts towards the date), so it is keyword-only.
+    """
+    parts: list[str] = []
+    first = next((ln.strip() for ln in split_lines(text[:4096]) if ln.strip()), "")
+    m = _TITLE.match(first)
+    if m:
+        parts.append(m.group(1)[:MAX_CONTEXT_CHARS])
+    d = _DATED_NAME.search(path.replace("\\", "/"))
+    if d:
+        try:
+            day = _dt.date(int(d.group(1)), int(d.group(2)), int(d.group(3)))
+        except ValueError:  # 2026-02-30 is a name, not a date
+            day = None
+        if day is not None:
+            # English names, independent of the process locale: the FTS tokenizer and the
+            # query see the same words on every machine.
+            parts.append(f"{day.isoformat()} {calendar.day_name[day.weekday()]} {day.day} "
+                         f"{calendar.month_name[day.month]} {day.year}")
+    return " ".join(parts)
+
+
+def with_context(chunks: list[Chunk], context: str) -> list[Chunk]:
+    """``chunks`` carrying ``context`` (see :func:`file_context`)."""
+    return [replace(c, context=context) for c in chunks] if context else chunks

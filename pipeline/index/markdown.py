@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.index.chunking import chunk_markdown
+from memindex.pipeline.index.chunking import chunk_markdown, file_context, with_context
 from memindex.pipeline.index.prepare import ChunkEmbedder, Prepared, build_record, embed_into_record, read_for_index
 from memindex.pipeline.index.records import FileJob
 
@@ -40,5 +40,6 @@ def prepare_markdown(settings: AgentSettings, job: FileJob, embedder: ChunkEmbed
         log.warning("%s: %s", job.path, problem)
     if text is None:
         return Prepared(build_record(job, st, digest, [], ident, problem))
-    chunks = chunk_markdown(text, settings.chunk_tokens, settings.chunk_overlap)
+    chunks = with_context(chunk_markdown(text, settings.chunk_tokens, settings.chunk_overlap),
+                          file_context(job.path, text))
     return Prepared(embed_into_record(job, st, digest, chunks, embedder, problem))

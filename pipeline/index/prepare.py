@@ -120,7 +120,7 @@ def embed_into_record(job: FileJob, st: os.stat_result | None, digest: str, chun
         # Also for a file with no chunks: the writer rejects records whose identity
         # does not match the index, and an empty file must not loop through re-syncs.
         ident = embedder.identity
-    out = [ChunkRecord(c.start_line, c.end_line, c.hash, c.text, v or None, c.hash not in hits)
+    out = [ChunkRecord(c.start_line, c.end_line, c.hash, c.text, v or None, c.hash not in hits, c.context)
            for c, v in zip(chunks, vectors)]
     rec = build_record(job, st, digest, out, ident, problem)
     rec.cache_hits = sorted(hits)

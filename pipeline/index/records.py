@@ -100,15 +100,17 @@ class ChunkRecord:
     text: str
     embedding: Vector | None = None
     cacheable: bool = True  # False for a vector served from the cache (its row is only refreshed)
+    context: str = ""  # keyword-indexed with the text, never stored as it (chunking.file_context)
 
     def to_message(self) -> Message:
         return {"start_line": self.start_line, "end_line": self.end_line, "hash": self.hash, "text": self.text,
-                "embedding": _vector_to_message(self.embedding), "cacheable": self.cacheable}
+                "embedding": _vector_to_message(self.embedding), "cacheable": self.cacheable,
+                "context": self.context}
 
     @classmethod
     def from_message(cls, m: Mapping[str, Any]) -> "ChunkRecord":
         return cls(m["start_line"], m["end_line"], m["hash"], m["text"], _vector_from_message(m.get("embedding")),
-                   m.get("cacheable", True))
+                   m.get("cacheable", True), m.get("context", ""))
 
 
 @dataclass(slots=True)

@@ -22,7 +22,6 @@ from memindex.pipeline.store.fts_text import build_match_query, query_keywords
 from memindex.pipeline.search.ranking import (
     Candidate, calibrated_text_scores, keyword_coverage, normalize_weights, rank_pipeline, relative_text_score,
 )
-from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.snippet import centred_snippet
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
@@ -116,6 +115,8 @@ class AsyncSearch:
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
                       min_score: float | None = None, session_key: str | None = None,
                       chat_type: str | None = None) -> SearchResponse:
+        from memindex.pipeline.search.aio import run_in_pool  # asyncio: only for async callers (~30 ms)
+
         return await run_in_pool(self.search, query, max_results=max_results, min_score=min_score,
                                  session_key=session_key, chat_type=chat_type)
 

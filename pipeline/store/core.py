@@ -336,7 +336,7 @@ class StoreWriter:
         _run_script(self.conn, generation_ddl(gen))
         if self.fts_error is None:
             try:
-                self.conn.execute(fts_ddl(gen))
+                self.conn.execute(fts_ddl(gen, contentless=db.CONTENTLESS_DELETE))
             except db.OperationalError as exc:
                 self.fts_error = str(exc)
                 log.warning("fts unavailable: %s (vector-only search)", exc)
@@ -556,7 +556,7 @@ class StoreWriter:
                 (cid, source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts),
             )
             rowid = cur.lastrowid
-            fts_rows.append((rowid, index_text(ch.text)))
+            fts_rows.append((rowid, index_text(f"{ch.context}\n{ch.text}" if ch.context else ch.text)))
             if blob is not None:
                 if vec_ok:
                     vec_rows.append((rowid, blob))

@@ -29,6 +29,8 @@ DatabaseError = sqlite3.DatabaseError
 IntegrityError = sqlite3.IntegrityError
 
 BUSY_TIMEOUT_MS = 30_000
+# FTS5's contentless_delete=1 (a contentless table that still deletes by rowid) needs 3.43.
+CONTENTLESS_DELETE = sqlite3.sqlite_version_info >= (3, 43, 0)
 
 
 def connect(path: Path | str, *, readonly: bool = False) -> Connection:

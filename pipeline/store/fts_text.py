@@ -113,8 +113,13 @@ def _is_token_char(ch: str) -> bool:
     return cat[0] in "LNM" or cat == "Co"
 
 
+_EXTRA_FOLD_RE = re.compile("[" + "".join(map(chr, _EXTRA_FOLDS)) + "]")
+
+
 def _fold(text: str) -> str:
-    return unicodedata.normalize("NFC", text).translate(_EXTRA_FOLDS)
+    text = unicodedata.normalize("NFC", text)
+    # str.translate looks up every character in a dict: only pay it when there is a fold to do.
+    return text.translate(_EXTRA_FOLDS) if _EXTRA_FOLD_RE.search(text) else text
 
 
 _SPACELESS_RE = re.compile(
@@ -162,6 +167,10 @@ def index_text(text: str) -> str:
 
 
 _ASCII_TOKEN_RE = re.compile(r"[a-z0-9]+")
+# Never part of a unicode61 token: ASCII other than letters and digits, and whitespace.
+# Splitting on these first leaves the per-character walk only the words that hold a
+# non-ASCII character (a chunk with one "é" or "—" is otherwise walked in full).
+_SEPARATORS_RE = re.compile(r"[\x00-/:-@\[-`{-\x7f\s]+")
 
 
 def keyword_tokens(text: str) -> list[str]:
@@ -173,6 +182,21 @@ def keyword_tokens(text: str) -> list[str]:
     """
     if text.isascii():  # unicode61's token characters in ASCII are exactly letters and digits
         return _ASCII_TOKEN_RE.findall(text.lower())
+    if _SPACELESS_RE.search(text):  # spacing between scripts: walk the whole text
+        return _walk_tokens(index_text(text))
+    tokens: list[str] = []
+    # Fold first, whole: NFC may compose a separator with a following mark ("=" + U+0338 is "≠").
+    for piece in _SEPARATORS_RE.split(_fold(text)):
+        if piece.isascii():
+            if piece:
+                tokens.append(piece.lower())
+        else:
+            tokens.extend(_walk_tokens(piece))
+    return tokens
+
+
+def _walk_tokens(text: str) -> list[str]:
+    """Tokens of already index-ready text, one character at a time (the reference rule)."""
     tokens: list[str] = []
     buf: list[str] = []
 
@@ -181,7 +205,7 @@ def keyword_tokens(text: str) -> list[str]:
             tokens.append("".join(buf).lower())
         buf.clear()
 
-    for ch in index_text(text):
+    for ch in text:
         if _is_token_char(ch):
             buf.append(ch)
         else:

@@ -11,7 +11,10 @@ database files to orphan. The embedding cache is shared by all generations.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+# 2: the FTS table is contentless (issue 19). The version is part of the index
+# fingerprint (index/fingerprint.py), so a store built at 1 is rebuilt into a new
+# generation on its next sync, the old one answering searches until the flip.
+SCHEMA_VERSION = 2
 META_KEY = "memory_index_meta_v1"
 BUILDING_KEY = "memory_index_building_v1"
 # porter: English stemming ("painted" finds "paint"), applied after unicode61's
@@ -89,10 +92,15 @@ CREATE TABLE IF NOT EXISTS {p} (source TEXT NOT NULL, path TEXT NOT NULL, PRIMAR
 """
 
 
-def fts_ddl(gen: int) -> str:
-    # Plain FTS5 keyed by the chunk rowid. The indexed text is fts_text.index_text(text),
-    # which spaces out CJK/Thai so unicode61 can find them.
-    return f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts_table(gen)} USING fts5(text, tokenize='{FTS_TOKENIZER}')"
+def fts_ddl(gen: int, *, contentless: bool = True) -> str:
+    # Keyed by the chunk rowid; the indexed text is fts_text.index_text(text), which spaces
+    # out CJK/Thai so unicode61 can find them. Contentless: nothing reads text back from
+    # the FTS table (snippets come from the chunks table), so its own copy of every chunk
+    # was a third of the store. contentless_delete (SQLite >= 3.43) keeps DELETE by rowid
+    # working; an older SQLite gets the plain table, which behaves the same.
+    options = ", content='', contentless_delete=1" if contentless else ""
+    return (f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts_table(gen)} "
+            f"USING fts5(text, tokenize='{FTS_TOKENIZER}'{options})")
 
 
 def vec_ddl(gen: int, dims: int) -> str:

@@ -48,11 +48,14 @@ def cmd_index(args: argparse.Namespace) -> int:
     since = run_started()
     for agent in agents:
         ctx = _ctx(args, agent)
-        bar = Progress(f"indexing {agent}", sys.stderr.isatty() and not args.quiet)
+        # No bar to draw (-q, or stderr not a terminal): no progress object, so the wait
+        # takes the event-driven path and never reads the store while the workers write.
+        bar = Progress(f"indexing {agent}", True) if sys.stderr.isatty() and not args.quiet else None
         try:
             counts = sync_and_wait(ctx, force=args.force, progress=bar)
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
         if not args.quiet:
             print(f"{agent}: indexed {counts['to_index']} file(s), removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged")

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from memindex.pipeline.config.settings import Context
 from memindex.producers.cli.agents import add_all_opt, agent_contexts
@@ -72,7 +72,7 @@ class Producers:
 
 
 def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_dirs: int | None = None,
-                    debounce_ms: int | None = None) -> Producers:
+                    debounce_ms: int | None = None, reload: Callable[[], list[Context]] | None = None) -> Producers:
     from memindex.pipeline.config.agents import settings_for
     from memindex.producers.interval import IntervalSync
     from memindex.producers.enqueue import request_sync
@@ -93,7 +93,21 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
         loops.extend(_side_loops(ctx, settings))
     watcher = Watcher(pairs, max_dirs=DEFAULT_MAX_DIRS if max_dirs is None else max_dirs,
                       debounce_s=None if debounce_ms is None else debounce_ms / 1000).start()
-    return Producers(watcher, IntervalSync(contexts).start(), loops, len(pairs))
+    interval = IntervalSync(contexts).start()
+    if reload is not None and contexts:
+        from memindex.producers.watcher import ConfigReload
+
+        def apply(now: list[Context]) -> None:  # a changed openclaw.json: watch the agents it lists now
+            watched = []
+            for ctx in now:
+                s = settings_for(ctx)
+                if s.enabled and s.memory_search["sync"]["watch"]:
+                    watched.append((ctx, s))
+            watcher.reconfigure(watched)
+            interval.set_contexts(now)
+
+        loops.append(ConfigReload(contexts[0], reload, apply).start())
+    return Producers(watcher, interval, loops, len(pairs))
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -102,11 +116,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     contexts = agent_contexts(args)
     running = start_producers(contexts, initial_sync=not args.no_initial_sync,
-                              max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms)
+                              max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
+                              reload=lambda: agent_contexts(args))
     if args.metrics_port:
+        from memindex.workers.batch.state import job_state_counts
         from memindex.workers.metrics import serve_watch
 
-        serve_watch(args.metrics_port, contexts)
+        serve_watch(args.metrics_port, contexts, job_state_counts)
     where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
     print(f"watching {running.agents} agent(s), {len(running.watcher.watched_dirs)} directories; {where}. "
           "Ctrl-C to stop.", file=sys.stderr, flush=True)
@@ -214,7 +230,7 @@ def queue_report(contexts: list[Context]) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - one unreadable store must not hide the rest
             agents[ctx.agent_id] = {"pending": None, "error": str(exc)}
     return {"broker": "embedded" if is_embedded() else redact(broker_url() or ""),
-            "queues": queues.depth(), "agents": agents}
+            "queues": queues.depth(), "workers": queues.worker_kinds(), "agents": agents}
 
 
 def _format_report(r: dict[str, Any]) -> str:
@@ -228,7 +244,11 @@ def _format_report(r: dict[str, Any]) -> str:
     cols = ("ready", "delayed", "running", "prefetched", "dead")
     lines.append(f"{'queue':<8}" + "".join(f"{c:>11}" for c in cols))
     for q, d in r["queues"].items():
-        lines.append(f"{q:<8}" + "".join(f"{d[c]:>11}" for c in cols))
+        lines.append(f"{q:<8}" + "".join(f"{d[c]:>11}" for c in cols))  # write.<k>: one row per shard
+    if r.get("workers"):
+        lines.append(f"{'worker kind':<12} {'processes':>9}  queues")
+        for w in r["workers"]:
+            lines.append(f"{w['kind']:<12} {w['processes']:>9}  {' '.join(w['queues'])}")
     lines.append(f"{'agent':<16} {'pending files':>14}")
     for a, d in r["agents"].items():
         lines.append(f"{a:<16} {d['pending'] if d['pending'] is not None else 'error':>14}")
@@ -325,9 +345,28 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(f"error: a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
               "`memindex watch` runs the workers in-process.", file=sys.stderr)
         return 2
+    if args.shard and not args.writer:
+        print("error: --shard K/N goes with --writer", file=sys.stderr)
+        return 2
     if args.writer:
-        # Exactly one thread consumes the write queue: each store has one writer.
-        processes, threads, qs = 1, 1, ["write"]
+        # Exactly one thread consumes the write queue (or one shard of it): each store has one writer.
+        try:
+            k, n = parse_shard(args.shard or "0/1")
+        except ValueError as exc:
+            print(f"error: --shard {args.shard}: {exc}", file=sys.stderr)
+            return 2
+        from memindex.workers.queues import claim_shard_count
+
+        other = claim_shard_count(n)
+        if other is not None:
+            print(f"error: this deployment's writers run {other} shard(s) but this one was started with "
+                  f"--shard {k}/{n}; refusing to consume (to change N: stop every writer, drain the write "
+                  "queues, then `redis-cli DEL memindex:write-shards`)", file=sys.stderr)
+            return 2
+        from memindex.workers.broker import SHARDS_ENV
+
+        os.environ[SHARDS_ENV] = str(n)  # the dramatiq process declares write.0 .. write.<N-1>
+        processes, threads, qs = 1, 1, ["write" if n == 1 else f"write.{k}"]
     else:
         processes, threads = args.processes, args.threads
         qs = args.queues or [q for q in QUEUES if q != "write"]
@@ -350,6 +389,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     sys.stderr.flush()
     os.execv(sys.executable, argv)
     return 0  # pragma: no cover
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N) with 0 <= K < N."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError("expected K/N, e.g. 0/2") from None
+    if n < 1 or not 0 <= k < n:
+        raise ValueError("needs 0 <= K < N")
+    return k, n
 
 
 # --- registration ---------------------------------------------------------------------------
@@ -424,9 +474,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("worker", help="run dramatiq workers on MEMINDEX_BROKER_URL", **examples(
         ("memindex worker --queues sync embed --processes 2", "plan syncs, chunk and embed"),
         ("memindex worker --writer", "the single writer process"),
+        ("memindex worker --writer --shard 0/2", "writer of shard 0 of 2 (write.0)"),
         description="Exec `dramatiq memindex.workers.actors` with the right queues (the Procfile's "
                     "worker, batch and writer processes)."))
     s.add_argument("--writer", action="store_true", help="the single writer: --processes 1 --threads 1 -Q write")
+    s.add_argument("--shard", metavar="K/N", default=None,
+                   help="with --writer: consume write shard K of N (write.K); every process needs "
+                        "MEMINDEX_WRITE_SHARDS=N, and a writer whose N differs from the deployment's refuses")
     s.add_argument("--processes", metavar="N", type=int, default=2, help="worker processes (default 2)")
     s.add_argument("--threads", metavar="N", type=int, default=4, help="threads per process (default 4)")
     s.add_argument("--queues", nargs="+", default=None, help="queues to consume (default: sync embed batch)")

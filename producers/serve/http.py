@@ -4,6 +4,7 @@
     POST /v1/get     {"path", "from"?, "lines"?, "agent"?}                            -> memory_get payload
     GET  /v1/status[?agent=ID]                                                        -> status report
     GET  /healthz                                                                     -> {"ok": true}
+    GET  /metrics                                                                     -> Prometheus text (searches, latency)
 
 Errors are ``{"error": {"code", "message"}}`` with a matching HTTP status.
 Anything but a loopback bind needs a bearer token (``BearerAuth``, also used
@@ -142,6 +143,13 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
+    async def metrics(request: Request) -> Response:
+        # Behind the token like the memory routes: labels name agents.
+        from memindex.workers.metrics import exposition
+
+        body, content_type = exposition()
+        return Response(body, media_type=content_type)
+
     async def operation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, OperationError)
         return JSONResponse(exc.as_dict(), exc.status)
@@ -165,6 +173,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
         Route("/v1/get", get, methods=["POST"]),
         Route("/v1/status", status, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
     ], exception_handlers=handlers)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,15 @@ class MemoryTools:
                     min_score=_optional(min_score, "minScore", (int, float)),
                     session_key=_optional(session_key, "sessionKey", str))
         settings = self.settings(agent)
-        return (await self.engine(settings).asearch(query, **opts)).as_dict()
+        from memindex.workers.metrics import search_recorders
+
+        started, ok = time.perf_counter(), False
+        try:
+            result = (await self.engine(settings).asearch(query, **opts)).as_dict()
+            ok = True
+            return result
+        finally:
+            search_recorders().observe(settings.agent_id, time.perf_counter() - started, ok)
 
     async def get(self, path: Any, *, from_line: Any = None, lines: Any = None,
                   agent: Any = None) -> dict[str, Any]:

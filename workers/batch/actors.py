@@ -55,7 +55,7 @@ from memindex.workers.batch.coord import registry, slots
 from memindex.workers.batch.route import DeferringEmbedder
 from memindex.workers.broker import broker
 from memindex.workers.messages import GROUP_FILES, request_resync
-from memindex.workers.writer import wait_for_writer, write_files
+from memindex.workers.writer import send_write, write_files
 
 log = logging.getLogger("memindex.batch")
 
@@ -439,8 +439,7 @@ def _write(ctx: dict[str, Any], st: bs.BatchStateStore, batch: list[tuple[int, i
     for _, gen, rec in batch:
         by_gen.setdefault(gen, []).append(rec)
     for gen, recs in by_gen.items():
-        wait_for_writer()
-        write_files.send(ctx, gen, [r.to_message() for r in recs])
+        send_write(write_files, ctx, gen, [r.to_message() for r in recs], backpressure=True)
     st.delete_items([i for i, _, _ in batch])  # after the send: a crash in between only rewrites
 
 

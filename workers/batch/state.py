@@ -238,6 +238,10 @@ class BatchStateStore:
         cols = [d[0] for d in cur.description]
         return [Job(dict(zip(cols, r))) for r in cur.fetchall()]
 
+    def state_counts(self) -> dict[str, int]:
+        """Job count by state over every job kept (active ones, and the last KEEP_DONE finished)."""
+        return dict(self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
+
     def update(self, key: str, token: str | None = None, **fields: Any) -> bool:
         """Set fields; with ``token`` only while that token still owns the job. True when applied."""
         sets = ",".join(f"{k} = ?" for k in fields)
@@ -348,3 +352,12 @@ def iter_summaries(store: BatchStateStore, limit: int = 20) -> Iterator[dict[str
         row.pop("custom_ids", None)
         row.pop("lease_token", None)
         yield row
+
+
+def job_state_counts(store_path: Path) -> dict[str, int]:
+    """The agent's batch jobs by state (no batch state yet: empty), for the metrics."""
+    store = open_state(store_path, readonly=True)
+    if store is None:
+        return {}
+    with store:
+        return store.state_counts()

@@ -1,0 +1,70 @@
+"""``memindex health`` beyond SIGSTOP (issue 15): a worker whose queue has messages ready
+but which has started or finished none for the stall period is unhealthy (here: its one
+thread hangs in a slow provider request), and healthy again once it consumes; on the
+embedded broker ``health`` has nothing to check and says so (exit 2, not "healthy").
+
+Real parts: redis-server, ``memindex worker`` subprocesses, the OpenAI SDK against
+tests/provider_server.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, Agent, module_server, run_cli, kill_groups
+from tests.provider_server import ProviderServer
+from tests.test_operations_run import _wait_for
+
+server = module_server(ProviderServer)
+
+
+def test_health_on_the_embedded_broker_is_not_a_verdict(tmp_path):
+    a = Agent(tmp_path / "a")
+    env = {"OPENCLAW_STATE_DIR": str(a.state), "OPENCLAW_CONFIG_PATH": str(a.config_path)}
+    out = run_cli("health", env=env)
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    assert "MEMINDEX_BROKER_URL" in out.stderr and "healthy" not in out.stdout, out.stderr
+
+
+@pytest.mark.redis
+def test_health_fails_when_the_queue_does_not_move_while_non_empty(tmp_path, redis_server, server):
+    a = Agent(tmp_path / "a")
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {
+        "provider": "openai", "fallback": "none",
+        "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    for i in range(100):  # four groups: one running, one prefetched, the rest ready in Redis
+        a.write(f"memory/n-{i}.md", f"# Note {i}\nThe Omada router VLAN {i} serves device {i}.\n")
+    server.reset()
+    server.always("openai", {"kind": "delay", "seconds": 6.0})  # the one thread hangs this long per request
+    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, OPENCLAW_STATE_DIR=str(a.state),
+               OPENCLAW_CONFIG_PATH=str(a.config_path))
+    procs = [subprocess.Popen([sys.executable, "-m", "memindex", *args], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             for args in (("worker", "--writer"),
+                          ("worker", "--queues", "sync", "embed", "--processes", "1", "--threads", "1"))]
+
+    def health() -> subprocess.CompletedProcess:
+        return run_cli("health", "--stall-seconds", "3", env=env)
+
+    try:
+        assert _wait_for(lambda: health().returncode == 0, 60, step=0.5)
+        assert run_cli("backfill", "--all", env=env).returncode == 0
+        # Heartbeats keep coming (the process is alive), but the queue does not move.
+        seen: list[subprocess.CompletedProcess] = []
+
+        def stalled() -> bool:
+            seen.append(health())
+            return "ready but none started or finished" in seen[-1].stderr
+
+        assert _wait_for(stalled, 60, step=0.5), seen[-1].stdout
+        assert seen[-1].returncode == 1 and "unhealthy" in seen[-1].stderr, seen[-1].stderr
+        server.always("openai", None)  # the provider answers again: the worker consumes
+        assert _wait_for(lambda: run_cli("queues", "--json", env=env).stdout.count('"pending": 0') == 1, 120,
+                         step=1.0)
+        assert _wait_for(lambda: health().returncode == 0, 30, step=0.5), health().stderr
+    finally:
+        kill_groups(procs)

@@ -1,0 +1,34 @@
+"""Writer logs (issue 15): one DEBUG line per transaction naming the agent, files, chunks,
+time and a file; an INFO summary per agent and period. Real parts: ``memindex index`` on
+the embedded broker (its writer thread), JSON log lines parsed from stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.conftest import Agent, run_cli
+
+
+def test_writer_logs_each_transaction_at_debug_and_a_summary_at_info(tmp_path):
+    a = Agent(tmp_path / "a", agent_id="main")
+    for i in range(3):
+        a.write(f"memory/2026-03-0{i + 1}.md", f"# Day {i}\nThe sloe gin batch {i} was bottled.\n")
+    env = {"OPENCLAW_STATE_DIR": str(a.state), "OPENCLAW_CONFIG_PATH": str(a.config_path),
+           "MEMINDEX_WRITE_SUMMARY_S": "0"}  # a summary after every transaction, for the test
+    out = run_cli("--workspace", str(a.workspace), "--log-level", "debug", "--log-format", "json", "index",
+                  env=env)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(ln) for ln in out.stderr.splitlines() if ln.startswith("{")]
+    writer = [r for r in lines if r["logger"] == "memindex.writer"]
+    per_tx = [r for r in writer if r["level"] == "DEBUG" and r["message"].startswith("writer main: wrote")]
+    summary = [r for r in writer if r["level"] == "INFO" and "transaction(s)" in r["message"]]
+    assert per_tx and summary, writer
+    files = sum(int(re.search(r"wrote (\d+) file", r["message"]).group(1)) for r in per_tx)
+    assert files == 3, per_tx  # every file written once, and counted
+    assert all("memory/2026-03-0" in r["message"] and " ms " in r["message"] for r in per_tx), per_tx
+    assert sum(int(re.search(r": (\d+) file", r["message"]).group(1)) for r in summary) == 3, summary
+    quiet = run_cli("--workspace", str(a.workspace), "--log-level", "info", "--log-format", "json", "index",
+                    "--force", env=env)
+    assert quiet.returncode == 0 and "writer main: wrote" not in quiet.stderr  # per-transaction lines: DEBUG only

@@ -1,0 +1,82 @@
+"""Search metrics of a serving process (issue 15): ``memindex serve`` counts the searches it
+answered and their latency, per agent, at ``GET /metrics``; the test checks the values
+against the searches it made. Real parts: the ``memindex serve`` subprocess, httpx.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+
+from tests.conftest import Agent  # noqa: E402
+from tests.test_serve import serve  # noqa: E402
+
+
+def _samples(url: str) -> dict[tuple[str, tuple], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = httpx.get(f"{url}/metrics", timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(r.text) for s in fam.samples}
+
+
+def test_serve_counts_searches_and_their_latency(tmp_path):
+    a = Agent(tmp_path / "a")
+    a.write("memory/2026-02-10.md", "Configured VLAN 10 for IoT devices.\n")
+    a.index()
+    proc, url = serve(a, tmp_path)
+    try:
+        before = _samples(url)
+        assert ("memindex_searches_total", (("agent", "main"), ("outcome", "ok"))) not in before
+        wall = 0.0
+        for q in ("VLAN", "IoT devices", "nothing matches this"):
+            t = time.perf_counter()
+            assert httpx.post(f"{url}/v1/search", json={"query": q}, timeout=30).status_code == 200
+            wall += time.perf_counter() - t
+        assert httpx.post(f"{url}/v1/search", json={"query": 7}, timeout=30).status_code == 400  # not a search
+        after = _samples(url)
+        assert after[("memindex_searches_total", (("agent", "main"), ("outcome", "ok")))] == 3
+        assert after[("memindex_search_seconds_count", (("agent", "main"),))] == 3
+        assert 0 < after[("memindex_search_seconds_sum", (("agent", "main"),))] <= wall  # inside the requests
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_watch_serves_batch_jobs_by_state(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, free_port
+    from tests.test_operations_run import _scrape, _wait_for
+    from memindex.workers.batch import state as bs
+
+    a = Agent(tmp_path / "a")
+    a.write("memory/2026-02-10.md", "Configured VLAN 10 for IoT devices.\n")
+    # The batch state as the batch actors leave it: two jobs polling, one completed, one failed.
+    with bs.open_state(a.settings().store_path) as st:
+        for i, (phase, state) in enumerate([(bs.POLLING, "in_progress"), (bs.POLLING, "in_progress"),
+                                            (bs.COLLECTED, "completed"), (bs.COLLECTED, "failed")]):
+            st.create_job(key=f"job-{i}", agent="main", provider="openai", model="text-embedding-3-small",
+                          provider_key="openai:text-embedding-3-small", phase=phase, state=state)
+    port = free_port()
+    env = dict(os.environ, OPENCLAW_STATE_DIR=str(a.state), OPENCLAW_CONFIG_PATH=str(a.config_path))
+    env.pop("MEMINDEX_BROKER_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", "--workspace", str(a.workspace), "watch",
+                             "--metrics-port", str(port)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        key = ("memindex_batch_jobs", (("agent", "main"), ("state", "in_progress")))
+        assert _wait_for(lambda: key in _scrape(port), 60, step=0.5)
+        got = {k[1][1][1]: v for k, v in _scrape(port).items() if k[0] == "memindex_batch_jobs"}
+        assert got == {"in_progress": 2, "completed": 1, "failed": 1}, got
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)

@@ -1,0 +1,76 @@
+"""A running ``memindex watch --all`` follows ``openclaw.json`` (issue 15): an agent added to
+the config is watched and its files become searchable; a removed agent stops being watched.
+
+Real parts: the ``memindex watch`` subprocess (embedded broker, in-process workers, watchdog),
+the CLI's ``search`` against the real store. No embedding provider: keyword search.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO, run_cli, wait_for
+
+
+def _write_config(path: Path, agents: list[tuple[str, Path]]) -> None:
+    cfg = {"agents": {"defaults": {"memorySearch": {"sync": {"watchDebounceMs": 200}}},
+                      "list": [{"id": aid, "workspace": str(ws)} for aid, ws in agents]}}
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    st = path.stat()  # a rewrite within the same mtime tick must still be seen
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+
+def _found(env: dict, agent: str, word: str) -> bool:
+    out = run_cli("--agent", agent, "search", "--json", word, env=env)
+    return out.returncode == 0 and any(word in r.get("snippet", "") for r in json.loads(out.stdout)["results"])
+
+
+def test_watch_picks_up_added_agents_and_drops_removed_ones(tmp_path):
+    one, two = tmp_path / "ws-one", tmp_path / "ws-two"
+    for ws in (one, two):
+        (ws / "memory").mkdir(parents=True)
+    (one / "memory" / "a.md").write_text("# One\nThe kumquat orchard is agent one's.\n")
+    config, state = tmp_path / "openclaw.json", tmp_path / "state"
+    state.mkdir()
+    _write_config(config, [("one", one)])
+    env = dict(os.environ, OPENCLAW_CONFIG_PATH=str(config), OPENCLAW_STATE_DIR=str(state),
+               MEMINDEX_CONFIG_POLL_S="0.5")
+    env.pop("MEMINDEX_BROKER_URL", None)
+    log_path = tmp_path / "watch.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "memindex", "--log-level", "info", "watch", "--all"],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            assert wait_for(lambda: _found(env, "one", "kumquat"), 60), log_path.read_text()
+            # A second agent appears in the config: its existing file and a new one get indexed.
+            (two / "memory" / "b.md").write_text("# Two\nThe persimmon ledger is agent two's.\n")
+            _write_config(config, [("one", one), ("two", two)])
+            assert wait_for(lambda: "agent two added" in log_path.read_text(), 30), log_path.read_text()
+            assert wait_for(lambda: _found(env, "two", "persimmon"), 60), log_path.read_text()
+            (two / "memory" / "c.md").write_text("# Later\nThe quince cellar came after the reload.\n")
+            assert wait_for(lambda: _found(env, "two", "quince"), 60), log_path.read_text()
+            # Agent one is removed: the watcher says so and stops enqueueing its changes.
+            _write_config(config, [("two", two)])
+            assert wait_for(lambda: "agent one removed" in log_path.read_text(), 30), log_path.read_text()
+            before = log_path.read_text().count("sync enqueued for one")
+            (one / "memory" / "d.md").write_text("# Gone\nThe damson press is not watched any more.\n")
+            (two / "memory" / "e.md").write_text("# Still\nThe loquat tree is still watched.\n")
+            assert wait_for(lambda: _found(env, "two", "loquat"), 60), log_path.read_text()
+            time.sleep(1.0)  # five debounce periods: a sync for one would have been enqueued by now
+            assert log_path.read_text().count("sync enqueued for one") == before, log_path.read_text()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    text = log_path.read_text()
+    assert "Traceback" not in text, text
+    # Each enqueued batch is logged with its agent and how many paths changed.
+    assert "sync enqueued for two: 1 changed path" in text, text

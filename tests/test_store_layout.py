@@ -1,0 +1,73 @@
+"""The FTS5 layout of issue 19: contentless, still deleting by rowid, and old stores rebuilt."""
+
+from __future__ import annotations
+
+import json
+
+import sqlean as sqlite3
+
+from memindex.pipeline.store.core import open_reader
+from memindex.pipeline.store.schema import META_KEY, SCHEMA_VERSION, fts_ddl
+
+
+def _fts_sql(agent) -> tuple[int, str]:
+    st = open_reader(agent.settings()).state()
+    gen = st.live_generation
+    con = sqlite3.connect(str(agent.settings().store_path))
+    try:
+        sql = con.execute("SELECT sql FROM sqlite_master WHERE name = ?", (f"fts_g{gen}",)).fetchone()[0]
+    finally:
+        con.close()
+    return gen, sql
+
+
+def test_fts_table_is_contentless_and_edits_leave_no_stale_terms(agent):
+    agent.write("memory/a.md", "the quokka sleeps under the jacaranda tree\n")
+    agent.write("memory/b.md", "an unrelated note about lanterns\n")
+    agent.index()
+    _, sql = _fts_sql(agent)
+    assert "content=''" in sql and "contentless_delete=1" in sql
+    assert agent.search("quokka")["results"][0]["path"] == "memory/a.md"
+    agent.write("memory/a.md", "now it is about a wombat instead\n")
+    agent.index()
+    assert agent.search("quokka", min_score=0)["results"] == []  # the old chunk's terms were deleted
+    assert agent.search("wombat")["results"][0]["path"] == "memory/a.md"
+    (agent.workspace / "memory" / "b.md").unlink()
+    agent.index()
+    assert agent.search("lanterns", min_score=0)["results"] == []
+    reader = open_reader(agent.settings())
+    try:
+        health = reader.check_invariant()
+    finally:
+        reader.close()
+    assert health["ok"], health["problems"]
+
+
+def test_store_with_the_old_fts_layout_is_rebuilt_on_next_sync(agent):
+    agent.write("memory/a.md", "the quokka sleeps under the jacaranda tree\n")
+    agent.index()
+    gen, _ = _fts_sql(agent)
+    # Turn the store into what schema version 1 wrote: an FTS table holding its own text.
+    con = sqlite3.connect(str(agent.settings().store_path), isolation_level=None)
+    con.execute(f"DROP TABLE fts_g{gen}")
+    con.execute(fts_ddl(gen, contentless=False))
+    con.execute(f"INSERT INTO fts_g{gen}(rowid, text) SELECT rowid, text FROM chunks_g{gen}")
+    meta = json.loads(con.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()[0])
+    meta["fingerprint"]["schemaVersion"] = 1
+    con.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), META_KEY))
+    con.close()
+    _, old_sql = _fts_sql(agent)
+    assert "content=''" not in old_sql
+    assert agent.search("quokka")["results"]  # the old layout still answers
+
+    agent.index()
+    new_gen, sql = _fts_sql(agent)
+    assert new_gen != gen and "content=''" in sql
+    assert open_reader(agent.settings()).state().live_fingerprint["schemaVersion"] == SCHEMA_VERSION
+    con = sqlite3.connect(str(agent.settings().store_path))
+    try:
+        left = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE name GLOB '*_g*'")}
+    finally:
+        con.close()
+    assert not any(name.endswith(f"_g{gen}") for name in left), left  # the old generation is gone
+    assert agent.search("quokka")["results"][0]["path"] == "memory/a.md"
