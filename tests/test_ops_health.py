@@ -15,9 +15,9 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, Agent, module_server, run_cli, kill_groups
+from tests.conftest import REPO, Agent, module_server, run_cli, kill_groups, wait_for
 from tests.provider_server import ProviderServer
-from tests.test_operations_run import _wait_for
+
 
 server = module_server(ProviderServer)
 
@@ -51,7 +51,7 @@ def test_health_fails_when_the_queue_does_not_move_while_non_empty(tmp_path, red
         return run_cli("health", "--stall-seconds", "3", env=env)
 
     try:
-        assert _wait_for(lambda: health().returncode == 0, 60, step=0.5)
+        assert wait_for(lambda: health().returncode == 0, 60, step=0.5)
         assert run_cli("backfill", "--all", env=env).returncode == 0
         # Heartbeats keep coming (the process is alive), but the queue does not move.
         seen: list[subprocess.CompletedProcess] = []
@@ -60,11 +60,11 @@ def test_health_fails_when_the_queue_does_not_move_while_non_empty(tmp_path, red
             seen.append(health())
             return "ready but none started or finished" in seen[-1].stderr
 
-        assert _wait_for(stalled, 60, step=0.5), seen[-1].stdout
+        assert wait_for(stalled, 60, step=0.5), seen[-1].stdout
         assert seen[-1].returncode == 1 and "unhealthy" in seen[-1].stderr, seen[-1].stderr
         server.always("openai", None)  # the provider answers again: the worker consumes
-        assert _wait_for(lambda: run_cli("queues", "--json", env=env).stdout.count('"pending": 0') == 1, 120,
+        assert wait_for(lambda: run_cli("queues", "--json", env=env).stdout.count('"pending": 0') == 1, 120,
                          step=1.0)
-        assert _wait_for(lambda: health().returncode == 0, 30, step=0.5), health().stderr
+        assert wait_for(lambda: health().returncode == 0, 30, step=0.5), health().stderr
     finally:
         kill_groups(procs)

@@ -55,7 +55,8 @@ def test_watch_serves_batch_jobs_by_state(tmp_path):
     import sys
 
     from tests.conftest import REPO, free_port
-    from tests.test_operations_run import _scrape, _wait_for
+    from tests.test_operations_run import _scrape
+    from tests.conftest import wait_for
     from memindex.workers.batch import state as bs
 
     a = Agent(tmp_path / "a")
@@ -74,7 +75,7 @@ def test_watch_serves_batch_jobs_by_state(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         key = ("memindex_batch_jobs", (("agent", "main"), ("state", "in_progress")))
-        assert _wait_for(lambda: key in _scrape(port), 60, step=0.5)
+        assert wait_for(lambda: key in _scrape(port), 60, step=0.5)
         got = {k[1][1][1]: v for k, v in _scrape(port).items() if k[0] == "memindex_batch_jobs"}
         assert got == {"in_progress": 2, "completed": 1, "failed": 1}, got
     finally:
