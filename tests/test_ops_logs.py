@@ -32,3 +32,25 @@ def test_writer_logs_each_transaction_at_debug_and_a_summary_at_info(tmp_path):
     quiet = run_cli("--workspace", str(a.workspace), "--log-level", "info", "--log-format", "json", "index",
                     "--force", env=env)
     assert quiet.returncode == 0 and "writer main: wrote" not in quiet.stderr  # per-transaction lines: DEBUG only
+
+
+def test_lines_about_a_message_name_its_agent_and_message_id(tmp_path):
+    """Every line logged while a queue message is processed carries the agent and the message id
+    (JSON fields; a ``[agent=… message=…]`` suffix in text), and lines outside a message do not."""
+    a = Agent(tmp_path / "a", agent_id="main")
+    a.write("memory/2026-03-01.md", "# Day\nThe damson jam was jarred.\n")
+    env = {"OPENCLAW_STATE_DIR": str(a.state), "OPENCLAW_CONFIG_PATH": str(a.config_path)}
+    out = run_cli("--workspace", str(a.workspace), "--log-level", "debug", "--log-format", "json", "index",
+                  env=env)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(ln) for ln in out.stderr.splitlines() if ln.startswith("{")]
+    writes = [r for r in lines if r["message"].startswith("writer main: wrote")]
+    assert writes and all(r["agent"] == "main" and re.fullmatch(r"[0-9a-f-]{36}", r["message_id"])
+                          for r in writes), writes
+    plans = [r for r in lines if r["message"].startswith("sync main: generation")]
+    assert plans and all("message_id" not in r for r in plans), plans  # `index` plans in the CLI: no message
+
+    text = run_cli("--workspace", str(a.workspace), "--log-level", "debug", "index", "--force", env=env)
+    assert text.returncode == 0, text.stderr
+    wrote = [ln for ln in text.stderr.splitlines() if "writer main: wrote" in ln]
+    assert wrote and all(re.search(r" \[agent=main message=[0-9a-f-]{36}\]$", ln) for ln in wrote), wrote

@@ -81,3 +81,37 @@ def test_watch_serves_batch_jobs_by_state(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(30)
+
+
+def test_mcp_serves_its_metrics_on_a_port_of_its_own(tmp_path):
+    """stdio MCP has no HTTP to share: ``--metrics-port`` scrapes the searches it answered and the
+    files pending per agent it serves."""
+    import asyncio
+    import sys
+
+    pytest.importorskip("mcp", reason="the serve extra (mcp SDK) is not installed")
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from tests.conftest import free_port
+    from tests.test_mcp import cli_args
+
+    a = Agent(tmp_path / "a")
+    a.write("memory/2026-02-10.md", "Configured VLAN 10 for IoT devices.\n")
+    a.index()
+    port = free_port()
+    params = StdioServerParameters(command=sys.executable,
+                                   args=[*cli_args(a), "mcp", "--metrics-port", str(port)], cwd=str(tmp_path))
+    url = f"http://127.0.0.1:{port}"
+
+    async def main() -> dict[tuple[str, tuple], float]:
+        async with Client(params) as client:
+            for q in ("VLAN", "IoT devices"):
+                assert not (await client.call_tool("memory_search", {"query": q})).is_error
+            assert (await client.call_tool("memory_search", {"query": "x", "agent": "nobody"})).is_error
+            return await asyncio.to_thread(_samples, url)
+
+    got = asyncio.run(main())
+    assert got[("memindex_searches_total", (("agent", "main"), ("outcome", "ok")))] == 2
+    assert got[("memindex_search_seconds_count", (("agent", "main"),))] == 2
+    assert got[("memindex_files_pending", (("agent", "main"),))] == 0

@@ -17,6 +17,7 @@ from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLim
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
 from memindex.workers.lifecycle import InterruptEmbedsOnStop, Lifecycle
+from memindex.workers.logs import WorkContext
 
 log = logging.getLogger("memindex.broker")
 
@@ -71,10 +72,12 @@ def redact(url: str) -> str:
 
 
 def _middleware() -> list:
-    # "after" hooks run in reverse order: FailureReporter, listed first, sees the
+    # "after" hooks run in reverse order: FailureReporter, listed before Retries, sees the
     # message after Retries has decided whether it failed for good.
-    return [FailureReporter(), AgeLimit(), TimeLimit(), InterruptEmbedsOnStop(EMBED_QUEUE), Callbacks(), Pipelines(),
-            Retries()]
+    # WorkContext first: its "before" hook runs first and its "after" hook last, so every line
+    # logged about a message (FailureReporter's included) names it.
+    return [WorkContext(), FailureReporter(), AgeLimit(), TimeLimit(), InterruptEmbedsOnStop(EMBED_QUEUE), Callbacks(),
+            Pipelines(), Retries()]
 
 
 # An idle Redis consumer backs off up to the worker timeout (1 s by default)

@@ -11,6 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+from typing import Any
+
+from dramatiq import Middleware
 
 LEVEL_ENV, FORMAT_ENV = "MEMINDEX_LOG_LEVEL", "MEMINDEX_LOG_FORMAT"
 LEVELS = ("debug", "info", "warning", "error")
@@ -20,12 +24,44 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
 
 
+# The message a worker thread is processing: (agent, message id), set by ``WorkContext``.
+_work = threading.local()
+
+
+class WorkContext(Middleware):
+    """Every line logged while a message is processed names its agent and message id, so an
+    operator can follow one message from its enqueue to its write (and to its dead letter)."""
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else {}
+        _work.current = (str(ctx.get("agent_id") or ""), message.message_id)
+
+    def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        _work.current = None
+
+    after_skip_message = after_process_message
+
+
+class _WorkFields(logging.Filter):
+    """Adds ``agent``, ``message_id`` and the text form ``work`` (" [agent=… message=…]" or "")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        agent, mid = getattr(_work, "current", None) or ("", "")
+        record.agent, record.message_id = agent, mid
+        record.work = (f" [agent={agent} message={mid}]" if agent else f" [message={mid}]") if mid else ""
+        return True
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, pid, thread, message (and the traceback)."""
+    """One JSON object per line: time, level, logger, pid, thread, message (and the traceback),
+    plus agent and message_id on lines logged while a queue message is processed."""
 
     def format(self, record: logging.LogRecord) -> str:
         out = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
                "pid": record.process, "thread": record.threadName, "message": record.getMessage()}
+        if getattr(record, "message_id", ""):
+            out["agent"], out["message_id"] = getattr(record, "agent", "") or None, record.message_id  # type: ignore[attr-defined]
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)
@@ -47,10 +83,17 @@ def configure(level: str | int, fmt: str = "text") -> None:
     if not root.handlers:
         logging.basicConfig(format=TEXT_FORMAT)
     root.setLevel(level if isinstance(level, int) else level.upper())
-    formatter = JsonFormatter() if fmt == "json" else None
     for handler in root.handlers:
-        if formatter is not None:
-            handler.setFormatter(formatter)
+        if not any(isinstance(f, _WorkFields) for f in handler.filters):
+            handler.addFilter(_WorkFields())
+        if fmt == "json":
+            handler.setFormatter(JsonFormatter())
+        elif not isinstance(handler.formatter, JsonFormatter):
+            # Keep the handler's format (dramatiq's, in its worker processes) and append the work context.
+            base = handler.formatter._fmt if handler.formatter and handler.formatter._fmt else TEXT_FORMAT
+            if "%(work)s" not in base:
+                handler.setFormatter(logging.Formatter(base + "%(work)s", handler.formatter.datefmt
+                                                       if handler.formatter else None))
     for name in HTTP_LOGGERS:
         lg = logging.getLogger(name)
         if not any(isinstance(f, _HttpAtDebug) for f in lg.filters):

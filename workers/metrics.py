@@ -199,13 +199,17 @@ class PendingCollector:
 
 
 
-def serve_watch(port: int, contexts: Iterable[Any],
-                batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
-    """``memindex watch --metrics-port``: this process's series on ``port`` (a daemon thread).
+def serve_metrics(port: int, contexts: Iterable[Any] = (),
+                  batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
+    """``--metrics-port`` of a long-running process (``watch``, ``mcp``): this process's series on
+    ``port`` from a daemon thread, plus files pending per agent for ``contexts`` (what it watches).
 
     ``batch_states`` is passed in: the batch package imports the broker, which imports this module."""
     from prometheus_client import REGISTRY, start_http_server
 
     Recorders().install()
-    REGISTRY.register(PendingCollector(contexts, batch_states))
+    search_recorders()  # the search series exist (at zero) before the first search
+    contexts = list(contexts)
+    if contexts:
+        REGISTRY.register(PendingCollector(contexts, batch_states))
     start_http_server(port)

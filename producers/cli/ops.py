@@ -120,9 +120,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                               reload=lambda: agent_contexts(args))
     if args.metrics_port:
         from memindex.workers.batch.state import job_state_counts
-        from memindex.workers.metrics import serve_watch
+        from memindex.workers.metrics import serve_metrics
 
-        serve_watch(args.metrics_port, contexts, job_state_counts)
+        serve_metrics(args.metrics_port, contexts, job_state_counts)
     where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
     print(f"watching {running.agents} agent(s), {len(running.watcher.watched_dirs)} directories; {where}. "
           "Ctrl-C to stop.", file=sys.stderr, flush=True)

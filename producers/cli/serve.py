@@ -59,10 +59,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         return 2
     tools = _tools(args)
     running = None
+    contexts = [tools.base.with_agent(a) for a in tools.agent_ids()]
     if args.watch:
         from memindex.producers.cli.ops import start_producers
 
-        running = start_producers([tools.base.with_agent(a) for a in tools.agent_ids()])
+        running = start_producers(contexts)
+    if args.metrics_port:
+        from memindex.workers.batch.state import job_state_counts
+        from memindex.workers.metrics import serve_metrics
+
+        serve_metrics(args.metrics_port, contexts, job_state_counts)
     try:
         mcp.run(tools, http=http, token=_token(args) if http else None)
     finally:
@@ -102,6 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--watch", action="store_true",
                    help="also run the file watcher and interval sync in this process (default: a sync is "
                         "scheduled on each search, as the runtime hooks do)")
+    s.add_argument("--metrics-port", metavar="PORT", type=int, default=None,
+                   help="serve Prometheus metrics (searches, latency, files pending per agent) on "
+                        "PORT at /metrics (off by default; see README, Operations)")
     s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("serve", help="JSON HTTP API: POST /v1/search, POST /v1/get, GET /v1/status",
