@@ -51,6 +51,18 @@ class Agent:
     def memory_config(self, ms: dict, **top) -> None:
         self.write_config({"agents": {"defaults": {"memorySearch": ms}}, **top})
 
+    def use_openai_at(self, base_url: str) -> None:
+        """Embed with the openai provider at a local test server, no fallback (failures stay visible)."""
+        self.write_config({"agents": {"defaults": {"workspace": str(self.workspace), "memorySearch": {
+            "provider": "openai", "fallback": "none", "remote": {"baseUrl": base_url, "apiKey": "sk-test-123"}}}}})
+
+    def env(self, broker_url: str | None = None) -> dict:
+        """os.environ for a CLI or worker subprocess of this agent (on ``broker_url`` when given)."""
+        out = dict(os.environ, OPENCLAW_STATE_DIR=str(self.state), OPENCLAW_CONFIG_PATH=str(self.config_path))
+        if broker_url:
+            out["MEMINDEX_BROKER_URL"] = broker_url
+        return out
+
     @property
     def ctx(self):
         from memindex.pipeline.config.settings import Context

@@ -9,7 +9,6 @@ tests/provider_server.py.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -33,19 +32,16 @@ def test_health_on_the_embedded_broker_is_not_a_verdict(tmp_path):
 @pytest.mark.redis
 def test_health_fails_when_the_queue_does_not_move_while_non_empty(tmp_path, redis_server, server):
     a = Agent(tmp_path / "a")
-    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {
-        "provider": "openai", "fallback": "none",
-        "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}}}}})
-    for i in range(100):  # four groups: one running, one prefetched, the rest ready in Redis
+    a.use_openai_at(server.base("openai"))
+    for i in range(100):  # four embed messages: one running, one prefetched, the rest ready in Redis
         a.write(f"memory/n-{i}.md", f"# Note {i}\nThe Omada router VLAN {i} serves device {i}.\n")
     server.reset()
     server.always("openai", {"kind": "delay", "seconds": 6.0})  # the one thread hangs this long per request
-    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, OPENCLAW_STATE_DIR=str(a.state),
-               OPENCLAW_CONFIG_PATH=str(a.config_path))
+    env = a.env(redis_server.url)
     procs = [subprocess.Popen([sys.executable, "-m", "memindex", *args], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-             for args in (("worker", "--writer"),
-                          ("worker", "--queues", "sync", "embed", "--processes", "1", "--threads", "1"))]
+             for args in (("worker", "--writer"), ("worker", "--queues", "sync", "--processes", "1", "--threads", "1"),
+                          ("worker", "--queues", "embed", "--processes", "1", "--threads", "1"))]
 
     def health() -> subprocess.CompletedProcess:
         return run_cli("health", "--stall-seconds", "3", env=env)

@@ -43,22 +43,24 @@ def _files(env: dict) -> int:
 
 
 @pytest.mark.redis
-def test_watcher_replans_every_pending_file_after_redis_loses_its_data(tmp_path, redis_server):
+def test_watcher_replans_every_pending_file_after_redis_loses_its_data(tmp_path, redis_server, server):
     a = Agent(tmp_path / "a")
-    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace),
-                                            "memorySearch": {"sync": {"watchDebounceMs": 200}}}}})
+    # An embedding provider: the prepared files wait for the compute side (issue 18; keyword-only
+    # records would go from the file side straight to the writer).
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {
+        "sync": {"watchDebounceMs": 200}, "provider": "openai", "fallback": "none",
+        "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}}}}})
     n = 40
     for i in range(n):
         a.write(f"memory/note-{i}.md", f"# Note {i}\nThe medlar grove holds row {i}.\n")
-    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, OPENCLAW_STATE_DIR=str(a.state),
-               OPENCLAW_CONFIG_PATH=str(a.config_path))
+    env = a.env(redis_server.url)
     log = tmp_path / "procs.log"
     procs = [_spawn(env, log, "worker", "--writer"),
              _spawn(env, log, "worker", "--queues", "sync", "--processes", "1", "--threads", "1")]
     try:
         procs.append(_spawn(env, log, "--log-level", "info", "watch", "--all"))
-        # The watcher's initial sync is planned and recorded; the file groups wait in the embed
-        # queue, which nothing consumes yet.
+        # The watcher's initial sync is planned and recorded; the files, read and chunked, wait in
+        # the embed queue, which nothing consumes yet.
         assert wait_for(lambda: _pending(env) == n, 90, step=0.5), log.read_text()
         redis.Redis.from_url(redis_server.url).flushall()  # the queued groups are gone
         procs.append(_spawn(env, log, "worker", "--queues", "embed", "--processes", "1", "--threads", "2"))
@@ -75,16 +77,13 @@ def test_watcher_replans_every_pending_file_after_redis_loses_its_data(tmp_path,
 @pytest.mark.redis
 def test_embedding_resumes_within_35_s_after_every_embed_worker_is_killed(tmp_path, redis_server, server):
     a = Agent(tmp_path / "a")
-    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {
-        "provider": "openai", "fallback": "none",
-        "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    a.use_openai_at(server.base("openai"))
     n = 100  # four groups of up to 32 files: all of them prefetched by the one embed process
     for i in range(n):
         a.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"# Note {i}\nThe Omada router VLAN {i} serves device {i}.\n")
     server.reset()
     server.always("openai", {"kind": "delay", "seconds": 0.5})
-    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, OPENCLAW_STATE_DIR=str(a.state),
-               OPENCLAW_CONFIG_PATH=str(a.config_path))
+    env = a.env(redis_server.url)
     log = tmp_path / "procs.log"
     client = redis.Redis.from_url(redis_server.url)
     embed = ("worker", "--queues", "embed", "--processes", "1", "--threads", "2")

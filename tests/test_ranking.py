@@ -8,8 +8,6 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from memindex.pipeline.search.ranking import (
     CALIBRATED_VECTOR_SHARE,

@@ -7,8 +7,8 @@ with endpoint ``/v1/embeddings`` and completion window 24h, ``GET
 ones in the error file; an expired or cancelled batch still has an output
 file for what finished, so only the rest needs redoing.
 
-The output line shape (``custom_id`` + ``response.status_code/body`` or
-``error``) is shared with Voyage's OpenAI-compatible batch API.
+The states and the output line shape are in ``openai_format`` (Voyage's
+OpenAI-compatible batch API shares them).
 """
 
 from __future__ import annotations
@@ -23,64 +23,15 @@ from memindex.pipeline.embeddings.batch.base import (
     BatchError,
     BatchRequest,
     BatchResults,
-    BatchState,
     BatchStatus,
     Submitted,
-    as_vector,
     batch_error,
-    dig,
-    error_text,
-    iter_jsonl,
     to_jsonl,
 )
+from memindex.pipeline.embeddings.batch.openai_format import map_state, parse_output_lines
 from memindex.pipeline.embeddings.providers.openai import OpenAIProvider
 
-# The same words are used by Voyage's OpenAI-compatible batch API.
-STATES = {
-    "validating": BatchState.PENDING,
-    "queued": BatchState.PENDING,
-    "in_progress": BatchState.RUNNING,
-    "finalizing": BatchState.RUNNING,
-    "cancelling": BatchState.RUNNING,
-    "completed": BatchState.COMPLETED,
-    "failed": BatchState.FAILED,
-    "expired": BatchState.EXPIRED,
-    "cancelled": BatchState.CANCELLED,
-    "canceled": BatchState.CANCELLED,
-}
-
 SDK_RETRIES = 2  # control-plane calls are few; the SDK's backoff is enough here
-
-
-def map_state(raw: str | None) -> BatchState:
-    return STATES.get((raw or "").lower(), BatchState.UNKNOWN)
-
-
-def parse_output_lines(data: bytes | str) -> BatchResults:
-    """Output or error file lines -> vectors / errors by custom_id."""
-    out = BatchResults()
-    for obj in iter_jsonl(data):
-        cid = obj.get("custom_id")
-        if not isinstance(cid, str):
-            continue
-        err = error_text(obj.get("error"))
-        resp = obj.get("response") if isinstance(obj.get("response"), dict) else {}
-        status = resp.get("status_code")
-        body = resp.get("body")
-        if err is None and isinstance(status, int) and status >= 400:
-            err = f"HTTP {status}: {error_text(body) or 'error'}"
-        if err is None and isinstance(body, dict) and body.get("error"):
-            err = error_text(body.get("error"))
-        if err is not None:
-            out.errors.setdefault(cid, err)
-            continue
-        vec = as_vector(dig(body, "data", 0, "embedding"))
-        if vec is None:
-            out.errors.setdefault(cid, "empty embedding")
-        else:
-            out.vectors[cid] = vec
-            out.errors.pop(cid, None)
-    return out
 
 
 class OpenAIBatchClient(BatchClient):

@@ -28,7 +28,7 @@ from memindex.pipeline.embeddings.batch.base import (
     batch_error,
     to_jsonl,
 )
-from memindex.pipeline.embeddings.batch.openai import map_state, parse_output_lines
+from memindex.pipeline.embeddings.batch.openai_format import map_state, parse_output_lines
 
 ATTEMPTS = 3  # control-plane calls: a 429/5xx/connection error is retried twice
 
