@@ -1,6 +1,6 @@
 """Warm search latency of the long-lived servers vs in-process vs the CLI's cold start.
 
-    python bench/serve.py [--corpus ../shared/bench/md-corpus-1k] [--rounds 3] [--qmd CMD]
+    python bench/serve.py [--corpus ../shared/bench/md-corpus-1k] [--rounds 3] [--qmd CMD] [--keep DIR]
 
 For keyword-only and hybrid (the local GGUF, ../shared/models/*.gguf) the corpus
 is indexed as an agent's extraPaths, then each query set is timed per call:
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -46,7 +47,7 @@ def ms_stats(samples: list[float]) -> tuple[float, float]:
 
 
 def setup(root: Path, corpus: Path, ms: dict[str, Any], env: dict[str, str]) -> None:
-    (root / "ws").mkdir(parents=True)
+    (root / "ws").mkdir(parents=True, exist_ok=True)  # --keep: an earlier run's index is synced, not rebuilt
     (root / "openclaw.json").write_text(json.dumps(
         {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], **ms}}}}))
     t0 = time.perf_counter()
@@ -147,6 +148,7 @@ def bench_cli(root: Path, env: dict[str, str], n: int) -> list[float]:
 
 
 def bench_qmd_mcp(qmd: str, root: Path, corpus: Path, rounds: int) -> list[float]:
+    shutil.rmtree(root, ignore_errors=True)  # --keep: a fresh qmd collection each run
     env = dict(os.environ, XDG_CONFIG_HOME=str(root / "xdg-config"), XDG_CACHE_HOME=str(root / "xdg-cache"),
                NO_COLOR="1")
     subprocess.run([qmd, "collection", "add", str(corpus), "--name", "bench", "--mask", "**/*.md"], env=env,
@@ -162,6 +164,8 @@ def main() -> int:
     ap.add_argument("--qmd", default=None)
     ap.add_argument("--hybrid-files", type=int, default=None,
                     help="hybrid on the first N corpus files only (embedding all 1,000 takes ~40 min on 2 cores)")
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                    help="work in DIR and keep it: a later run syncs the indexes there instead of re-embedding")
     args = ap.parse_args()
     gguf = next(iter(sorted(GGUF_DIR.glob("*.gguf"))), None)
     modes: dict[str, dict[str, Any]] = {"keyword": {"provider": "auto"}}
@@ -172,13 +176,14 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("MEMINDEX_BROKER_URL", None)
     rows: dict[str, dict[str, tuple[float, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="memindex-serve-bench-") as tmp:
+    with contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory(
+            prefix="memindex-serve-bench-") as tmp:
         for mode, ms in modes.items():
             root = Path(tmp) / mode
             corpus = args.corpus
             if mode == "hybrid" and args.hybrid_files:
                 corpus = Path(tmp) / "hybrid-corpus"
-                corpus.mkdir()
+                corpus.mkdir(parents=True, exist_ok=True)
                 for f in sorted(args.corpus.glob("*.md"))[:args.hybrid_files]:
                     shutil.copy(f, corpus / f.name)
             print(f"{mode}: {len(list(corpus.glob('*.md')))} files", file=sys.stderr, flush=True)
