@@ -267,3 +267,55 @@ def test_compose_names_its_workspace_mounts_sessions_and_reads_keys_from_env_fil
     assert cfg["agents"]["defaults"]["workspace"] == "/state/workspace" in mounts.values()
     assert "/state/agents" in mounts.values()  # <state>/agents/<id>/sessions: the transcripts
     assert base["env_file"][0]["path"] == ".env"
+
+
+# --- start-up cost (issue 19): a search or a no-change index imports only what it uses -----
+
+_PROBE = """
+import json, sys
+from memindex.producers.cli.main import main
+rc = main(sys.argv[1:])
+heavy = ("dramatiq", "asyncio", "numpy", "llama_cpp", "json5", "dotenv", "difflib", "openai", "httpx")
+other_commands = ("memindex.producers.cli.ops", "memindex.producers.cli.batch", "memindex.producers.cli.serve")
+print(json.dumps({"rc": rc, "loaded": sorted(m for m in sys.modules if m.split(".")[0] in heavy
+                                             or m in other_commands)}), file=sys.stderr)
+"""
+
+
+def test_search_and_no_change_index_import_no_queue_vector_or_sdk_code(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "ws" / "memory").mkdir(parents=True)
+    (tmp_path / "ws" / "memory" / "n.md").write_text("# Notes\n\nThe kumquat router needs a reboot.\n")
+    (tmp_path / "openclaw.json").write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "auto"}}}}))
+    base = ["--config", str(tmp_path / "openclaw.json"), "--state-dir", str(tmp_path / "state"),
+            "--workspace", str(tmp_path / "ws")]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "MEMINDEX_BROKER_URL"}
+
+    def probe(*args: str) -> list[str]:
+        r = subprocess.run([sys.executable, "-c", _PROBE, *base, *args], capture_output=True, text=True,
+                           env=env, timeout=120, cwd=tmp_path)
+        out = json.loads(r.stderr.strip().splitlines()[-1])
+        assert out["rc"] == 0, r.stderr
+        return out["loaded"]
+
+    assert "dramatiq" in probe("index", "-q")  # the first index has work: the queue machinery runs
+    # No-change resync: "auto" reads the local provider's auto_reason, never its numpy/llama code.
+    assert probe("index", "-q") == []
+    assert probe("search", "--json", "kumquat router") == []
+
+
+def test_core_command_is_found_without_a_parser_or_left_to_the_full_one():
+    from memindex.producers.cli.main import core_command
+
+    assert core_command(["search", "x"]) == "search"
+    assert core_command(["--agent", "ops", "-v", "--json", "status"]) == "status"
+    assert core_command(["--config", "search", "index"]) == "index"  # an option's value is not the command
+    assert core_command(["--agent=ops", "get", "MEMORY.md"]) == "get"
+    for argv in ([], ["worker"], ["-h", "search"], ["--conf", "x", "search"], ["--", "search"], ["mcp"]):
+        assert core_command(argv) is None, argv
+    # Either way the same command line parses to the same arguments.
+    argv = ["--agent", "ops", "search", "--json", "router", "vlan", "--max-results", "3"]
+    assert vars(build_parser(full=False).parse_args(argv)) == vars(build_parser().parse_args(argv))

@@ -211,3 +211,22 @@ def test_keyword_tokens_fold_before_splitting():
     # NFC composes "=" + U+0338 into "≠" (not a token character): the mark must not
     # survive as the start of the next word.
     assert keyword_tokens("X=\u0338b9 é") == ["x", "b9", "é"]
+
+
+_WORDY = st.lists(st.sampled_from(
+    ["gateway", "gateways", "Gateway's", "configure", "configuring", "configurations", "reload", "reloaded",
+     "ab", "abx", "rel", "e", "es", "ing", "é", "café", "İstanbul", "ﬁ", "—", "中", "ไ", "\u0301", "\ue000",
+     "đ", "Ⅻ", "x9", " ", "\n", ".", "-", "_"]), max_size=30).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(_MIXED, _WORDY), st.one_of(_MIXED, _WORDY))
+def test_keys_in_finds_exactly_the_keys_the_tokens_hold(text, query):
+    # keys_in skips tokenising the text (issue 19: coverage and snippets call it per chunk and
+    # per line); it must answer what tokenising answers, for ASCII and non-ASCII keys alike.
+    from memindex.pipeline.store.fts_text import keys_in, match_key, query_keywords
+
+    held = frozenset(match_key(t) for t in keyword_tokens(text))
+    for keys in (query_keywords(query), query_keywords(query) | frozenset(list(held)[:3]),
+                 frozenset({"gateway", "configur", "reload", "ab"})):
+        assert keys_in(text, keys) == keys & held

@@ -501,6 +501,38 @@ def test_fts_budget_drops_only_the_most_common_phrases(agent):
         conn.close()
 
 
+def test_fts_budget_ranks_chunks_holding_every_common_phrase(agent):
+    """Every phrase over the budget: the chunks holding all of them (the AND query) are
+    ranked when they are few, else taken unranked; the rarest phrase fills the list."""
+    for i in range(30):
+        words = ("alpha " if i < 20 else "") + ("beta" if i >= 15 else "")
+        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n{words} filler {i}\n")
+    agent.index()
+    settings = agent.settings()
+    eng = MemorySearch(settings)
+    try:
+        with eng.reader.snapshot() as snap:
+            def paths(hits):
+                rows = snap.chunk_rows([r for r, _ in hits])
+                return [rows[r][2] for r, _ in hits]
+
+            match = '"alpha" OR "beta"'
+            assert FtsBudget(budget=10).plan(eng.reader.conn(), snap.generation, match) == (
+                '"alpha" AND "beta"', True, '"beta"')
+            hits = snap.keyword_hits(match, 8, FtsBudget(budget=10))
+            both = {f"memory/n{i:02d}.md" for i in range(15, 20)}
+            assert set(paths(hits)[:5]) == both and len(hits) == 8
+            assert max(s for _, s in hits[:5]) < min(s for _, s in hits[5:]) < 0  # ranked first, fill after
+            assert set(paths(hits)[5:]) <= {f"memory/n{i:02d}.md" for i in range(20, 30)}  # "beta" only
+            # Too many chunks hold both for this budget: the first ones, unranked, then the fill.
+            unranked = snap.keyword_hits(match, 8, FtsBudget(budget=2))
+            assert [s for _, s in unranked] == [-1.0] * 5 + [-0.5] * 3
+            assert set(paths(unranked)[:5]) == both
+            assert snap.keyword_hits(match, 8) == snap.keyword_hits(match, 8, FtsBudget())  # small store: exact
+    finally:
+        eng.close()
+
+
 # ---------------------------------------------------------------- ranking helpers
 
 

@@ -71,3 +71,51 @@ def test_store_with_the_old_fts_layout_is_rebuilt_on_next_sync(agent):
         con.close()
     assert not any(name.endswith(f"_g{gen}") for name in left), left  # the old generation is gone
     assert agent.search("quokka")["results"][0]["path"] == "memory/a.md"
+
+
+def test_a_batch_write_stores_what_file_by_file_writes_store(agent, tmp_path):
+    """write_files takes a batch in a few statements (issue 19); the rows must be those of
+    writing each file alone: replaced chunks gone, a file twice in a batch written once
+    (the last record), FTS and files rows in step."""
+
+    from memindex.pipeline.index.records import ChunkRecord, FileRecord
+    from memindex.pipeline.store import db
+    from memindex.pipeline.store.core import StoreWriter
+
+    def rec(path: str, *texts: str) -> FileRecord:
+        return FileRecord("memory", path, f"/x/{path}", "h-" + "-".join(texts), 1, 1, "markdown", None,
+                          [ChunkRecord(i + 1, i + 1, f"c-{t}", t, None, False, f"Title {path}")
+                           for i, t in enumerate(texts)], None)
+
+    first = [rec("memory/a.md", "apple one", "apple two"), rec("memory/b.md", "banana")]
+    second = [rec("memory/a.md", "avocado"), rec("memory/c.md", "cherry", "citrus"),
+              rec("memory/b.md", "blueberry"), rec("memory/c.md", "cranberry")]
+    fp = {"provider": "none", "model": "fts-only"}
+
+    def build(path, batches, one_by_one: bool):
+        w = StoreWriter(path, vector_enabled=False)
+        try:
+            w.plan(1, fp, [], [])
+            for batch in batches:
+                for part in ([[r] for r in batch] if one_by_one else [batch]):
+                    w.write_files(1, part)
+        finally:
+            w.close()
+        c = db.connect(path, readonly=True)
+        try:
+            return (c.execute("SELECT id, source, path, start_line, end_line, hash, text FROM chunks_g1 "
+                              "ORDER BY id").fetchall(),
+                    c.execute("SELECT source, path, hash, chunks, error FROM files_g1 ORDER BY path").fetchall(),
+                    {w: sorted(c.execute("SELECT c.path FROM fts_g1 f JOIN chunks_g1 c ON c.rowid = f.rowid "
+                                         "WHERE fts_g1 MATCH ?", (w,)).fetchall())
+                     for w in ("apple", "avocado", "banana", "blueberry", "cherry", "cranberry", "title")})
+        finally:
+            c.close()
+
+    batched = build(tmp_path / "batched.sqlite", [first, second], one_by_one=False)
+    single = build(tmp_path / "single.sqlite", [first, second], one_by_one=True)
+    assert batched == single
+    chunks, files, fts = batched
+    assert [r[6] for r in chunks if r[2] == "memory/c.md"] == ["cranberry"]  # the last record of c.md
+    assert fts["apple"] == fts["banana"] == fts["cherry"] == [] and fts["avocado"] == [("memory/a.md",)]
+    assert [f[3] for f in files] == [1, 1, 1]

@@ -16,8 +16,7 @@ from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLim
 
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
-from memindex.workers.lifecycle import InterruptEmbedsOnStop, Lifecycle
-from memindex.workers.logs import WorkContext
+from memindex.workers.lifecycle import InterruptEmbedsOnStop, Lifecycle, WorkContext
 
 log = logging.getLogger("memindex.broker")
 

@@ -39,6 +39,7 @@ import uuid
 from typing import Any, Iterable
 
 from dramatiq.middleware import Middleware, ShutdownNotifications
+from memindex.workers.logs import clear_work, set_work
 
 log = logging.getLogger("memindex.lifecycle")
 
@@ -233,3 +234,17 @@ class DataLossProbe:
         self._armed = True
         return lost
 
+
+class WorkContext(Middleware):
+    """Every line logged while a message is processed names its agent and message id, so an
+    operator can follow one message from its enqueue to its write (and to its dead letter)."""
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else {}
+        set_work(str(ctx.get("agent_id") or ""), message.message_id)
+
+    def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        clear_work()
+
+    after_skip_message = after_process_message

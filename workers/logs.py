@@ -12,9 +12,6 @@ import json
 import logging
 import os
 import threading
-from typing import Any
-
-from dramatiq import Middleware
 
 LEVEL_ENV, FORMAT_ENV = "MEMINDEX_LOG_LEVEL", "MEMINDEX_LOG_FORMAT"
 LEVELS = ("debug", "info", "warning", "error")
@@ -24,23 +21,18 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
 
 
-# The message a worker thread is processing: (agent, message id), set by ``WorkContext``.
+# The message a worker thread is processing: (agent, message id), set by the ``WorkContext``
+# middleware (workers/lifecycle.py: this module stays free of dramatiq, which the CLI need not load).
 _work = threading.local()
 
 
-class WorkContext(Middleware):
-    """Every line logged while a message is processed names its agent and message id, so an
-    operator can follow one message from its enqueue to its write (and to its dead letter)."""
+def set_work(agent: str, message_id: str) -> None:
+    """The message this thread now processes (``workers.lifecycle.WorkContext`` calls it)."""
+    _work.current = (agent, message_id)
 
-    def before_process_message(self, broker: Any, message: Any) -> None:
-        ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else {}
-        _work.current = (str(ctx.get("agent_id") or ""), message.message_id)
 
-    def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
-                              exception: BaseException | None = None) -> None:
-        _work.current = None
-
-    after_skip_message = after_process_message
+def clear_work() -> None:
+    _work.current = None
 
 
 class _WorkFields(logging.Filter):

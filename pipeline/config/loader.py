@@ -19,11 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
-import json5
-from dotenv import dotenv_values
-
 from memindex.pipeline.config.paths import resolve_user_path
-from memindex.pipeline.config.secret_exec import resolve_exec_secret
 from memindex.pipeline.errors import ConfigError
 
 INCLUDE_KEY = "$include"
@@ -48,8 +44,18 @@ def _read_json5(path: Path, key: str) -> Any:
         raise ConfigError(key, f"{path}: not valid UTF-8 ({exc.reason})") from None
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
+    if not text.strip():
+        return {}
     try:
-        return json5.loads(text) if text.strip() else {}
+        # Most configs are plain JSON, which the C parser reads without importing json5 (a
+        # CLI start-up cost); anything it refuses is read as JSON5, a superset.
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        pass
+    import json5
+
+    try:
+        return json5.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ConfigError(key, f"{path}: not valid JSON5: {exc}") from None
 
@@ -111,6 +117,8 @@ def load_dotenv(state_dir: Path, env: MutableMapping[str, str]) -> None:
     """``<state dir>/.env`` (python-dotenv syntax) fills variables not already set."""
     path = state_dir / ".env"
     if path.is_file():
+        from dotenv import dotenv_values  # only when there is a .env to read
+
         try:
             _fill_env(env, {k: v for k, v in dotenv_values(path).items() if v is not None})
         except (OSError, UnicodeDecodeError) as exc:
@@ -229,6 +237,8 @@ def resolve_secret(ref: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[
     if source == "exec":
         if provider is None:
             raise ConfigError(key, f"exec SecretRef provider {name!r} is not configured ({where})")
+        from memindex.pipeline.config.secret_exec import resolve_exec_secret  # subprocess: only for exec refs
+
         return resolve_exec_secret(provider, name, ident, env, key)
     if provider is None or not isinstance(provider.get("path"), str):
         raise ConfigError(key, f"file SecretRef provider {name!r} needs {where}.path")

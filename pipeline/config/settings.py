@@ -10,7 +10,6 @@ OpenClaw's camelCase keys so that docs, seeds and config read the same.
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import json
 import logging
@@ -380,6 +379,8 @@ def _defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 def _unknown_key(schema: Mapping[str, Any], k: str, path: str) -> ConfigError:
     """A key neither OpenClaw nor memindex knows, with the closest known one suggested."""
+    import difflib  # only to suggest a name for an unknown key
+
     close = difflib.get_close_matches(k, list(schema), n=1, cutoff=0.6)
     hint = f'did you mean "{close[0]}"? ' if close else ""
     return ConfigError(path, f"unknown key; {hint}(known: {', '.join(sorted(schema))})")

@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, keyword_tokens, match_key, script_family
+from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, keys_in, script_family
 
 DEFAULT_VECTOR_WEIGHT = 0.7
 DEFAULT_TEXT_WEIGHT = 0.3
@@ -84,7 +84,7 @@ def keyword_coverage(text: str, keys: frozenset[str]) -> float:
     """Share of the query's content terms (``query_keywords``) that ``text`` contains."""
     if not keys:
         return 0.0
-    return len(keys & {match_key(t) for t in set(keyword_tokens(text))}) / len(keys)
+    return len(keys_in(text, keys)) / len(keys)
 
 
 def calibrated_text_scores(ranks: list[float], coverages: list[float]) -> list[float]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from memindex.pipeline.store.fts_text import keyword_tokens, match_key
+from memindex.pipeline.store.fts_text import keys_in, keyword_tokens, match_key
 
 SNIPPET_MAX_CHARS = 700
 
@@ -28,7 +28,7 @@ class Snippet:
 
 
 def _line_scores(lines: list[str], keys: frozenset[str]) -> list[float]:
-    found = [keys & {match_key(t) for t in keyword_tokens(line)} for line in lines]
+    found = [keys_in(line, keys) for line in lines]
     df: dict[str, int] = {}
     for hit in found:
         for k in hit:

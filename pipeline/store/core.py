@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from memindex.pipeline.errors import StoreCorrupt, StoreError
 from memindex.pipeline.store import db
@@ -66,8 +66,10 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True)  # slots: a sync of a huge workspace holds one per file
-class IndexedFile:
+class IndexedFile(NamedTuple):
+    """One indexed file's row. A tuple: a sync of a huge workspace builds one per file
+    (30,000 of them on every no-change resync), and a tuple is built in C."""
+
     hash: str
     size: int
     mtime_ns: int
@@ -191,7 +193,8 @@ def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFi
     if not _table_exists(conn, files_table(gen)):
         return {}
     rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra FROM {files_table(gen)}")
-    return {(s, p): IndexedFile(h, sz, mt, err, ex) for s, p, h, sz, mt, err, ex in rows}
+    make = tuple.__new__  # IndexedFile's fields in column order, without its Python-level __new__
+    return {(r[0], r[1]): make(IndexedFile, r[2:]) for r in rows}
 
 
 # What the writer takes. The records themselves are pipeline.index.records
@@ -456,11 +459,14 @@ class StoreWriter:
             fp["vectorDims"] = int(row[0])  # the dims this generation's vectors already have
         written, rejected = 0, []
         with self._lock, self._tx():
+            accepted: dict[FileKey, FileWrite] = {}
             for rec in records:
                 if not identity_matches(fp, rec.embedding):
                     rejected.append(rec.path)
                     continue
-                written += self._write_isolated(gen, rec)
+                accepted.pop((rec.source, rec.path), None)
+                accepted[(rec.source, rec.path)] = rec  # a file written twice in one batch: the last wins
+            written = self._write_batch(gen, list(accepted.values()))
         if rejected:
             log.warning("rejected %d write(s) embedded by a different provider than generation %d expects",
                         len(rejected), gen)
@@ -491,6 +497,103 @@ class StoreWriter:
                     continue
                 written += self._write_isolated(gen, rec, replace=False)
         self.maybe_promote(gen)
+        return written
+
+    def _write_batch(self, gen: int, records: Sequence[FileWrite]) -> int:
+        """Replace every record's file with a few statements for the whole batch (issue 19).
+
+        Per file, the writer used to issue ~8 statements plus one per chunk; each one releases
+        and re-takes the GIL, which the chunking threads hold most of the time, so a cold index
+        spent a quarter of its samples waiting to get it back. Here it is ~8 per batch. If any
+        record cannot be stored (an invalid vector, text SQLite refuses, ...) the batch is rolled
+        back and written file by file (``_write_isolated``), so that file alone gets a problem row.
+        """
+        if len(records) < 2:
+            return sum(self._write_isolated(gen, rec) for rec in records)
+        self.conn.execute("SAVEPOINT batch_write")
+        try:
+            n = self._write_many(gen, records)
+        except UNSTORABLE:
+            self.conn.execute("ROLLBACK TO batch_write")
+            self.conn.execute("RELEASE batch_write")
+            return sum(self._write_isolated(gen, rec) for rec in records)
+        self.conn.execute("RELEASE batch_write")
+        return n
+
+    def _write_many(self, gen: int, records: Sequence[FileWrite]) -> int:
+        """``_write_file(gen, rec)`` for every record, statement by statement for the whole batch.
+
+        The same rows as the per-file path: old chunks (and their FTS and vector rows) of each
+        file deleted, new chunks under fresh rowids (allocated here from max(rowid), in the
+        order the per-file path would allocate them), the files row upserted, pending cleared.
+        """
+        ct, ft, vt, ftab = chunks_table(gen), fts_table(gen), vec_table(gen), files_table(gen)
+        old: list[int] = []
+        by_source: dict[str, list[str]] = {}
+        for rec in records:
+            by_source.setdefault(rec.source, []).append(rec.path)
+        for source, paths in by_source.items():
+            for i in range(0, len(paths), _SQL_IN_MAX):
+                part = paths[i : i + _SQL_IN_MAX]
+                old += [r[0] for r in self.conn.execute(
+                    f"SELECT rowid FROM {ct} WHERE source = ? AND path IN ({','.join('?' * len(part))})",
+                    [source, *part])]
+        vec_exists = self.vector_error is None and _table_exists(self.conn, vt)
+        for i in range(0, len(old), _SQL_IN_MAX):
+            part = old[i : i + _SQL_IN_MAX]
+            marks = ",".join("?" * len(part))
+            if self.fts_error is None:
+                self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({marks})", part)
+            if vec_exists:
+                self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", part)
+            self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", part)
+        rowid = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {ct}").fetchone()[0]
+        ts = now_ms()
+        vec_ok: dict[int, bool] = {}
+        chunk_rows, fts_rows, vec_rows, cache_rows, used_rows, file_rows = [], [], [], [], [], []
+        written = 0
+        for rec in records:
+            source, path, ident = rec.source, rec.path, rec.embedding
+            model = ident.model if ident is not None else "fts-only"
+            dims = ident.dims if ident is not None else None
+            if dims and int(dims) not in vec_ok:
+                vec_ok[int(dims)] = self._ensure_vec(gen, int(dims))
+            for seq, ch in enumerate(rec.chunks):
+                blob, v = None, ch.embedding
+                if v:
+                    vec = unpack(v) if isinstance(v, bytes) else v
+                    if not is_valid(vec, dims):
+                        raise StoreError(f"{path}: invalid vector for chunk {ch.start_line}-{ch.end_line}")
+                    blob = v if isinstance(v, bytes) else pack(vec)
+                rowid += 1
+                chunk_rows.append((rowid, chunk_id(source, path, seq, ch.start_line, ch.end_line, ch.hash, model),
+                                   source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts))
+                fts_rows.append((rowid, index_text(f"{ch.context}\n{ch.text}" if ch.context else ch.text)))
+                if blob is not None:
+                    if dims and vec_ok.get(int(dims)):
+                        vec_rows.append((rowid, blob))
+                    if ch.cacheable and ident is not None:
+                        cache_rows.append((ident.provider, model, ident.provider_key, dims, ch.hash, blob, ts, ts))
+            if rec.cache_hits and ident is not None:
+                used_rows += [(ts, ident.provider, model, ident.provider_key, dims, h) for h in rec.cache_hits]
+            file_rows.append((source, path, rec.hash, rec.size, rec.mtime_ns, rec.kind, len(rec.chunks), rec.error,
+                              ts, json.dumps(rec.extra) if rec.extra else None))
+            written += len(rec.chunks)
+        # Plain INSERT: a replaced row would leave its FTS and vector rows behind as orphans.
+        self.conn.executemany(
+            f"INSERT INTO {ct}(rowid, id, source, path, start_line, end_line, hash, kind, text, "
+            "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", chunk_rows)
+        if self.fts_error is None and fts_rows:
+            self.conn.executemany(f"INSERT INTO {ft}(rowid, text) VALUES (?, ?)", fts_rows)
+        if vec_rows:
+            self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
+        if cache_rows:
+            self.conn.executemany(_CACHE_UPSERT, cache_rows)
+        if used_rows:
+            self.conn.executemany(_CACHE_USED, used_rows)
+        self.conn.executemany(_file_upsert(ftab), file_rows)
+        self.conn.executemany(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?",
+                              [(r.source, r.path) for r in records])
         return written
 
     def _write_isolated(self, gen: int, rec: FileWrite, replace: bool = True) -> int:
@@ -567,24 +670,12 @@ class StoreWriter:
         if vec_rows:
             self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
         if cache_rows:
-            self.conn.executemany(
-                "INSERT INTO embedding_cache(provider, model, provider_key, dims, hash, embedding, "
-                "updated_at, used_at) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
-                "embedding = excluded.embedding, updated_at = excluded.updated_at, used_at = excluded.used_at",
-                cache_rows,
-            )
+            self.conn.executemany(_CACHE_UPSERT, cache_rows)
         hits = rec.cache_hits
         if hits and ident is not None:
-            self.conn.executemany(
-                "UPDATE embedding_cache SET used_at = ? WHERE provider = ? AND model = ? AND "
-                "provider_key = ? AND dims = ? AND hash = ?",
-                [(ts, ident.provider, model, ident.provider_key, dims, h) for h in hits],
-            )
+            self.conn.executemany(_CACHE_USED, [(ts, ident.provider, model, ident.provider_key, dims, h) for h in hits])
         self.conn.execute(
-            f"INSERT INTO {files_table(gen)}(source, path, hash, size, mtime_ns, kind, chunks, error, "
-            "indexed_at, extra) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(source, path) DO UPDATE SET "
-            "hash=excluded.hash, size=excluded.size, mtime_ns=excluded.mtime_ns, kind=excluded.kind, "
-            "chunks=excluded.chunks, error=excluded.error, indexed_at=excluded.indexed_at, extra=excluded.extra",
+            _file_upsert(files_table(gen)),
             (source, path, rec.hash, rec.size, rec.mtime_ns, rec.kind,
              kept + len(chunks), rec.error, ts, json.dumps(rec.extra) if rec.extra else None),
         )
@@ -642,6 +733,22 @@ class StoreWriter:
                 "ORDER BY used_at ASC LIMIT ?)", (n - max_entries,),
             )
             return n - max_entries
+
+_SQL_IN_MAX = 500  # values per IN (...) list: far below SQLite's variable limit on every version
+_CACHE_UPSERT = (
+    "INSERT INTO embedding_cache(provider, model, provider_key, dims, hash, embedding, updated_at, used_at) "
+    "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
+    "embedding = excluded.embedding, updated_at = excluded.updated_at, used_at = excluded.used_at")
+_CACHE_USED = ("UPDATE embedding_cache SET used_at = ? WHERE provider = ? AND model = ? AND "
+               "provider_key = ? AND dims = ? AND hash = ?")
+
+
+def _file_upsert(table: str) -> str:
+    return (f"INSERT INTO {table}(source, path, hash, size, mtime_ns, kind, chunks, error, "
+            "indexed_at, extra) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(source, path) DO UPDATE SET "
+            "hash=excluded.hash, size=excluded.size, mtime_ns=excluded.mtime_ns, kind=excluded.kind, "
+            "chunks=excluded.chunks, error=excluded.error, indexed_at=excluded.indexed_at, extra=excluded.extra")
+
 
 class _Transaction:
     def __init__(self, conn: db.Connection):
@@ -883,18 +990,30 @@ class ReadSnapshot:
         """(chunk rowid, bm25) of the best FTS5 matches for a MATCH expression, best first.
 
         bm25() is negative, most relevant lowest. ``budget`` (an ``FtsBudget``) may drop a
-        long OR query's most common phrases first. Empty when there is no FTS table.
+        long OR query's most common phrases first, or for a query of only very common
+        phrases rank the chunks holding all of them; matches it cannot afford to rank come
+        after the ranked ones, in index order, scored half the weakest ranked score (-1
+        and -0.5 when nothing was ranked). Empty when there is no FTS table.
         """
         c, gen = self._conn, self.generation
         if c is None or gen is None:
             return []
         ft = fts_table(gen)
         try:
-            if budget is not None:
-                match = budget.trim(c, gen, match)
-            # bm25() directly: ~40% cheaper than FTS5's `rank` column for the same order.
-            return c.execute(f"SELECT rowid, bm25({ft}) AS score FROM {ft} WHERE {ft} MATCH ? "
-                             "ORDER BY score LIMIT ?", (match, limit)).fetchall()
+            plan = budget.plan(c, gen, match) if budget is not None else None
+            if plan is None or plan.ranked:
+                # bm25() directly: ~40% cheaper than FTS5's `rank` column for the same order.
+                hits = c.execute(f"SELECT rowid, bm25({ft}) AS score FROM {ft} WHERE {ft} MATCH ? "
+                                 "ORDER BY score LIMIT ?", (plan.match if plan else match, limit)).fetchall()
+            else:
+                hits = [(r, -1.0) for (r,) in c.execute(f"SELECT rowid FROM {ft} WHERE {ft} MATCH ? LIMIT ?",
+                                                        (plan.match, limit))]
+            if plan is not None and plan.fill and len(hits) < limit:
+                weakest = hits[-1][1] / 2 if hits else -0.5
+                seen = {r for r, _ in hits}
+                more = c.execute(f"SELECT rowid FROM {ft} WHERE {ft} MATCH ? LIMIT ?", (plan.fill, limit * 2))
+                hits += [(r, weakest) for (r,) in more if r not in seen][: limit - len(hits)]
+            return hits
         except db.OperationalError as exc:
             if "no such table" not in str(exc):
                 _search_log.warning("keyword search failed: %s", exc)

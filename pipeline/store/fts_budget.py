@@ -1,28 +1,49 @@
 """A work budget for the keyword arm's OR query on large stores.
 
-FTS5 computes ``bm25()`` for *every* chunk matching a MATCH expression before
-``ORDER BY rank LIMIT k`` can pick the best ones (it has no top-k pruning).
-A natural-language question OR-ed term by term matches most of a large store:
-at 100,000 chunks one common word can match 50,000 chunks, ~1 us of ranking
-each. BM25 weighs those words least (IDF falls with document frequency), so
-when the summed document frequencies of a query's phrases exceed the budget we
-keep the rarest phrases that fit it (always at least one) and drop the most
-common ones. Stores whose size times phrase count fits the budget - every
-workspace below ~1,000 chunks for a 10-term question - are never touched, so
-small-store behaviour is exactly plain BM25 over all terms.
+FTS5's ``bm25()`` costs ~1 us per matching chunk (its document length, its
+phrase hits, the sort) plus one pass over every phrase's whole posting list for
+the IDF: it has no top-k pruning, so ``ORDER BY bm25 LIMIT k`` pays for *every*
+chunk the MATCH expression matches. A natural-language question OR-ed term by
+term matches most of a large store: at 300,000 chunks one common word matches
+180,000 of them (~200 ms). BM25 weighs those words least (IDF falls with
+document frequency), so when the summed document frequencies of a query's
+phrases exceed the budget we keep the rarest phrases that fit it and drop the
+most common ones. When even the rarest phrase is over the budget, no exact
+bm25 ordering is affordable: the chunks holding *all* the phrases (an AND
+query, usually far fewer) are ranked instead, and if those are still too many
+the first matches are taken unranked (``FtsPlan.ranked`` False). Stores whose
+size times phrase count fits the budget - every workspace below ~150 chunks
+for a 10-term question - are never touched, so small-store behaviour is exactly
+plain BM25 over all terms.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 from memindex.pipeline.store import db
 from memindex.pipeline.store.schema import chunks_table, fts_table
 
-# Postings (summed document frequency) ranked per query: ~10 ms of bm25() on this CPU. A phrase
-# over it is in >10% of a 100k-chunk store: IDF <= ln 9 ~ 2.2, against ~7-9 for a rare word.
-FTS_RANK_BUDGET = 6_000
+# Postings (summed document frequency) ranked per query: ~1.2 ms of bm25() on this 2-core
+# machine (~1 us each). A phrase over it is in >14% of a 10k-chunk store (IDF <= ln 6 ~ 1.8,
+# against ~7-9 for a rare word), in >0.5% of a 300k-chunk one.
+FTS_RANK_BUDGET = 1_500
+# Document frequencies are counted up to this many postings (the count walks the posting
+# list, ~0.05-0.1 us each, once per phrase per engine): enough to order the phrases a budget
+# can still use, bounded for the words in half the store.
+DF_COUNT_CAP = 4 * FTS_RANK_BUDGET
 _CACHE_MAX = 4096
+
+
+class FtsPlan(NamedTuple):
+    """The MATCH expression to run, whether to order it by bm25 (False: take the first
+    matches; the budget could not afford ranking them), and an expression whose first
+    matches fill the list when ``match`` (an AND of common phrases) finds too few."""
+
+    match: str
+    ranked: bool = True
+    fill: str | None = None
 
 
 class FtsBudget:
@@ -30,20 +51,42 @@ class FtsBudget:
 
     def __init__(self, budget: int = FTS_RANK_BUDGET) -> None:
         self.budget = budget
+        self.count_cap = max(DF_COUNT_CAP, 4 * budget)
         self._df: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
 
     def trim(self, conn: db.Connection, gen: int, match: str) -> str:
-        """``match`` (phrases joined by `` OR ``) without its most common phrases, if over budget."""
+        """``match`` (phrases joined by `` OR ``) without its most common phrases, if over budget
+        (never empty: at least the rarest phrase stays)."""
+        return self._trim(conn, gen, match)[0]
+
+    def plan(self, conn: db.Connection, gen: int, match: str) -> FtsPlan:
+        """What to run for ``match``: the trimmed OR query, or for a query of only very common
+        phrases, their AND (ranked when it matches few enough chunks, else unranked)."""
+        trimmed, rarest_df, size = self._trim(conn, gen, match)
+        if rarest_df <= self.budget:
+            return FtsPlan(trimmed)
+        # Every phrase is over the budget. Chunks holding all of them rank best under the OR
+        # query too (each phrase adds to bm25); there are usually few.
+        phrases = match.split(" OR ")
+        every = " AND ".join(phrases) if len(phrases) > 1 else match
+        # bm25 still walks each phrase's whole posting list once for its IDF (~0.05 us a posting),
+        # so ranking the AND needs both few matches and posting lists short enough to walk.
+        if (len(phrases) > 1 and sum(self._doc_freq(conn, gen, p) for p in phrases) <= self.count_cap
+                and self._doc_freq(conn, gen, every) <= self.budget):
+            return FtsPlan(every, fill=trimmed)
+        return FtsPlan(every, ranked=False, fill=trimmed if len(phrases) > 1 else None)
+
+    def _trim(self, conn: db.Connection, gen: int, match: str) -> tuple[str, int, int]:
+        """(trimmed match, document frequency of its rarest phrase (0: not counted), store size)."""
         # build_match_query quotes every phrase and lowercases its tokens, so " OR " never occurs inside one.
         phrases = match.split(" OR ")
-        if len(phrases) < 2:
-            return match
         # max(rowid) is an O(log n) upper bound of the chunk count (rowids are never far above it).
         size = conn.execute(f"SELECT max(rowid) FROM {chunks_table(gen)}").fetchone()[0] or 0
         if size * len(phrases) <= self.budget:
-            return match
+            return match, 0, size
         ranked = sorted(range(len(phrases)), key=lambda i: (self._doc_freq(conn, gen, phrases[i]), i))
+        rarest = self._doc_freq(conn, gen, phrases[ranked[0]])
         keep, spent = [], 0
         for i in ranked:
             df = self._doc_freq(conn, gen, phrases[i])
@@ -53,20 +96,25 @@ class FtsBudget:
                 break
             keep.append(i)
             spent += df
-        return " OR ".join(phrases[i] for i in sorted(keep))
+        return " OR ".join(phrases[i] for i in sorted(keep)), rarest, size
 
     def _doc_freq(self, conn: db.Connection, gen: int, phrase: str) -> int:
-        # Cached without invalidation on writes: a slightly stale count only shifts
+        # A phrase's (or an AND of phrases') bounded count. Cached without invalidation on writes: a slightly stale count only shifts
         # which common phrase is dropped, never correctness of the matches.
         key = (gen, phrase)
         with self._lock:
             hit = self._df.get(key)
         if hit is not None:
             return hit
-        ft = fts_table(gen)
-        n = conn.execute(f"SELECT count(*) FROM {ft} WHERE {ft} MATCH ?", (phrase,)).fetchone()[0]
+        n = self._count(conn, gen, phrase)
         with self._lock:
             if len(self._df) >= _CACHE_MAX:
                 self._df.clear()
             self._df[key] = n
         return n
+
+    def _count(self, conn: db.Connection, gen: int, expr: str) -> int:
+        """Chunks matching ``expr``, counted up to ``count_cap + 1`` (no ranking: ~0.05 us each)."""
+        ft = fts_table(gen)
+        return conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {ft} WHERE {ft} MATCH ? LIMIT ?)",
+                            (expr, self.count_cap + 1)).fetchone()[0]

@@ -122,14 +122,16 @@ def _fold(text: str) -> str:
     return text.translate(_EXTRA_FOLDS) if _EXTRA_FOLD_RE.search(text) else text
 
 
-_SPACELESS_RE = re.compile(
-    "[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _HAN_RANGES + _SEA_RANGES) + "]"
-)
+@functools.cache
+def _spaceless_re() -> re.Pattern[str]:
+    # Compiled on first use: the character class spans ~200k code points and takes ~12 ms to
+    # compile, which every CLI start-up paid (an ASCII query and ASCII chunks never need it).
+    return re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _HAN_RANGES + _SEA_RANGES) + "]")
 
 
 def has_spaceless_script(text: str) -> bool:
     """Whether *text* has a character of a script written without spaces (CJK, Thai, ...)."""
-    return _SPACELESS_RE.search(text) is not None
+    return _spaceless_re().search(text) is not None
 
 
 def index_text(text: str) -> str:
@@ -144,7 +146,7 @@ def index_text(text: str) -> str:
     if text.isascii():  # most chunks: NFC, the folds and the spacing cannot change ASCII
         return text
     text = _fold(text)
-    if not _SPACELESS_RE.search(text):  # fast path: nothing to space out
+    if not _spaceless_re().search(text):  # fast path: nothing to space out
         return text
     out: list[str] = []
     prev_spaceless = False  # the current cluster belongs to a spaceless script
@@ -182,7 +184,7 @@ def keyword_tokens(text: str) -> list[str]:
     """
     if text.isascii():  # unicode61's token characters in ASCII are exactly letters and digits
         return _ASCII_TOKEN_RE.findall(text.lower())
-    if _SPACELESS_RE.search(text):  # spacing between scripts: walk the whole text
+    if _spaceless_re().search(text):  # spacing between scripts: walk the whole text
         return _walk_tokens(index_text(text))
     tokens: list[str] = []
     # Fold first, whole: NFC may compose a separator with a following mark ("=" + U+0338 is "≠").
@@ -289,6 +291,47 @@ def match_key(token: str) -> str:
             token = token[: -len(suf)]
             break
     return token[:-1] if token.endswith("e") and len(token) > 4 else token
+
+
+def _joins_token(ch: str) -> bool:
+    """Whether ``ch``, next to an ASCII word, makes it part of a longer token (``keys_in``)."""
+    if ch.isascii():
+        return ch.isalnum()
+    # A spaceless-script character is a token of its own (index_text spaces it out).
+    return _is_token_char(ch) and script_family(ch) is None
+
+
+@functools.lru_cache(maxsize=256)  # one query's keys are checked against many chunks and lines
+def _all_ascii(keys: frozenset[str]) -> bool:
+    return all(k.isascii() for k in keys)
+
+
+def keys_in(text: str, keys: frozenset[str]) -> frozenset[str]:
+    """``keys & {match_key(t) for t in keyword_tokens(text)}``: which query keys ``text`` holds.
+
+    For ASCII keys (most queries) without tokenising the text: every token a key matches
+    starts with the key itself, so only the places where the key occurs are looked at (a
+    search calls this on ~24 chunks and on every line of each snippet's chunk).
+    """
+    if not keys:
+        return frozenset()
+    if not _all_ascii(keys):
+        return keys & {match_key(t) for t in keyword_tokens(text)}
+    low = text.lower() if text.isascii() else _fold(text).lower()
+    found = []
+    for k in keys:
+        i = low.find(k)
+        while i >= 0:
+            # A token starts here when the character before cannot be part of one.
+            if i == 0 or not _joins_token(low[i - 1]):
+                tok = _ASCII_TOKEN_RE.match(low, i)
+                end = tok.end() if tok is not None else i
+                if (tok is not None and (end == len(low) or not _joins_token(low[end]))
+                        and match_key(tok.group()) == k):
+                    found.append(k)
+                    break
+            i = low.find(k, i + 1)
+    return frozenset(found)
 
 
 def build_match_query(query: str) -> str | None:

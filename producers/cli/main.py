@@ -205,7 +205,31 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The commands defined in this module. A run of one of them builds a parser without the other
+# modules' commands (ops, batch, serve): their imports and ~20 sub-parsers were a fifth of a
+# `memindex search` (issue 19). Help and completion always get the full parser.
+CORE_COMMANDS = ("index", "search", "get", "status", "completion")
+# Global options that take a value (the token after them is not the command).
+_VALUE_OPTIONS = frozenset(("--config", "--state-dir", "--workspace", "--agent", "--log-level", "--log-format"))
+
+
+def core_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names when it is one of CORE_COMMANDS, found without a parser (None:
+    another command, none, or a form only the full parser can read, e.g. an abbreviated option)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUE_OPTIONS:
+            skip = True
+        elif arg == "--" or arg in ("-h", "--help"):
+            return None
+        elif not arg.startswith("-"):
+            return arg if arg in CORE_COMMANDS else None
+    return None
+
+
+def build_parser(full: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memindex",
         description="Index and search an agent's Markdown memory; reads OpenClaw's openclaw.json "
@@ -280,13 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh"), help="the shell to print it for")
     s.set_defaults(func=cmd_completion)
 
-    from memindex.producers.cli import batch as cli_batch, ops as cli_ops
+    if full:
+        from memindex.producers.cli import batch as cli_batch, ops as cli_ops
 
-    cli_ops.register(sub)
-    cli_batch.register(sub)  # batches, backfill --batch (after cli_ops)
-    from memindex.producers.cli import serve as cli_serve
+        cli_ops.register(sub)
+        cli_batch.register(sub)  # batches, backfill --batch (after cli_ops)
+        from memindex.producers.cli import serve as cli_serve
 
-    cli_serve.register(sub)  # mcp, serve
+        cli_serve.register(sub)  # mcp, serve
     share_global_options(sub)
     return p
 
@@ -334,8 +359,9 @@ def _one_line_error(exc: BaseException) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see `memindex completion`)
+    completing = "_ARGCOMPLETE" in os.environ
+    parser = build_parser(full=completing or core_command(sys.argv[1:] if argv is None else argv) is None)
+    if completing:  # the shell asks for completions (see `memindex completion`)
         import argcomplete
 
         argcomplete.autocomplete(parser)

@@ -20,7 +20,6 @@ from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
 from memindex.pipeline.embeddings.providers.hf_download import HF_BASE_URL, ensure_model_file, is_remote_model
 from memindex.pipeline.embeddings.registry import ProviderArgs
-from memindex.pipeline.embeddings.validate import sanitize_and_normalize
 
 N_CTX = 512  # n_batch = n_ubatch = n_ctx: each input must fit one batch
 
@@ -183,6 +182,10 @@ class LocalProvider(EmbeddingProvider):
                 raw = m.llm.embed(inputs, normalize=True, truncate=True)
             except (ValueError, RuntimeError) as exc:
                 raise InvalidVectorError(f"local: embedding failed: {exc}") from exc
+        # numpy (via validate) only once vectors exist: `auto` imports this module just to read
+        # auto_reason on every sync, including no-change resyncs that never embed (~150 ms).
+        from memindex.pipeline.embeddings.validate import sanitize_and_normalize
+
         return [sanitize_and_normalize(v) for v in raw]
 
     def embed_query(self, text: str) -> list[float]:
