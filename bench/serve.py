@@ -153,7 +153,10 @@ def bench_qmd_mcp(qmd: str, root: Path, corpus: Path, rounds: int) -> list[float
                NO_COLOR="1")
     subprocess.run([qmd, "collection", "add", str(corpus), "--name", "bench", "--mask", "**/*.md"], env=env,
                    check=True, capture_output=True)
-    return bench_mcp([qmd, "mcp"], "search", lambda q: {"query": q, "limit": 6}, env, root, rounds)
+    # qmd 2.x has one "query" tool; a single lex sub-query without rerank is its BM25 search.
+    return bench_mcp([qmd, "mcp"], "query",
+                     lambda q: {"searches": [{"type": "lex", "query": q}], "limit": 6, "rerank": False},
+                     env, root, rounds)
 
 
 def main() -> int:
