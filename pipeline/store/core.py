@@ -201,6 +201,17 @@ def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFi
 # (FileRecord, ChunkRecord, TouchRecord, and EmbeddingIdentity for the vector
 # space); the store sits below the index layer, so it names only the fields it reads.
 
+def _vector_blob(ch: "ChunkWrite", dims: int | None, path: str) -> bytes | None:
+    """A chunk's vector as the stored blob (None without one); a wrong length or a NaN is refused."""
+    v = ch.embedding
+    if not v:
+        return None
+    vec = unpack(v) if isinstance(v, bytes) else v
+    if not is_valid(vec, dims):
+        raise StoreError(f"{path}: invalid vector for chunk {ch.start_line}-{ch.end_line}")
+    return v if isinstance(v, bytes) else pack(vec)
+
+
 class VectorSpace(Protocol):
     @property
     def provider(self) -> str: ...
@@ -559,12 +570,7 @@ class StoreWriter:
             if dims and int(dims) not in vec_ok:
                 vec_ok[int(dims)] = self._ensure_vec(gen, int(dims))
             for seq, ch in enumerate(rec.chunks):
-                blob, v = None, ch.embedding
-                if v:
-                    vec = unpack(v) if isinstance(v, bytes) else v
-                    if not is_valid(vec, dims):
-                        raise StoreError(f"{path}: invalid vector for chunk {ch.start_line}-{ch.end_line}")
-                    blob = v if isinstance(v, bytes) else pack(vec)
+                blob = _vector_blob(ch, dims, path)
                 rowid += 1
                 chunk_rows.append((rowid, chunk_id(source, path, seq, ch.start_line, ch.end_line, ch.hash, model),
                                    source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts))
@@ -645,12 +651,7 @@ class StoreWriter:
         ct, ft, vt = chunks_table(gen), fts_table(gen), vec_table(gen)
         fts_rows, vec_rows, cache_rows = [], [], []
         for seq, ch in enumerate(chunks, start=kept):
-            blob, v = None, ch.embedding
-            if v:
-                vec = unpack(v) if isinstance(v, bytes) else v
-                if not is_valid(vec, dims):
-                    raise StoreError(f"{path}: invalid vector for chunk {ch.start_line}-{ch.end_line}")
-                blob = v if isinstance(v, bytes) else pack(vec)
+            blob = _vector_blob(ch, dims, path)
             cid = chunk_id(source, path, seq, ch.start_line, ch.end_line, ch.hash, model)
             # Plain INSERT: a replaced row would leave its FTS and vector rows behind as orphans.
             cur = self.conn.execute(
