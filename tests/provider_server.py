@@ -68,6 +68,7 @@ class _State:
     scripts: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     sticky: dict[str, dict] = field(default_factory=dict)
     max_items: dict[str, int] = field(default_factory=dict)
+    latency_s: dict[str, float] = field(default_factory=dict)  # a fixed wait before every answer (bench/scale.py)
     keys: dict[str, str] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
@@ -247,6 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _gate(self, flavor: str, n_items: int) -> dict | None:
         """Failure handling common to all flavors. Returns the reply when it was sent."""
+        if self.owner.state.latency_s.get(flavor):
+            time.sleep(self.owner.state.latency_s[flavor])
         if not self._key_ok(flavor):
             reply = {"status": 401, "message": "Incorrect API key provided: sk-***."}
         else:

@@ -42,7 +42,7 @@ def _command(svc: dict) -> list[str]:
 def test_procfile_and_compose_start_the_same_commands():
     procs = procfile()
     services = {k: v for k, v in compose()["services"].items() if k != "redis"}
-    assert set(procs) == set(services) == {"watcher", "worker", "batch", "writer0", "writer1"}
+    assert set(procs) == set(services) == {"watcher", "worker", "compute", "batch", "writer0", "writer1"}
     for name, cmd in procs.items():
         assert _command(services[name]) == cmd, name
 
@@ -55,12 +55,13 @@ def test_the_writer_is_one_thread_and_workers_skip_the_write_queue():
     for k in (0, 1):  # N = 2 write shards, one writer each
         writer = parser.parse_args(procs[f"writer{k}"][1:])
         assert writer.command == "worker" and writer.writer and writer.shard == f"{k}/2"
-    for name in ("worker", "batch"):
+    for name in ("worker", "compute", "batch"):
         worker = parser.parse_args(procs[name][1:])
         assert worker.command == "worker" and not worker.writer and "write" not in (worker.queues or [])
     from memindex.workers.broker import QUEUES
 
-    consumed = {q for name in ("worker", "batch") for q in parser.parse_args(procs[name][1:]).queues}
+    assert parser.parse_args(procs["compute"][1:]).queues == ["embed"]  # the filesystem-free kind (issue 18)
+    consumed = {q for name in ("worker", "compute", "batch") for q in parser.parse_args(procs[name][1:]).queues}
     assert consumed | {"write"} == set(QUEUES)  # every queue has a consumer
     watcher = parser.parse_args(procs["watcher"][1:])
     assert watcher.command == "watch" and watcher.all
@@ -81,6 +82,9 @@ def test_compose_wiring():
         assert s["depends_on"]["redis"]["condition"] == "service_healthy"
         assert s["healthcheck"]["test"]
         assert s["build"] == "."
+    compute = svcs["compute"]  # embedding only (issue 18): the deployment's env, no store or memory file
+    assert compute["environment"]["MEMINDEX_BROKER_URL"].startswith("redis://redis:") and compute["healthcheck"]
+    assert not any("/state" in v for v in compute["volumes"])
     assert (REPO / "Dockerfile").is_file()
     assert set(doc["volumes"]) >= {"memindex-state"}
 

@@ -230,10 +230,10 @@ index_files.send_with_options(args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}]
 
         assert _wait(lambda: len(dead()) == 1, timeout=20)
         d = dead()[0]
-        assert d["actor"] == "index_files" and d["queue"] == "embed" and d["agent"] == "main"
+        assert d["actor"] == "index_files" and d["queue"] == "sync" and d["agent"] == "main"  # file side
         assert "TypeError" in (d["error"] or "")
         rep = json.loads(run_cli("queues", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
-        assert rep["queues"]["embed"]["dead"] == 1
+        assert rep["queues"]["sync"]["dead"] == 1
         out = run_cli("dead-letters", "--replay", env={"MEMINDEX_BROKER_URL": url})
         assert "replayed 1 message(s)" in out.stderr
         # It fails again (its retry budget travels with it) and is dead-lettered once more, not lost.

@@ -1,18 +1,21 @@
 """Every actor, declared in one import: ``dramatiq memindex.workers.actors``.
 
-The flow: ``sync`` (plan) -> ``index`` (chunk + embed) -> ``writer`` (the one
-writer per store), plus the batch-API actors. Importing this module declares
+The flow: ``sync`` (plan) -> ``index`` (read, chunk, cache lookup: file side, ``sync``
+queue) -> ``compute`` (embed the misses: ``embed`` queue, no filesystem) -> ``writer``
+(the one writer per store), plus the batch-API actors (file side, ``batch`` queue). Importing this module declares
 them all on the broker, which is what a worker process (``memindex worker``)
 and the embedded default need before they consume.
 """
 
 from memindex.workers.batch.actors import batch_submit, batch_poll, batch_finish
+from memindex.workers.compute import embed_chunks
 from memindex.workers.index import index_files, index_session_delta
 from memindex.workers.sync import dispatch_plan, run_sync, sync_agent
 from memindex.workers.writer import (
     close_writers,
     write_deletes,
     write_files,
+    write_parts,
     write_plan,
     write_session_append,
     write_touch,
@@ -20,6 +23,6 @@ from memindex.workers.writer import (
 
 __all__ = [
     "batch_submit", "batch_poll", "batch_finish",
-    "close_writers", "dispatch_plan", "index_files", "index_session_delta", "run_sync", "sync_agent",
-    "write_deletes", "write_files", "write_plan", "write_session_append", "write_touch",
+    "close_writers", "dispatch_plan", "embed_chunks", "index_files", "index_session_delta", "run_sync", "sync_agent",
+    "write_deletes", "write_files", "write_parts", "write_plan", "write_session_append", "write_touch",
 ]

@@ -172,13 +172,16 @@ def _kind(qs: list[str]) -> str:
     names = {q.removesuffix(".DQ") for q in qs}
     if names and all(q == "write" or q.startswith("write.") for q in names):
         return "writer"
-    # Planning and chunking still read the files (index_files runs on ``embed``): every non-writer
-    # is file-side until the embed step is split off (issue 18, see README "Scaling past one writer").
+    # ``embed`` alone needs no filesystem (workers/compute.py): a compute process, runnable anywhere
+    # Redis and the provider are reachable. Planning, chunking and batch state read the files.
+    if names == {"embed"}:
+        return "compute"
     return "worker"
 
 
 def worker_kinds() -> list[dict[str, Any]]:
-    """Live worker processes grouped by kind (writer / compute / file-side) and queues (Redis only)."""
+    """Live worker processes grouped by kind (``writer``, ``compute``: embed only, ``worker``: file side)
+    and queues (Redis only)."""
     if is_embedded(broker):
         return []
     from memindex.workers.lifecycle import processes

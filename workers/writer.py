@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import dramatiq
@@ -18,6 +19,7 @@ import dramatiq
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.indexer import still_on_disk
+from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.preparers import is_current
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreError
@@ -56,6 +58,12 @@ def send_write(actor: Any, ctx: dict[str, Any], *args: Any, backpressure: bool =
     queue = write_queue_for(str(settings_for(Context.from_dict(ctx)).store_path))
     if backpressure:
         wait_for_writer(queue)
+    send_write_to(queue, actor, ctx, *args, **kwargs)
+
+
+def send_write_to(queue: str, actor: Any, ctx: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    """Send a write actor's message to ``queue`` (from ``messages.write_queue_for``): what the compute
+    side uses, which knows the store path from its message and never loads the settings."""
     if queue == WRITE_QUEUE:
         actor.send(ctx, *args, **kwargs)
         return
@@ -118,11 +126,15 @@ def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any]
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
 def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    _write_files(ctx, generation, [FileRecord.from_message(r) for r in records])
+
+
+def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> None:
     context = Context.from_dict(ctx)
     settings, w = _writer(context)
     fresh: list[FileRecord] = []
     stale: list[FileRecord] = []
-    for rec in map(FileRecord.from_message, records):
+    for rec in records:
         (fresh if is_current(rec) else stale).append(rec)
     if fresh:
         started = time.perf_counter()
@@ -154,9 +166,59 @@ def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
 def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    _append(ctx, generation, [FileRecord.from_message(r) for r in records])
+
+
+def _append(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> None:
     _, w = _writer(Context.from_dict(ctx))
     # A transcript replaced since the read is left to the detector's rebuild.
-    w.append_chunks(generation, [r for r in map(FileRecord.from_message, records) if is_current(r)])
+    w.append_chunks(generation, [r for r in records if is_current(r)])
+
+
+# Parts of a file too big for one message (workers/compute.py ``pack``), per store and set, until all
+# have arrived. Only this process's writer sees a store's write queue, so memory is the right place: a
+# writer restart loses the incomplete sets, whose files stay pending until the next sync re-plans them
+# (the Markdown is the source of truth). A set never completed (a lost part) is dropped after PARTS_TTL_S.
+PARTS_TTL_S = 3600.0
+_parts: dict[tuple[str, str], tuple[float, dict[int, FileRecord]]] = {}
+
+
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
+def write_parts(ctx: dict[str, Any], generation: int, items: list[dict[str, Any]]) -> None:
+    """Collect parts of split records; the last one to arrive writes the whole record (idempotent:
+    a duplicated part replaces itself, a duplicated set rewrites the same rows)."""
+    store = str(settings_for(Context.from_dict(ctx)).store_path)
+    now = time.monotonic()
+    for key in [k for k, (t, _) in _parts.items() if now - t > PARTS_TTL_S]:
+        log.info("dropped the incomplete parts of a split record (%s); the next sync re-plans it", key[1])
+        del _parts[key]
+    done: dict[str, list[FileRecord]] = {"files": [], "append": []}
+    complete: list[tuple[str, str]] = []
+    for item in items:
+        set_id, k, n = item["part"]
+        key = (store, set_id)
+        _, have = _parts.setdefault(key, (now, {}))
+        have[int(k)] = FileRecord.from_message(item["record"])
+        if len(have) == n and key not in complete:
+            complete.append(key)
+            done[item["mode"]].append(_assemble([have[i] for i in range(n)]))
+    if done["files"]:
+        _write_files(ctx, generation, done["files"])
+    if done["append"]:
+        _append(ctx, generation, done["append"])
+    for key in complete:  # only once written: a retried message finds its set complete again
+        _parts.pop(key, None)
+
+
+def _assemble(parts: list[FileRecord]) -> FileRecord:
+    """One record from its parts, in order (the parts themselves are left as they are)."""
+    # Any part's problem (one part's embedding failed) is the file's; the identity that learnt its dims wins.
+    errors = [p.error for p in parts if p.error]
+    return replace(parts[0], chunks=[c for p in parts for c in p.chunks],
+                   cache_hits=sorted({h for p in parts for h in p.cache_hits}),
+                   error=next((e for e in errors if embedding_pending(e)), errors[0] if errors else None),
+                   embedding=next((p.embedding for p in parts if p.embedding is not None and p.embedding.dims),
+                                  parts[0].embedding))
 
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)

@@ -132,16 +132,21 @@ _cache_readers: PerSettings[StoreReader] = PerSettings()
 
 
 class ChunkEmbedder:
-    """Embeds chunk texts through the cache; only misses reach the provider."""
+    """Embeds chunk texts through the cache; only misses reach the provider.
 
-    def __init__(self, settings: AgentSettings, service: Any):
+    ``cache=False`` is the compute side's embedder (issue 18): it never opens the
+    store (the file side already looked the chunks up and sent only the misses).
+    """
+
+    def __init__(self, settings: AgentSettings, service: Any, *, cache: bool = True):
         self.settings = settings
         self.service = service
         self.identity = _identity(service.active_provider)
+        self.use_cache = cache
 
     def cached_vectors(self, hashes: Sequence[str]) -> dict[str, list[float]]:
         """chunk hash -> vector, for the hashes this index's provider already embedded (the cache)."""
-        if not self.settings.memory_search["cache"]["enabled"]:
+        if not self.use_cache or not self.settings.memory_search["cache"]["enabled"]:
             return {}
         # One reader per agent, reused: opening a connection (and loading sqlite-vec)
         # for every file's lookup was most of the cache's cost.
@@ -194,11 +199,37 @@ class ChunkEmbedder:
         return result
 
 
-def chunk_embedder_for(settings: AgentSettings) -> ChunkEmbedder | None:
+def chunk_embedder_for(settings: AgentSettings, *, cache: bool = True) -> ChunkEmbedder | None:
+    """The agent's chunk embedder, or None for a keyword-only index; ``cache=False``: see ChunkEmbedder."""
     service, _ = _service(settings)
     if service is None or service.active_provider is None:
         return None
-    return ChunkEmbedder(settings, service)
+    return ChunkEmbedder(settings, service, cache=cache)
+
+
+class CacheOnlyEmbedder:
+    """The file side's ChunkEmbedder (issue 18): chunk vectors from the cache only, misses left
+    None for the compute side to embed, so the file side never waits on the provider for text.
+    Media (``embed_media``) keeps the synchronous path: their bytes stay on the file side."""
+
+    def __init__(self, inner: ChunkEmbedder) -> None:
+        self.inner = inner
+        self.service = inner.service
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        return self.inner.identity
+
+    def cached_vectors(self, hashes: Sequence[str]) -> dict[str, list[float]]:
+        return self.inner.cached_vectors(hashes)
+
+    def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        cached = self.inner.cached_vectors(hashes)
+        return [cached.get(h) for h in hashes], set(cached)
+
+    def embed_media(self, items: Sequence[tuple[bytes, str]],
+                    hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
+        return self.inner.embed_media(items, hashes)
 
 
 class AgentQueryEmbedder:

@@ -127,6 +127,36 @@ def embed_into_record(job: FileJob, st: os.stat_result | None, digest: str, chun
     return rec
 
 
+def embed_missing(records: Sequence[FileRecord], embedder: ChunkEmbedder) -> int:
+    """Embed the chunks of ``records`` that have no vector yet, in one call (the compute side,
+    issue 18: the provider sees a message's texts together); returns how many were embedded.
+
+    A provider failure leaves the texts keyword-searchable with the "embedding pending"
+    problem, exactly as ``embed_into_record`` does when it embeds inline.
+    """
+    todo = [(r, c) for r in records for c in r.chunks if not c.embedding]
+    if not todo:
+        return 0
+    touched = list({id(r): r for r, _ in todo}.values())
+    try:
+        vectors, hits = embedder.embed_chunks([c.text for _, c in todo], [c.hash for _, c in todo])
+    except ProviderError as exc:
+        for rec in touched:
+            log.info("%s: %s (%s); indexed for keyword search", rec.path, EMBED_PENDING, exc)
+            rec.error = f"{EMBED_PENDING} ({exc}); keyword-searchable until a later sync embeds it" + (
+                f"; {rec.error}" if rec.error else "")
+        return 0
+    for (rec, c), v in zip(todo, vectors):
+        if v:
+            c.embedding = v
+            c.cacheable = c.hash not in hits
+    for rec in touched:
+        if hits:
+            rec.cache_hits = sorted(set(rec.cache_hits) | {c.hash for c in rec.chunks if c.hash in hits})
+        rec.embedding = embedder.identity  # it may have learnt its dims just now
+    return sum(1 for v in vectors if v)
+
+
 def file_is_current(record: FileRecord) -> bool:
     """Does the file on disk still hold what was read? (The writer's stale check for whole files.)
 

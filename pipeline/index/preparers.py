@@ -21,9 +21,12 @@ from memindex.pipeline.index.records import FileJob, FileRecord
 class Preparer:
     prepare: Callable[[AgentSettings, FileJob, Any], Prepared]
     is_current: Callable[[FileRecord], bool]
+    # Its chunks' vectors are embeddings of the chunk texts, so a compute worker that has
+    # only the record can embed them (issue 18). Media vectors embed the file's bytes.
+    embeds_text: bool = True
 
 
-_MEDIA = Preparer(media.prepare_media, file_is_current)  # one labelled chunk, vector from the bytes (F17)
+_MEDIA = Preparer(media.prepare_media, file_is_current, embeds_text=False)  # one labelled chunk (F17)
 
 PREPARERS: dict[str, Preparer] = {
     "markdown": Preparer(prepare_markdown, file_is_current),
@@ -36,6 +39,13 @@ PREPARERS: dict[str, Preparer] = {
 def prepare_file(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedder | None = None) -> Prepared:
     """Read, hash, chunk and (optionally) embed one file into a writer record."""
     return PREPARERS[job.kind].prepare(settings, job, embedder)
+
+
+def needs_embedding(record: FileRecord) -> bool:
+    """Does a record prepared with the cache-only embedder still miss chunk vectors the compute
+    side can make from its texts? (A keyword-only index has no identity: nothing to embed.)"""
+    return (record.embedding is not None and PREPARERS[record.kind].embeds_text
+            and any(not c.embedding for c in record.chunks))
 
 
 def is_current(record: FileRecord) -> bool:

@@ -472,11 +472,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_dead_letters)
 
     s = sub.add_parser("worker", help="run dramatiq workers on MEMINDEX_BROKER_URL", **examples(
-        ("memindex worker --queues sync embed --processes 2", "plan syncs, chunk and embed"),
+        ("memindex worker --queues sync --processes 1", "file side: plan syncs, read and chunk files"),
+        ("memindex worker --queues embed --processes 4", "compute side: embed only, no filesystem needed"),
         ("memindex worker --writer", "the single writer process"),
         ("memindex worker --writer --shard 0/2", "writer of shard 0 of 2 (write.0)"),
         description="Exec `dramatiq memindex.workers.actors` with the right queues (the Procfile's "
-                    "worker, batch and writer processes)."))
+                    "worker, compute, batch and writer processes). sync and batch are file-side (they read "
+                    "the workspaces and stores); embed is compute-side and may run on another host."))
     s.add_argument("--writer", action="store_true", help="the single writer: --processes 1 --threads 1 -Q write")
     s.add_argument("--shard", metavar="K/N", default=None,
                    help="with --writer: consume write shard K of N (write.K); every process needs "

@@ -10,10 +10,15 @@
   ``delay=pollIntervalMs``: no worker ever sleeps on a batch. Terminal ->
   collect the vectors; past ``timeoutMinutes`` -> cancel, then collect what
   finished; unknown states just run into the same deadline.
-- ``batch_finish`` (embed queue) fills each record from the collected vectors,
-  embeds whatever is still missing (failed items, an expired or cancelled or
-  failed job, a failed submission) through the normal synchronous path, and
-  hands the records to the single writer.
+- ``batch_finish`` (batch queue) fills each record from the collected vectors and
+  routes the records on (``compute.route_records``): whatever is still missing
+  (failed items, an expired or cancelled or failed job, a failed submission)
+  goes to the compute side's normal synchronous path, complete records to the
+  store's writer.
+
+Every actor here reads or writes the agent's batch state file beside its store,
+so the ``batch`` queue is file-side (issue 18); the provider does the embedding
+work of a batch, and the compute side only sees what a batch did not embed.
 
 Every job carries a lease token; messages with a stale token do nothing. A
 janitor thread in every worker takes over jobs whose lease expired (a killed
@@ -37,7 +42,7 @@ import dramatiq
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
-from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
+from memindex.pipeline.embeddings.embedder import chunk_embedder_for
 from memindex.pipeline.embeddings.base import ProviderError
 from memindex.pipeline.embeddings.registry import supports_batch
 from memindex.pipeline.embeddings.batch.base import (
@@ -54,8 +59,8 @@ from memindex.workers.batch import state as bs
 from memindex.workers.batch.coord import registry, slots
 from memindex.workers.batch.route import DeferringEmbedder
 from memindex.workers.broker import broker
-from memindex.workers.messages import GROUP_FILES, request_resync
-from memindex.workers.writer import send_write, write_files
+from memindex.workers.compute import route_records
+from memindex.workers.messages import GROUP_FILES
 
 log = logging.getLogger("memindex.batch")
 
@@ -371,7 +376,7 @@ def _give_up(ctx: dict[str, Any], st: bs.BatchStateStore, job: bs.Job, token: st
 
 # --- finish: fill, redo what is missing synchronously, write ------------------------------------
 
-@dramatiq.actor(queue_name="embed", time_limit=30 * 60_000, max_retries=8, min_backoff=500, max_backoff=60_000)
+@dramatiq.actor(queue_name="batch", time_limit=30 * 60_000, max_retries=8, min_backoff=500, max_backoff=60_000)
 def batch_finish(ctx: dict[str, Any], job_key: str, token: str) -> None:
 
     settings = settings_for(Context.from_dict(ctx))
@@ -387,59 +392,45 @@ def batch_finish(ctx: dict[str, Any], job_key: str, token: str) -> None:
         if not same:
             st.delete_items([i.id for i in items])
             return _done(ctx, settings, st, job_key, token, 0, "the provider changed; a new sync re-plans these")
-        try:
-            redone = _fill_and_write(ctx, st, job_key, token, items, embedder)
-        except FallbackSwitched as exc:
-            log.warning("%s: %s", settings.agent_id, exc)
-            st.delete_items([i.id for i in st.items_for(job_key)])
-            request_resync(ctx, "fallback")
-            return _done(ctx, settings, st, job_key, token, 0, str(exc))
+        redone = _fill_and_route(ctx, settings, st, job_key, token, items)
         _done(ctx, settings, st, job_key, token, redone, None)
 
 
-def _fill_and_write(ctx: dict[str, Any], st: bs.BatchStateStore, job_key: str, token: str, items: list[bs.Item],
-                    embedder: Any) -> int:
+def _fill_and_route(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, job_key: str, token: str,
+                    items: list[bs.Item]) -> int:
+    """Fill the records from the job's results; returns how many chunks still go the synchronous way."""
     redone = 0
     batch: list[tuple[int, int, FileRecord]] = []
     for item in items:
         rec = item.record
         got = st.results(job_key, item.missing)
-        rest = [h for h in item.missing if h not in got]
-        hits: set[str] = set()
-        if rest:  # failed, expired, cancelled or never submitted: the normal synchronous path
-            texts = {c.hash: c.text for c in rec.chunks if c.hash in set(rest)}
-            vecs, hits = embedder.embed_chunks([texts[h] for h in rest], rest)
-            got.update({h: v for h, v in zip(rest, vecs) if v})
-            redone += sum(1 for h, v in zip(rest, vecs) if v and h not in hits)
+        redone += sum(1 for h in item.missing if h not in got)  # failed, expired, cancelled or never submitted
         dims = None
         for c in rec.chunks:
             v = got.get(c.hash)
             if not c.embedding and v:
                 c.embedding = v
-                c.cacheable = c.hash not in hits
             if c.embedding and v:
                 dims = len(v)
-        if hits:
-            rec.cache_hits = sorted(set(rec.cache_hits) | hits)
         if rec.embedding is not None and dims:
             rec.embedding = replace(rec.embedding, dims=dims)
         batch.append((item.id, item.generation, rec))
         st.update(job_key, token, lease_until=time.time() + FINISH_LEASE_S)
         if len(batch) >= GROUP_FILES:
-            _write(ctx, st, batch)
+            _route(ctx, settings, st, batch)
             batch = []
     if batch:
-        _write(ctx, st, batch)
+        _route(ctx, settings, st, batch)
     return redone
 
 
-def _write(ctx: dict[str, Any], st: bs.BatchStateStore, batch: list[tuple[int, int, FileRecord]]) -> None:
-
+def _route(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore,
+           batch: list[tuple[int, int, FileRecord]]) -> None:
     by_gen: dict[int, list[FileRecord]] = {}
     for _, gen, rec in batch:
         by_gen.setdefault(gen, []).append(rec)
     for gen, recs in by_gen.items():
-        send_write(write_files, ctx, gen, [r.to_message() for r in recs], backpressure=True)
+        route_records(ctx, settings, gen, recs)  # complete ones to the writer, the rest to compute
     st.delete_items([i for i, _, _ in batch])  # after the send: a crash in between only rewrites
 
 
@@ -507,7 +498,7 @@ def sweep() -> None:
 
 
 class _Janitor(dramatiq.Middleware):
-    """Runs ``sweep`` every few seconds in each worker process (not in producers)."""
+    """Runs ``sweep`` every few seconds in each worker process that consumes ``batch`` (not in producers)."""
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
@@ -516,6 +507,9 @@ class _Janitor(dramatiq.Middleware):
     def after_worker_boot(self, broker: Any, worker: Any) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
+        wanted = getattr(worker, "consumer_whitelist", None)
+        if wanted and "batch" not in wanted:
+            return  # batch state lives beside the stores: only file-side (batch-consuming) workers sweep
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="memindex-batch-janitor", daemon=True)
         self._thread.start()

@@ -6,7 +6,8 @@ provider is the primary one and has a batch API in the provider registry:
 openai, gemini, voyage). It answers cache hits at
 once and leaves every miss unembedded, remembering it, so the prepared
 records can be handed to a batch job instead of being embedded inline.
-Cache hits therefore never reach a batch.
+Cache hits therefore never reach a batch. It never calls the provider for text
+itself: what a batch cannot take (over the input limit) is left to the compute side.
 """
 
 from __future__ import annotations
@@ -38,19 +39,12 @@ class DeferringEmbedder:
 
     def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
         cached = self.inner.cached_vectors(hashes)
-        vectors: list[list[float] | None] = []
-        oversize: dict[str, str] = {}
         for text, h in zip(texts, hashes):
-            vectors.append(cached.get(h))
-            if h in cached or not text.strip():
-                continue
-            # A text over the input limit needs the service's split-and-average: embed it inline.
-            (oversize if estimate_tokens(text) > self._limit else self.deferred)[h] = text
-        if oversize:
-            vecs, _ = self.inner.embed_chunks(list(oversize.values()), list(oversize))
-            got = dict(zip(oversize, vecs))
-            vectors = [v if v is not None else got.get(h) for v, h in zip(vectors, hashes)]
-        return vectors, set(cached)
+            # A text over the input limit needs the service's split-and-average: it is left
+            # unembedded here and the compute side embeds it (workers/compute.py), as a blank one.
+            if h not in cached and text.strip() and estimate_tokens(text) <= self._limit:
+                self.deferred[h] = text
+        return [cached.get(h) for h in hashes], set(cached)
 
     def __getattr__(self, name: str) -> Any:
         # Anything beyond chunk texts (e.g. media) keeps the synchronous path.

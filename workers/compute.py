@@ -1,0 +1,255 @@
+"""The compute side (issue 18): embed chunk texts that arrive in the message, never touch a file or a store.
+
+The file side (``workers.index``, on the ``sync`` queue) reads, chunks and looks
+each chunk up in the store's embedding cache; ``route_records`` then sends the
+records that still miss vectors here, on the ``embed`` queue, and the rest
+straight to the writer. ``embed_chunks`` embeds the misses and hands the
+finished records to the write queue (shard) that owns the store.
+
+What a message carries, so a compute worker needs only Redis and the provider:
+
+- the pinned ``Context`` (first argument, as in every message: logs, the guard);
+- ``spec``: the agent's resolved ``memorySearch`` and ``models.providers`` with
+  every ``apiKey`` and ``headers`` value removed, the store path (to pick the
+  write shard) and the other paths as plain strings (never opened here).
+  Secrets come from the compute host: its environment (``OPENAI_API_KEY``, ...)
+  or, when the config file the Context names is readable there, from that file;
+- the records: chunk texts, hashes, line ranges and the cache hits' vectors
+  (so the writer needs no second cache lookup). A message holds at most
+  ``EMBED_MSG_CHUNKS`` chunks and about ``EMBED_MSG_BYTES`` bytes: a bigger file
+  travels in parts (``part = [set id, index, count]``) that the writer puts
+  back together (``writer.write_parts``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import dramatiq
+
+from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.embeddings.base import InvalidVectorError, ProviderAuthError
+from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
+from memindex.pipeline.index.prepare import embed_missing
+from memindex.pipeline.index.preparers import needs_embedding
+from memindex.pipeline.index.records import FileRecord
+from memindex.workers import queues
+from memindex.workers.broker import is_embedded
+from memindex.workers.messages import EMBED_QUEUE, GROUP_FILES, RETRY, request_resync, write_queue_for
+from memindex.workers.writer import send_write_to, wait_for_writer, write_files, write_parts, write_session_append
+
+log = logging.getLogger("memindex.compute")
+
+# A rejected key or a malformed vector will not get better by retrying the message.
+NOT_RETRIED = (ProviderAuthError, InvalidVectorError)
+
+# Message bounds: one embed (or write) message holds at most this many chunks and about this many
+# bytes (texts + vectors, base64, counting the vectors the compute side will add). 256 chunks of
+# ~1.6 KB text are ~0.4 MB, plus 2 KB (384 dims) to 8 KB (1536) of vector each: a few provider
+# requests, and a Redis value far below its limits. Env vars shrink them (tests).
+EMBED_MSG_CHUNKS = int(os.environ.get("MEMINDEX_EMBED_MSG_CHUNKS", "256"))
+EMBED_MSG_BYTES = int(os.environ.get("MEMINDEX_EMBED_MSG_BYTES", str(1024 * 1024)))
+
+# The file side waits (bounded) while this many embed messages are ready: without it a backfill
+# would put every chunk text of a workspace into Redis before the compute side caught up.
+EMBED_BACKLOG_MAX = 64
+EMBED_BACKLOG_WAIT_S = 120.0
+EMBED_BACKLOG_STUCK_S = 5.0  # the backlog did not shrink for this long: no compute worker runs; send anyway
+
+SECRET_FIELDS = ("apiKey", "headers")
+MODES = {"files": write_files, "append": write_session_append}
+
+
+# --- the spec: what the compute side needs instead of the config --------------------------------
+
+def compute_spec(settings: AgentSettings) -> dict[str, Any]:
+    """The agent's embedding settings as a message part, without secrets."""
+    ms = copy.deepcopy(settings.memory_search)
+    providers = copy.deepcopy(settings.providers)
+    stripped = 0
+    for section in (ms.get("remote"), *providers.values()):
+        if isinstance(section, dict):
+            for f in SECRET_FIELDS:
+                if section.pop(f, None) is not None:
+                    stripped += 1
+    return {"agent_id": settings.agent_id, "workspace": str(settings.workspace),
+            "state_dir": str(settings.state_dir), "store": str(settings.store_path),
+            "config": str(settings.config_path) if settings.config_path else None,
+            "memory_search": ms, "providers": providers, "memory": settings.memory, "secrets": stripped}
+
+
+def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettings:
+    """``AgentSettings`` for embedding only, built from a spec: no path in it is ever opened here.
+
+    Removed secrets are put back from the config file the Context names when this host can read
+    it (a compute host with a copy of the config); otherwise keys come from this host's
+    environment, as ``keys.resolve_api_key`` looks them up after the config.
+    """
+    ms, providers = copy.deepcopy(spec["memory_search"]), copy.deepcopy(spec["providers"])
+    if spec.get("secrets") and spec.get("config") and os.path.isfile(spec["config"]):
+        try:
+            from memindex.pipeline.config.agents import settings_for
+
+            full = settings_for(Context.from_dict(ctx))
+            _overlay_secrets(ms, full.memory_search, providers, full.providers)
+        except Exception as exc:  # noqa: BLE001 - then the environment must hold the keys
+            log.warning("could not read secrets from %s (%s); using this host's environment", spec["config"], exc)
+    return AgentSettings(spec["agent_id"], Path(spec["workspace"]), Path(spec["state_dir"]), Path(spec["store"]),
+                         True, ms, spec.get("memory") or {}, providers,
+                         config_path=Path(spec["config"]) if spec.get("config") else None)
+
+
+def _overlay_secrets(ms: dict[str, Any], full_ms: dict[str, Any], providers: dict[str, Any],
+                     full_providers: dict[str, Any]) -> None:
+    pairs = [(ms.get("remote"), full_ms.get("remote"))]
+    pairs += [(providers.get(p), v) for p, v in full_providers.items()]
+    for mine, theirs in pairs:
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            for f in SECRET_FIELDS:
+                if theirs.get(f) is not None:
+                    mine[f] = theirs[f]
+
+
+# --- bounded messages -------------------------------------------------------------------------
+
+def _chunk_bytes(c: Any, dims: int) -> int:
+    """A chunk's share of a message after embedding: its texts and its vector (base64 float32)."""
+    vec = c.embedding
+    n = (len(vec) if isinstance(vec, bytes) else 4 * len(vec)) if vec else 4 * dims
+    return 120 + len(c.text.encode()) + len(c.context.encode()) + (n * 4) // 3
+
+
+# The vector size a chunk still to be embedded is budgeted at when the index has not learnt its dims
+# yet (OpenAI's text-embedding-3-small; a 3072-dim model's messages come out up to twice the budget).
+DIMS_GUESS = 1536
+
+
+def pack(records: list[FileRecord], mode: str, generation: int) -> Iterator[list[dict[str, Any]]]:
+    """Records as message item lists, each within the chunk and byte bounds (and GROUP_FILES files).
+
+    A record over a bound is cut into parts of consecutive chunks, one message each; every
+    part repeats the record's header and names its set, index and count.
+    """
+    group: list[dict[str, Any]] = []
+    chunks = size = 0
+    for rec in records:
+        dims = 0 if rec.embedding is None else (rec.embedding.dims or DIMS_GUESS)
+        sizes = [_chunk_bytes(c, dims) for c in rec.chunks]
+        n, b = len(sizes), sum(sizes)
+        if n > EMBED_MSG_CHUNKS or b > EMBED_MSG_BYTES:
+            yield from _parts(rec, mode, generation, sizes)
+            continue
+        if group and (len(group) >= GROUP_FILES or chunks + n > EMBED_MSG_CHUNKS or size + b > EMBED_MSG_BYTES):
+            yield group
+            group, chunks, size = [], 0, 0
+        group.append({"mode": mode, "record": rec.to_message()})
+        chunks += n
+        size += b
+    if group:
+        yield group
+
+
+def _parts(rec: FileRecord, mode: str, generation: int, sizes: list[int]) -> Iterator[list[dict[str, Any]]]:
+    slices: list[tuple[int, int]] = []
+    start = size = 0
+    for i, s in enumerate(sizes):
+        if i > start and (i - start >= EMBED_MSG_CHUNKS or size + s > EMBED_MSG_BYTES):
+            slices.append((start, i))
+            start, size = i, 0
+        size += s
+    slices.append((start, len(sizes)))
+    set_id = hashlib.sha256(json.dumps([rec.source, rec.path, rec.hash, rec.base_hash, generation,
+                                        len(slices)]).encode()).hexdigest()[:24]
+    whole = rec.chunks
+    for k, (a, b) in enumerate(slices):
+        rec.chunks = whole[a:b]
+        yield [{"mode": mode, "record": rec.to_message(), "part": [set_id, k, len(slices)]}]
+    rec.chunks = whole
+
+
+# --- the file side's send ---------------------------------------------------------------------
+
+def wait_for_compute() -> None:
+    """Bounded wait while the embed queue's backlog is over EMBED_BACKLOG_MAX and shrinking."""
+    if is_embedded():
+        return  # in-process: the sender's own threads consume it, so waiting here could only stall them
+    deadline = time.monotonic() + EMBED_BACKLOG_WAIT_S
+    best, since = None, time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            n = queues.ready(EMBED_QUEUE)
+            if n <= EMBED_BACKLOG_MAX:
+                return
+            if best is None or n < best:
+                best, since = n, time.monotonic()
+            elif time.monotonic() - since > EMBED_BACKLOG_STUCK_S:
+                return
+            time.sleep(0.25)  # compute messages take ~100 ms to seconds: finer polling only burns CPU
+    except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup): just send
+        log.debug("embed backlog check failed: %s", exc)
+
+
+def route_records(ctx: dict[str, Any], settings: AgentSettings, generation: int, records: list[FileRecord],
+                  mode: str = "files") -> int:
+    """Send prepared records on: those still missing text vectors to the compute side, the rest
+    to the store's writer; returns how many went to compute."""
+    todo = [r for r in records if needs_embedding(r)]
+    ready = [r for r in records if not needs_embedding(r)]
+    queue = write_queue_for(str(settings.store_path))
+    for items in pack(ready, mode, generation):
+        forward(ctx, queue, generation, items)
+    if todo:
+        spec = compute_spec(settings)
+        for items in pack(todo, mode, generation):
+            wait_for_compute()
+            embed_chunks.send(ctx, generation, spec, items)
+    return len(todo)
+
+
+def forward(ctx: dict[str, Any], queue: str, generation: int, items: list[dict[str, Any]]) -> None:
+    """Items to the writer: whole records by mode (``write_files`` / ``write_session_append``), parts
+    to ``write_parts``; waits (bounded) for the shard's backlog first."""
+    wait_for_writer(queue)
+    parts = [i for i in items if i.get("part")]
+    if parts:
+        send_write_to(queue, write_parts, ctx, generation, parts)
+    for mode, actor in MODES.items():
+        whole = [i["record"] for i in items if not i.get("part") and i["mode"] == mode]
+        if whole:
+            send_write_to(queue, actor, ctx, generation, whole)
+
+
+# --- the compute actor ------------------------------------------------------------------------
+
+@dramatiq.actor(queue_name=EMBED_QUEUE, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
+def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], items: list[dict[str, Any]]) -> None:
+    """Embed the chunks without a vector in ``items`` and hand them to the store's writer."""
+    settings = settings_from_spec(spec, ctx)
+    embedder = chunk_embedder_for(settings, cache=False)
+    if embedder is None:
+        log.warning("%s: no embedding provider on this compute host (%s); writing the chunks without vectors",
+                    ctx.get("agent_id"), spec["memory_search"].get("provider"))
+    else:
+        records = [FileRecord.from_message(item["record"]) for item in items]
+        planned = [r.embedding for r in records]
+        try:
+            embed_missing(records, embedder)
+        except FallbackSwitched as exc:
+            # The primary provider failed over: these vectors belong to a new index.
+            log.warning("%s: %s", ctx.get("agent_id"), exc)
+            request_resync(ctx, "fallback")
+            return
+        for item, rec, want in zip(items, records, planned):
+            if want is not None and rec.embedding is not None and want.provider_key != rec.embedding.provider_key:
+                log.warning("%s: %s was planned for provider %s but this compute host embeds with %s "
+                            "(different config?); the writer will re-plan it", ctx.get("agent_id"), rec.path,
+                            want.provider, rec.embedding.provider)
+            item["record"] = rec.to_message()
+    forward(ctx, write_queue_for(spec["store"]), generation, items)
