@@ -26,7 +26,6 @@ from memindex.pipeline.index.sessions import prepare_session_delta
 from memindex.workers.batch.actors import send_to_batch
 from memindex.workers.batch.route import batch_embedder_for
 from memindex.workers.compute import NOT_RETRIED, route_records
-from memindex.workers.failures import note_record_failures
 from memindex.workers.messages import RETRY, SYNC_QUEUE, request_resync
 from memindex.workers.writer import send_write, write_deletes, write_touch
 
@@ -60,7 +59,6 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
             touches.append(prepared.touch)
         elif prepared.record is not None:
             records.append(prepared.record)
-    note_record_failures(settings, records)
     if deferring is not None:
         records = send_to_batch(ctx, settings, generation, records, deferring)  # the rest is ready now
     if records:

@@ -25,6 +25,7 @@ from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreError
 from memindex.pipeline.store.core import StoreWriter, open_writer
 from memindex.workers import queues
+from memindex.workers.failures import note_record_failures
 from memindex.workers.logs import WriteSummary
 from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync, write_queue_for
 
@@ -137,6 +138,9 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
     for rec in records:
         (fresh if is_current(rec) else stale).append(rec)
     if fresh:
+        # Files written without their vectors (a provider failure on the compute side) or skipped:
+        # noted here, where the store and its failure record are (the compute side has neither).
+        note_record_failures(settings, fresh)
         started = time.perf_counter()
         _, rejected = w.write_files(generation, fresh)
         _summary.record(context.agent_id or "default", len(fresh), sum(len(r.chunks) for r in fresh),
@@ -170,9 +174,11 @@ def write_session_append(ctx: dict[str, Any], generation: int, records: list[dic
 
 
 def _append(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> None:
-    _, w = _writer(Context.from_dict(ctx))
+    settings, w = _writer(Context.from_dict(ctx))
     # A transcript replaced since the read is left to the detector's rebuild.
-    w.append_chunks(generation, [r for r in records if is_current(r)])
+    current = [r for r in records if is_current(r)]
+    note_record_failures(settings, current)
+    w.append_chunks(generation, current)
 
 
 # Parts of a file too big for one message (workers/compute.py ``pack``), per store and set, until all
