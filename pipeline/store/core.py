@@ -454,6 +454,16 @@ class StoreWriter:
             return st.building_fingerprint
         return None
 
+    def _insert_chunk_rows(self, ft: str, vt: str, fts_rows: list[tuple], vec_rows: list[tuple],
+                           cache_rows: list[tuple]) -> None:
+        """The FTS, vector and embedding-cache rows of chunks just inserted (both write paths)."""
+        if self.fts_error is None and fts_rows:
+            self.conn.executemany(f"INSERT INTO {ft}(rowid, text) VALUES (?, ?)", fts_rows)
+        if vec_rows:
+            self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
+        if cache_rows:
+            self.conn.executemany(_CACHE_UPSERT, cache_rows)
+
     def write_files(self, gen: int, records: Sequence[FileWrite]) -> tuple[int, list[str]]:
         """Replace each file's chunks in one transaction.
 
@@ -589,12 +599,7 @@ class StoreWriter:
         self.conn.executemany(
             f"INSERT INTO {ct}(rowid, id, source, path, start_line, end_line, hash, kind, text, "
             "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", chunk_rows)
-        if self.fts_error is None and fts_rows:
-            self.conn.executemany(f"INSERT INTO {ft}(rowid, text) VALUES (?, ?)", fts_rows)
-        if vec_rows:
-            self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
-        if cache_rows:
-            self.conn.executemany(_CACHE_UPSERT, cache_rows)
+        self._insert_chunk_rows(ft, vt, fts_rows, vec_rows, cache_rows)
         if used_rows:
             self.conn.executemany(_CACHE_USED, used_rows)
         self.conn.executemany(_file_upsert(ftab), file_rows)
@@ -666,12 +671,7 @@ class StoreWriter:
                     vec_rows.append((rowid, blob))
                 if ch.cacheable and ident is not None:
                     cache_rows.append((ident.provider, model, ident.provider_key, dims, ch.hash, blob, ts, ts))
-        if self.fts_error is None and fts_rows:
-            self.conn.executemany(f"INSERT INTO {ft}(rowid, text) VALUES (?, ?)", fts_rows)
-        if vec_rows:
-            self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
-        if cache_rows:
-            self.conn.executemany(_CACHE_UPSERT, cache_rows)
+        self._insert_chunk_rows(ft, vt, fts_rows, vec_rows, cache_rows)
         hits = rec.cache_hits
         if hits and ident is not None:
             self.conn.executemany(_CACHE_USED, [(ts, ident.provider, model, ident.provider_key, dims, h) for h in hits])
