@@ -258,11 +258,12 @@ def wait_for(cond, timeout: float, step: float = 0.25) -> bool:
     return cond()
 
 
-def kill_groups(procs) -> None:
-    """SIGKILL each process group started with ``start_new_session`` and reap its leader."""
+def kill_groups(procs, sig: int = signal.SIGKILL, wait_s: float = 10) -> None:
+    """Signal each process group started with ``start_new_session`` (SIGKILL unless ``sig``) and
+    reap its leader, waiting up to ``wait_s`` for each."""
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, sig)
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(10)
+            p.wait(wait_s)

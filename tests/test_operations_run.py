@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import REPO, Agent, module_server, run_cli, wait_for
+from tests.conftest import REPO, Agent, module_server, run_cli, kill_groups, wait_for
 from tests.provider_server import ProviderServer
 
 server = module_server(ProviderServer)
@@ -208,12 +208,7 @@ def test_metrics_endpoints_serve_what_the_processes_did(tmp_path, redis_server, 
         writer = _scrape(writer_port)
         assert writer[("memindex_writer_transaction_seconds_count", ())] >= 2  # the plan, then the files
     finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(20)
+        kill_groups(procs, signal.SIGTERM, wait_s=20)
         _kill_all(f"MEMINDEX_BROKER_URL={redis_server.url}")
 
 

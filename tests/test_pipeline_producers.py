@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import logging
 import os
 import time
@@ -13,16 +15,11 @@ from memindex.producers import hooks
 from memindex.workers import flags
 from memindex.producers.interval import IntervalSync
 from memindex.producers.watcher import AgentWatch, Watcher
-from tests.conftest import Agent, run_cli
+from tests.conftest import Agent, run_cli, wait_for
 
 
-def _wait(cond, timeout: float = 10.0, poll: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(poll)
-    return cond()
+# The watcher reacts in milliseconds: poll finely, within a short default timeout.
+_wait = functools.partial(wait_for, timeout=10.0, step=0.02)
 
 
 class Recorder:
