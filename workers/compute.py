@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import os
-import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -167,11 +167,9 @@ def _parts(rec: FileRecord, mode: str, generation: int, sizes: list[int]) -> Ite
     slices.append((start, len(sizes)))
     set_id = hashlib.sha256(json.dumps([rec.source, rec.path, rec.hash, rec.base_hash, generation,
                                         len(slices)]).encode()).hexdigest()[:24]
-    whole = rec.chunks
     for k, (a, b) in enumerate(slices):
-        rec.chunks = whole[a:b]
-        yield [{"mode": mode, "record": rec.to_message(), "part": [set_id, k, len(slices)]}]
-    rec.chunks = whole
+        part = replace(rec, chunks=rec.chunks[a:b])
+        yield [{"mode": mode, "record": part.to_message(), "part": [set_id, k, len(slices)]}]
 
 
 # --- the file side's send ---------------------------------------------------------------------
@@ -180,20 +178,9 @@ def wait_for_compute() -> None:
     """Bounded wait while the embed queue's backlog is over EMBED_BACKLOG_MAX and shrinking."""
     if is_embedded():
         return  # in-process: the sender's own threads consume it, so waiting here could only stall them
-    deadline = time.monotonic() + EMBED_BACKLOG_WAIT_S
-    best, since = None, time.monotonic()
-    try:
-        while time.monotonic() < deadline:
-            n = queues.ready(EMBED_QUEUE)
-            if n <= EMBED_BACKLOG_MAX:
-                return
-            if best is None or n < best:
-                best, since = n, time.monotonic()
-            elif time.monotonic() - since > EMBED_BACKLOG_STUCK_S:
-                return
-            time.sleep(0.25)  # compute messages take ~100 ms to seconds: finer polling only burns CPU
-    except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup): just send
-        log.debug("embed backlog check failed: %s", exc)
+    # compute messages take ~100 ms to seconds: polling finer than 0.25 s only burns CPU
+    queues.wait_below(EMBED_QUEUE, EMBED_BACKLOG_MAX, EMBED_BACKLOG_WAIT_S, poll_s=0.25,
+                      stuck_s=EMBED_BACKLOG_STUCK_S)
 
 
 def route_records(ctx: dict[str, Any], settings: AgentSettings, generation: int, records: list[FileRecord],

@@ -10,10 +10,13 @@ messages count as neither (dramatiq redelivers them, see ``broker.HEARTBEAT_TIME
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, shard_queues
+
+log = logging.getLogger("memindex.queues")
 
 
 def all_queues() -> tuple[str, ...]:
@@ -61,6 +64,27 @@ def ready(queue: str) -> int:
     if is_embedded(broker):
         return broker.queues[queue].qsize()
     return int(broker.client.llen(f"{broker.namespace}:{queue}"))
+
+
+def wait_below(queue: str, limit: int, wait_s: float, poll_s: float, stuck_s: float | None = None) -> None:
+    """Backpressure: block, at most ``wait_s``, while ``queue`` holds more than ``limit`` ready
+    messages; with ``stuck_s``, stop waiting once the backlog has not shrunk for that long (no
+    consumer runs). A broker that cannot say its depth ends the wait: the caller just sends."""
+    deadline = time.monotonic() + wait_s
+    best, since = None, time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            n = ready(queue)
+            if n <= limit:
+                return
+            if stuck_s is not None:
+                if best is None or n < best:
+                    best, since = n, time.monotonic()
+                elif time.monotonic() - since > stuck_s:
+                    return
+            time.sleep(poll_s)
+    except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup)
+        log.debug("backlog check of %s failed: %s", queue, exc)
 
 
 def unconsumed_queues() -> list[str]:

@@ -43,12 +43,7 @@ WRITE_BACKLOG_WAIT_S = 120.0  # never wait forever: no writer running must not w
 
 def wait_for_writer(queue: str = WRITE_QUEUE) -> None:
     """Block (bounded) while ``queue`` (a store's write queue or shard) holds more than WRITE_BACKLOG_MAX messages."""
-    deadline = time.monotonic() + WRITE_BACKLOG_WAIT_S
-    try:
-        while queues.ready(queue) > WRITE_BACKLOG_MAX and time.monotonic() < deadline:
-            time.sleep(0.02)
-    except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup): just send
-        log.debug("write backlog check failed: %s", exc)
+    queues.wait_below(queue, WRITE_BACKLOG_MAX, WRITE_BACKLOG_WAIT_S, poll_s=0.02)
 
 
 def send_write(actor: Any, ctx: dict[str, Any], *args: Any, backpressure: bool = False, **kwargs: Any) -> None:
