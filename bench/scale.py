@@ -6,7 +6,7 @@
 The embedder is the local OpenAI-wire fake (``tests/provider_server.py``) answering every
 request after a fixed 20 ms sleep: simulated network latency, not CPU. For each (compute
 processes, writer shards) pair it starts a fresh redis-server, one file-side worker
-(``memindex worker --queues sync batch --processes 1 --threads FILE_THREADS``: plans, reads,
+(``memindex worker --queues sync --processes 1 --threads FILE_THREADS``: plans, reads,
 chunks), P compute workers (``memindex worker --queues embed --processes P --threads 1``:
 embedding only, no filesystem) and S writers (``memindex worker --writer --shard K/S``), plans
 every agent's sync from one process, and times until every store holds every file. Prints
@@ -120,7 +120,7 @@ def run_config(agents: list[dict[str, str]], state_root: Path, notes: int, procs
     try:
         for k in range(shards):
             spawn(f"writer{k}", "worker", "--writer", "--shard", f"{k}/{shards}")
-        spawn("files", "worker", "--queues", "sync", "batch", "--processes", "1", "--threads", str(FILE_THREADS))
+        spawn("files", "worker", "--queues", "sync", "--processes", "1", "--threads", str(FILE_THREADS))
         spawn("compute", "worker", "--queues", "embed", "--processes", str(procs), "--threads", "1")
         time.sleep(3.0)  # let every process boot and declare its queues
         ctxs = [["main", a["config"], str(state_root / f"s{i:03d}"), a["workspace"]] for i, a in enumerate(agents)]

@@ -1,12 +1,29 @@
-"""The batch bookkeeping file and the in-flight slots, without any provider."""
+"""The batch bookkeeping (the file beside the store, and its Redis twin) and the in-flight slots,
+without any provider. Every state test runs on both backends: the actors use either one."""
 
 from __future__ import annotations
 
+import threading
 import time
+
+import pytest
 
 from memindex.pipeline.index.records import ChunkRecord, FileRecord
 from memindex.workers.batch.coord import _LocalSlots
 from memindex.workers.batch.state import DONE, POLLING, BatchStateStore, new_token, state_path
+
+
+@pytest.fixture(params=["file", "redis"])
+def state(request, tmp_path):
+    """A factory: each call is another worker's handle on the same agent's batch state."""
+    if request.param == "file":
+        return lambda: BatchStateStore(tmp_path / "s.sqlite")
+    import redis
+
+    from memindex.workers.batch.redis_state import RedisBatchState
+
+    srv = request.getfixturevalue("redis_server")
+    return lambda: RedisBatchState(redis.Redis.from_url(srv.url), tmp_path / "main.sqlite")
 
 
 def rec(path, h="h1", chunks=("a", "b")):
@@ -18,8 +35,8 @@ def test_state_file_sits_beside_the_store(tmp_path):
     assert state_path(tmp_path / "memory" / "main.sqlite") == tmp_path / "memory" / "main.batches.sqlite"
 
 
-def test_items_are_deduplicated_and_claimed_in_order_up_to_a_cap(tmp_path):
-    st = BatchStateStore(tmp_path / "s.sqlite")
+def test_items_are_deduplicated_and_claimed_in_order_up_to_a_cap(state):
+    st = state()
     assert st.add_items(1, "pk", [(rec("a.md"), ["a", "b"]), (rec("b.md"), ["b", "c"])]) == 2
     assert st.add_items(1, "pk", [(rec("a.md"), ["a", "b"])]) == 0  # a re-planned sync queues nothing twice
     assert st.add_items(1, "pk", [(rec("a.md", h="h2"), ["a"])]) == 1  # new content is new work
@@ -35,8 +52,8 @@ def test_items_are_deduplicated_and_claimed_in_order_up_to_a_cap(tmp_path):
     assert st.drop_queued_except("other-provider") == 2
 
 
-def test_take_over_needs_an_expired_lease_and_has_one_winner(tmp_path):
-    st = BatchStateStore(tmp_path / "s.sqlite")
+def test_take_over_needs_an_expired_lease_and_has_one_winner(state):
+    st = state()
     tok = new_token()
     st.create_job(key="j", agent="main", provider="openai", model="m", provider_key="pk", phase=POLLING,
                   state="running", lease_token=tok, lease_until=time.time() + 60)
@@ -45,15 +62,15 @@ def test_take_over_needs_an_expired_lease_and_has_one_winner(tmp_path):
     assert st.orphans(now) == []
     st.update("j", tok, lease_until=now - 1)
     assert [j.key for j in st.orphans(now)] == ["j"]
-    other = BatchStateStore(tmp_path / "s.sqlite")  # another worker process
+    other = state()  # another worker process
     assert st.take_over("j", tok, "new1", now + 60, now)
     assert not other.take_over("j", tok, "new2", now + 60, now)
     assert not st.update("j", tok, phase=DONE)  # the old owner's messages can no longer act
     assert st.update("j", "new1", phase=DONE) and st.job("j").phase == DONE
 
 
-def test_named_lease_is_exclusive_until_it_expires(tmp_path):
-    st = BatchStateStore(tmp_path / "s.sqlite")
+def test_named_lease_is_exclusive_until_it_expires(state):
+    st = state()
     now = time.time()
     assert st.lease("submitter", "a", now + 10, now)
     assert not st.lease("submitter", "b", now + 10, now)
@@ -63,12 +80,49 @@ def test_named_lease_is_exclusive_until_it_expires(tmp_path):
     assert st.lease_alive("submitter", now + 22)
 
 
-def test_results_round_trip_as_float32(tmp_path):
-    st = BatchStateStore(tmp_path / "s.sqlite")
+def test_results_round_trip_as_float32(state):
+    st = state()
     st.put_results("j", {"h1": [0.5, -0.25], "h2": [1.0, 0.0]})
     assert st.results("j", ["h1", "h3"]) == {"h1": [0.5, -0.25]}
     st.drop_results("j")
     assert st.results("j", ["h1"]) == {}
+
+
+def test_jobs_list_count_prune_and_delete_items(state):
+    st = state()
+    for i in range(5):
+        st.create_job(key=f"j{i}", agent="main", provider="openai", model="m", provider_key="pk",
+                      phase=DONE if i < 4 else POLLING, state="completed" if i < 4 else "running",
+                      created_at=1000.0 + i)
+    assert [j.key for j in st.jobs(limit=3)] == ["j4", "j3", "j2"]  # newest first
+    assert [j.key for j in st.jobs(active_only=True)] == ["j4"]
+    assert st.job("j4").requests == 0 and st.job("j4").remote_id is None  # every column, defaults
+    assert st.state_counts() == {"completed": 4, "running": 1}
+    st.prune_done(keep=2)
+    assert sorted(j.key for j in st.jobs()) == ["j2", "j3", "j4"]
+    st.add_items(1, "pk", [(rec("a.md"), ["a"]), (rec("b.md"), ["b"])])
+    [a, b] = st.claim("j4", "pk", 10)
+    st.delete_items([a.id])
+    assert st.pending_items() == 1 and [i.record.path for i in st.items_for("j4")] == ["b.md"]
+    assert st.add_items(1, "pk", [(rec("a.md"), ["a"])]) == 1  # deleted: no longer a duplicate
+
+
+def test_concurrent_claims_never_share_an_item(state):
+    first = state()
+    first.add_items(1, "pk", [(rec(f"n{i}.md"), [f"h{i}"]) for i in range(40)])
+    got: dict[str, list[int]] = {}
+
+    def claim(name):
+        st = state()
+        got[name] = [i.id for i in st.claim(name, "pk", max_hashes=7)]
+
+    threads = [threading.Thread(target=claim, args=(f"job{k}",)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [i for v in got.values() for i in v]
+    assert len(ids) == len(set(ids)) == 40 and first.queued()[0] == 0
 
 
 def test_local_slots_limit_renew_release_and_expire():

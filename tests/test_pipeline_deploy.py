@@ -71,7 +71,7 @@ def test_compose_wiring():
     doc = compose()
     svcs = doc["services"]
     assert svcs["redis"]["healthcheck"]["test"]
-    for name in ("watcher", "worker", "batch", "writer0", "writer1"):
+    for name in ("watcher", "worker", "writer0", "writer1"):
         s = svcs[name]
         assert s["environment"]["MEMINDEX_WRITE_SHARDS"] == "2"
         assert s["environment"]["MEMINDEX_BROKER_URL"].startswith("redis://redis:")
@@ -82,9 +82,10 @@ def test_compose_wiring():
         assert s["depends_on"]["redis"]["condition"] == "service_healthy"
         assert s["healthcheck"]["test"]
         assert s["build"] == "."
-    compute = svcs["compute"]  # embedding only (issue 18): the deployment's env, no store or memory file
-    assert compute["environment"]["MEMINDEX_BROKER_URL"].startswith("redis://redis:") and compute["healthcheck"]
-    assert not any("/state" in v for v in compute["volumes"])
+    for name in ("compute", "batch"):  # compute side (issue 18): the deployment's env, no store or memory file
+        compute = svcs[name]
+        assert compute["environment"]["MEMINDEX_BROKER_URL"].startswith("redis://redis:") and compute["healthcheck"]
+        assert not any("/state" in v for v in compute["volumes"])
     assert (REPO / "Dockerfile").is_file()
     assert set(doc["volumes"]) >= {"memindex-state"}
 

@@ -1,8 +1,9 @@
 """Compute-side embedding workers that never touch the filesystem (issue 18).
 
-The compute workers (`memindex worker --queues embed`) run in their own mount
-namespace with a tmpfs over every agent's workspace and state dir; the file side
-(`--queues sync batch`) and the writer run normally. Three agents index and search
+The compute workers (`memindex worker --queues embed batch`: embedding and the
+batch-API jobs) run in their own mount namespace with a tmpfs over every agent's
+workspace, state dir and config (keys from their environment); the file side
+(`--queues sync`) and the writer run normally. Three agents index and search
 exactly as with the embedded default, also with `remote.batch.enabled` against the
 local batch server. A huge file travels in bounded parts and still indexes whole.
 """
@@ -37,8 +38,11 @@ def _populate(a: Agent) -> None:
                 f"Note {i} about the heron and the kumquat harvest of {a.root.name}.\n")
 
 
+KEY = "sk-compute-test"  # in the config for the file side; in the environment of the hidden compute hosts
+
+
 def _config(a: Agent, srv: BatchServer, batch: bool) -> None:
-    remote = {"baseUrl": srv.base("openai"), "apiKey": "sk-compute-test"}
+    remote = {"baseUrl": srv.base("openai"), "apiKey": KEY}
     if batch:
         remote["batch"] = {"enabled": True, "pollIntervalMs": 100}
     a.memory_config({"provider": "openai", "fallback": "none", "remote": remote})
@@ -55,10 +59,10 @@ def _hidden_compute(url: str, logdir, hide: list, name: str = "compute") -> subp
     """Compute workers in a new mount namespace: a read-only, empty tmpfs over each hidden dir."""
     mounts = " && ".join(f"mount -t tmpfs -o ro none {shlex.quote(str(d))}" for d in hide)
     worker = " ".join(shlex.quote(x) for x in (sys.executable, "-m", "memindex", "worker", "--queues", "embed",
-                                                 "--processes", "2", "--threads", "2"))
+                                                 "batch", "--processes", "2", "--threads", "2"))
     log = open(logdir / f"{name}.log", "ab")
     return subprocess.Popen(["unshare", "-m", "sh", "-c", f"{mounts} && exec {worker}"], cwd=REPO,
-                            env=dict(os.environ, MEMINDEX_BROKER_URL=url), stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, MEMINDEX_BROKER_URL=url, OPENAI_API_KEY=KEY), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
@@ -106,9 +110,9 @@ def test_hidden_compute_workers_index_like_the_embedded_default(tmp_path, redis_
     for a in agents:
         _config(a, srv, batch)
         _populate(a)
-    hide = [d for a in agents for d in (a.workspace, a.state)]
+    hide = [a.root for a in agents]  # workspace, state dir and config: the compute host sees none of them
     procs = [_hidden_compute(url, tmp_path, hide),
-             _spawn(url, tmp_path, "files", "worker", "--queues", "sync", "batch", "--processes", "1",
+             _spawn(url, tmp_path, "files", "worker", "--queues", "sync", "--processes", "1",
                     "--threads", "2"),
              _spawn(url, tmp_path, "writer", "worker", "--writer")]
     try:
@@ -129,6 +133,9 @@ def test_hidden_compute_workers_index_like_the_embedded_default(tmp_path, redis_
     # Only the compute side embeds text synchronously (the file side consumes no embed queue).
     if batch:
         assert srv.count_events("openai", "create") >= 1 and srv.submitted_texts("openai")
+        # The batch jobs ran in the hidden namespace, their state in Redis (no file beside a store).
+        assert "submitted openai batch" in compute_log, compute_log[-3000:]
+        assert not [p for a in agents for p in a.state.rglob("*.batches.sqlite")]
         failed = [t for t in sync_texts if "rack 3 is blue" in t]
         assert failed and len(sync_texts) < AGENTS * FILES, sync_texts  # the rest came from batch jobs
     else:

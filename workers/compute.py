@@ -86,35 +86,27 @@ def compute_spec(settings: AgentSettings) -> dict[str, Any]:
 
 
 def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettings:
-    """``AgentSettings`` for embedding only, built from a spec: no path in it is ever opened here.
+    """``AgentSettings`` for embedding (and batch jobs), built from a spec: no path in it is opened
+    here but the config file's.
 
-    Removed secrets are put back from the config file the Context names when this host can read
-    it (a compute host with a copy of the config); otherwise keys come from this host's
-    environment, as ``keys.resolve_api_key`` looks them up after the config.
+    A host that can read the config file the Context names (the embedded broker, a compute host
+    with a copy of the config) uses that file's live settings, keys included: the same settings
+    the file side has, and a config change reaches messages already queued (a batch switched
+    off mid-backfill stops taking new work). Elsewhere the spec holds, and the removed keys come
+    from this host's environment, as ``keys.resolve_api_key`` looks them up after the config.
     """
-    ms, providers = copy.deepcopy(spec["memory_search"]), copy.deepcopy(spec["providers"])
-    if spec.get("secrets") and spec.get("config") and os.path.isfile(spec["config"]):
+    if spec.get("config") and os.path.isfile(spec["config"]):
         try:
             from memindex.pipeline.config.agents import settings_for
 
-            full = settings_for(Context.from_dict(ctx))
-            _overlay_secrets(ms, full.memory_search, providers, full.providers)
-        except Exception as exc:  # noqa: BLE001 - then the environment must hold the keys
-            log.warning("could not read secrets from %s (%s); using this host's environment", spec["config"], exc)
+            return settings_for(Context.from_dict(ctx))
+        except Exception as exc:  # noqa: BLE001 - then the spec and this host's environment serve
+            log.warning("could not read %s (%s); using the message's settings and this host's environment",
+                        spec["config"], exc)
     return AgentSettings(spec["agent_id"], Path(spec["workspace"]), Path(spec["state_dir"]), Path(spec["store"]),
-                         True, ms, spec.get("memory") or {}, providers,
+                         True, copy.deepcopy(spec["memory_search"]), spec.get("memory") or {},
+                         copy.deepcopy(spec["providers"]),
                          config_path=Path(spec["config"]) if spec.get("config") else None)
-
-
-def _overlay_secrets(ms: dict[str, Any], full_ms: dict[str, Any], providers: dict[str, Any],
-                     full_providers: dict[str, Any]) -> None:
-    pairs = [(ms.get("remote"), full_ms.get("remote"))]
-    pairs += [(providers.get(p), v) for p, v in full_providers.items()]
-    for mine, theirs in pairs:
-        if isinstance(mine, dict) and isinstance(theirs, dict):
-            for f in SECRET_FIELDS:
-                if theirs.get(f) is not None:
-                    mine[f] = theirs[f]
 
 
 # --- bounded messages -------------------------------------------------------------------------

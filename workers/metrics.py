@@ -162,7 +162,7 @@ class PendingCollector:
 
     def __init__(self, contexts: Iterable[Any], batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
         self.contexts = list(contexts)
-        self.batch_states = batch_states  # store path -> {state: jobs} (workers.batch.state.job_state_counts)
+        self.batch_states = batch_states  # store path -> {state: jobs} (workers.batch.backend.job_state_counts)
         self._first_seen: dict[tuple[str, str], float] = {}
 
     def collect(self) -> Iterable[Any]:

@@ -196,15 +196,15 @@ def _kind(qs: list[str]) -> str:
     names = {q.removesuffix(".DQ") for q in qs}
     if names and all(q == "write" or q.startswith("write.") for q in names):
         return "writer"
-    # ``embed`` alone needs no filesystem (workers/compute.py): a compute process, runnable anywhere
-    # Redis and the provider are reachable. Planning, chunking and batch state read the files.
-    if names == {"embed"}:
+    # ``embed`` and ``batch`` need no filesystem (workers/compute.py, workers/batch): a compute
+    # process, runnable anywhere Redis and the provider are reachable. Planning and chunking read files.
+    if names and names <= {"embed", "batch"}:
         return "compute"
     return "worker"
 
 
 def worker_kinds() -> list[dict[str, Any]]:
-    """Live worker processes grouped by kind (``writer``, ``compute``: embed only, ``worker``: file side)
+    """Live worker processes grouped by kind (``writer``, ``compute``: embed/batch only, ``worker``: file side)
     and queues (Redis only)."""
     if is_embedded(broker):
         return []

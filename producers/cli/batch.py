@@ -26,11 +26,13 @@ POLL_S = 0.2
 # --- memindex batches -----------------------------------------------------------------------
 
 def batch_report(settings: Any, limit: int = 20) -> dict[str, Any]:
-    """One agent's batch jobs (newest first) and queued work, from its batch state file."""
-    from memindex.workers.batch.state import ACTIVE, IN_FLIGHT, iter_summaries, open_state, state_path
+    """One agent's batch jobs (newest first) and queued work, from its batch state (the file beside
+    the store, or Redis with the Redis broker)."""
+    from memindex.workers.batch.backend import location, open_for
+    from memindex.workers.batch.state import ACTIVE, IN_FLIGHT, iter_summaries
 
-    st = open_state(settings.store_path, readonly=True)
-    report: dict[str, Any] = {"agent": settings.agent_id, "state_file": str(state_path(settings.store_path)),
+    st = open_for(settings.store_path, readonly=True)
+    report: dict[str, Any] = {"agent": settings.agent_id, "state": location(settings.store_path),
                               "enabled": bool(settings.memory_search["remote"]["batch"]["enabled"]),
                               "queued_files": 0, "in_flight": 0, "active": 0, "jobs": []}
     if st is None:

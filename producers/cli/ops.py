@@ -119,7 +119,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                               max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
                               reload=lambda: agent_contexts(args))
     if args.metrics_port:
-        from memindex.workers.batch.state import job_state_counts
+        from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
 
         serve_metrics(args.metrics_port, contexts, job_state_counts)
@@ -474,11 +474,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("worker", help="run dramatiq workers on MEMINDEX_BROKER_URL", **examples(
         ("memindex worker --queues sync --processes 1", "file side: plan syncs, read and chunk files"),
         ("memindex worker --queues embed --processes 4", "compute side: embed only, no filesystem needed"),
+        ("memindex worker --queues batch --threads 2", "compute side: batch-API jobs (state in Redis)"),
         ("memindex worker --writer", "the single writer process"),
         ("memindex worker --writer --shard 0/2", "writer of shard 0 of 2 (write.0)"),
         description="Exec `dramatiq memindex.workers.actors` with the right queues (the Procfile's "
-                    "worker, compute, batch and writer processes). sync and batch are file-side (they read "
-                    "the workspaces and stores); embed is compute-side and may run on another host."))
+                    "worker, compute, batch and writer processes). sync is file-side (it reads the "
+                    "workspaces and stores); embed and batch are compute-side and may run on another host."))
     s.add_argument("--writer", action="store_true", help="the single writer: --processes 1 --threads 1 -Q write")
     s.add_argument("--shard", metavar="K/N", default=None,
                    help="with --writer: consume write shard K of N (write.K); every process needs "

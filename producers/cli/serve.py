@@ -65,7 +65,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
         running = start_producers(contexts)
     if args.metrics_port:
-        from memindex.workers.batch.state import job_state_counts
+        from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
 
         serve_metrics(args.metrics_port, contexts, job_state_counts)

@@ -16,9 +16,11 @@
   goes to the compute side's normal synchronous path, complete records to the
   store's writer.
 
-Every actor here reads or writes the agent's batch state file beside its store,
-so the ``batch`` queue is file-side (issue 18); the provider does the embedding
-work of a batch, and the compute side only sees what a batch did not embed.
+Every message carries the agent's compute spec (``compute.compute_spec``: no
+secrets) and the batch state is in Redis on a Redis deployment
+(``backend.open_for``), so the ``batch`` queue is compute-side (issue 18): its
+workers need only Redis and the provider, never a workspace, a store or the
+state dir. Only ``send_to_batch`` runs on the file side (in ``index_files``).
 
 Every job carries a lease token; messages with a stale token do nothing. A
 janitor thread in every worker takes over jobs whose lease expired (a killed
@@ -35,13 +37,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import dramatiq
 
-from memindex.pipeline.config.agents import settings_for
-from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for
 from memindex.pipeline.embeddings.base import ProviderError
 from memindex.pipeline.embeddings.registry import supports_batch
@@ -56,10 +56,12 @@ from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store.vectors import is_valid
 
 from memindex.workers.batch import state as bs
+from memindex.workers.batch.backend import StateBackend, open_for
 from memindex.workers.batch.coord import registry, slots
+from memindex.workers.batch.redis_state import agent_key
 from memindex.workers.batch.route import DeferringEmbedder
-from memindex.workers.broker import broker
-from memindex.workers.compute import route_records
+from memindex.workers.broker import broker, is_embedded
+from memindex.workers.compute import compute_spec, route_records, settings_from_spec
 from memindex.workers.messages import GROUP_FILES
 
 log = logging.getLogger("memindex.batch")
@@ -99,12 +101,28 @@ def _delay_ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def _state(settings: AgentSettings) -> bs.BatchStateStore:
-    return bs.BatchStateStore(bs.state_path(settings.store_path))
+def _state(settings: AgentSettings) -> StateBackend:
+    return open_for(settings.store_path)  # type: ignore[return-value]  (never None when writable)
 
 
 def _registry_key(settings: AgentSettings) -> str:
-    return str(bs.state_path(settings.store_path))
+    return agent_key(settings.store_path)
+
+
+@dataclass(frozen=True)
+class Who:
+    """Whose batch work a message is about: the pinned Context and the agent's compute spec
+    (``compute.compute_spec``: no secrets, no path opened), so any compute host can act on it."""
+
+    ctx: dict[str, Any]
+    spec: dict[str, Any]
+
+    @property
+    def args(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self.ctx, self.spec
+
+    def settings(self) -> AgentSettings:
+        return settings_from_spec(self.spec, self.ctx)
 
 
 # --- the provider side -----------------------------------------------------------------
@@ -121,7 +139,9 @@ def _target(settings: AgentSettings, *, new_work: bool = True) -> tuple[Deferrin
     """
     from memindex.workers.batch.route import batch_embedder_for
 
-    inner = chunk_embedder_for(settings)
+    # The store's embedding cache only on the embedded broker (one host): a compute host has no
+    # store, and the file side already served cache hits when it routed the chunks here.
+    inner = chunk_embedder_for(settings, cache=is_embedded())
     embedder = batch_embedder_for(settings, inner) if new_work else None
     if not new_work and inner is not None:
         p = inner.service.active_provider
@@ -150,31 +170,33 @@ def send_to_batch(ctx: dict[str, Any], settings: AgentSettings, generation: int,
     if entries:
         with _state(settings) as st:
             added = st.add_items(generation, embedder.identity.provider_key, entries)
-        registry.add(_registry_key(settings), ctx)
+        who = Who(ctx, compute_spec(settings))
+        registry.add(_registry_key(settings), {"ctx": who.ctx, "spec": who.spec})
         log.info("%s: %d file(s) with %d uncached chunk(s) handed to batch embedding (%d of them already waiting)",
                  settings.agent_id, len(entries), sum(len(m) for _, m in entries), len(entries) - added)
-        batch_submit.send(ctx)
+        batch_submit.send(*who.args)
     return ready
 
 
 # --- submit ---------------------------------------------------------------------------------
 
 @dramatiq.actor(queue_name="batch", time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
-def batch_submit(ctx: dict[str, Any], token: str | None = None) -> None:
-    settings = settings_for(Context.from_dict(ctx))
+def batch_submit(ctx: dict[str, Any], spec: dict[str, Any], token: str | None = None) -> None:
+    who = Who(ctx, spec)
+    settings = who.settings()
     with _state(settings) as st:
-        resume_orphans(ctx, settings, st, send_submit=False)
-        _run_submitter(ctx, settings, st, token or bs.new_token())
+        resume_orphans(who, settings, st, send_submit=False)
+        _run_submitter(who, settings, st, token or bs.new_token())
 
 
-def _run_submitter(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, token: str) -> None:
+def _run_submitter(who: Who, settings: AgentSettings, st: StateBackend, token: str) -> None:
     t = timing(settings)
     if not st.lease(SUBMITTER, token, time.time() + t.lease_s, time.time()):
         return  # another submitter is scheduled and will see our items
 
     def again(delay_s: float) -> None:
         st.lease(SUBMITTER, token, time.time() + t.lease_s + delay_s, time.time())
-        batch_submit.send_with_options(args=(ctx, token), delay=_delay_ms(delay_s))
+        batch_submit.send_with_options(args=(*who.args, token), delay=_delay_ms(delay_s))
 
     while True:
         n, n_hashes, oldest, newest = st.queued()
@@ -186,7 +208,7 @@ def _run_submitter(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchSta
             continue
         target = _target(settings)
         if target is None:
-            _fallback_queued(ctx, settings, st, "batch embedding is no longer enabled for this agent/provider")
+            _fallback_queued(who, settings, st, "batch embedding is no longer enabled for this agent/provider")
             continue
         embedder, client = target
         dropped = st.drop_queued_except(embedder.identity.provider_key)
@@ -200,11 +222,11 @@ def _run_submitter(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchSta
         job_key = bs.new_token()[:16]
         if not slots.acquire(client.provider_id, job_key, t.concurrency, t.slot_ttl_s):
             return again(t.poll_s)  # all slots busy: try again later, without blocking a worker
-        if not _submit_one(ctx, settings, st, t, embedder, client, job_key):
+        if not _submit_one(who, settings, st, t, embedder, client, job_key):
             slots.release(client.provider_id, job_key)
 
 
-def _fallback_queued(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, why: str) -> None:
+def _fallback_queued(who: Who, settings: AgentSettings, st: StateBackend, why: str) -> None:
     """Queued items that can no longer go to a batch are embedded synchronously (as a finished job)."""
     key = bs.new_token()[:16]
     token = bs.new_token()
@@ -216,10 +238,10 @@ def _fallback_queued(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchS
     items = st.items_for(key)
     st.update(key, files=len(items))
     log.warning("%s: %s; embedding %d queued file(s) synchronously", settings.agent_id, why, len(items))
-    batch_finish.send(ctx, key, token)
+    batch_finish.send(*who.args, key, token)
 
 
-def _submit_one(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, t: Timing,
+def _submit_one(who: Who, settings: AgentSettings, st: StateBackend, t: Timing,
                 embedder: DeferringEmbedder, client: BatchClient, job_key: str) -> bool:
     ident = embedder.identity
     items = st.claim(job_key, ident.provider_key, client.max_requests)
@@ -231,7 +253,7 @@ def _submit_one(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateS
         for c in item.record.chunks:
             if c.hash in wanted:
                 texts.setdefault(c.hash, c.text)
-    cached = embedder.inner.cached_vectors(list(texts))  # filled since routing (e.g. by an earlier job)
+    cached = embedder.inner.cached_vectors(list(texts))  # filled since routing (embedded broker only)
     todo = [h for h in texts if h not in cached]
     token = bs.new_token()
     now = time.time()
@@ -242,7 +264,7 @@ def _submit_one(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateS
     if not todo:
         st.update(job_key, token, phase=bs.COLLECTED, state="completed", outcome="cached")
         slots.release(client.provider_id, job_key)
-        batch_finish.send(ctx, job_key, token)
+        batch_finish.send(*who.args, job_key, token)
         return True
     ids = custom_ids(todo)
     try:
@@ -254,22 +276,23 @@ def _submit_one(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateS
         st.update(job_key, token, phase=bs.COLLECTED, state="failed", outcome="submit-failed", error=msg,
                   failed=len(todo), lease_until=time.time() + FINISH_LEASE_S)
         slots.release(client.provider_id, job_key)
-        batch_finish.send(ctx, job_key, token)
+        batch_finish.send(*who.args, job_key, token)
         return True
     st.update(job_key, token, phase=bs.POLLING, remote_id=sub.batch_id, input_file=sub.input_file_id,
               custom_ids=json.dumps(ids), submitted_at=time.time(), deadline=time.time() + t.timeout_s,
               lease_until=time.time() + t.lease_s)
     log.info("%s: submitted %s batch %s: %d request(s) for %d file(s) (%d served from cache)", settings.agent_id,
              client.provider_id, sub.batch_id, len(todo), len(items), len(cached))
-    batch_poll.send_with_options(args=(ctx, job_key, token), delay=_delay_ms(t.poll_s))
+    batch_poll.send_with_options(args=(*who.args, job_key, token), delay=_delay_ms(t.poll_s))
     return True
 
 
 # --- poll and collect --------------------------------------------------------------------------
 
 @dramatiq.actor(queue_name="batch", time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
-def batch_poll(ctx: dict[str, Any], job_key: str, token: str) -> None:
-    settings = settings_for(Context.from_dict(ctx))
+def batch_poll(ctx: dict[str, Any], spec: dict[str, Any], job_key: str, token: str) -> None:
+    who = Who(ctx, spec)
+    settings = who.settings()
     with _state(settings) as st:
         job = st.job(job_key)
         if job is None or job.lease_token != token or job.phase not in (bs.POLLING, bs.CANCELLING):
@@ -280,16 +303,16 @@ def batch_poll(ctx: dict[str, Any], job_key: str, token: str) -> None:
         slots.renew(job.provider, job_key, t.slot_ttl_s)
         target = _target(settings, new_work=False)
         if target is None or target[0].identity.provider_key != job.provider_key:
-            return _give_up(ctx, st, job, token, "the agent's provider/model changed while the batch ran", None)
-        _poll_once(ctx, settings, st, t, job, token, target[1])
+            return _give_up(who, st, job, token, "the agent's provider/model changed while the batch ran", None)
+        _poll_once(who, settings, st, t, job, token, target[1])
 
 
-def _poll_once(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, t: Timing, job: bs.Job,
+def _poll_once(who: Who, settings: AgentSettings, st: StateBackend, t: Timing, job: bs.Job,
                token: str, client: BatchClient) -> None:
     now = time.time()
 
     def again() -> None:
-        batch_poll.send_with_options(args=(ctx, job.key, token), delay=_delay_ms(t.poll_s))
+        batch_poll.send_with_options(args=(*who.args, job.key, token), delay=_delay_ms(t.poll_s))
 
     try:
         status = client.status(job.remote_id)
@@ -297,14 +320,14 @@ def _poll_once(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateSt
         errors = job.poll_errors + (0 if exc.retryable else 1)
         st.update(job.key, token, poll_errors=errors, error=client.redact(str(exc))[:300])
         if errors >= MAX_POLL_ERRORS:
-            return _give_up(ctx, st, job, token, f"status checks keep failing: {exc}", client)
+            return _give_up(who, st, job, token, f"status checks keep failing: {exc}", client)
         if now > (job.cancel_deadline or job.deadline or now + 1):
-            return _give_up(ctx, st, job, token, f"timed out; last status error: {exc}", client)
+            return _give_up(who, st, job, token, f"timed out; last status error: {exc}", client)
         return again()
     st.update(job.key, token, state=status.state.value, remote_status=status.raw, poll_errors=0,
               completed=status.completed or 0, failed=status.failed or 0)
     if status.state.terminal:
-        return _collect(ctx, st, t, job, token, client, status)
+        return _collect(who, st, t, job, token, client, status)
     if job.phase == bs.POLLING and job.deadline and now > job.deadline:
         minutes = settings.memory_search["remote"]["batch"]["timeoutMinutes"]
         log.warning("%s: %s batch %s still %s after %g min; cancelling it", settings.agent_id, job.provider,
@@ -316,11 +339,11 @@ def _poll_once(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateSt
         st.update(job.key, token, phase=bs.CANCELLING, cancel_deadline=now + t.cancel_grace_s,
                   error=f"timed out after {minutes:g} min (state {status.raw})")
     elif job.phase == bs.CANCELLING and job.cancel_deadline and now > job.cancel_deadline:
-        return _give_up(ctx, st, job, token, f"cancel not confirmed (state {status.raw})", client)
+        return _give_up(who, st, job, token, f"cancel not confirmed (state {status.raw})", client)
     again()
 
 
-def _collect(ctx: dict[str, Any], st: bs.BatchStateStore, t: Timing, job: bs.Job, token: str,
+def _collect(who: Who, st: StateBackend, t: Timing, job: bs.Job, token: str,
              client: BatchClient, status: Any) -> None:
     """Download what the batch produced, store it, and hand the job to the finisher."""
     results = BatchResults()
@@ -330,7 +353,7 @@ def _collect(ctx: dict[str, Any], st: bs.BatchStateStore, t: Timing, job: bs.Job
         except ProviderError as exc:
             if exc.retryable and time.time() < (job.deadline or 0) + t.cancel_grace_s:
                 log.info("downloading %s batch %s results failed (%s); retrying", job.provider, job.remote_id, exc)
-                batch_poll.send_with_options(args=(ctx, job.key, token), delay=_delay_ms(t.poll_s))
+                batch_poll.send_with_options(args=(*who.args, job.key, token), delay=_delay_ms(t.poll_s))
                 return
             log.warning("%s batch %s: results unavailable (%s); its chunks are embedded synchronously",
                         job.provider, job.remote_id, exc)
@@ -355,10 +378,10 @@ def _collect(ctx: dict[str, Any], st: bs.BatchStateStore, t: Timing, job: bs.Job
     level = logging.INFO if failed == 0 else logging.WARNING
     log.log(level, "%s: %s batch %s %s: %d vector(s) collected, %d to embed synchronously", job.agent,
             job.provider, job.remote_id, status.raw, len(good), failed)
-    batch_finish.send(ctx, job.key, token)
+    batch_finish.send(*who.args, job.key, token)
 
 
-def _give_up(ctx: dict[str, Any], st: bs.BatchStateStore, job: bs.Job, token: str, why: str,
+def _give_up(who: Who, st: StateBackend, job: bs.Job, token: str, why: str,
              client: BatchClient | None) -> None:
     """No results will come from this job: cancel it if possible, and embed its chunks synchronously."""
     log.warning("%s: giving up on %s batch %s (%s); embedding its chunks synchronously", job.agent, job.provider,
@@ -371,15 +394,15 @@ def _give_up(ctx: dict[str, Any], st: bs.BatchStateStore, job: bs.Job, token: st
     st.update(job.key, token, phase=bs.COLLECTED, outcome="abandoned", error=why[:500], failed=job.requests,
               lease_until=time.time() + FINISH_LEASE_S)
     slots.release(job.provider, job.key)
-    batch_finish.send(ctx, job.key, token)
+    batch_finish.send(*who.args, job.key, token)
 
 
 # --- finish: fill, redo what is missing synchronously, write ------------------------------------
 
 @dramatiq.actor(queue_name="batch", time_limit=30 * 60_000, max_retries=8, min_backoff=500, max_backoff=60_000)
-def batch_finish(ctx: dict[str, Any], job_key: str, token: str) -> None:
-
-    settings = settings_for(Context.from_dict(ctx))
+def batch_finish(ctx: dict[str, Any], spec: dict[str, Any], job_key: str, token: str) -> None:
+    who = Who(ctx, spec)
+    settings = who.settings()
     with _state(settings) as st:
         job = st.job(job_key)
         if job is None or job.lease_token != token or job.phase not in (bs.COLLECTED, bs.FINISHING):
@@ -387,16 +410,16 @@ def batch_finish(ctx: dict[str, Any], job_key: str, token: str) -> None:
         if not st.update(job_key, token, phase=bs.FINISHING, lease_until=time.time() + FINISH_LEASE_S):
             return
         items = st.items_for(job_key)
-        embedder = chunk_embedder_for(settings)
+        embedder = chunk_embedder_for(settings, cache=False)
         same = embedder is not None and job.provider_key in ("-", embedder.identity.provider_key)
         if not same:
             st.delete_items([i.id for i in items])
-            return _done(ctx, settings, st, job_key, token, 0, "the provider changed; a new sync re-plans these")
-        redone = _fill_and_route(ctx, settings, st, job_key, token, items)
-        _done(ctx, settings, st, job_key, token, redone, None)
+            return _done(who, settings, st, job_key, token, 0, "the provider changed; a new sync re-plans these")
+        redone = _fill_and_route(who, settings, st, job_key, token, items)
+        _done(who, settings, st, job_key, token, redone, None)
 
 
-def _fill_and_route(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, job_key: str, token: str,
+def _fill_and_route(who: Who, settings: AgentSettings, st: StateBackend, job_key: str, token: str,
                     items: list[bs.Item]) -> int:
     """Fill the records from the job's results; returns how many chunks still go the synchronous way."""
     redone = 0
@@ -417,24 +440,24 @@ def _fill_and_route(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchSt
         batch.append((item.id, item.generation, rec))
         st.update(job_key, token, lease_until=time.time() + FINISH_LEASE_S)
         if len(batch) >= GROUP_FILES:
-            _route(ctx, settings, st, batch)
+            _route(who, settings, st, batch)
             batch = []
     if batch:
-        _route(ctx, settings, st, batch)
+        _route(who, settings, st, batch)
     return redone
 
 
-def _route(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore,
+def _route(who: Who, settings: AgentSettings, st: StateBackend,
            batch: list[tuple[int, int, FileRecord]]) -> None:
     by_gen: dict[int, list[FileRecord]] = {}
     for _, gen, rec in batch:
         by_gen.setdefault(gen, []).append(rec)
     for gen, recs in by_gen.items():
-        route_records(ctx, settings, gen, recs)  # complete ones to the writer, the rest to compute
+        route_records(who.ctx, settings, gen, recs)  # complete ones to the writer, the rest to compute
     st.delete_items([i for i, _, _ in batch])  # after the send: a crash in between only rewrites
 
 
-def _done(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, job_key: str, token: str,
+def _done(who: Who, settings: AgentSettings, st: StateBackend, job_key: str, token: str,
           redone: int, error: str | None) -> None:
     fields: dict[str, Any] = {"phase": bs.DONE, "finished_at": time.time(), "redone": redone}
     if error:
@@ -443,14 +466,14 @@ def _done(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, 
     st.drop_results(job_key)
     st.prune_done()
     if st.queued()[0]:
-        batch_submit.send(ctx)
+        batch_submit.send(*who.args)
     elif not st.jobs(active_only=True) and not st.pending_items():
         registry.remove(_registry_key(settings))
 
 
 # --- resuming after a worker died ------------------------------------------------------------------
 
-def resume_orphans(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchStateStore, *,
+def resume_orphans(who: Who, settings: AgentSettings, st: StateBackend, *,
                    send_submit: bool = True) -> int:
     """Take over jobs whose owner stopped renewing its lease; returns how many."""
     now = time.time()
@@ -474,27 +497,30 @@ def resume_orphans(ctx: dict[str, Any], settings: AgentSettings, st: bs.BatchSta
                 st.update(job.key, token, phase=bs.POLLING)
             slots.renew(job.provider, job.key, t.slot_ttl_s)
             log.info("%s: resuming %s batch %s (its poller stopped)", job.agent, job.provider, job.remote_id)
-            batch_poll.send(ctx, job.key, token)
+            batch_poll.send(*who.args, job.key, token)
         else:
             log.info("%s: resuming the write-out of %s batch %s", job.agent, job.provider, job.remote_id)
-            batch_finish.send(ctx, job.key, token)
+            batch_finish.send(*who.args, job.key, token)
     if send_submit and st.queued()[0] and not st.lease_alive(SUBMITTER, now):
-        batch_submit.send(ctx)
+        batch_submit.send(*who.args)
     return taken
 
 
 def sweep() -> None:
     """One janitor pass over every agent with batch work."""
-    for key, ctx in registry.all().items():
+    for key, entry in registry.all().items():
         try:
-            if not Path(key).exists():
+            who = Who(entry["ctx"], entry["spec"])
+            settings = who.settings()
+            probe = open_for(settings.store_path, readonly=True)
+            if probe is None:  # the agent (or its batch state) is gone
                 registry.remove(key)
                 continue
-            settings = settings_for(Context.from_dict(ctx))
+            probe.close()
             with _state(settings) as st:
-                resume_orphans(ctx, settings, st)
+                resume_orphans(who, settings, st)
         except Exception as exc:  # noqa: BLE001 - one broken agent must not stop the sweep
-            log.warning("batch janitor: %s: %s", ctx.get("agent_id"), exc)
+            log.warning("batch janitor: %s: %s", entry.get("ctx", {}).get("agent_id"), exc)
 
 
 class _Janitor(dramatiq.Middleware):
@@ -509,7 +535,7 @@ class _Janitor(dramatiq.Middleware):
             return
         wanted = getattr(worker, "consumer_whitelist", None)
         if wanted and "batch" not in wanted:
-            return  # batch state lives beside the stores: only file-side (batch-consuming) workers sweep
+            return  # only workers that consume ``batch`` sweep (they can act on what they find)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="memindex-batch-janitor", daemon=True)
         self._thread.start()

@@ -1,14 +1,16 @@
-"""Durable bookkeeping of one agent's batch work: ``<store>.batches.sqlite``.
+"""Durable bookkeeping of one agent's batch work: ``<store>.batches.sqlite`` (embedded broker).
 
-It sits beside the agent's store (``<state>/memory/<agentId>.batches.sqlite``
+With the Redis broker the same operations run on Redis keys instead
+(``redis_state.py``: the batch actors are compute-side there and see no file);
+``backend.open_for`` picks. The file sits beside the agent's store (``<state>/memory/<agentId>.batches.sqlite``
 by default) and is written only by the batch actors, never by the store's
 writer. Why a separate file rather than writer messages into the store:
 the batch actors need synchronous, atomic answers (claim these queued items,
 take over this job only if its lease expired, is this poll message still the
 owner?) that a fire-and-forget message to the single writer cannot give, and
 the pending records (chunk texts, a backfill's worth) would otherwise clog
-the one serial write queue. Every worker already shares the state dir, so
-the file is visible to all of them; SQLite (WAL, busy timeout) serialises
+the one serial write queue. On the embedded broker every worker is a thread
+of one process on the host of the stores (or a CLI process reading it); SQLite (WAL, busy timeout) serialises
 their short transactions.
 
 Three tables:
@@ -334,7 +336,7 @@ class _Tx:
 
 
 def open_state(store_path: Path, *, readonly: bool = False) -> BatchStateStore | None:
-    """The agent's batch state (None when read-only and there is none yet)."""
+    """The agent's batch state file (None when read-only and there is none yet)."""
     path = state_path(store_path)
     if readonly and not path.exists():
         return None
@@ -345,19 +347,10 @@ def open_state(store_path: Path, *, readonly: bool = False) -> BatchStateStore |
     return st
 
 
-def iter_summaries(store: BatchStateStore, limit: int = 20) -> Iterator[dict[str, Any]]:
+def iter_summaries(store: Any, limit: int = 20) -> Iterator[dict[str, Any]]:
     """Jobs, newest first, as plain dicts for display (no vectors, no ids map)."""
     for j in store.jobs(limit=limit):
         row = dict(j.row)
         row.pop("custom_ids", None)
         row.pop("lease_token", None)
         yield row
-
-
-def job_state_counts(store_path: Path) -> dict[str, int]:
-    """The agent's batch jobs by state (no batch state yet: empty), for the metrics."""
-    store = open_state(store_path, readonly=True)
-    if store is None:
-        return {}
-    with store:
-        return store.state_counts()
