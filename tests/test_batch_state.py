@@ -52,6 +52,12 @@ def test_items_are_deduplicated_and_claimed_in_order_up_to_a_cap(state):
     assert st.drop_queued_except("other-provider") == 2
 
 
+def test_the_same_file_twice_in_one_call_is_queued_once_first_wins(state):
+    st = state()
+    assert st.add_items(1, "pk", [(rec("d.md"), ["x"]), (rec("d.md"), ["y"]), (rec("e.md"), ["z"])]) == 2
+    assert [(i.record.path, i.missing) for i in st.claim("j", "pk", 10)] == [("d.md", ["x"]), ("e.md", ["z"])]
+
+
 def test_take_over_needs_an_expired_lease_and_has_one_winner(state):
     st = state()
     tok = new_token()

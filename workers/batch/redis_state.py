@@ -100,23 +100,30 @@ class RedisBatchState:
     def add_items(self, generation: int, provider_key: str, entries: Iterable[tuple[FileRecord, Sequence[str]]]
                   ) -> int:
         now = time.time()
-        added = 0
+        entries = list(entries)
+        uniqs = [json.dumps([generation, provider_key, r.source, r.path, r.hash]) for r, _ in entries]
         with self._locked():
-            for rec, missing in entries:
-                uniq = json.dumps([generation, provider_key, rec.source, rec.path, rec.hash])
-                if self.client.hexists(self.k("uniq"), uniq):
-                    continue
-                item_id = int(self.client.incr(self.k("seq")))
+            # Two round trips and one transaction per call, not per record (a backfill's message
+            # carries GROUP_FILES records).
+            known = self.client.hmget(self.k("uniq"), uniqs) if uniqs else []
+            fresh = [(u, e) for u, e, k in zip(uniqs, entries, known) if k is None]
+            first: dict[str, tuple[FileRecord, Sequence[str]]] = {}
+            for u, e in fresh:
+                first.setdefault(u, e)  # the same file twice in one call: the first, as INSERT OR IGNORE
+            fresh = list(first.items())
+            if not fresh:
+                return 0
+            last = int(self.client.incrby(self.k("seq"), len(fresh)))
+            pipe = self.client.pipeline(transaction=True)
+            for item_id, (uniq, (rec, missing)) in enumerate(fresh, start=last - len(fresh) + 1):
                 meta = {"generation": generation, "provider_key": provider_key, "source": rec.source,
                         "path": rec.path, "file_hash": rec.hash, "missing": sorted(missing), "job": None,
                         "created_at": now, "uniq": uniq}
-                pipe = self.client.pipeline(transaction=True)
                 pipe.hset(self.k("records"), item_id, json.dumps(rec.to_message()))
                 pipe.hset(self.k("items"), item_id, json.dumps(meta))
                 pipe.hset(self.k("uniq"), uniq, item_id)
-                pipe.execute()
-                added += 1
-        return added
+            pipe.execute()
+        return len(fresh)
 
     def queued(self) -> tuple[int, int, float | None, float | None]:
         q = [m for m in self._items().values() if m["job"] is None]
