@@ -5,7 +5,6 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import math
-from dataclasses import replace
 
 import pytest
 
@@ -281,7 +280,7 @@ OMADA = [  # the seed's texts and scores (query "pengaturan jaringan rumah")
 ]
 
 def _with_texts(texts: list[str]) -> list[Candidate]:
-    return [replace(c, text=t) for c, t in zip(OMADA, texts)]
+    return [c._replace(text=t) for c, t in zip(OMADA, texts)]
 
 
 def test_omada_without_mmr() -> None:
@@ -315,7 +314,7 @@ def test_omada_mmr_seed_example(texts: list[str]) -> None:
     assert [c.chunk_id for c in out] == ["d10", "d05", "net", "d08"]
     assert {c.chunk_id: c.score for c in out} == {c.chunk_id: c.score for c in OMADA}  # scores untouched
     # the pipeline presents the selected top 3 best first, exactly as the seed lists them
-    vec = [replace(c, vector_score=c.score, score=0.0) for c in cands]
+    vec = [c._replace(vector_score=c.score, score=0.0) for c in cands]
     top = rank_pipeline(vec, [], mmr=True, mmr_lambda=0.7, min_score=0.0, max_results=3)
     assert [(c.path, c.score) for c in top] == [
         ("memory/2026-02-10.md", 0.92), ("memory/network.md", 0.85), ("memory/2026-02-05.md", 0.78)]

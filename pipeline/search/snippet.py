@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from memindex.pipeline.store.fts_text import keys_in, keyword_tokens, match_key
+from memindex.pipeline.store.fts_text import keys_by_line, keyword_tokens, match_key
 
 SNIPPET_MAX_CHARS = 700
 
@@ -27,14 +27,15 @@ class Snippet:
     end_line: int
 
 
-def _line_scores(lines: list[str], keys: frozenset[str]) -> list[float]:
-    found = [keys_in(line, keys) for line in lines]
+def _line_scores(text: str, keys: frozenset[str]) -> list[float]:
+    found = keys_by_line(text, keys)
+    n = len(found)
     df: dict[str, int] = {}
     for hit in found:
         for k in hit:
             df[k] = df.get(k, 0) + 1
     # A term on every line locates nothing; a term on one line locates the match.
-    return [sum(math.log(1 + len(lines) / df[k]) for k in hit) for hit in found]
+    return [sum(math.log(1 + n / df[k]) for k in hit) if hit else 0.0 for hit in found]
 
 
 def _cut_line(line: str, keys: frozenset[str], limit: int) -> str:
@@ -59,19 +60,27 @@ def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[s
     lines = text.split("\n")
     if len(lines) != end_line - start_line + 1:
         return Snippet(text[:limit] if len(text) > limit else text, start_line, end_line)
-    scores = _line_scores(lines, keys) if keys else [0.0] * len(lines)
+    scores = _line_scores(text, keys) if keys else [0.0] * len(lines)
     best = max(range(len(lines)), key=lambda i: (scores[i], -i))
     if len(lines[best]) >= limit:
         return Snippet(_cut_line(lines[best], keys, limit), start_line + best, start_line + best)
     lo = hi = best
-    size = len(lines[best])
+    size, last = len(lines[best]), len(lines) - 1
     while True:
         # Grow towards the better-scoring neighbour (ties: the shorter one, then downwards),
         # while the next line still fits.
-        options = [i for i in (lo - 1, hi + 1) if 0 <= i < len(lines) and size + 1 + len(lines[i]) <= limit]
-        if not options:
+        up = lo > 0 and size + 1 + len(lines[lo - 1]) <= limit
+        down = hi < last and size + 1 + len(lines[hi + 1]) <= limit
+        if up and down:
+            a, b = lo - 1, hi + 1
+            up = (scores[a], -len(lines[a])) > (scores[b], -len(lines[b]))
+            down = not up
+        if up:
+            lo -= 1
+            size += 1 + len(lines[lo])
+        elif down:
+            hi += 1
+            size += 1 + len(lines[hi])
+        else:
             break
-        nxt = max(options, key=lambda i: (scores[i], -len(lines[i]), i))
-        size += 1 + len(lines[nxt])
-        lo, hi = min(lo, nxt), max(hi, nxt)
     return Snippet("\n".join(lines[lo : hi + 1]), start_line + lo, start_line + hi)
