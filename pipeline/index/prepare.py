@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -65,10 +66,10 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
     unnamable ones as an error record (so the next sync does not retry them);
     unchanged content as a stat-only ``touch``.
     """
-    path = Path(job.abs_path)
+    path = job.abs_path
     try:
         st = os.lstat(path)
-        if not os.path.isfile(path) or os.path.islink(path):
+        if not stat.S_ISREG(st.st_mode):  # a symlink, directory or device now: not a memory file
             return Prepared(None, vanished=True)
         bad_name = name_problem(job.abs_path)
         if bad_name:
@@ -79,7 +80,8 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
             log.warning("%s: %d bytes exceeds the limit (%s); skipped", job.path, st.st_size, limit)
             return Prepared(build_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident,
                                          f"file too large ({st.st_size:,} bytes > {limit}); skipped"))
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
         return Prepared(None, vanished=True)
     except OSError as exc:
