@@ -19,7 +19,6 @@ from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity,
 from memindex.pipeline.index.media import extra_kind_for
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.records import FileJob, SessionDelta
-from memindex.pipeline.index.sessions import discover_sessions, next_step
 from memindex.pipeline.index.workspace import MemoryFile, check_roots, iter_discover
 from memindex.pipeline.errors import StoreCorrupt
 from memindex.pipeline.store.core import FileKey, StoreReader, check_writable, open_reader, quarantine
@@ -105,6 +104,8 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
                 plan.unchanged += 1
                 continue
             if f.source == "sessions":
+                from memindex.pipeline.index.sessions import next_step  # transcripts only: lazily
+
                 # Growth below the delta thresholds is left to accumulate (the
                 # session-delta detector owns it); past them only the new part is indexed.
                 step = next_step(settings, f, prev)
@@ -164,6 +165,8 @@ def iter_collect_files(settings: AgentSettings) -> Iterator[MemoryFile]:
     if "memory" in settings.sources:
         yield from iter_discover(settings, extra_kind=extra_kind_for(settings))  # + media under extraPaths (F17)
     if "sessions" in settings.sources:
+        from memindex.pipeline.index.sessions import discover_sessions  # opt-in source: lazily
+
         yield from discover_sessions(settings)
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
@@ -192,9 +193,13 @@ def _run_script(conn: db.Connection, script: str) -> None:
 def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFile]:
     if not _table_exists(conn, files_table(gen)):
         return {}
-    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra FROM {files_table(gen)}")
-    make = tuple.__new__  # IndexedFile's fields in column order, without its Python-level __new__
-    return {(r[0], r[1]): make(IndexedFile, r[2:]) for r in rows}
+    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra FROM {files_table(gen)}").fetchall()
+    if not rows:
+        return {}
+    # Built column-wise by C iterators (no Python code per row): a no-change sync of 30,000
+    # files reads all of them, and a per-row comprehension took twice as long.
+    cols = list(zip(*rows))
+    return dict(zip(zip(cols[0], cols[1]), map(tuple.__new__, repeat(IndexedFile), zip(*cols[2:]))))
 
 
 # What the writer takes. The records themselves are pipeline.index.records
