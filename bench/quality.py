@@ -1,6 +1,6 @@
 """Retrieval quality of ``memory_search`` on the LoCoMo dev split.
 
-    python bench/quality.py [--tokens 256 512] [--state /tmp/memindex-quality]
+    python bench/quality.py [--tokens default 256 512] [--state /tmp/memindex-quality]
 
 For each conversation folder of ``../shared/bench/locomo-dev`` (read at run
 time, never copied) the folder is the agent's workspace; the index is built
@@ -84,16 +84,19 @@ def first_hit(results: list[dict[str, Any]], evidence: list[tuple[str, int]]) ->
     return None
 
 
-def write_config(path: Path, max_tokens: int) -> None:
+def write_config(path: Path, max_tokens: int | None) -> None:
+    local: dict[str, Any] = {"modelPath": str(GGUF)}
+    if max_tokens is not None:  # None: the provider's default for this model
+        local["maxInputTokens"] = max_tokens
     ms = {
         "provider": "local",
-        "local": {"modelPath": str(GGUF), "maxInputTokens": max_tokens},
+        "local": local,
         "sync": {"watch": False, "onSearch": False, "onSessionStart": False},
     }
     path.write_text(json.dumps({"agents": {"defaults": {"memorySearch": ms}}}), encoding="utf-8")
 
 
-def build_index(conv_dir: Path, state: Path, max_tokens: int) -> Context:
+def build_index(conv_dir: Path, state: Path, max_tokens: int | None) -> Context:
     from memindex.producers.enqueue import sync_and_wait
 
     state.mkdir(parents=True, exist_ok=True)
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--state", type=Path, default=Path("/tmp/memindex-quality"))
-    ap.add_argument("--tokens", type=int, nargs="+", default=[256, 512], help="local.maxInputTokens settings")
+    ap.add_argument("--tokens", nargs="+", default=["default", "512"],
+                    help="local.maxInputTokens settings to compare ('default': not set, the model's own)")
     ap.add_argument("--convs", nargs="*", default=None, help="conversation folders (default: all)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -206,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     from memindex.pipeline.embeddings.embedder import query_embedder_for
 
     convs = sorted(p for p in args.data.glob("conv-*") if p.is_dir() and (not args.convs or p.name in args.convs))
-    for tokens in args.tokens:
+    for label in args.tokens:
+        tokens = None if label == "default" else int(label)
         combined: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
         t0 = time.perf_counter()
         for conv in convs:
-            ctx = build_index(conv, args.state / f"t{tokens}" / conv.name, tokens)
+            ctx = build_index(conv, args.state / f"t{label}" / conv.name, tokens)
             settings = settings_for(ctx)
             inner = query_embedder_for(settings)
             if inner is None:
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, rows in res.items():
                 combined[name].extend(rows)
         print_table(f"LoCoMo dev ({len(convs)} conversations), local all-MiniLM-L6-v2, "
-                    f"maxInputTokens {tokens}, chunks 400/80, maxResults 10", combined)
+                    f"maxInputTokens {label}, chunks 400/80, maxResults 10", combined)
         print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
     return 0
 

@@ -725,8 +725,11 @@ def test_local_real_gguf(local_service):
 def test_local_max_input_tokens_truncates_by_tokenizer():
     ms = make_ms(provider="local", local={"modelPath": str(GGUF), "maxInputTokens": 256})
     p256 = choose(ms).primary
-    p512 = choose(make_ms(provider="local", local={"modelPath": str(GGUF)})).primary
+    p512 = choose(make_ms(provider="local", local={"modelPath": str(GGUF), "maxInputTokens": 512})).primary
+    default = choose(make_ms(provider="local", local={"modelPath": str(GGUF)})).primary
     assert p256.max_input_tokens == 256 and p512.max_input_tokens == 512
+    # all-MiniLM-L6-v2's own sequence length (the registry's per-model limit) unless set
+    assert default.max_input_tokens == 256 and default.fingerprint() == p256.fingerprint()
     assert p256.fingerprint() != p512.fingerprint()
     long_text = " ".join(f"word{i % 50} topic" for i in range(400))
     cut = p256.truncate(long_text)

@@ -97,6 +97,10 @@ _BUILTIN = (
         max_concurrency=1,  # one machine's CPU/GPU: parallel requests only queue up there
         query_timeout_s=60.0,  # CPU inference, and the first call loads the model
         default_max_input_tokens=512,
+        # Keyed by the GGUF's family (``local.model_family``: file name before its first dot).
+        # all-MiniLM-L6-v2 was trained on 256 word pieces (sentence-transformers' max_seq_length);
+        # on the LoCoMo dev split 256 beats 512: vector-only R@10 0.650 vs 0.612, hybrid 0.839 vs 0.833.
+        max_input_tokens={"all-minilm-l6-v2": 256},
         extra="local",
     ),
     ProviderSpec(

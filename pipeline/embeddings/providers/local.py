@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import atexit
 import threading
 from dataclasses import dataclass
@@ -92,6 +93,17 @@ def _load(path: Path, n_threads: int) -> _Loaded:
         return loaded
 
 
+def model_family(model: str) -> str:
+    """The model a GGUF path or hf:/URL reference names, without directory, quantisation or
+    extension (``.../all-MiniLM-L6-v2.F16.gguf`` -> ``all-minilm-l6-v2``): the key of the
+    registry's per-model input limits."""
+    name = model.replace("\\", "/").rsplit("/", 1)[-1].split(".", 1)[0].lower()
+    return _QUANT_SUFFIX.sub("", name)
+
+
+_QUANT_SUFFIX = re.compile(r"[-_](?:f16|f32|bf16|q\d\w*|iq\d\w*)$")
+
+
 class LocalProvider(EmbeddingProvider):
     id = "local"
     self_truncates = True
@@ -110,7 +122,7 @@ class LocalProvider(EmbeddingProvider):
         super().__init__()
         self.model = (model_path or registry.get(self.id).default_model).strip()
         self.cache_dir = Path(cache_dir).expanduser()
-        self.max_input_tokens = int(max_input_tokens or registry.max_input_tokens(self.id, self.model))
+        self.max_input_tokens = int(max_input_tokens or registry.max_input_tokens(self.id, model_family(self.model)))
         self.n_threads = n_threads or min(4, os.cpu_count() or 1)
         self.max_batch_items = max_batch_items
         self.max_batch_tokens = 10**9  # llama packs a list into n_batch-sized decodes itself
