@@ -218,6 +218,8 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
         rel_root = rel_path(ws, root)
         prefix = "" if rel_root == "." else rel_root + "/"
         cut = len(base)
+        fold_case = os.sep != "/"  # Windows: case-insensitive keys, "\\" separators
+        new_file = tuple.__new__
         for sp, st, kind in items:
             if not sp.startswith(base):
                 f = add(sp, st, kind)
@@ -225,15 +227,18 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
                     yield f
                 continue
             sub = sp[cut:]
-            key = os.path.normcase(sp if real_base is None else os.path.join(real_base, sub))
+            key = sp if real_base is None else os.path.join(real_base, sub)
+            if fold_case:
+                key = os.path.normcase(key)
             if key in seen:
                 continue
             seen.add(key)
-            if os.sep != "/":
+            if fold_case:
                 sub = sub.replace(os.sep, "/")
             if not sub.isascii():
                 sub = display_path(sub)
-            yield MemoryFile(prefix + sub, sp, "memory", st.st_size, st.st_mtime_ns, kind)
+            # tuple.__new__: MemoryFile's fields in order, without its Python-level __new__
+            yield new_file(MemoryFile, (prefix + sub, sp, "memory", st.st_size, st.st_mtime_ns, kind))
 
     for name in ROOT_FILES:
         p = ws / name
