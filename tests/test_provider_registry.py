@@ -304,3 +304,18 @@ def test_provider_without_its_extra_is_one_clear_error(tmp_path, provider, modul
                        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert f"pip install 'memindex[{extra}]'" in r.stderr and f"{module} is not installed" in r.stderr
+
+
+@pytest.mark.parametrize("model, family", [
+    ("/models/all-MiniLM-L6-v2.F16.gguf", "all-minilm-l6-v2"),
+    ("all-MiniLM-L6-v2-Q8_0.gguf", "all-minilm-l6-v2"),
+    ("C:\\models\\all-minilm-l6-v2-f16.gguf", "all-minilm-l6-v2"),
+    ("hf:ggml-org/embeddinggemma-300m-qat-q8_0-GGUF/embeddinggemma-300m-qat-Q8_0.gguf", "embeddinggemma-300m-qat"),
+])
+def test_local_model_family_keys_the_per_model_input_limit(model, family):
+    from memindex.pipeline.embeddings.providers.local import model_family
+
+    assert model_family(model) == family
+    # MiniLM was trained on 256 word pieces; any other GGUF keeps the provider's default
+    expected = 256 if family == "all-minilm-l6-v2" else registry.get("local").default_max_input_tokens
+    assert registry.max_input_tokens("local", family) == expected
