@@ -43,6 +43,8 @@ def _gc_paused() -> Iterator[None]:
 
     A plan of 30,000 files allocates ~100,000 tuples that form no cycles; every few
     hundred of them the collector would walk all live objects (a fifth of a no-change sync).
+    The switch is process-wide: other threads only see collection deferred for the plan's
+    duration, and a caller that had it off finds it off afterwards.
     """
     was = gc.isenabled()
     gc.disable()
