@@ -345,7 +345,7 @@ def keys_in(text: str, keys: frozenset[str]) -> frozenset[str]:
 
 
 def keys_by_line(text: str, keys: frozenset[str]) -> list[frozenset[str]]:
-    """``[keys_in(line, keys) for line in text.split("\n")]``, in one pass over the text
+    r"""``[keys_in(line, keys) for line in text.split("\n")]``, in one pass over the text
     (a snippet scores every line of its chunk: ~30 calls per result otherwise)."""
     lines = text.split("\n")
     if not keys or not _all_ascii(keys):
