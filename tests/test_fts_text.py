@@ -6,7 +6,7 @@ import re
 
 import pytest
 import sqlean as sqlite3
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memindex.pipeline.store.fts_text import MAX_TERMS, build_match_query, index_text, keyword_tokens
@@ -221,6 +221,8 @@ _WORDY = st.lists(st.sampled_from(
 
 @settings(max_examples=500, deadline=None)
 @given(st.one_of(_MIXED, _WORDY), st.one_of(_MIXED, _WORDY))
+@example("中\u0301gateway", "")  # a mark ends a spaceless character's token: "gateway" starts anew
+@example("x\u0301gateway", "")  # after a letter the mark carries the token on: no "gateway"
 def test_keys_in_finds_exactly_the_keys_the_tokens_hold(text, query):
     # keys_in skips tokenising the text (issue 19: coverage and snippets call it per chunk and
     # per line); it must answer what tokenising answers, for ASCII and non-ASCII keys alike.
@@ -230,3 +232,14 @@ def test_keys_in_finds_exactly_the_keys_the_tokens_hold(text, query):
     for keys in (query_keywords(query), query_keywords(query) | frozenset(list(held)[:3]),
                  frozenset({"gateway", "configur", "reload", "ab"})):
         assert keys_in(text, keys) == keys & held
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_MIXED, _WORDY), st.one_of(_MIXED, _WORDY))
+def test_keys_by_line_is_keys_in_of_every_line(text, query):
+    # Snippets score every line of a chunk with one pass over it (keys_by_line).
+    from memindex.pipeline.store.fts_text import keys_by_line, keys_in, match_key, query_keywords
+
+    held = frozenset(match_key(t) for t in keyword_tokens(text))
+    for keys in (query_keywords(query), frozenset(list(held)[:3]), frozenset({"gateway", "configur", "ab"})):
+        assert keys_by_line(text, keys) == [keys_in(line, keys) for line in text.split("\n")]

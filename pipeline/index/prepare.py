@@ -80,8 +80,7 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
             log.warning("%s: %d bytes exceeds the limit (%s); skipped", job.path, st.st_size, limit)
             return Prepared(build_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident,
                                          f"file too large ({st.st_size:,} bytes > {limit}); skipped"))
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         return Prepared(None, vanished=True)
     except OSError as exc:

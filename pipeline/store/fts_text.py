@@ -308,6 +308,27 @@ def _all_ascii(keys: frozenset[str]) -> bool:
     return all(k.isascii() for k in keys)
 
 
+def _token_starts_at(low: str, i: int) -> bool:
+    """Whether a token starts at ``i`` of ``low``: the character before cannot continue one.
+
+    A combining mark belongs to the character it follows: after a spaceless-script character
+    (a token of its own, marks included) the next token starts fresh; after anything else the
+    mark carries that token on.
+    """
+    if i == 0:
+        return True
+    ch = low[i - 1]
+    if ch.isascii():
+        return not ch.isalnum()
+    if is_mark(ch):
+        j = i - 1
+        while j > 0 and is_mark(low[j]):
+            j -= 1
+        if script_family(low[j]) is not None:
+            return True
+    return not _joins_token(ch)
+
+
 def _lowered(text: str) -> str:
     return text.lower() if text.isascii() else _fold(text).lower()
 
@@ -320,8 +341,7 @@ def _occurrences(low: str, key: str) -> Iterator[int]:
     """
     i = low.find(key)
     while i >= 0:
-        # A token starts here when the character before cannot be part of one.
-        if i == 0 or not _joins_token(low[i - 1]):
+        if _token_starts_at(low, i):
             tok = _ASCII_TOKEN_RE.match(low, i)
             if tok is not None:
                 end = tok.end()
