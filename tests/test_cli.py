@@ -319,3 +319,6 @@ def test_core_command_is_found_without_a_parser_or_left_to_the_full_one():
     # Either way the same command line parses to the same arguments.
     argv = ["--agent", "ops", "search", "--json", "router", "vlan", "--max-results", "3"]
     assert vars(build_parser(full=False).parse_args(argv)) == vars(build_parser().parse_args(argv))
+    assert vars(build_parser(full=False, only="search").parse_args(argv)) == vars(build_parser().parse_args(argv))
+    for cmd in ("index", "search", "get", "status", "completion"):  # each core command alone
+        assert [name for name, _ in command_parsers(build_parser(full=False, only=cmd))] == [cmd]

@@ -229,7 +229,9 @@ def core_command(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(full: bool = True) -> argparse.ArgumentParser:
+def build_parser(full: bool = True, only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: every command (``full``), the core ones, or just the core command ``only``
+    (a `memindex search` needs no other sub-parser; ~70 add_argument calls cost ~8 ms)."""
     p = argparse.ArgumentParser(
         prog="memindex",
         description="Index and search an agent's Markdown memory; reads OpenClaw's openclaw.json "
@@ -245,64 +247,69 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     add_global_options(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    s = sub.add_parser("index", help="sync the index now and wait for it", **examples(
-        ("memindex index", "every configured agent"),
-        ("memindex index --agent ops --force", "rebuild agent ops from scratch"),
-        description="Bring the index up to date with the Markdown on disk and wait until it is "
-                    "searchable. Without --agent, every configured agent (as `openclaw memory index`)."))
-    s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
-    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-    s.set_defaults(func=cmd_index)
+    if only in (None, "index"):
+        s = sub.add_parser("index", help="sync the index now and wait for it", **examples(
+            ("memindex index", "every configured agent"),
+            ("memindex index --agent ops --force", "rebuild agent ops from scratch"),
+            description="Bring the index up to date with the Markdown on disk and wait until it is "
+                        "searchable. Without --agent, every configured agent (as `openclaw memory index`)."))
+        s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
+        s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+        s.set_defaults(func=cmd_index)
 
-    s = sub.add_parser("search", help="search memory", **examples(
-        ('memindex search "router VLAN"', "score path:lines and the snippet per result"),
-        ('memindex search --json --max-results 3 "kafka"', "the memory_search payload"),
-        ("memindex search --queries q.jsonl", "one JSON line per query"),
-        description="Hybrid (vector + keyword) search of one agent's memory, the default agent "
-                    "unless --agent. Text output is `openclaw memory search`'s."))
-    s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
-    s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
-    s.add_argument("--max-results", metavar="N", type=int, default=None,
-                   help="at most N results (default: query.maxResults, 6)")
-    s.add_argument("--min-score", metavar="X", type=float, default=None,
-                   help="drop results scoring below X (default: query.minScore, 0.35)")
-    s.add_argument("--session-key", default=None, metavar="KEY",
-                   help="search on behalf of this session key (session warm-up, citations)")
-    s.add_argument("--queries", metavar="FILE",
-                   help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
-    s.set_defaults(func=cmd_search)
+    if only in (None, "search"):
+        s = sub.add_parser("search", help="search memory", **examples(
+            ('memindex search "router VLAN"', "score path:lines and the snippet per result"),
+            ('memindex search --json --max-results 3 "kafka"', "the memory_search payload"),
+            ("memindex search --queries q.jsonl", "one JSON line per query"),
+            description="Hybrid (vector + keyword) search of one agent's memory, the default agent "
+                        "unless --agent. Text output is `openclaw memory search`'s."))
+        s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
+        s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
+        s.add_argument("--max-results", metavar="N", type=int, default=None,
+                       help="at most N results (default: query.maxResults, 6)")
+        s.add_argument("--min-score", metavar="X", type=float, default=None,
+                       help="drop results scoring below X (default: query.minScore, 0.35)")
+        s.add_argument("--session-key", default=None, metavar="KEY",
+                       help="search on behalf of this session key (session warm-up, citations)")
+        s.add_argument("--queries", metavar="FILE",
+                       help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
+        s.set_defaults(func=cmd_search)
 
-    s = sub.add_parser("get", help="read a memory file (memory_get)", **examples(
-        ("memindex get memory/2026-02-10.md --from 3 --lines 5", "five lines from line 3"),
-        ("memindex get ../team/plan.md", "a file of an extraPaths directory, as search names it"),
-        description="Read a memory Markdown file the way the memory_get tool does: MEMORY.md, "
-                    "memory/**.md and extraPaths only; symlinks and traversal are refused."))
-    s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
-    s.add_argument("--from", dest="from_line", metavar="LINE", type=int, default=None,
-                   help="1-based start line")
-    s.add_argument("--lines", metavar="N", type=int, default=None, help="number of lines to return")
-    s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
-    s.set_defaults(func=cmd_get)
+    if only in (None, "get"):
+        s = sub.add_parser("get", help="read a memory file (memory_get)", **examples(
+            ("memindex get memory/2026-02-10.md --from 3 --lines 5", "five lines from line 3"),
+            ("memindex get ../team/plan.md", "a file of an extraPaths directory, as search names it"),
+            description="Read a memory Markdown file the way the memory_get tool does: MEMORY.md, "
+                        "memory/**.md and extraPaths only; symlinks and traversal are refused."))
+        s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
+        s.add_argument("--from", dest="from_line", metavar="LINE", type=int, default=None,
+                       help="1-based start line")
+        s.add_argument("--lines", metavar="N", type=int, default=None, help="number of lines to return")
+        s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
+        s.set_defaults(func=cmd_get)
 
-    s = sub.add_parser("status", help="what the index holds and what serves it", **examples(
-        ("memindex status", "every configured agent"),
-        ("memindex status --deep --agent ops", "also send one embedding request and time it"),
-        ("memindex status --index --json", "sync first, then OpenClaw's JSON shape"),
-        description="Files, chunks, provider, vector and FTS state per agent; without --agent every "
-                    "configured agent. --json prints `openclaw memory status --json`'s shape."))
-    s.add_argument("--json", action="store_true",
-                   help="print [{agentId, status, embeddingProbe, indexError, scan}] as JSON")
-    s.add_argument("--deep", action="store_true", help="probe the embedding provider with one real request")
-    s.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
-    s.add_argument("--force", action="store_true", help="with --index: re-index every file")
-    s.set_defaults(func=cmd_status)
+    if only in (None, "status"):
+        s = sub.add_parser("status", help="what the index holds and what serves it", **examples(
+            ("memindex status", "every configured agent"),
+            ("memindex status --deep --agent ops", "also send one embedding request and time it"),
+            ("memindex status --index --json", "sync first, then OpenClaw's JSON shape"),
+            description="Files, chunks, provider, vector and FTS state per agent; without --agent every "
+                        "configured agent. --json prints `openclaw memory status --json`'s shape."))
+        s.add_argument("--json", action="store_true",
+                       help="print [{agentId, status, embeddingProbe, indexError, scan}] as JSON")
+        s.add_argument("--deep", action="store_true", help="probe the embedding provider with one real request")
+        s.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
+        s.add_argument("--force", action="store_true", help="with --index: re-index every file")
+        s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("completion", help="print a shell completion script", **examples(
-        ('eval "$(memindex completion bash)"', "enable completion in this bash session"),
-        ("memindex completion zsh > ~/.zfunc/_memindex", "install it for zsh"),
-        description="Tab completion for commands and options (argcomplete)."))
-    s.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh"), help="the shell to print it for")
-    s.set_defaults(func=cmd_completion)
+    if only in (None, "completion"):
+        s = sub.add_parser("completion", help="print a shell completion script", **examples(
+            ('eval "$(memindex completion bash)"', "enable completion in this bash session"),
+            ("memindex completion zsh > ~/.zfunc/_memindex", "install it for zsh"),
+            description="Tab completion for commands and options (argcomplete)."))
+        s.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh"), help="the shell to print it for")
+        s.set_defaults(func=cmd_completion)
 
     if full:
         from memindex.producers.cli import batch as cli_batch, ops as cli_ops
@@ -360,7 +367,8 @@ def _one_line_error(exc: BaseException) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     completing = "_ARGCOMPLETE" in os.environ
-    parser = build_parser(full=completing or core_command(sys.argv[1:] if argv is None else argv) is None)
+    command = None if completing else core_command(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(full=command is None, only=command)
     if completing:  # the shell asks for completions (see `memindex completion`)
         import argcomplete
 
