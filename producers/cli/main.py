@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from memindex.pipeline.config.settings import ConfigError, Context
 from memindex.pipeline.errors import MemindexError
@@ -205,10 +205,87 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
-# The commands defined in this module. A run of one of them builds a parser without the other
-# modules' commands (ops, batch, serve): their imports and ~20 sub-parsers were a fifth of a
-# `memindex search` (issue 19). Help and completion always get the full parser.
-CORE_COMMANDS = ("index", "search", "get", "status", "completion")
+def _add_index(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("index", help="sync the index now and wait for it", **examples(
+        ("memindex index", "every configured agent"),
+        ("memindex index --agent ops --force", "rebuild agent ops from scratch"),
+        description="Bring the index up to date with the Markdown on disk and wait until it is "
+                    "searchable. Without --agent, every configured agent (as `openclaw memory index`)."))
+    s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
+    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    s.set_defaults(func=cmd_index)
+
+
+def _add_search(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("search", help="search memory", **examples(
+        ('memindex search "router VLAN"', "score path:lines and the snippet per result"),
+        ('memindex search --json --max-results 3 "kafka"', "the memory_search payload"),
+        ("memindex search --queries q.jsonl", "one JSON line per query"),
+        description="Hybrid (vector + keyword) search of one agent's memory, the default agent "
+                    "unless --agent. Text output is `openclaw memory search`'s."))
+    s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
+    s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
+    s.add_argument("--max-results", metavar="N", type=int, default=None,
+                   help="at most N results (default: query.maxResults, 6)")
+    s.add_argument("--min-score", metavar="X", type=float, default=None,
+                   help="drop results scoring below X (default: query.minScore, 0.35)")
+    s.add_argument("--session-key", default=None, metavar="KEY",
+                   help="search on behalf of this session key (session warm-up, citations)")
+    s.add_argument("--queries", metavar="FILE",
+                   help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
+    s.set_defaults(func=cmd_search)
+
+
+def _add_get(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("get", help="read a memory file (memory_get)", **examples(
+        ("memindex get memory/2026-02-10.md --from 3 --lines 5", "five lines from line 3"),
+        ("memindex get ../team/plan.md", "a file of an extraPaths directory, as search names it"),
+        description="Read a memory Markdown file the way the memory_get tool does: MEMORY.md, "
+                    "memory/**.md and extraPaths only; symlinks and traversal are refused."))
+    s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
+    s.add_argument("--from", dest="from_line", metavar="LINE", type=int, default=None,
+                   help="1-based start line")
+    s.add_argument("--lines", metavar="N", type=int, default=None, help="number of lines to return")
+    s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
+    s.set_defaults(func=cmd_get)
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("status", help="what the index holds and what serves it", **examples(
+        ("memindex status", "every configured agent"),
+        ("memindex status --deep --agent ops", "also send one embedding request and time it"),
+        ("memindex status --index --json", "sync first, then OpenClaw's JSON shape"),
+        description="Files, chunks, provider, vector and FTS state per agent; without --agent every "
+                    "configured agent. --json prints `openclaw memory status --json`'s shape."))
+    s.add_argument("--json", action="store_true",
+                   help="print [{agentId, status, embeddingProbe, indexError, scan}] as JSON")
+    s.add_argument("--deep", action="store_true", help="probe the embedding provider with one real request")
+    s.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
+    s.add_argument("--force", action="store_true", help="with --index: re-index every file")
+    s.set_defaults(func=cmd_status)
+
+
+def _add_completion(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("completion", help="print a shell completion script", **examples(
+        ('eval "$(memindex completion bash)"', "enable completion in this bash session"),
+        ("memindex completion zsh > ~/.zfunc/_memindex", "install it for zsh"),
+        description="Tab completion for commands and options (argcomplete)."))
+    s.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh"), help="the shell to print it for")
+    s.set_defaults(func=cmd_completion)
+
+
+# The commands defined in this module, each adding its own sub-parser. A run of one of them
+# builds a parser with only that one (not the other modules' commands - ops, batch, serve -
+# whose imports and ~20 sub-parsers were a fifth of a `memindex search`, issue 19). Help and
+# completion always get the full parser.
+CORE_PARSERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "index": _add_index,
+    "search": _add_search,
+    "get": _add_get,
+    "status": _add_status,
+    "completion": _add_completion,
+}
+CORE_COMMANDS = tuple(CORE_PARSERS)
 # Global options that take a value (the token after them is not the command).
 _VALUE_OPTIONS = frozenset(("--config", "--state-dir", "--workspace", "--agent", "--log-level", "--log-format"))
 
@@ -231,7 +308,7 @@ def core_command(argv: Sequence[str]) -> str | None:
 
 def build_parser(full: bool = True, only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser: every command (``full``), the core ones, or just the core command ``only``
-    (a `memindex search` needs no other sub-parser; ~70 add_argument calls cost ~8 ms)."""
+    (a `memindex search` needs no other sub-parser)."""
     p = argparse.ArgumentParser(
         prog="memindex",
         description="Index and search an agent's Markdown memory; reads OpenClaw's openclaw.json "
@@ -247,69 +324,9 @@ def build_parser(full: bool = True, only: str | None = None) -> argparse.Argumen
     add_global_options(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    if only in (None, "index"):
-        s = sub.add_parser("index", help="sync the index now and wait for it", **examples(
-            ("memindex index", "every configured agent"),
-            ("memindex index --agent ops --force", "rebuild agent ops from scratch"),
-            description="Bring the index up to date with the Markdown on disk and wait until it is "
-                        "searchable. Without --agent, every configured agent (as `openclaw memory index`)."))
-        s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
-        s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-        s.set_defaults(func=cmd_index)
-
-    if only in (None, "search"):
-        s = sub.add_parser("search", help="search memory", **examples(
-            ('memindex search "router VLAN"', "score path:lines and the snippet per result"),
-            ('memindex search --json --max-results 3 "kafka"', "the memory_search payload"),
-            ("memindex search --queries q.jsonl", "one JSON line per query"),
-            description="Hybrid (vector + keyword) search of one agent's memory, the default agent "
-                        "unless --agent. Text output is `openclaw memory search`'s."))
-        s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
-        s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
-        s.add_argument("--max-results", metavar="N", type=int, default=None,
-                       help="at most N results (default: query.maxResults, 6)")
-        s.add_argument("--min-score", metavar="X", type=float, default=None,
-                       help="drop results scoring below X (default: query.minScore, 0.35)")
-        s.add_argument("--session-key", default=None, metavar="KEY",
-                       help="search on behalf of this session key (session warm-up, citations)")
-        s.add_argument("--queries", metavar="FILE",
-                       help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
-        s.set_defaults(func=cmd_search)
-
-    if only in (None, "get"):
-        s = sub.add_parser("get", help="read a memory file (memory_get)", **examples(
-            ("memindex get memory/2026-02-10.md --from 3 --lines 5", "five lines from line 3"),
-            ("memindex get ../team/plan.md", "a file of an extraPaths directory, as search names it"),
-            description="Read a memory Markdown file the way the memory_get tool does: MEMORY.md, "
-                        "memory/**.md and extraPaths only; symlinks and traversal are refused."))
-        s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
-        s.add_argument("--from", dest="from_line", metavar="LINE", type=int, default=None,
-                       help="1-based start line")
-        s.add_argument("--lines", metavar="N", type=int, default=None, help="number of lines to return")
-        s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
-        s.set_defaults(func=cmd_get)
-
-    if only in (None, "status"):
-        s = sub.add_parser("status", help="what the index holds and what serves it", **examples(
-            ("memindex status", "every configured agent"),
-            ("memindex status --deep --agent ops", "also send one embedding request and time it"),
-            ("memindex status --index --json", "sync first, then OpenClaw's JSON shape"),
-            description="Files, chunks, provider, vector and FTS state per agent; without --agent every "
-                        "configured agent. --json prints `openclaw memory status --json`'s shape."))
-        s.add_argument("--json", action="store_true",
-                       help="print [{agentId, status, embeddingProbe, indexError, scan}] as JSON")
-        s.add_argument("--deep", action="store_true", help="probe the embedding provider with one real request")
-        s.add_argument("--index", action="store_true", help="sync the index first (implies --deep)")
-        s.add_argument("--force", action="store_true", help="with --index: re-index every file")
-        s.set_defaults(func=cmd_status)
-
-    if only in (None, "completion"):
-        s = sub.add_parser("completion", help="print a shell completion script", **examples(
-            ('eval "$(memindex completion bash)"', "enable completion in this bash session"),
-            ("memindex completion zsh > ~/.zfunc/_memindex", "install it for zsh"),
-            description="Tab completion for commands and options (argcomplete)."))
-        s.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh"), help="the shell to print it for")
-        s.set_defaults(func=cmd_completion)
+    for name, add in CORE_PARSERS.items():
+        if only in (None, name):
+            add(sub)
 
     if full:
         from memindex.producers.cli import batch as cli_batch, ops as cli_ops
