@@ -56,7 +56,7 @@ from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store.vectors import is_valid
 
 from memindex.workers.batch import state as bs
-from memindex.workers.batch.backend import StateBackend, open_for
+from memindex.workers.batch.backend import StateBackend, has_state, open_for
 from memindex.workers.batch.coord import registry, slots
 from memindex.workers.batch.redis_state import agent_key
 from memindex.workers.batch.route import DeferringEmbedder
@@ -512,11 +512,9 @@ def sweep() -> None:
         try:
             who = Who(entry["ctx"], entry["spec"])
             settings = who.settings()
-            probe = open_for(settings.store_path, readonly=True)
-            if probe is None:  # the agent (or its batch state) is gone
+            if not has_state(settings.store_path):  # the agent (or its batch state) is gone
                 registry.remove(key)
                 continue
-            probe.close()
             with _state(settings) as st:
                 resume_orphans(who, settings, st)
         except Exception as exc:  # noqa: BLE001 - one broken agent must not stop the sweep

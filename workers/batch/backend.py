@@ -28,6 +28,15 @@ def open_for(store_path: Path, *, readonly: bool = False) -> StateBackend | None
     return None if readonly and not st.exists() else st
 
 
+def has_state(store_path: Path) -> bool:
+    """Whether the agent has batch state where ``open_for`` keeps it (without creating any)."""
+    from memindex.workers.broker import broker, is_embedded
+
+    if is_embedded(broker):
+        return state_path(store_path).exists()
+    return RedisBatchState(broker.client, store_path).exists()
+
+
 def location(store_path: Path) -> str:
     """Where ``open_for`` keeps the agent's batch state, for display."""
     from memindex.workers.broker import broker, is_embedded

@@ -31,20 +31,11 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store.vectors import pack, unpack
-from memindex.workers.batch.state import ACTIVE, DONE, KEEP_DONE, Item, Job
+from memindex.workers.batch.state import ACTIVE, DONE, KEEP_DONE, Item, Job, job_defaults
 
 NS = "memindex:batch"
 LOCK_TTL_MS = 30_000  # a holder that died mid-operation blocks the agent's batch work this long at most
 LOCK_WAIT_S = 60.0
-
-# Every column of the SQLite ``jobs`` table, with its default: a job row reads the same from both.
-JOB_DEFAULTS: dict[str, Any] = {
-    "key": None, "agent": None, "provider": None, "model": None, "provider_key": None, "generation": None,
-    "phase": None, "state": None, "remote_status": None, "remote_id": None, "input_file": None, "custom_ids": None,
-    "files": 0, "requests": 0, "cached": 0, "completed": 0, "failed": 0, "redone": 0, "poll_errors": 0,
-    "created_at": None, "submitted_at": None, "deadline": None, "cancel_deadline": None, "finished_at": None,
-    "lease_token": None, "lease_until": None, "outcome": None, "error": None,
-}
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -200,7 +191,7 @@ class RedisBatchState:
 
     def create_job(self, **fields: Any) -> None:
         fields.setdefault("created_at", time.time())
-        row = {**JOB_DEFAULTS, **fields}
+        row = {**job_defaults(), **fields}
         with self._locked():
             if not self.client.hsetnx(self.k("jobs"), row["key"], json.dumps(row)):
                 raise ValueError(f"batch job {row['key']} exists")

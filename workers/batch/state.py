@@ -26,6 +26,7 @@ Three tables:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -97,6 +98,21 @@ SUBMITTING, POLLING, CANCELLING, COLLECTED, FINISHING, DONE = (
 IN_FLIGHT = (SUBMITTING, POLLING, CANCELLING)
 ACTIVE = IN_FLIGHT + (COLLECTED, FINISHING)
 KEEP_DONE = 50  # finished jobs kept for `memindex batches`
+
+
+@functools.cache
+def job_defaults() -> dict[str, Any]:
+    """Every column of ``jobs`` with its default (None where it has none), read from ``DDL``
+    itself: the Redis backend's job rows take exactly this shape, so a job reads the same
+    from either backend."""
+    conn = db.sqlite3.connect(":memory:")
+    try:
+        conn.executescript(DDL)
+        cols = conn.execute("PRAGMA table_info(jobs)").fetchall()  # cid, name, type, notnull, default, pk
+        return {name: (None if default is None else conn.execute(f"SELECT {default}").fetchone()[0])
+                for _, name, _, _, default, _ in cols}
+    finally:
+        conn.close()
 
 
 def new_token() -> str:
