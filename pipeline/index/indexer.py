@@ -93,32 +93,24 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
     on_disk = files if files is not None else iter_collect_files(settings)  # streamed, not listed
     plan = SyncPlan(gen, fp, role)
     seen: set[FileKey] = set()
-    keyword_only = ident.provider == KEYWORD_ONLY.provider
     for f in on_disk:
         key = (f.source, f.path)
         seen.add(key)
         prev = indexed.get(key)
-        if prev is not None and not force:
-            # The common case of a resync, tested first and cheaply: same size, same mtime,
-            # no error recorded (a file still waiting for its vectors is re-read instead).
-            if (prev.size == f.size and prev.mtime_ns == f.mtime_ns and prev.error is None
-                    and f.source != "sessions"):
+        if f.source == "sessions" and prev is not None and not force:
+            from memindex.pipeline.index.sessions import next_step  # transcripts only: lazily
+
+            # Growth below the delta thresholds is left to accumulate (the
+            # session-delta detector owns it); past them only the new part is indexed.
+            step = next_step(settings, f, prev)
+            if step == "unchanged":
                 plan.unchanged += 1
                 continue
-            if f.source == "sessions":
-                from memindex.pipeline.index.sessions import next_step  # transcripts only: lazily
-
-                # Growth below the delta thresholds is left to accumulate (the
-                # session-delta detector owns it); past them only the new part is indexed.
-                step = next_step(settings, f, prev)
-                if step == "unchanged":
-                    plan.unchanged += 1
-                    continue
-                if step != "full":
-                    plan.session_deltas.append(step)
-                    continue
-                prev = None
-        retry_vectors = prev is not None and not keyword_only and embedding_pending(prev.error)
+            if step != "full":
+                plan.session_deltas.append(step)
+                continue
+            prev = None
+        retry_vectors = prev is not None and embedding_pending(prev.error) and ident.provider != KEYWORD_ONLY.provider
         if (prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force
                 and not retry_vectors):
             plan.unchanged += 1

@@ -66,7 +66,7 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
     unnamable ones as an error record (so the next sync does not retry them);
     unchanged content as a stat-only ``touch``.
     """
-    path = job.abs_path
+    path = Path(job.abs_path)
     try:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode):  # a symlink, directory or device now: not a memory file
@@ -80,7 +80,7 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
             log.warning("%s: %d bytes exceeds the limit (%s); skipped", job.path, st.st_size, limit)
             return Prepared(build_record(job, st, f"size:{st.st_size}:{st.st_mtime_ns}", [], ident,
                                          f"file too large ({st.st_size:,} bytes > {limit}); skipped"))
-        data = Path(path).read_bytes()
+        data = path.read_bytes()
     except FileNotFoundError:
         return Prepared(None, vanished=True)
     except OSError as exc:

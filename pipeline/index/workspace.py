@@ -127,7 +127,7 @@ _entry_name = attrgetter("name")
 
 
 def _markdown_only(name: str) -> str | None:
-    return "markdown" if name.lower().endswith(".md") else None  # is_markdown_name, inlined: once per file
+    return "markdown" if is_markdown_name(name) else None
 
 
 def _too_broad(p: Path, settings: AgentSettings) -> bool:

@@ -368,10 +368,8 @@ def keys_by_line(text: str, keys: frozenset[str]) -> list[frozenset[str]]:
     r"""``[keys_in(line, keys) for line in text.split("\n")]``, in one pass over the text
     (a snippet scores every line of its chunk: ~30 calls per result otherwise)."""
     lines = text.split("\n")
-    if not keys or not _all_ascii(keys):
-        return [keys_in(line, keys) for line in lines]
-    low = _lowered(text)
-    if low.count("\n") != len(lines) - 1:  # folding never adds or drops a newline; be sure
+    low = _lowered(text) if keys and _all_ascii(keys) else None
+    if low is None or low.count("\n") != len(lines) - 1:  # folding never adds or drops a newline; be sure
         return [keys_in(line, keys) for line in lines]
     starts, at = [], 0
     for line in low.split("\n"):
