@@ -223,7 +223,7 @@ def test_a_huge_file_travels_in_bounded_messages_and_indexes_whole(tmp_path, ser
         assert _chunks(m) <= compute.EMBED_MSG_CHUNKS
         # The budget covers texts and vectors; the JSON adds a record header per message.
         assert len(m.encode()) <= compute.EMBED_MSG_BYTES + 4_000, len(m.encode())
-        assert b"sk-compute-test" not in m.encode()  # keys stay out of queue messages
+        assert KEY.encode() not in m.encode()  # keys stay out of queue messages
     clean = Agent(tmp_path / "clean")
     _config(clean, server, False)
     _huge(clean)
@@ -258,7 +258,7 @@ def test_the_compute_spec_carries_no_key_and_rebuilds_the_same_settings(tmp_path
     settings = a.settings()
     spec = compute_spec(settings)
     text = json.dumps(spec)
-    assert "sk-compute-test" not in text, text[max(0, text.find("sk-compute-test") - 300):][:400]
+    assert KEY not in text, text[max(0, text.find(KEY) - 300):][:400]
     assert spec["secrets"] >= 1
     # A compute host that can read the config gets the key from it: the very same settings
     # (so on the embedded broker indexing and search share one embedding service).
