@@ -1,7 +1,9 @@
 """The whole path Markdown -> queue -> writer -> store -> search, on the embedded broker."""
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -215,3 +217,97 @@ def test_the_store_takes_vectors_as_floats_or_packed_bytes(tmp_path):
         assert blobs == [pack([0.6, 0.8])] * 2
     finally:
         w.close()
+
+
+# --- the no-change mark (index/unchanged.py) -----------------------------------------
+
+def _mark_path(agent):
+    from memindex.pipeline.index.unchanged import mark_path
+
+    return mark_path(agent.settings().store_path)
+
+
+def _unchanged(n: int) -> dict:
+    return {"generation": 1, "to_index": 0, "to_delete": 0, "unchanged": n}
+
+
+def test_a_sync_that_finds_nothing_leaves_a_mark_the_next_one_trusts(agent):
+    agent.write("memory/a.md", "alpha kumquat\n")
+    agent.write("memory/b.md", "beta\n")
+    assert agent.index()["to_index"] == 2
+    assert not _mark_path(agent).exists()  # that sync had work: nothing to vouch for
+    assert agent.index() == _unchanged(2)
+    mark = json.loads(_mark_path(agent).read_text())
+    assert set(mark) == {"store", "disk", "files"} and mark["files"] == 2  # digests only, no paths or settings
+    assert agent.index() == _unchanged(2)
+    assert json.loads(_mark_path(agent).read_text()) == mark
+
+
+def test_the_mark_never_hides_an_edit_a_new_file_or_a_delete(agent):
+    a = agent.write("memory/a.md", "alpha kumquat\n")
+    agent.write("memory/b.md", "beta\n")
+    agent.index()
+    agent.index()
+    assert _mark_path(agent).exists()
+    st = a.stat()
+    a.write_text("alpha quincee\n", encoding="utf-8")  # same size
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert agent.index()["to_index"] == 1
+    assert agent.search("quincee")["results"] and not agent.search("kumquat")["results"]
+    assert agent.index() == _unchanged(2)
+    agent.write("memory/c.md", "gamma\n")
+    assert agent.index()["to_index"] == 1
+    assert agent.index() == _unchanged(3)
+    (agent.workspace / "memory/b.md").unlink()
+    assert agent.index()["to_delete"] == 1
+    assert agent.index() == _unchanged(2)
+
+
+def test_any_change_to_the_stores_file_rows_voids_the_mark(agent):
+    """The store side of the mark is a version its triggers bump on every file-row write: a row
+    changed by any path (here SQL from outside) is compared again, not trusted."""
+    agent.write("memory/a.md", "alpha kumquat\n")
+    agent.write("memory/b.md", "beta\n")
+    agent.index()
+    agent.index()
+    assert _mark_path(agent).exists()
+    from memindex.pipeline.store import db  # the store's own SQLite: two copies in one process clash
+
+    def sql(stmt):
+        conn = db.connect(agent.settings().store_path)
+        try:
+            conn.execute(stmt)
+        finally:
+            conn.close()
+
+    sql("UPDATE files_g1 SET size = size + 1 WHERE path = 'memory/a.md'")
+    assert agent.index()["to_index"] == 1
+    assert agent.index() == _unchanged(2)
+    sql("DELETE FROM files_g1 WHERE path = 'memory/b.md'")
+    assert agent.index()["to_index"] == 1
+
+
+def test_force_and_a_rebuilt_store_ignore_the_mark(agent):
+    agent.write("memory/a.md", "alpha\n")
+    agent.write("memory/b.md", "beta\n")
+    agent.index()
+    agent.index()
+    assert _mark_path(agent).exists()
+    assert agent.index(force=True)["to_index"] == 2
+    store = agent.settings().store_path
+    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.schema import STORE_ID_KEY
+
+    def store_id():
+        r = open_reader(agent.settings())
+        try:
+            return r.state().extra[STORE_ID_KEY]
+        finally:
+            r.close()
+
+    first = store_id()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    assert agent.index()["to_index"] == 2  # a new store, whatever the old mark says
+    assert store_id() != first
+    assert agent.index() == _unchanged(2)

@@ -18,6 +18,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
 from memindex.pipeline.index.media import extra_kind_for
 from memindex.pipeline.index.prepare import embedding_pending
+from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.workspace import MemoryFile, check_roots, iter_discover
 from memindex.pipeline.errors import StoreCorrupt
@@ -134,20 +135,45 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
     reader = open_reader(settings)
     try:
         try:
-            plan = plan_sync(settings, reader, ident, force=force)
+            return _plan_agent(settings, reader, ident, force)
         except StoreCorrupt as exc:
             # The Markdown is the source of truth: a damaged store is moved aside and rebuilt.
             log.warning("%s", exc)
             reader.close()
             quarantine(settings.store_path)
-            plan = plan_sync(settings, reader, ident, force=force)
-        st = reader.state()
-        noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
-                and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0
-                and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
+            return _plan_agent(settings, reader, ident, force)
     finally:
         reader.close()
+
+
+def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIdentity,
+                force: bool) -> tuple[SyncPlan, bool]:
+    st = reader.state()
+    key = None if force else unchanged.store_key(settings, ident, index_fingerprint(settings, ident), st)
+    files: list[MemoryFile] | None = None
+    disk = ""
+    if key is not None:
+        # The store can vouch for its rows: list the disk once, and if neither side moved since
+        # a plan that found nothing to do, this one finds nothing either (index/unchanged.py).
+        if "memory" in settings.sources:
+            check_roots(settings)
+        with _gc_paused():
+            files = list(iter_collect_files(settings))
+        disk = unchanged.disk_key(files)
+        mark = unchanged.read(settings.store_path)
+        if (mark is not None and mark.get("store") == key and mark.get("disk") == disk
+                and reader.pending_count(st.live_generation) == 0):
+            assert st.live_generation is not None and st.live_fingerprint is not None  # store_key checked
+            return SyncPlan(st.live_generation, dict(st.live_fingerprint), "live", unchanged=len(files)), True
+    plan = plan_sync(settings, reader, ident, files=files, force=force)
+    st = reader.state()
+    noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
+            and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0
+            and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
+    if noop and files is not None and key is not None:
+        unchanged.write(settings.store_path, key, disk, len(files))
     return plan, noop
+
 
 def collect_files(settings: AgentSettings) -> list[MemoryFile]:
     """Every file the agent's configured sources contribute."""

@@ -30,6 +30,8 @@ from memindex.pipeline.store.schema import (
     chunks_table,
     drop_generation_sql,
     files_table,
+    files_version_ddl,
+    files_version_key,
     fts_ddl,
     fts_table,
     generation_ddl,
@@ -353,6 +355,8 @@ class StoreWriter:
 
     def _ensure_generation(self, gen: int) -> None:
         _run_script(self.conn, generation_ddl(gen))
+        for stmt in files_version_ddl(gen):
+            self.conn.execute(stmt)
         if self.fts_error is None:
             try:
                 self.conn.execute(fts_ddl(gen, contentless=db.CONTENTLESS_DELETE))
@@ -441,8 +445,9 @@ class StoreWriter:
 
     def _drop_generation(self, gen: int) -> None:
         for sql in drop_generation_sql(gen):
-            self.conn.execute(sql)
+            self.conn.execute(sql)  # a table's triggers go with it
         self._set_meta(f"vec_dims_g{gen}", None)
+        self._set_meta(files_version_key(gen), None)
 
     # -- writes -------------------------------------------------------------------
     def _tx(self):

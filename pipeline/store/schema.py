@@ -17,11 +17,13 @@ from __future__ import annotations
 SCHEMA_VERSION = 2
 META_KEY = "memory_index_meta_v1"
 BUILDING_KEY = "memory_index_building_v1"
+# A random id given to a store when it is created: a store deleted and rebuilt is a different store.
+STORE_ID_KEY = "store_id"
 # porter: English stemming ("painted" finds "paint"), applied after unicode61's
 # diacritic folding; non-English words stem rarely and identically on both sides.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
-BASE_DDL = """
+BASE_DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS embedding_cache (
   provider TEXT NOT NULL,
@@ -35,6 +37,7 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
   PRIMARY KEY (provider, model, provider_key, dims, hash)
 );
 CREATE INDEX IF NOT EXISTS idx_embedding_cache_used_at ON embedding_cache(used_at);
+INSERT OR IGNORE INTO meta(key, value) VALUES ('{STORE_ID_KEY}', lower(hex(randomblob(8))));
 """
 
 
@@ -90,6 +93,27 @@ CREATE TABLE IF NOT EXISTS {c} (
 CREATE INDEX IF NOT EXISTS idx_{c}_path ON {c}(source, path);
 CREATE TABLE IF NOT EXISTS {p} (source TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (source, path));
 """
+
+
+def files_version_key(gen: int) -> str:
+    return f"files_version_g{int(gen)}"
+
+
+def files_version_ddl(gen: int) -> list[str]:
+    """Triggers that count every insert, update and delete of a generation's file rows.
+
+    The count (in ``meta``) is how a planner knows, without reading the rows, that they are
+    the ones it compared last time (index/unchanged.py). Triggers, not writer code: no write
+    path, present or future, can change a file row and forget to bump it. Each statement is
+    run on its own (their bodies hold semicolons).
+    """
+    f, key = files_table(gen), files_version_key(gen)
+    bump = f"UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = '{key}'"
+    return [
+        f"INSERT OR IGNORE INTO meta(key, value) VALUES ('{key}', '0')",
+        *(f"CREATE TRIGGER IF NOT EXISTS {f}_{op.lower()}_version AFTER {op} ON {f} BEGIN {bump}; END"
+          for op in ("INSERT", "UPDATE", "DELETE")),
+    ]
 
 
 def fts_ddl(gen: int, *, contentless: bool = True) -> str:
