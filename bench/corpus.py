@@ -243,6 +243,9 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
         "cold": (memindex_cmd(mroot, "index", "-q"),
                  [qmd or "", "collection", "add", str(corpus), "--name", "bench", "--mask", "**/*.md"]),
         "resync": (memindex_cmd(mroot, "index", "-q"), [qmd or "", "update"]),
+        # Again: the first no-change sync compares every file row and leaves the no-change mark
+        # (index/unchanged.py); from the second on, a sync that finds nothing reads no rows.
+        "resync2": (memindex_cmd(mroot, "index", "-q"), [qmd or "", "update"]),
     }
     m: dict[str, float] = {}
     q: dict[str, float] = {}
@@ -311,7 +314,8 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
 SCALE_ROWS = [
     ("cold index wall (s)", "cold_s"), ("cold index CPU (s)", "cold_cpu"), ("cold CPU per file (ms)", "cpu_per_file_ms"),
     ("cold peak RSS (MB)", "cold_rss_kb"), ("no-change resync wall (s)", "resync_s"),
-    ("no-change resync CPU (s)", "resync_cpu"), ("single-edit resync wall (s)", "edit_s"),
+    ("no-change resync CPU (s)", "resync_cpu"), ("repeat no-change resync wall (s)", "resync2_s"),
+    ("repeat no-change resync CPU (s)", "resync2_cpu"), ("single-edit resync wall (s)", "edit_s"),
     ("single-edit resync CPU (s)", "edit_cpu"), ("CLI search p50 (s)", "cli_p50"), ("CLI search p95 (s)", "cli_p95"),
     ("CLI search CPU p50 (s)", "cli_cpu_p50"),
     ("warm search p50 (ms)", "inproc_p50_ms"), ("warm search p95 (ms)", "inproc_p95_ms"),
@@ -361,7 +365,8 @@ def main_scale(args: argparse.Namespace) -> None:
                            f"{m['cold_cpu'] / q['cold_cpu']:.2f}x"))
         if n >= 30_000:
             checks.append((f"warm search p95 <= 10 ms at {n}", m["inproc_p95_ms"] <= 10, f"{m['inproc_p95_ms']:.1f} ms"))
-            checks.append((f"no-change resync <= 0.25 s at {n}", m["resync_s"] <= 0.25, f"{m['resync_s']:.3f} s"))
+            for key, which in (("resync_s", "first after the index"), ("resync2_s", "repeated")):
+                checks.append((f"no-change resync <= 0.25 s at {n} ({which})", m[key] <= 0.25, f"{m[key]:.3f} s"))
         if n <= 1_000:
             checks.append((f"warm search p95 <= 3 ms at {n}", m["inproc_p95_ms"] <= 3, f"{m['inproc_p95_ms']:.1f} ms"))
             checks.append((f"CLI search p50 <= 0.08 s at {n}", m["cli_p50"] <= 0.08, f"{m['cli_p50']:.3f} s"))
