@@ -22,10 +22,12 @@ import hashlib
 import json
 import marshal
 import os
+import threading
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Sequence
 
+from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity, dumps
 from memindex.pipeline.index.workspace import MemoryFile
 from memindex.pipeline.store.core import StoreState
@@ -39,7 +41,7 @@ def mark_path(store_path: Path) -> Path:
     return Path(f"{store_path}.unchanged")
 
 
-def store_key(settings: Any, ident: EmbeddingIdentity, fingerprint: dict[str, Any], st: StoreState) -> str | None:
+def store_key(settings: AgentSettings, ident: EmbeddingIdentity, fingerprint: dict[str, Any], st: StoreState) -> str | None:
     """Digest of everything but the disk listing, or None when the store cannot vouch for its rows."""
     if st.live_generation is None or st.building_generation is not None:
         return None
@@ -79,7 +81,7 @@ def read(store_path: Path) -> dict[str, Any] | None:
 def write(store_path: Path, store: str, disk: str, count: int) -> None:
     """Record an unchanged listing (best effort: a mark that cannot be written is only a cache miss)."""
     path = mark_path(store_path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # per writer thread
     try:
         tmp.write_text(json.dumps({"store": store, "disk": disk, "files": count}), encoding="utf-8")
         os.replace(tmp, path)
