@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
 CORPUS = REPO.parent / "shared" / "bench" / "md-corpus-1k"
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
 from memindex.pipeline.index.chunking import chunk_markdown  # noqa: E402
 from memindex.pipeline.embeddings import EmbeddingService, RetryPolicy, select_provider  # noqa: E402

@@ -39,7 +39,7 @@ TARGETS = {"resync_10k_s": 3.0, "backfill_10k_redis_s": 60.0, "p95_s": 2.5}
 # --- one measurement (runs in a subprocess) ------------------------------------------------
 
 def run_one(root: Path, config: Path, state: Path, edits: int, seed: int) -> dict:
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.config.settings import Context
     from memindex.pipeline.search.engine import MemorySearch

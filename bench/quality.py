@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
 from memindex.pipeline.config.settings import AgentSettings, Context  # noqa: E402
 from memindex.pipeline.search.ranking import dated_path_date  # noqa: E402

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
 from tests.conftest import RedisServer, free_port  # noqa: E402  (the same helpers the tests use)
 from tests.provider_server import ProviderServer  # noqa: E402

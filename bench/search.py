@@ -31,7 +31,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
 CORPUS = REPO.parent / "shared" / "bench" / "md-corpus-1k"
 DIMS = 384

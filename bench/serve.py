@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
 from bench.corpus import QUERIES, find_qmd, memindex_cmd, pct  # noqa: E402
 

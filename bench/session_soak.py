@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
 from memindex.pipeline.config.settings import Context  # noqa: E402
 
