@@ -340,12 +340,12 @@ def main_scale(args: argparse.Namespace) -> None:
             res = bench_scale(n, corpus, Path(tmp), qmd, queries)
         results[n] = res
         m, q = res["memindex"], res["qmd"]
-        print(f"{'':<30}{'memindex':>10}" + (f"{'qmd':>10}{'ours/qmd':>10}" if q else ""))
+        print(f"{'':<34}{'memindex':>10}" + (f"{'qmd':>10}{'ours/qmd':>10}" if q else ""))
         for label, key in SCALE_ROWS:
             if key not in m:
                 continue
             val = m[key] / 1024 if key.endswith("_kb") else m[key]
-            line = f"{label:<30}{val:>10.3f}"
+            line = f"{label:<34}{val:>10.3f}"
             if key in q:
                 qv = q[key] / 1024 if key.endswith("_kb") else q[key]
                 line += f"{qv:>10.3f}{(val / qv if qv else float('inf')):>9.2f}x"
