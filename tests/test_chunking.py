@@ -1,6 +1,6 @@
 from hypothesis import given, settings, strategies as st
 
-from memindex.pipeline.index.chunking import chunk_limits, chunk_markdown, split_lines
+from memindex.pipeline.index.chunking import LINE_BREAK, break_lines, chunk_limits, chunk_markdown, split_lines
 
 line = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=300)
 doc = st.lists(st.one_of(line, st.text(alphabet="ab \t", min_size=1200, max_size=5000)), max_size=80).map("\n".join)
@@ -60,3 +60,10 @@ def test_line_numbers_crlf_and_unicode():
 def test_empty_and_blank_input():
     assert chunk_markdown("") == []
     assert chunk_markdown("\n\n   \n") == []
+
+
+@given(st.text(alphabet=st.sampled_from(["a", "b", " ", "\n", "\r", "\u2028", "é"]), max_size=60))
+def test_break_lines_is_the_line_break_split_with_or_without_cr(text):
+    # The str.split fast path (no CR in the text) and the regex agree everywhere.
+    assert break_lines(text) == LINE_BREAK.split(text)
+    assert break_lines(text.replace("\r", "")) == LINE_BREAK.split(text.replace("\r", ""))

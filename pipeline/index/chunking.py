@@ -46,11 +46,20 @@ def chunk_limits(tokens: int, overlap: int) -> tuple[int, int]:
     return max_chars, overlap_chars
 
 
+def break_lines(text: str) -> list[str]:
+    """``LINE_BREAK.split(text)``: the lines citations count, a CRLF's CR kept on its line.
+
+    Text without a CR (nearly every Markdown file) takes ``str.split``: the regex split
+    was ~8x slower, a tenth of a cold index's CPU.
+    """
+    return text.split("\n") if "\r" not in text else LINE_BREAK.split(text)
+
+
 def split_lines(text: str) -> list[str]:
     """Split on CRLF, LF or a lone CR; no line keeps its terminator, so snippets and
     hashes carry none. A final line end ends the last line rather than starting an empty one.
     """
-    lines = LINE_BREAK.split(text)
+    lines = break_lines(text)
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]

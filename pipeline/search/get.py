@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.index.chunking import LINE_BREAK
+from memindex.pipeline.index.chunking import break_lines
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
 from memindex.pipeline.errors import MemoryGetError
@@ -157,7 +157,7 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
     text = data.decode("utf-8", errors="replace")
     if not from_line and not lines:
         return MemoryGetResult(display, text)
-    all_lines = LINE_BREAK.split(text)  # the lines citations count (a lone CR ends one too)
+    all_lines = break_lines(text)  # the lines citations count (a lone CR ends one too)
     start = max(1, from_line or 1)
     count = max(1, lines or len(all_lines))
     window = all_lines[start - 1 : start - 1 + count]
