@@ -51,3 +51,27 @@ def test_redis_workers_build_the_same_store_as_embedded(tmp_path, redis_server):
     assert len(embedded.store_rows()) > 40
     res = via_redis.search("Omada router")
     assert res["results"][0]["path"] == "MEMORY.md"
+
+
+def test_messages_are_json_any_version_can_read():
+    """The queue's encoder (msgspec) writes the JSON dramatiq's default wrote, reads what that
+    wrote, and falls back to the json module for what msgspec will not take (a lone surrogate)."""
+    import json
+
+    import dramatiq
+    from dramatiq.encoder import DecodeError, JSONEncoder
+
+    import memindex.workers.broker  # noqa: F401 - installs the encoder
+    from memindex.workers.encoder import MessageEncoder
+
+    enc = dramatiq.get_encoder()
+    assert isinstance(enc, MessageEncoder)
+    old = JSONEncoder()
+    for data in ({"args": [{"text": "café ☕ 中文", "n": 2**62}, None, [1.5, True]]},
+                 {"args": ["bad \udc80 name"], "kwargs": {}}):
+        assert enc.decode(enc.encode(data)) == data
+        assert old.decode(enc.encode(data)) == data  # a worker of an older version reads ours
+        assert enc.decode(old.encode(data)) == data  # and we read its
+    assert json.loads(enc.encode({"k": "v"})) == {"k": "v"}
+    with pytest.raises(DecodeError):
+        enc.decode(b"{not json")

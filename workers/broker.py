@@ -14,6 +14,7 @@ import os
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
+from memindex.workers.encoder import MessageEncoder
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
 from memindex.workers.lifecycle import InterruptEmbedsOnStop, Lifecycle, WorkContext
@@ -150,6 +151,7 @@ class _DropDuplicateWorkerWarning(logging.Filter):
 logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
 _install_log_filters()
 
+dramatiq.set_encoder(MessageEncoder())
 broker = make_broker()
 dramatiq.set_broker(broker)
 for _q in (*QUEUES, *shard_queues()):
