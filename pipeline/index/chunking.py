@@ -13,6 +13,9 @@ import calendar
 import datetime as _dt
 import hashlib
 import re
+from itertools import accumulate, repeat
+from operator import add
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 
 CHARS_PER_TOKEN = 4
@@ -62,56 +65,71 @@ def split_lines(text: str) -> list[str]:
     lines = break_lines(text)
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()
+    if "\r" not in text:
+        return lines
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
 def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
     """Chunk ``text``. Every line lands in at least one chunk; no chunk exceeds
     ``max(32, tokens*4)`` characters; consecutive chunks share up to
-    ``overlap*4`` characters of whole lines (never a piece of a long line)."""
+    ``overlap*4`` characters of whole lines (never a piece of a long line).
+
+    Greedy over *segments* (lines, and the pieces of a line longer than a chunk): a chunk
+    is the run ``segs[lo:i]``; segment ``i`` that would push the run past ``max_chars``
+    closes it, and the next run starts with the closed one's tail of whole lines up to
+    ``overlap_chars`` (dropped from the front again if it leaves no room for segment ``i``).
+    The run's joined length is read off prefix sums and the next closing segment found by
+    bisection, so the Python work is per chunk, not per line (a cold index chunks every file).
+    """
     max_chars, overlap_chars = chunk_limits(tokens, overlap)
-    # (line_no, text, is_piece): pieces of an over-long line never overlap.
-    segments: list[tuple[int, str, bool]] = []
-    for no, line in enumerate(split_lines(text), start=1):
-        if len(line) <= max_chars:
-            segments.append((no, line, False))
-        else:
-            for i in range(0, len(line), max_chars):
-                segments.append((no, line[i : i + max_chars], True))
-
+    lines = split_lines(text)
+    if max(map(len, lines), default=0) <= max_chars:
+        segs, line_of, piece = lines, None, None  # the usual case: segment k is line k + 1
+    else:
+        segs, nos, flags = [], [], []
+        for no, line in enumerate(lines, start=1):
+            if len(line) <= max_chars:
+                segs.append(line)
+                nos.append(no)
+                flags.append(False)
+            else:  # pieces of an over-long line never overlap
+                for i in range(0, len(line), max_chars):
+                    segs.append(line[i : i + max_chars])
+                    nos.append(no)
+                    flags.append(True)
+        line_of, piece = nos, flags
+    n = len(segs)
+    # cum[k]: joined length of segs[:k] plus one separator each; a run segs[a:b] is
+    # cum[b] - cum[a] - 1 characters long.
+    cum = list(accumulate(map(add, map(len, segs), repeat(1)), initial=0))  # C iterators only
     chunks: list[Chunk] = []
-    buf: list[tuple[int, str, bool]] = []
-    carried = 0  # how many entries at the head of buf are overlap from the previous chunk
-    size = -1  # joined length of buf: sum(len) + separators
 
-    def flush() -> None:
-        body = "\n".join(s for _, s, _ in buf)
-        chunks.append(Chunk(buf[0][0], buf[-1][0], body, sha256_hex(body)))
+    def flush(a: int, b: int) -> None:
+        body = "\n".join(segs[a:b])
+        first, last = (a + 1, b) if line_of is None else (line_of[a], line_of[b - 1])
+        chunks.append(Chunk(first, last, body, sha256_hex(body)))
 
-    for seg in segments:
-        cost = len(seg[1]) + 1
-        if buf and size + cost > max_chars:
-            if len(buf) > carried:
-                flush()
-                keep: list[tuple[int, str, bool]] = []
-                acc = 0
-                for entry in reversed(buf):
-                    if entry[2] or acc + len(entry[1]) + 1 > overlap_chars:
-                        break
-                    keep.insert(0, entry)
-                    acc += len(entry[1]) + 1
-                buf = keep
-                carried = len(buf)
-                size = sum(len(s) + 1 for _, s, _ in buf) - 1
-            # Carried overlap must never crowd out new content: drop it from the front.
-            while buf and size + cost > max_chars:
-                size -= len(buf.pop(0)[1]) + 1
-                carried -= 1
-        buf.append(seg)
-        size += cost
-    if len(buf) > carried or not chunks:
-        if buf:
-            flush()
+    lo = carried = 0  # the run is segs[lo:i]; its first `carried` segments are overlap
+    i = 0
+    while True:
+        # The next segment that does not fit the run: the first i with cum[i + 1] - cum[lo] - 1 > max_chars.
+        i = max(i, lo + 1, bisect_right(cum, cum[lo] + max_chars + 1) - 1)
+        if i >= n:
+            break
+        if i - lo > carried:
+            flush(lo, i)
+            k = i
+            while k > lo and not (piece is not None and piece[k - 1]) and cum[i] - cum[k - 1] <= overlap_chars:
+                k -= 1
+            lo, carried = k, i - k
+        # Carried overlap must never crowd out new content: drop it from the front.
+        while i > lo and cum[i + 1] - cum[lo] - 1 > max_chars:
+            lo += 1
+            carried -= 1
+        i += 1
+    if (n - lo > carried or not chunks) and n > lo:
+        flush(lo, n)
     return [c for c in chunks if c.text.strip()]
 
 
