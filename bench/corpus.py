@@ -53,11 +53,15 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None,
     """Wall seconds, CPU seconds (user+sys), the child's peak RSS (KiB) and its stdout.
 
     Reaped with wait4 for the child's own rusage (stderr goes to a file so reading
-    stdout to the end cannot deadlock on a full stderr pipe).
+    stdout to the end cannot deadlock on a full stderr pipe). The peak RSS comes from
+    GNU time when there is one: a child's ru_maxrss starts at its parent's RSS when it
+    forks (Linux records the old memory's high-water mark at exec), so once this process
+    held ~190 MB every child "peaked" there. time's own child forks from a ~2 MB process.
     """
-    with tempfile.TemporaryFile("w+") as errf:
+    with tempfile.TemporaryFile("w+") as errf, tempfile.NamedTemporaryFile("r") as rssf:
+        wrapped = [GNU_TIME, "-f", "%M", "-o", rssf.name, *cmd] if GNU_TIME else cmd
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env, cwd=cwd, text=True)
+        proc = subprocess.Popen(wrapped, stdout=subprocess.PIPE, stderr=errf, env=env, cwd=cwd, text=True)
         assert proc.stdout is not None
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -66,7 +70,14 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None,
         if proc.returncode != 0:
             errf.seek(0)
             raise RuntimeError(f"{' '.join(cmd[:4])}… failed ({proc.returncode}): {errf.read()[-2000:]}")
-    return dt, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out
+        peak = usage.ru_maxrss
+        if GNU_TIME:
+            rssf.seek(0)
+            peak = int(rssf.read().split()[-1])
+    return dt, usage.ru_utime + usage.ru_stime, peak, out
+
+
+GNU_TIME = shutil.which("time", path="/usr/bin:/bin") if sys.platform.startswith("linux") else None
 
 
 def run_with_rss(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, str]:
