@@ -48,6 +48,10 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
+# Reads a child's own peak RSS (see run_child).
+GNU_TIME = shutil.which("time", path="/usr/bin:/bin") if sys.platform.startswith("linux") else None
+
+
 def run_child(cmd: list[str], env: dict[str, str] | None = None,
               cwd: Path | None = None) -> tuple[float, float, int, str]:
     """Wall seconds, CPU seconds (user+sys), the child's peak RSS (KiB) and its stdout.
@@ -76,8 +80,6 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None,
             peak = int(rssf.read().split()[-1])
     return dt, usage.ru_utime + usage.ru_stime, peak, out
 
-
-GNU_TIME = shutil.which("time", path="/usr/bin:/bin") if sys.platform.startswith("linux") else None
 
 
 def run_with_rss(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, str]:

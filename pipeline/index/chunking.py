@@ -13,10 +13,10 @@ import calendar
 import datetime as _dt
 import hashlib
 import re
-from itertools import accumulate, repeat
-from operator import add
 from bisect import bisect_right
 from dataclasses import dataclass, replace
+from itertools import accumulate, repeat
+from operator import add
 
 CHARS_PER_TOKEN = 4
 # Bump when the chunking algorithm changes in a way that moves chunk boundaries

@@ -149,7 +149,7 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
 def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIdentity,
                 force: bool) -> tuple[SyncPlan, bool]:
     st = reader.state()
-    key = None if force else unchanged.store_key(settings, ident, index_fingerprint(settings, ident), st)
+    key = None if force else unchanged.store_key(settings, ident, st)
     files: list[MemoryFile] | None = None
     disk = ""
     if key is not None:
