@@ -7,6 +7,7 @@ the commands that need them, so ``memindex search`` starts fast.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from typing import Any, Callable, Sequence
 from memindex.pipeline.config.settings import ConfigError, Context
 from memindex.pipeline.errors import MemindexError
 from memindex.producers.cli.agents import agent_contexts, base_context, context_for
+from memindex.producers.cli.argv import command_of
 from memindex.producers.cli.openclaw_format import search_text, status_entry
 from memindex.producers.cli.options import add_global_options, command_parsers, examples, has_option, share_global_options
 from memindex.producers.cli.progress import Progress
@@ -286,26 +288,16 @@ CORE_PARSERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "completion": _add_completion,
 }
 CORE_COMMANDS = tuple(CORE_PARSERS)
-# Global options that take a value (the token after them is not the command).
-_VALUE_OPTIONS = frozenset(("--config", "--state-dir", "--workspace", "--agent", "--log-level", "--log-format"))
 
 
 def core_command(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names when it is one of CORE_COMMANDS, found without a parser (None:
     another command, none, or a form only the full parser can read, e.g. an abbreviated option)."""
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in _VALUE_OPTIONS:
-            skip = True
-        elif arg == "--" or arg in ("-h", "--help"):
-            return None
-        elif not arg.startswith("-"):
-            return arg if arg in CORE_COMMANDS else None
-    return None
+    command = command_of(list(argv))
+    return command if command in CORE_COMMANDS else None
 
 
+@functools.lru_cache(maxsize=None)  # built once per process (a resident process builds it before forking)
 def build_parser(full: bool = True, only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser: every command (``full``), the core ones, or just the core command ``only``
     (a `memindex search` needs no other sub-parser)."""

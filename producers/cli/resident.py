@@ -1,0 +1,475 @@
+"""The ``memindex`` entry point, and a resident process for the latency-bound commands.
+
+An agent runtime that shells out to ``memindex search`` (or ``get``) per tool call pays the
+interpreter's start-up and ~0.1 s of imports every time, ten times the search itself. So
+the first such call runs in-process as always and starts a resident process beside it: it
+imports the CLI once and then forks one child per call. The child takes the caller's own
+stdin, stdout and stderr (passed over a Unix socket), runs the same ``main(argv)`` and
+reports its exit code, so output, exit codes and errors are the in-process ones. Settings
+and the store are read afresh by every child, exactly as an in-process run reads them.
+What a resident process could hold stale - the code and the environment it started with -
+is checked on every call:
+
+- the caller's environment, working directory, interpreter, ``sys.path`` and flags must
+  equal the resident's (a digest names the socket; the full text is compared), else the
+  call runs in-process;
+- if any memindex module it loaded has changed on disk (an upgrade, an edited checkout),
+  the call runs in-process and the resident process exits.
+
+A resident process exits after :data:`IDLE_ENV` seconds without a call (default
+:data:`DEFAULT_IDLE_S`); at most :data:`MAX_RESIDENT` run per user. Sockets live in a
+0700 directory of the user's (``$XDG_RUNTIME_DIR/memindex``, else ``$TMPDIR/memindex-<uid>``),
+and a connection from another user is refused. ``MEMINDEX_RESIDENT=off`` turns it all off.
+POSIX only (``fork``, descriptor passing); elsewhere every call runs in-process.
+
+This module is imported on every ``memindex`` run, so it uses only what the interpreter
+has already loaded or loads cheaply; the CLI proper is imported only when it runs here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from memindex.producers.cli.argv import command_of
+
+RESIDENT_ENV = "MEMINDEX_RESIDENT"
+IDLE_ENV = "MEMINDEX_RESIDENT_IDLE_S"
+DEFAULT_IDLE_S = 300.0
+MAX_RESIDENT = 4
+# Commands whose latency an agent waits on, and whose run touches nothing but the store
+# and its own stdio.
+RESIDENT_COMMANDS = frozenset(("search", "get"))
+# A resident process that has not forked a child for the call within this long is not used.
+_ACK_TIMEOUT_S = 3.0
+# Modules a search or get imports lazily: imported once by the resident process instead.
+_WARM_MODULES = (
+    "memindex.producers.cli.main",
+    "memindex.pipeline.config.agents",
+    "memindex.pipeline.search.backend",
+    "memindex.pipeline.search.get",
+    "memindex.workers.logs",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memindex``: a search or get through the resident process when one answers, else in-process."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    place = _place(args)
+    if place is not None:
+        try:
+            code = _call(place, args)
+        except KeyboardInterrupt:
+            return 130
+        if code is not None:
+            return code
+    from memindex.producers.cli.main import main as cli_main
+
+    return cli_main(args)
+
+
+# --- the caller's side ------------------------------------------------------------------------
+
+def _mode() -> str:
+    return os.environ.get(RESIDENT_ENV, "").strip().lower()
+
+
+def _enabled() -> bool:
+    return (_mode() not in ("off", "0", "false", "no")
+            and hasattr(os, "fork") and hasattr(os, "posix_spawn") and "_ARGCOMPLETE" not in os.environ)
+
+
+# Set by the shell per command (the program's path; the previous directory), read by nothing here.
+_SHELL_NOISE = frozenset(("_", "OLDPWD"))
+
+
+def _identity() -> str:
+    """Everything an import-time or run-time decision may read: equal identities, equal runs."""
+    env = "\0".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k not in _SHELL_NOISE)
+    return "\0".join(("memindex-resident 1", sys.executable, __file__, os.getcwd(), repr(sys.path),
+                      repr(sys.flags), repr(sys._xoptions), repr(sys.warnoptions), env))
+
+
+def _directory() -> str | None:
+    """The user's socket directory (created 0700), or None when it is not safely ours."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = os.path.join(base, "memindex") if base else os.path.join(
+        os.environ.get("TMPDIR") or "/tmp", f"memindex-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    # Another user's directory (or a symlink planted in /tmp) must never receive our descriptors.
+    if not (os.path.isdir(path) and not os.path.islink(path) and st.st_uid == os.getuid()
+            and st.st_mode & 0o077 == 0):
+        return None
+    return path
+
+
+class _Place:
+    __slots__ = ("identity", "socket", "lock")
+
+    def __init__(self, identity: str, directory: str) -> None:
+        import zlib
+
+        raw = identity.encode("utf-8", "surrogateescape")
+        name = f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+        self.identity = identity
+        self.socket = os.path.join(directory, name + ".sock")
+        self.lock = os.path.join(directory, name + ".lock")
+
+
+def _place(args: list[str]) -> _Place | None:
+    if command_of(args) not in RESIDENT_COMMANDS or not _enabled():
+        return None
+    directory = _directory()
+    try:
+        identity = _identity()
+    except OSError:  # the working directory is gone
+        return None
+    if directory is None or len(directory) > 80:  # AF_UNIX paths are capped at ~104 bytes
+        return None
+    return _Place(identity, directory)
+
+
+def _frame(parts: list[str]) -> bytes:
+    out = bytearray()
+    for p in parts:
+        b = p.encode("utf-8", "surrogateescape")
+        out += len(b).to_bytes(4, "big") + b
+    return bytes(out)
+
+
+def _unframe(data: bytes) -> list[str]:
+    parts, i = [], 0
+    while i < len(data):
+        n = int.from_bytes(data[i:i + 4], "big")
+        parts.append(data[i + 4:i + 4 + n].decode("utf-8", "surrogateescape"))
+        i += 4 + n
+    return parts
+
+
+def _readline(conn) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(64)
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
+def _call(place: _Place, args: list[str]) -> int | None:
+    """The exit code of the call run by the resident process, or None: run it in-process (nothing
+    has been written to stdout or stderr yet)."""
+    # _socket, not socket: the wrapper module imports enum, selectors and array (~10 ms a call).
+    import _socket as socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(_ACK_TIMEOUT_S)
+        try:
+            conn.connect(place.socket)
+        except (FileNotFoundError, ConnectionRefusedError):
+            _debug(f"no resident process at {place.socket}; starting one, running this call in-process")
+            _start(place)
+            return None
+        except OSError:
+            return None
+        try:
+            payload = _frame([place.identity, *args])
+            body = len(payload).to_bytes(4, "big") + payload
+            rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))  # an int array
+            sent = conn.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+            conn.sendall(body[sent:])
+            ack = _readline(conn)
+            if not ack.startswith(b"A "):
+                _debug(f"resident process at {place.socket} declined ({ack.strip().decode() or 'closed'}); "
+                       "running in-process")
+                return None  # another identity ("M") or changed code ("S")
+            pid, server_pid = (int(x) for x in ack[2:].split())
+            # The child runs only after this go-ahead, so a caller that gave up above (and runs
+            # the call itself) is never answered twice.
+            conn.sendall(b"G")
+            conn.settimeout(None)
+        except (OSError, ValueError):
+            return None
+        try:
+            done = _readline(conn)
+        except KeyboardInterrupt:
+            import signal
+
+            try:
+                os.kill(pid, signal.SIGINT)
+                conn.settimeout(5.0)
+                done = _readline(conn)
+            except (OSError, KeyboardInterrupt):
+                done = b""
+            return int(done[2:]) if done.startswith(b"X ") else 130
+        if done.startswith(b"X "):
+            _debug(f"call run by resident process {server_pid} (child {pid})")
+            return int(done[2:])
+        print("error: the resident memindex process ended without an exit status "
+              f"(set {RESIDENT_ENV}=off to run every call in-process)", file=sys.stderr)
+        return 1
+    finally:
+        conn.close()
+
+
+def _debug(line: str) -> None:
+    """``MEMINDEX_RESIDENT=debug``: say on stderr how each call was run."""
+    if _mode() == "debug":
+        print(f"memindex: {line}", file=sys.stderr)
+
+
+def _start(place: _Place) -> None:
+    """Start a resident process for this identity in the background (it imports while we run)."""
+    try:
+        os.unlink(place.socket)  # a dead one's (connection refused); a live one holds its lock
+    except OSError:
+        pass
+    code = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+            "from memindex.producers.cli.resident import serve; serve(sys.argv[1])")
+    devnull = os.devnull
+    try:
+        os.posix_spawn(sys.executable, [sys.executable, "-c", code, place.socket, _json_list(sys.path)],
+                       os.environ, setsid=True, file_actions=[
+                           (os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
+                           (os.POSIX_SPAWN_OPEN, 1, devnull, os.O_WRONLY, 0),
+                           (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0)])
+    except (OSError, NotImplementedError, TypeError):
+        pass  # no resident process: every call runs in-process
+
+
+def _json_list(items: list[str]) -> str:
+    import json
+
+    return json.dumps(items)
+
+
+# --- the resident process -----------------------------------------------------------------------
+
+def serve(socket_path: str) -> None:
+    """Run the resident process for this process's identity at ``socket_path`` until idle."""
+    import fcntl
+    import signal
+    import socket
+
+    identity = _identity()
+    directory = os.path.dirname(socket_path)
+    place = _Place(identity, directory)
+    if place.socket != socket_path or _directory() != directory:
+        return  # started by a caller with another identity: serve nobody
+    lock_fd = os.open(place.lock, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock_fd)
+        return  # another caller's start won the race
+    os.ftruncate(lock_fd, 0)
+    os.write(lock_fd, f"{os.getpid()}\n".encode())  # who holds it (for operators and tests)
+    try:
+        if _live_others(directory, place.lock) >= MAX_RESIDENT - 1:
+            return
+        _warm()
+        code_stamp = _code_stamp()
+        try:
+            idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_S)
+        except ValueError:
+            idle = DEFAULT_IDLE_S
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            os.unlink(socket_path)
+        except FileNotFoundError:
+            pass
+        server.bind(socket_path)
+        os.chmod(socket_path, 0o600)
+        server.listen(16)
+        server.settimeout(max(idle, 0.1))
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+        try:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except socket.timeout:
+                    return
+                if not _handle(conn, server, identity, code_stamp):
+                    return
+        finally:
+            server.close()
+            try:
+                os.unlink(socket_path)
+            except OSError:
+                pass
+    finally:
+        os.close(lock_fd)
+
+
+def _warm() -> None:
+    """Do once, before any fork, what every call would otherwise do for the first time: the
+    imports, the parsers (argparse's formatter imports shutil, bz2 and lzma), loading sqlite-vec
+    into the process, the text functions' lazily compiled patterns. No store is opened here:
+    a SQLite connection must never cross a fork."""
+    import importlib
+
+    for name in _WARM_MODULES:
+        importlib.import_module(name)
+    from memindex.pipeline.search.snippet import centred_snippet
+    from memindex.pipeline.store import db
+    from memindex.pipeline.store.fts_text import build_match_query, query_keywords
+    from memindex.producers.cli.main import build_parser
+
+    for command in RESIDENT_COMMANDS:
+        build_parser(full=False, only=command)
+    conn = db.connect(":memory:", readonly=True)
+    try:
+        db.load_vector_extension(conn)
+    finally:
+        conn.close()
+    text = "What did Rod's team decide about the VLAN-42 router?"
+    build_match_query(text)
+    centred_snippet(text + "\nThe router moved.", 1, 2, query_keywords(text))
+
+
+def _live_others(directory: str, own_lock: str) -> int:
+    """Resident processes of this user still holding their lock (stale files are removed)."""
+    import fcntl
+
+    live = 0
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if not name.endswith(".lock") or path == own_lock:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            live += 1
+            continue
+        finally:
+            os.close(fd)
+        for stale in (path, path[: -len(".lock")] + ".sock"):
+            try:
+                os.unlink(stale)
+            except OSError:
+                pass
+    return live
+
+
+def _code_stamp() -> dict[str, int]:
+    """mtime of every loaded memindex module's file: a changed one means new code on disk."""
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None)
+        if path and (name == "memindex" or name.startswith("memindex.")):
+            try:
+                out[path] = os.stat(path).st_mtime_ns
+            except OSError:
+                out[path] = -1
+    return out
+
+
+def _stale(stamp: dict[str, int]) -> bool:
+    for path, mtime in stamp.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _handle(conn, server, identity: str, code_stamp: dict[str, int]) -> bool:
+    """Answer one call (fork its child); False: this process must exit."""
+    import socket
+
+    fds: list[int] = []
+    try:
+        conn.settimeout(_ACK_TIMEOUT_S)
+        if hasattr(socket, "SO_PEERCRED"):
+            import struct
+
+            cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if struct.unpack("3i", cred)[1] != os.getuid():
+                return True
+        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        if len(data) < 4 or len(fds) != 3:
+            return True
+        need = int.from_bytes(data[:4], "big") + 4
+        while len(data) < need:
+            more = conn.recv(need - len(data))
+            if not more:
+                return True
+            data += more
+        parts = _unframe(data[4:need])
+        if not parts or parts[0] != identity:
+            conn.sendall(b"M\n")
+            return True
+        if _stale(code_stamp):
+            conn.sendall(b"S\n")
+            return False
+        pid = os.fork()
+        if pid == 0:
+            server.close()
+            _child(conn, fds, parts[1:])  # never returns
+        return True
+    except OSError:
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+
+def _child(conn, fds: list[int], argv: list[str]) -> None:
+    import signal
+
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        conn.sendall(f"A {os.getpid()} {os.getppid()}\n".encode())
+        if conn.recv(1) != b"G":
+            os._exit(0)
+        conn.settimeout(None)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        try:
+            _reopen_stdio()
+            from memindex.producers.cli.main import main as cli_main
+
+            code = cli_main(argv)
+        except SystemExit as exc:  # argparse's usage errors and --help
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, int) and exc.code is not None:
+                print(exc.code, file=sys.stderr)
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException:  # noqa: BLE001 - what the interpreter would print in-process
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a reader that left
+                pass
+        try:
+            conn.sendall(f"X {code}\n".encode())
+        except OSError:
+            pass
+        os._exit(code if 0 <= code < 256 else 1)
+
+
+def _reopen_stdio() -> None:
+    """New stdio objects over the caller's descriptors (interactive stdout is line-buffered)."""
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        old = getattr(sys, name)
+        line = fd == 2 or (fd == 1 and os.isatty(1))
+        setattr(sys, name, open(fd, mode, buffering=1 if line else -1, encoding=old.encoding,
+                                errors=old.errors, closefd=False))

@@ -1,0 +1,167 @@
+"""The resident process behind ``memindex search``/``get`` (producers/cli/resident.py): real
+subprocesses, a real resident process, the caller's own stdio passed to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+
+SERVED = "memindex: call run by resident process"
+
+
+class Calls:
+    def __init__(self, agent, run_dir: Path, **env: str):
+        self.agent = agent
+        self.run_dir = run_dir
+        self.env = dict(os.environ, XDG_RUNTIME_DIR=str(run_dir), MEMINDEX_RESIDENT="debug",
+                        MEMINDEX_RESIDENT_IDLE_S="120", **env)
+
+    def __call__(self, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess:
+        a = self.agent
+        return subprocess.run(
+            [sys.executable, "-m", "memindex", "--config", str(a.config_path), "--state-dir", str(a.state),
+             "--workspace", str(a.workspace), *args],
+            input=stdin, capture_output=True, text=True, timeout=120, cwd=a.root, env={**self.env, **env})
+
+    def sockets(self) -> list[Path]:
+        return sorted((self.run_dir / "memindex").glob("*.sock"))
+
+    def pids(self) -> list[int]:
+        out = []
+        for lock in (self.run_dir / "memindex").glob("*.lock"):
+            text = lock.read_text().strip()
+            if text.isdigit() and _alive(int(text)):
+                out.append(int(text))
+        return out
+
+    def start(self) -> None:
+        """A first call (run in-process), then wait until its resident process listens."""
+        first = self("search", "--json", "warm up")
+        assert first.returncode == 0, first.stderr
+        assert "no resident process" in first.stderr and "starting one" in first.stderr
+        wait_for(lambda: self.sockets(), "a resident process to listen")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def wait_for(cond, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def without_debug(stderr: str) -> str:
+    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith("memindex: "))
+
+
+@pytest.fixture
+def calls(agent, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    agent.write("memory/2026-03-01.md", "# Network\n\nThe kumquat router needs a reboot after the VLAN change.\n")
+    agent.write("MEMORY.md", "# Facts\n\nRod runs the Tuesday standup.\n")
+    agent.index()
+    c = Calls(agent, run_dir)
+    yield c
+    for pid in c.pids():
+        os.kill(pid, signal.SIGTERM)
+    for pid in c.pids():
+        wait_for(lambda: not _alive(pid), f"resident process {pid} to stop", timeout=30)
+
+
+def test_calls_through_the_resident_process_answer_exactly_as_in_process(calls, agent):
+    cases = [
+        (("search", "--json", "kumquat router"), None),
+        (("search", "kumquat router"), None),                     # OpenClaw's text shape
+        (("search", "-v", "Rod standup"), None),                  # stderr lines too
+        (("search", "--json", "--queries", "-"), '{"id": "a", "query": "kumquat"}\nnot json\n'),  # stdin
+        (("search", "--bogus"), None),                            # usage error: exit 2
+        (("get", "memory/2026-03-01.md"), None),
+        (("get", "../../etc/passwd"), None),                      # refused: exit 1
+        (("search", "--help"), None),
+    ]
+    expected = [calls(*args, stdin=stdin, MEMINDEX_RESIDENT="off") for args, stdin in cases]
+    assert expected[0].returncode == 0 and json.loads(expected[0].stdout)["results"]
+    assert {r.returncode for r in expected} == {0, 1, 2}
+    calls.start()
+    for (args, stdin), want in zip(cases, expected):
+        got = calls(*args, stdin=stdin)
+        assert SERVED in got.stderr, (args, got.stderr)
+        assert (got.returncode, got.stdout, without_debug(got.stderr)) == (
+            want.returncode, want.stdout, without_debug(want.stderr)), args
+    assert len(calls.pids()) == 1
+
+    # Settings and the store are read by each call: a new note and a config change show at once.
+    agent.write("memory/2026-03-02.md", "The quince firewall rules were rotated.\n")
+    agent.index()
+    got = calls("search", "--json", "quince firewall")
+    assert SERVED in got.stderr
+    assert [r["path"] for r in json.loads(got.stdout)["results"]] == ["memory/2026-03-02.md"]
+    agent.memory_config({"query": {"maxResults": 1}})
+    got = calls("search", "--json", "kumquat router Rod standup")
+    assert SERVED in got.stderr and len(json.loads(got.stdout)["results"]) == 1
+
+
+def test_another_environment_or_changed_code_is_never_served_by_a_resident_process(calls):
+    from memindex.pipeline.search import snippet
+
+    calls.start()
+    (first,) = calls.pids()
+    want = calls("search", "--json", "kumquat router", MEMINDEX_RESIDENT="off").stdout
+
+    # Another environment (a variable any import could read) is not this resident's caller.
+    other = calls("search", "--json", "kumquat router", MEMINDEX_EXTRA_SETTING="1")
+    assert SERVED not in other.stderr and "no resident process" in other.stderr
+    assert other.stdout == want
+
+    # New code on disk (an upgrade, an edited checkout): run in-process; the stale resident exits.
+    path = Path(snippet.__file__)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    try:
+        got = calls("search", "--json", "kumquat router")
+    finally:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert SERVED not in got.stderr and "declined (S)" in got.stderr
+    assert got.returncode == 0 and got.stdout == want
+    wait_for(lambda: not _alive(first), "the stale resident process to exit", timeout=30)
+
+
+def test_resident_process_exits_when_idle_and_is_never_used_from_an_unsafe_directory(calls):
+    calls.env["MEMINDEX_RESIDENT_IDLE_S"] = "0.5"
+    calls.start()
+    (pid,) = calls.pids()
+    wait_for(lambda: not calls.sockets() and not _alive(pid), "the idle resident process to exit", timeout=60)
+
+    # A socket directory others can read or enter could hand our stdio to their process: unused.
+    calls.env["MEMINDEX_RESIDENT_IDLE_S"] = "120"
+    os.chmod(calls.run_dir / "memindex", 0o755)
+    for _ in range(2):
+        got = calls("search", "--json", "kumquat router")
+        assert got.returncode == 0 and json.loads(got.stdout)["results"]
+        assert "resident" not in got.stderr
+    time.sleep(0.5)
+    assert calls.sockets() == [] and calls.pids() == []
