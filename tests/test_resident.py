@@ -25,12 +25,14 @@ class Calls:
         self.env = dict(os.environ, XDG_RUNTIME_DIR=str(run_dir), MEMINDEX_RESIDENT="debug",
                         MEMINDEX_RESIDENT_IDLE_S="120", **env)
 
-    def __call__(self, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    def argv(self, *args: str) -> list[str]:
         a = self.agent
-        return subprocess.run(
-            [sys.executable, "-m", "memindex", "--config", str(a.config_path), "--state-dir", str(a.state),
-             "--workspace", str(a.workspace), *args],
-            input=stdin, capture_output=True, text=True, timeout=120, cwd=a.root, env={**self.env, **env})
+        return [sys.executable, "-m", "memindex", "--config", str(a.config_path), "--state-dir", str(a.state),
+                "--workspace", str(a.workspace), *args]
+
+    def __call__(self, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True, timeout=120,
+                              cwd=self.agent.root, env={**self.env, **env})
 
     def sockets(self) -> list[Path]:
         return sorted((self.run_dir / "memindex").glob("*.sock"))
@@ -102,6 +104,7 @@ def test_calls_through_the_resident_process_answer_exactly_as_in_process(calls, 
         (("get", "memory/2026-03-01.md"), None),
         (("get", "../../etc/passwd"), None),                      # refused: exit 1
         (("search", "--help"), None),
+        (("index",), None),                                       # a no-change sync and its summary
     ]
     expected = [calls(*args, stdin=stdin, MEMINDEX_RESIDENT="off") for args, stdin in cases]
     assert expected[0].returncode == 0 and json.loads(expected[0].stdout)["results"]
@@ -165,3 +168,35 @@ def test_resident_process_exits_when_idle_and_is_never_used_from_an_unsafe_direc
         assert "resident" not in got.stderr
     time.sleep(0.5)
     assert calls.sockets() == [] and calls.pids() == []
+
+
+def _children(ppid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == ppid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_caller_takes_its_call_with_it(calls):
+    calls.start()
+    (server,) = calls.pids()
+    # The call's child blocks reading the caller's stdin, which stays open after the caller dies.
+    caller = subprocess.Popen(calls.argv("search", "--json", "--queries", "-"), stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=calls.agent.root,
+                              env=calls.env)
+    try:
+        (child,) = wait_for(lambda: _children(server), "the resident process to fork the call")
+        caller.kill()
+        caller.wait(timeout=30)
+        wait_for(lambda: not _alive(child), "the call to end with its caller", timeout=30)
+        assert _alive(server)  # the resident process itself serves on
+    finally:
+        caller.stdin.close()
+        if caller.poll() is None:
+            caller.kill()

@@ -37,15 +37,20 @@ RESIDENT_ENV = "MEMINDEX_RESIDENT"
 IDLE_ENV = "MEMINDEX_RESIDENT_IDLE_S"
 DEFAULT_IDLE_S = 300.0
 MAX_RESIDENT = 4
-# Commands whose latency an agent waits on, and whose run touches nothing but the store
-# and its own stdio.
-RESIDENT_COMMANDS = frozenset(("search", "get"))
+# The commands an agent runtime shells out to per tool call or on a timer (QMD's backend in
+# OpenClaw runs `qmd update` that way): their latency is mostly start-up.
+RESIDENT_COMMANDS = frozenset(("search", "get", "index"))
 # A resident process that has not forked a child for the call within this long is not used.
 _ACK_TIMEOUT_S = 3.0
-# Modules a search or get imports lazily: imported once by the resident process instead.
+# Modules these commands import lazily (a no-change index included; the queue machinery
+# that an index with work starts is not): imported once by the resident process instead.
 _WARM_MODULES = (
     "memindex.producers.cli.main",
+    "memindex.producers.cli.failures",
+    "memindex.producers.enqueue",
     "memindex.pipeline.config.agents",
+    "memindex.pipeline.embeddings.embedder",
+    "memindex.pipeline.index.indexer",
     "memindex.pipeline.search.backend",
     "memindex.pipeline.search.get",
     "memindex.workers.logs",
@@ -435,6 +440,7 @@ def _child(conn, fds: list[int], argv: list[str]) -> None:
         if conn.recv(1) != b"G":
             os._exit(0)
         conn.settimeout(None)
+        _end_with_caller(conn)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         try:
@@ -464,6 +470,23 @@ def _child(conn, fds: list[int], argv: list[str]) -> None:
         except OSError:
             pass
         os._exit(code if 0 <= code < 256 else 1)
+
+
+def _end_with_caller(conn) -> None:
+    """Die with the caller, as an in-process run would: the caller sends nothing after its
+    go-ahead, so the connection reads end-of-file only when the caller has exited (killed,
+    or timed out by a runtime) - then this child terminates instead of working on unseen."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        try:
+            conn.recv(1)
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="memindex-resident-caller", daemon=True).start()
 
 
 def _reopen_stdio() -> None:
