@@ -1,7 +1,8 @@
 """The ``memindex`` entry point, and a resident process for the latency-bound commands.
 
-An agent runtime that shells out to ``memindex search`` (or ``get``) per tool call pays the
-interpreter's start-up and ~0.1 s of imports every time, ten times the search itself. So
+An agent runtime that shells out to ``memindex search`` (or ``get``, or ``index`` on a timer)
+per call pays the interpreter's start-up and ~0.1 s of imports every time, ten times the
+search itself. So
 the first such call runs in-process as always and starts a resident process beside it: it
 imports the CLI once and then forks one child per call. The child takes the caller's own
 stdin, stdout and stderr (passed over a Unix socket), runs the same ``main(argv)`` and
@@ -13,14 +14,15 @@ is checked on every call:
 - the caller's environment, working directory, interpreter, ``sys.path`` and flags must
   equal the resident's (a digest names the socket; the full text is compared), else the
   call runs in-process;
-- if any memindex module it loaded has changed on disk (an upgrade, an edited checkout),
-  the call runs in-process and the resident process exits.
+- if any memindex module it loaded has changed on disk (an upgrade, an edited checkout), or
+  a package was installed or removed, the call runs in-process and the resident process exits.
 
-A resident process exits after :data:`IDLE_ENV` seconds without a call (default
+A call's child ends with its caller (Ctrl-C is forwarded; a killed caller closes the
+connection). A resident process exits after :data:`IDLE_ENV` seconds without a call (default
 :data:`DEFAULT_IDLE_S`); at most :data:`MAX_RESIDENT` run per user. Sockets live in a
 0700 directory of the user's (``$XDG_RUNTIME_DIR/memindex``, else ``$TMPDIR/memindex-<uid>``),
-and a connection from another user is refused. ``MEMINDEX_RESIDENT=off`` turns it all off.
-POSIX only (``fork``, descriptor passing); elsewhere every call runs in-process.
+and a connection from another user is refused. ``MEMINDEX_RESIDENT=off`` turns it all off,
+``MEMINDEX_RESIDENT=debug`` says on stderr how each call ran. POSIX only (``fork``, descriptor passing); elsewhere every call runs in-process.
 
 This module is imported on every ``memindex`` run, so it uses only what the interpreter
 has already loaded or loads cheaply; the CLI proper is imported only when it runs here.
@@ -366,15 +368,20 @@ def _live_others(directory: str, own_lock: str) -> int:
 
 
 def _code_stamp() -> dict[str, int]:
-    """mtime of every loaded memindex module's file: a changed one means new code on disk."""
-    out = {}
+    """mtimes that change with the code: every loaded memindex module's file (an edited
+    checkout, an upgrade), and each site-packages directory (pip replaces a package's
+    dist-info directory on any install, upgrade or removal, so a changed dependency shows too)."""
+    paths = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
     for name, mod in list(sys.modules.items()):
         path = getattr(mod, "__file__", None)
         if path and (name == "memindex" or name.startswith("memindex.")):
-            try:
-                out[path] = os.stat(path).st_mtime_ns
-            except OSError:
-                out[path] = -1
+            paths.append(path)
+    out = {}
+    for path in paths:
+        try:
+            out[path] = os.stat(path).st_mtime_ns
+        except OSError:
+            out[path] = -1
     return out
 
 
