@@ -49,7 +49,7 @@ class Calls:
         """A first call (run in-process), then wait until its resident process listens."""
         first = self("search", "--json", "warm up")
         assert first.returncode == 0, first.stderr
-        assert "no resident process" in first.stderr and "starting one" in first.stderr
+        assert "no resident process" in first.stderr and "starting one" in first.stderr, first.stderr
         wait_for(lambda: self.sockets(), "a resident process to listen")
 
 
@@ -137,7 +137,7 @@ def test_another_environment_or_changed_code_is_never_served_by_a_resident_proce
 
     # Another environment (a variable any import could read) is not this resident's caller.
     other = calls("search", "--json", "kumquat router", MEMINDEX_EXTRA_SETTING="1")
-    assert SERVED not in other.stderr and "no resident process" in other.stderr
+    assert SERVED not in other.stderr and "no resident process" in other.stderr, other.stderr
     assert other.stdout == want
 
     # New code on disk (an upgrade, an edited checkout): run in-process; the stale resident exits.
@@ -148,8 +148,8 @@ def test_another_environment_or_changed_code_is_never_served_by_a_resident_proce
         got = calls("search", "--json", "kumquat router")
     finally:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert SERVED not in got.stderr and "declined (S)" in got.stderr
-    assert got.returncode == 0 and got.stdout == want
+    assert SERVED not in got.stderr and "declined (S)" in got.stderr, got.stderr
+    assert got.returncode == 0 and got.stdout == want, got.stderr
     wait_for(lambda: not _alive(first), "the stale resident process to exit", timeout=30)
 
 
