@@ -13,9 +13,10 @@ thread's CPU), peak RSS and store size.
 
 The corpus is copied to a temp dir (so one file can be edited) and used as the
 agent's extraPaths. Every memindex number is an end-to-end CLI run in a fresh
-process unless it says in-process. CLI searches run as a user's do: the first one
-starts the resident process (producers/cli/resident.py) and later ones are forked
-from it; "no resident process" repeats them with ``MEMINDEX_RESIDENT=off``. When a qmd command is available (``--qmd``,
+process unless it says in-process. Rows with CPU time or peak RSS run with
+``MEMINDEX_RESIDENT=off`` (a call served by the resident process does its work outside
+the measured child); rows marked "resident" are the wall time a user waits with the
+resident process (producers/cli/resident.py, on by default) already running. When a qmd command is available (``--qmd``,
 ``$MEMINDEX_QMD_COMMAND`` or ``qmd`` on PATH) the same steps run through QMD
 in the same run and the ratios are printed.
 """
@@ -106,17 +107,19 @@ def bench_memindex(root: Path, corpus: Path, edit_file: Path) -> dict[str, float
     env.pop("MEMINDEX_BROKER_URL", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure what a user runs: with cached bytecode
     subprocess.run(memindex_cmd(root, "--help"), env=env, capture_output=True, cwd=REPO)  # warm the pyc cache
+    # Index steps and peak RSS in-process: a call served by the resident process does its work
+    # (and holds its memory) outside the measured child.
+    off = dict(env, MEMINDEX_RESIDENT="off")
     r: dict[str, float] = {}
-    r["cold_s"], r["cold_rss_kb"], out = run_with_rss(memindex_cmd(root, "index", "-q"), env, REPO)
-    r["resync_s"], r["resync_rss_kb"], _ = run_with_rss(memindex_cmd(root, "index", "-q"), env, REPO)
+    r["cold_s"], r["cold_rss_kb"], out = run_with_rss(memindex_cmd(root, "index", "-q"), off, REPO)
+    r["resync_s"], r["resync_rss_kb"], _ = run_with_rss(memindex_cmd(root, "index", "-q"), off, REPO)
     with open(edit_file, "a", encoding="utf-8") as fh:
         fh.write("\nA freshly appended line about zanzibar-benchmark-token.\n")
-    r["edit_s"], _, _ = run_with_rss(memindex_cmd(root, "index", "-q"), env, REPO)
+    r["edit_s"], _, _ = run_with_rss(memindex_cmd(root, "index", "-q"), off, REPO)
     cli, rss = [], []
     for q in QUERIES:
-        dt, kb, out = run_with_rss(memindex_cmd(root, "search", "--json", q), env, REPO)
-        cli.append(dt)
-        rss.append(kb)
+        cli.append(run_with_rss(memindex_cmd(root, "search", "--json", q), env, REPO)[0])  # as a user's: resident
+        rss.append(run_with_rss(memindex_cmd(root, "search", "--json", q), off, REPO)[1])
     r["cli_p50"], r["cli_p95"], r["cli_rss_kb"] = pct(cli, 50), pct(cli, 95), max(rss)
     found = run_with_rss(memindex_cmd(root, "search", "--json", "zanzibar-benchmark-token"), env, REPO)[2]
     r["edit_found"] = float(bool(json.loads(found)["results"]))
@@ -248,9 +251,13 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
     (mroot / "ws").mkdir(parents=True)
     (mroot / "openclaw.json").write_text(json.dumps(
         {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}))
-    menv = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    menv.pop("MEMINDEX_BROKER_URL", None)
-    menv.pop("PYTHONDONTWRITEBYTECODE", None)
+    uenv = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    uenv.pop("MEMINDEX_BROKER_URL", None)
+    uenv.pop("PYTHONDONTWRITEBYTECODE", None)
+    # CPU time and peak RSS are the measured child's own, so every step that reports them runs
+    # in-process; what a user waits for with the resident process (on by default) is measured
+    # beside them, wall time only (its work runs in a child of the resident process).
+    menv = dict(uenv, MEMINDEX_RESIDENT="off")
     subprocess.run(memindex_cmd(mroot, "--help"), env=menv, capture_output=True, cwd=REPO)
     qenv = dict(os.environ, XDG_CONFIG_HOME=str(qroot / "xdg-config"), XDG_CACHE_HOME=str(qroot / "xdg-cache"),
                 NO_COLOR="1")
@@ -282,20 +289,24 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
         m["edit_found"] = float(bool(json.loads(found)["results"]))
     finally:
         edit_file.write_bytes(original)
-    mcli, qcli, mcpu, qcpu = [], [], [], []
+    # Through the resident process: a first call starts it (if no earlier scale did), then the
+    # no-change resync and the searches a runtime would shell out to.
+    run_child(memindex_cmd(mroot, "search", "--json", "warm up"), uenv, REPO)
+    time.sleep(2.0)
+    m["resync_res_s"] = pct([run_child(memindex_cmd(mroot, "index", "-q"), uenv, REPO)[0] for _ in range(5)], 50)
+    mcli, minp, qcli, mcpu, qcpu = [], [], [], [], []
     for text in QUERIES:
+        mcli.append(run_child(memindex_cmd(mroot, "search", "--json", text), uenv, REPO)[0])
         wall, cpu, _, _ = run_child(memindex_cmd(mroot, "search", "--json", text), menv, REPO)
-        mcli.append(wall)
+        minp.append(wall)
         mcpu.append(cpu)
         if qmd:
             wall, cpu, _, _ = run_child([qmd, "search", text, "--json", "-n", "6"], qenv)
             qcli.append(wall)
             qcpu.append(cpu)
     # CPU next to wall: on a shared machine the wall time mostly measures the other jobs.
-    m["cli_p50"], m["cli_p95"], m["cli_cpu_p50"] = pct(mcli, 50), pct(mcli, 95), pct(mcpu, 50)
-    # The same calls without the resident process (every call imports the CLI itself).
-    off = dict(menv, MEMINDEX_RESIDENT="off")
-    m["cli_inproc_p50"] = pct([run_child(memindex_cmd(mroot, "search", "--json", t), off, REPO)[0] for t in QUERIES], 50)
+    m["cli_p50"], m["cli_p95"] = pct(mcli, 50), pct(mcli, 95)
+    m["cli_inproc_p50"], m["cli_cpu_p50"] = pct(minp, 50), pct(mcpu, 50)
     if qcli:
         q["cli_p50"], q["cli_p95"], q["cli_cpu_p50"] = pct(qcli, 50), pct(qcli, 95), pct(qcpu, 50)
     store = mroot / "state" / "memory" / "main.sqlite"
@@ -334,8 +345,10 @@ SCALE_ROWS = [
     ("cold peak RSS (MB)", "cold_rss_kb"), ("no-change resync wall (s)", "resync_s"),
     ("no-change resync CPU (s)", "resync_cpu"), ("repeat no-change resync wall (s)", "resync2_s"),
     ("repeat no-change resync CPU (s)", "resync2_cpu"), ("single-edit resync wall (s)", "edit_s"),
-    ("single-edit resync CPU (s)", "edit_cpu"), ("CLI search p50 (s)", "cli_p50"), ("CLI search p95 (s)", "cli_p95"),
-    ("CLI search CPU p50 (s)", "cli_cpu_p50"), ("CLI search p50, no resident process (s)", "cli_inproc_p50"),
+    ("single-edit resync CPU (s)", "edit_cpu"),
+    ("no-change resync wall, resident (s)", "resync_res_s"),
+    ("CLI search p50, resident (s)", "cli_p50"), ("CLI search p95, resident (s)", "cli_p95"),
+    ("CLI search p50, in-process (s)", "cli_inproc_p50"), ("CLI search CPU p50, in-process (s)", "cli_cpu_p50"),
     ("warm search p50 (ms)", "inproc_p50_ms"), ("warm search p95 (ms)", "inproc_p95_ms"),
     ("warm search CPU p50 (ms)", "inproc_cpu_p50_ms"), ("warm search CPU p95 (ms)", "inproc_cpu_p95_ms"),
     ("bare FTS5 query p50 (ms)", "fts_p50_ms"), ("bare FTS5 query p95 (ms)", "fts_p95_ms"), ("store size (MB)", "store_mb"),
@@ -358,12 +371,12 @@ def main_scale(args: argparse.Namespace) -> None:
             res = bench_scale(n, corpus, Path(tmp), qmd, queries)
         results[n] = res
         m, q = res["memindex"], res["qmd"]
-        print(f"{'':<34}{'memindex':>10}" + (f"{'qmd':>10}{'ours/qmd':>10}" if q else ""))
+        print(f"{'':<38}{'memindex':>10}" + (f"{'qmd':>10}{'ours/qmd':>10}" if q else ""))
         for label, key in SCALE_ROWS:
             if key not in m:
                 continue
             val = m[key] / 1024 if key.endswith("_kb") else m[key]
-            line = f"{label:<34}{val:>10.3f}"
+            line = f"{label:<38}{val:>10.3f}"
             if key in q:
                 qv = q[key] / 1024 if key.endswith("_kb") else q[key]
                 line += f"{qv:>10.3f}{(val / qv if qv else float('inf')):>9.2f}x"
@@ -383,11 +396,14 @@ def main_scale(args: argparse.Namespace) -> None:
                            f"{m['cold_cpu'] / q['cold_cpu']:.2f}x"))
         if n >= 30_000:
             checks.append((f"warm search p95 <= 10 ms at {n}", m["inproc_p95_ms"] <= 10, f"{m['inproc_p95_ms']:.1f} ms"))
-            for key, which in (("resync_s", "first after the index"), ("resync2_s", "repeated")):
+            for key, which in (("resync_s", "in-process, first after the index"), ("resync2_s", "in-process, repeated"),
+                               ("resync_res_s", "through the resident process")):
                 checks.append((f"no-change resync <= 0.25 s at {n} ({which})", m[key] <= 0.25, f"{m[key]:.3f} s"))
         if n <= 1_000:
             checks.append((f"warm search p95 <= 3 ms at {n}", m["inproc_p95_ms"] <= 3, f"{m['inproc_p95_ms']:.1f} ms"))
-            checks.append((f"CLI search p50 <= 0.08 s at {n}", m["cli_p50"] <= 0.08, f"{m['cli_p50']:.3f} s"))
+            checks.append((f"CLI search p50 <= 0.08 s at {n} (resident)", m["cli_p50"] <= 0.08, f"{m['cli_p50']:.3f} s"))
+            checks.append((f"CLI search p50 <= 0.08 s at {n} (in-process)", m["cli_inproc_p50"] <= 0.08,
+                           f"{m['cli_inproc_p50']:.3f} s"))
         if n == 10_000 and "store_mb" in q:
             checks.append((f"store size <= QMD's at {n}", m["store_mb"] <= q["store_mb"],
                            f"{m['store_mb']:.1f} vs {q['store_mb']:.1f} MB"))
