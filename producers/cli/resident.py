@@ -327,8 +327,8 @@ def _warm() -> None:
     from memindex.pipeline.store.fts_text import build_match_query, query_keywords
     from memindex.producers.cli.main import build_parser
 
-    for command in RESIDENT_COMMANDS:
-        build_parser(full=False, only=command)
+    for argv in (["search", "q"], ["get", "MEMORY.md"], ["index"]):  # argparse compiles its patterns lazily
+        build_parser(full=False, only=argv[0]).parse_args(argv)
     conn = db.connect(":memory:", readonly=True)
     try:
         db.load_vector_extension(conn)
