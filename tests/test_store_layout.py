@@ -7,7 +7,7 @@ import json
 import sqlean as sqlite3
 
 from memindex.pipeline.store.core import open_reader
-from memindex.pipeline.store.schema import META_KEY, SCHEMA_VERSION, fts_ddl
+from memindex.pipeline.store.schema import FTS_AUTOMERGE, META_KEY, SCHEMA_VERSION, fts_ddl
 
 
 def _fts_sql(agent) -> tuple[int, str]:
@@ -41,6 +41,34 @@ def test_fts_table_is_contentless_and_edits_leave_no_stale_terms(agent):
     finally:
         reader.close()
     assert health["ok"], health["problems"]
+
+
+def test_fts_merges_segments_in_eights_in_new_and_existing_stores(agent):
+    # Fewer merge passes during a cold index (issue 19); set on every writer open, so a store
+    # built before the setting gets it at its next write.
+    agent.write("memory/a.md", "the quokka sleeps\n")
+    agent.index()
+    gen, _ = _fts_sql(agent)
+    path = str(agent.settings().store_path)
+
+    def automerge() -> int | None:
+        con = sqlite3.connect(path)
+        try:
+            row = con.execute(f"SELECT v FROM fts_g{gen}_config WHERE k = 'automerge'").fetchone()
+        finally:
+            con.close()
+        return None if row is None else int(row[0])
+
+    assert FTS_AUTOMERGE == 8 and automerge() == 8
+    con = sqlite3.connect(path)
+    con.execute(f"DELETE FROM fts_g{gen}_config WHERE k = 'automerge'")  # as an older store has it
+    con.commit()
+    con.close()
+    assert automerge() is None
+    agent.write("memory/b.md", "a wombat note\n")
+    agent.index()
+    assert automerge() == 8
+    assert agent.search("wombat")["results"][0]["path"] == "memory/b.md"
 
 
 def test_store_with_the_old_fts_layout_is_rebuilt_on_next_sync(agent):

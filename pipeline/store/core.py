@@ -32,6 +32,7 @@ from memindex.pipeline.store.schema import (
     files_table,
     files_version_ddl,
     files_version_key,
+    fts_config_sql,
     fts_ddl,
     fts_table,
     generation_ddl,
@@ -360,6 +361,9 @@ class StoreWriter:
         if self.fts_error is None:
             try:
                 self.conn.execute(fts_ddl(gen, contentless=db.CONTENTLESS_DELETE))
+                current = dict(self.conn.execute(f"SELECT k, CAST(v AS TEXT) FROM {fts_table(gen)}_config"))
+                for stmt in fts_config_sql(gen, current):
+                    self.conn.execute(stmt)
             except db.OperationalError as exc:
                 self.fts_error = str(exc)
                 log.warning("fts unavailable: %s (vector-only search)", exc)

@@ -127,6 +127,27 @@ def fts_ddl(gen: int, *, contentless: bool = True) -> str:
             f"USING fts5(text, tokenize='{FTS_TOKENIZER}'{options})")
 
 
+# FTS5 merges a level's segments once this many exist (its default is 4). A cold index writes a
+# level-0 segment per writer transaction, and at 4 the merges re-copied the growing index often
+# enough to be ~10% of a 10,000-file cold index's CPU; at 8 that CPU is saved (measured
+# interleaved, 31.8 -> 28.4 s and 33.0 -> 29.6 s) for the same store size and ~0.2 ms more per
+# keyword query (more segments to read; bench/README.md, issue 19).
+FTS_AUTOMERGE = 8
+
+
+# Settings FTS5 keeps in the table itself (its ``_config`` table), applied by the writer to
+# every generation it plans into, so a store built before a setting gets it at its next sync.
+FTS_CONFIG = {"automerge": FTS_AUTOMERGE}
+
+
+def fts_config_sql(gen: int, current: dict[str, str]) -> list[str]:
+    """The statements that bring ``gen``'s FTS table to :data:`FTS_CONFIG` (``current``: its
+    ``_config`` rows); none when it is there already (a config write makes every reader reload)."""
+    t = fts_table(gen)
+    return [f"INSERT INTO {t}({t}, rank) VALUES('{k}', {int(v)})"
+            for k, v in FTS_CONFIG.items() if current.get(k) != str(v)]
+
+
 def vec_ddl(gen: int, dims: int) -> str:
     return (
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {vec_table(gen)} "
