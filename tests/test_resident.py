@@ -200,3 +200,34 @@ def test_a_killed_caller_takes_its_call_with_it(calls):
         caller.stdin.close()
         if caller.poll() is None:
             caller.kill()
+
+
+def test_a_directory_removed_and_made_again_is_read_anew(calls, tmp_path):
+    # A resident process started in ./wd serves callers in a new ./wd by the same path (the
+    # identity is the path): relative paths must name the new directory's files.
+    import shutil
+
+    a = calls.agent
+    wd = tmp_path / "wd"
+
+    def make(max_results: int) -> None:
+        wd.mkdir()
+        (wd / "openclaw.json").write_text(json.dumps({"agents": {"defaults": {
+            "memorySearch": {"query": {"maxResults": max_results}}}}}))
+
+    def call() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "memindex", "--config", "openclaw.json", "--state-dir",
+                               str(a.state), "--workspace", str(a.workspace), "search", "--json",
+                               "kumquat router Rod standup"], capture_output=True, text=True, timeout=120,
+                              cwd=wd, env=calls.env)
+
+    make(5)
+    first = call()
+    assert first.returncode == 0 and "starting one" in first.stderr, first.stderr
+    wait_for(lambda: calls.sockets(), "a resident process to listen")
+    assert len(json.loads(call().stdout)["results"]) == 2
+    shutil.rmtree(wd)
+    make(1)
+    got = call()
+    assert SERVED in got.stderr and got.returncode == 0, got.stderr
+    assert len(json.loads(got.stdout)["results"]) == 1

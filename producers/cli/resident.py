@@ -263,7 +263,7 @@ def serve(socket_path: str) -> None:
     import signal
     import socket
 
-    identity = _identity()
+    identity, cwd = _identity(), os.getcwd()
     directory = os.path.dirname(socket_path)
     place = _Place(identity, directory)
     if place.socket != socket_path or _directory() != directory:
@@ -301,7 +301,7 @@ def serve(socket_path: str) -> None:
                     conn, _ = server.accept()
                 except socket.timeout:
                     return
-                if not _handle(conn, server, identity, code_stamp):
+                if not _handle(conn, server, identity, code_stamp, cwd):
                     return
         finally:
             server.close()
@@ -395,7 +395,7 @@ def _stale(stamp: dict[str, int]) -> bool:
     return False
 
 
-def _handle(conn, server, identity: str, code_stamp: dict[str, int]) -> bool:
+def _handle(conn, server, identity: str, code_stamp: dict[str, int], cwd: str) -> bool:
     """Answer one call (fork its child); False: this process must exit."""
     import socket
 
@@ -427,7 +427,7 @@ def _handle(conn, server, identity: str, code_stamp: dict[str, int]) -> bool:
         pid = os.fork()
         if pid == 0:
             server.close()
-            _child(conn, fds, parts[1:])  # never returns
+            _child(conn, fds, parts[1:], cwd)  # never returns
         return True
     except OSError:
         return True
@@ -437,7 +437,7 @@ def _handle(conn, server, identity: str, code_stamp: dict[str, int]) -> bool:
         conn.close()
 
 
-def _child(conn, fds: list[int], argv: list[str]) -> None:
+def _child(conn, fds: list[int], argv: list[str], cwd: str) -> None:
     import signal
 
     code = 1
@@ -451,6 +451,10 @@ def _child(conn, fds: list[int], argv: list[str]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         try:
+            # The caller's directory by its path (equal identities, equal paths): if the one this
+            # process started in was removed and made again, relative paths must name the new one.
+            os.chdir(cwd)
+
             _reopen_stdio()
             from memindex.producers.cli.main import main as cli_main
 
