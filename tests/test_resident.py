@@ -135,6 +135,10 @@ def test_another_environment_or_changed_code_is_never_served_by_a_resident_proce
     (first,) = calls.pids()
     want = calls("search", "--json", "kumquat router", MEMINDEX_RESIDENT="off").stdout
 
+    # The shell's own bookkeeping (a background job gets SHLVL 0 from bash) is not another environment.
+    same = calls("search", "--json", "kumquat router", SHLVL="0", _="/usr/bin/env", OLDPWD="/")
+    assert SERVED in same.stderr and same.stdout == want, same.stderr
+
     # Another environment (a variable any import could read) is not this resident's caller.
     other = calls("search", "--json", "kumquat router", MEMINDEX_EXTRA_SETTING="1")
     assert SERVED not in other.stderr and "no resident process" in other.stderr, other.stderr

@@ -86,8 +86,9 @@ def _enabled() -> bool:
             and hasattr(os, "fork") and hasattr(os, "posix_spawn") and "_ARGCOMPLETE" not in os.environ)
 
 
-# Set by the shell per command (the program's path; the previous directory), read by nothing here.
-_SHELL_NOISE = frozenset(("_", "OLDPWD"))
+# Set by the shell per command or per job (the program's path, the previous directory, the
+# nesting depth: bash exports SHLVL 0 to a background job), read by nothing here.
+_SHELL_NOISE = frozenset(("_", "OLDPWD", "SHLVL"))
 
 
 def _identity() -> str:
