@@ -183,14 +183,18 @@ def _call(place: _Place, args: list[str]) -> int | None:
             _debug(f"no resident process at {place.socket}; starting one, running this call in-process")
             _start(place)
             return None
-        except OSError:
+        except OSError as exc:
+            _debug(f"cannot reach the resident process at {place.socket} ({exc}); running in-process")
             return None
         try:
             payload = _frame([place.identity, *args])
             body = len(payload).to_bytes(4, "big") + payload
             rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))  # an int array
+            step = "send"
             sent = conn.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-            conn.sendall(body[sent:])
+            if sent < len(body):  # never an empty send: one to a resident that has already
+                conn.sendall(body[sent:])  # answered "S" and closed fails with EPIPE
+            step = "ack"
             ack = _readline(conn)
             if not ack.startswith(b"A "):
                 _debug(f"resident process at {place.socket} declined ({ack.strip().decode() or 'closed'}); "
@@ -199,9 +203,11 @@ def _call(place: _Place, args: list[str]) -> int | None:
             pid, server_pid = (int(x) for x in ack[2:].split())
             # The child runs only after this go-ahead, so a caller that gave up above (and runs
             # the call itself) is never answered twice.
+            step = f"go after {ack!r}"
             conn.sendall(b"G")
             conn.settimeout(None)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            _debug(f"no answer from the resident process at {place.socket} ({step}: {exc!r}); running in-process")
             return None
         try:
             done = _readline(conn)
