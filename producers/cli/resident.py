@@ -245,21 +245,17 @@ def _start(place: _Place) -> None:
         pass
     code = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
             "from memindex.producers.cli.resident import serve; serve(sys.argv[1])")
+    import json
+
     devnull = os.devnull
     try:
-        os.posix_spawn(sys.executable, [sys.executable, "-c", code, place.socket, _json_list(sys.path)],
+        os.posix_spawn(sys.executable, [sys.executable, "-c", code, place.socket, json.dumps(sys.path)],
                        os.environ, setsid=True, file_actions=[
                            (os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
                            (os.POSIX_SPAWN_OPEN, 1, devnull, os.O_WRONLY, 0),
                            (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0)])
     except (OSError, NotImplementedError, TypeError):
         pass  # no resident process: every call runs in-process
-
-
-def _json_list(items: list[str]) -> str:
-    import json
-
-    return json.dumps(items)
 
 
 # --- the resident process -----------------------------------------------------------------------
@@ -383,23 +379,21 @@ def _code_stamp() -> dict[str, int]:
         path = getattr(mod, "__file__", None)
         if path and (name == "memindex" or name.startswith("memindex.")):
             paths.append(path)
+    return _mtimes(paths)
+
+
+def _mtimes(paths) -> dict[str, int]:
     out = {}
     for path in paths:
         try:
             out[path] = os.stat(path).st_mtime_ns
         except OSError:
-            out[path] = -1
+            out[path] = -1  # missing: stale only once it appears
     return out
 
 
 def _stale(stamp: dict[str, int]) -> bool:
-    for path, mtime in stamp.items():
-        try:
-            if os.stat(path).st_mtime_ns != mtime:
-                return True
-        except OSError:
-            return True
-    return False
+    return _mtimes(stamp) != stamp
 
 
 def _handle(conn, server, identity: str, code_stamp: dict[str, int], cwd: str) -> bool:
