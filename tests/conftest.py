@@ -260,6 +260,29 @@ def wait_for(cond, timeout: float, step: float = 0.25) -> bool:
     return cond()
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, ...), or None: no
+    such process, or no procfs. Split at the last ")": a command name may hold spaces and ")"."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` still runs: kill(0) answers and it is not a zombie (a zombie has exited;
+    only its parent has not reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    fields = proc_stat(pid)
+    if fields is None:  # gone since kill(0), or no procfs (then kill(0) is all there is to know)
+        return not os.path.isdir("/proc/self")
+    return fields[0] != "Z"
+
+
 def kill_groups(procs, sig: int = signal.SIGKILL, wait_s: float = 10) -> None:
     """Signal each process group started with ``start_new_session`` (SIGKILL unless ``sig``) and
     reap its leader, waiting up to ``wait_s`` for each."""

@@ -25,7 +25,7 @@ from memindex.pipeline.search.qmd.runner import QmdBadOutput, QmdMissing, QmdRun
 from memindex.pipeline.search.qmd.sessions_export import export_sessions
 from memindex.pipeline.search.engine import MemorySearch, SearchResult
 from memindex.producers.qmd_sync import start_qmd_sync, sync_qmd_now
-from tests.conftest import run_cli
+from tests.conftest import process_running, run_cli
 
 FAKE = Path(__file__).with_name("fake_qmd.py")
 FAKE_CMD = shlex.join([sys.executable, str(FAKE)])
@@ -62,24 +62,11 @@ def argvs(agent) -> list[list[str]]:
 def pid_alive(pid: int, wait_s: float = 3.0) -> bool:
     """Still running after up to ``wait_s`` (SIGKILL delivery is asynchronous)?"""
     deadline = time.monotonic() + wait_s
-    while _running(pid):
+    while process_running(pid):
         if time.monotonic() > deadline:
             return True
         time.sleep(0.05)
     return False
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture(autouse=True)

@@ -29,6 +29,7 @@ from memindex.pipeline.search.get import memory_get
 from memindex.pipeline.search.qmd.collections import parse_collection_show
 from memindex.pipeline.search.qmd.manager import QmdManager, close_managers
 from memindex.pipeline.search.qmd.runner import QmdRunner
+from tests.conftest import proc_stat
 
 def _qmd_command() -> tuple[str | None, str]:
     """(command, reason it is unusable or '')."""
@@ -122,10 +123,10 @@ def _assert_no_qmd_left(agent, wait_s: float = 3.0) -> None:
                 with open(f"/proc/{pid}/environ", "rb") as fh:
                     if marker not in fh.read():
                         continue
-                with open(f"/proc/{pid}/stat") as fh:
-                    if fh.read().split(")")[-1].split()[0] == "Z":
-                        continue
             except OSError:
+                continue
+            fields = proc_stat(int(pid))
+            if fields is None or fields[0] == "Z":
                 continue
             left.append(pid)
         if not left or time.monotonic() > deadline:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import proc_stat, process_running, wait_for
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
 
 SERVED = "memindex: call run by resident process"
@@ -41,7 +43,7 @@ class Calls:
         out = []
         for lock in (self.run_dir / "memindex").glob("*.lock"):
             text = lock.read_text().strip()
-            if text.isdigit() and _alive(int(text)):
+            if text.isdigit() and process_running(int(text)):
                 out.append(int(text))
         return out
 
@@ -50,29 +52,7 @@ class Calls:
         first = self("search", "--json", "warm up")
         assert first.returncode == 0, first.stderr
         assert "no resident process" in first.stderr and "starting one" in first.stderr, first.stderr
-        wait_for(lambda: self.sockets(), "a resident process to listen")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except OSError:
-        return True
-
-
-def wait_for(cond, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+        assert wait_for(self.sockets, 60, step=0.05), "timed out waiting for a resident process to listen"
 
 
 def without_debug(stderr: str) -> str:
@@ -91,7 +71,7 @@ def calls(agent, tmp_path):
     for pid in c.pids():
         os.kill(pid, signal.SIGTERM)
     for pid in c.pids():
-        wait_for(lambda: not _alive(pid), f"resident process {pid} to stop", timeout=30)
+        assert wait_for(lambda: not process_running(pid), 30, step=0.05), f"resident process {pid} did not stop"
 
 
 def test_calls_through_the_resident_process_answer_exactly_as_in_process(calls, agent):
@@ -154,14 +134,15 @@ def test_another_environment_or_changed_code_is_never_served_by_a_resident_proce
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert SERVED not in got.stderr and "declined (S)" in got.stderr, got.stderr
     assert got.returncode == 0 and got.stdout == want, got.stderr
-    wait_for(lambda: not _alive(first), "the stale resident process to exit", timeout=30)
+    assert wait_for(lambda: not process_running(first), 30, step=0.05), "the stale resident process did not exit"
 
 
 def test_resident_process_exits_when_idle_and_is_never_used_from_an_unsafe_directory(calls):
     calls.env["MEMINDEX_RESIDENT_IDLE_S"] = "0.5"
     calls.start()
     (pid,) = calls.pids()
-    wait_for(lambda: not calls.sockets() and not _alive(pid), "the idle resident process to exit", timeout=60)
+    assert wait_for(lambda: not calls.sockets() and not process_running(pid), 60, step=0.05), \
+        "timed out waiting for the idle resident process to exit"
 
     # A socket directory others can read or enter could hand our stdio to their process: unused.
     calls.env["MEMINDEX_RESIDENT_IDLE_S"] = "120"
@@ -176,13 +157,10 @@ def test_resident_process_exits_when_idle_and_is_never_used_from_an_unsafe_direc
 
 def _children(ppid: int) -> list[int]:
     out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == ppid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        fields = proc_stat(int(pid))
+        if fields is not None and int(fields[1]) == ppid and fields[0] != "Z":
+            out.append(int(pid))
     return out
 
 
@@ -195,11 +173,12 @@ def test_a_killed_caller_takes_its_call_with_it(calls):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=calls.agent.root,
                               env=calls.env)
     try:
-        (child,) = wait_for(lambda: _children(server), "the resident process to fork the call")
+        assert wait_for(lambda: _children(server), 60, step=0.05), "the resident process never forked the call"
+        (child,) = _children(server)
         caller.kill()
         caller.wait(timeout=30)
-        wait_for(lambda: not _alive(child), "the call to end with its caller", timeout=30)
-        assert _alive(server)  # the resident process itself serves on
+        assert wait_for(lambda: not process_running(child), 30, step=0.05), "the call did not end with its caller"
+        assert process_running(server)  # the resident process itself serves on
     finally:
         caller.stdin.close()
         if caller.poll() is None:
@@ -228,7 +207,7 @@ def test_a_directory_removed_and_made_again_is_read_anew(calls, tmp_path):
     make(5)
     first = call()
     assert first.returncode == 0 and "starting one" in first.stderr, first.stderr
-    wait_for(lambda: calls.sockets(), "a resident process to listen")
+    assert wait_for(calls.sockets, 60, step=0.05), "timed out waiting for a resident process to listen"
     assert len(json.loads(call().stdout)["results"]) == 2
     shutil.rmtree(wd)
     make(1)
