@@ -16,9 +16,9 @@ agent's extraPaths. Every memindex number is an end-to-end CLI run in a fresh
 process unless it says in-process. Rows with CPU time or peak RSS run with
 ``MEMINDEX_RESIDENT=off`` (a call served by the resident process does its work outside
 the measured child); rows marked "resident" are the wall time a user waits with the
-resident process (producers/cli/resident.py, on by default) already running. When a qmd command is available (``--qmd``,
-``$MEMINDEX_QMD_COMMAND`` or ``qmd`` on PATH) the same steps run through QMD
-in the same run and the ratios are printed.
+resident process (producers/cli/resident.py, on by default) already running. When a
+qmd command is available (``--qmd``, ``$MEMINDEX_QMD_COMMAND`` or ``qmd`` on PATH) the
+same steps run through QMD in the same run and the ratios are printed.
 """
 
 from __future__ import annotations
@@ -84,7 +84,6 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None,
     return dt, usage.ru_utime + usage.ru_stime, peak, out
 
 
-
 def run_with_rss(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, str]:
     """Wall seconds, the child's peak RSS (KiB, via wait4) and its stdout."""
     dt, _, kb, out = run_child(cmd, env, cwd)
@@ -99,13 +98,20 @@ def memindex_cmd(root: Path, *args: str) -> list[str]:
             "--workspace", str(root / "ws"), *args]
 
 
+def user_env() -> dict[str, str]:
+    """memindex's environment as a user's: keyword-only (no provider keys), the embedded broker,
+    and cached bytecode (the tool environment sets PYTHONDONTWRITEBYTECODE)."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.pop("MEMINDEX_BROKER_URL", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def bench_memindex(root: Path, corpus: Path, edit_file: Path) -> dict[str, float]:
     (root / "ws").mkdir(parents=True)
     (root / "openclaw.json").write_text(json.dumps(
         {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}))
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.pop("MEMINDEX_BROKER_URL", None)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure what a user runs: with cached bytecode
+    env = user_env()
     subprocess.run(memindex_cmd(root, "--help"), env=env, capture_output=True, cwd=REPO)  # warm the pyc cache
     # Index steps and peak RSS in-process: a call served by the resident process does its work
     # (and holds its memory) outside the measured child.
@@ -251,9 +257,7 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
     (mroot / "ws").mkdir(parents=True)
     (mroot / "openclaw.json").write_text(json.dumps(
         {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}))
-    uenv = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    uenv.pop("MEMINDEX_BROKER_URL", None)
-    uenv.pop("PYTHONDONTWRITEBYTECODE", None)
+    uenv = user_env()
     # CPU time and peak RSS are the measured child's own, so every step that reports them runs
     # in-process; what a user waits for with the resident process (on by default) is measured
     # beside them, wall time only (its work runs in a child of the resident process).
