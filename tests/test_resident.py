@@ -32,9 +32,10 @@ class Calls:
         return [sys.executable, "-m", "memindex", "--config", str(a.config_path), "--state-dir", str(a.state),
                 "--workspace", str(a.workspace), *args]
 
-    def __call__(self, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    def __call__(self, *args: str, stdin: str | None = None, popen: dict | None = None,
+                 **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True, timeout=120,
-                              cwd=self.agent.root, env={**self.env, **env})
+                              cwd=self.agent.root, env={**self.env, **env}, **(popen or {}))
 
     def sockets(self) -> list[Path]:
         return sorted((self.run_dir / "memindex").glob("*.sock"))
@@ -135,6 +136,51 @@ def test_another_environment_or_changed_code_is_never_served_by_a_resident_proce
     assert SERVED not in got.stderr and "declined (S)" in got.stderr, got.stderr
     assert got.returncode == 0 and got.stdout == want, got.stderr
     assert wait_for(lambda: not process_running(first), 30, step=0.05), "the stale resident process did not exit"
+
+
+def _can_unshare_mounts() -> bool:
+    try:
+        return subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def test_a_call_from_another_sandbox_is_never_run_by_a_resident_process_outside_it(calls, agent, tmp_path):
+    """What confines the caller - a stricter umask, a resource limit, a lower priority, a mount
+    namespace that hides memory - confines its call: a resident process started elsewhere does
+    not serve it (it would create files, use resources and see directories the caller cannot)."""
+    import resource
+
+    calls.start()
+    served = calls("search", "--json", "kumquat router")
+    assert SERVED in served.stderr and json.loads(served.stdout)["results"]
+
+    # umask 077: the store a call creates is the caller's alone, as it is in-process.
+    fresh = tmp_path / "private-state"
+    got = calls("--state-dir", str(fresh), "index", popen={"umask": 0o077})
+    assert got.returncode == 0 and SERVED not in got.stderr, got.stderr
+    made = [fresh, *fresh.rglob("*")]
+    assert any(p.name.endswith(".sqlite") for p in made)
+    assert {oct(p.stat().st_mode & 0o077) for p in made} == {"0o0"}, [(p, oct(p.stat().st_mode)) for p in made]
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for label, setup in (("a lower open-files limit", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))),
+                         ("a lower priority", lambda: os.nice(1))):
+        got = calls("search", "--json", "kumquat router", popen={"preexec_fn": setup})
+        assert got.returncode == 0 and SERVED not in got.stderr, (label, got.stderr)
+        assert json.loads(got.stdout)["results"], label
+
+    if not _can_unshare_mounts():
+        pytest.skip("cannot make a mount namespace here (unshare -m needs root)")
+    import shlex
+
+    hide = f"mount -t tmpfs none {shlex.quote(str(agent.workspace / 'memory'))}"
+    argv = " ".join(map(shlex.quote, calls.argv("get", "memory/2026-03-01.md")))
+    got = subprocess.run(["unshare", "-m", "sh", "-c", f"{hide} && exec {argv}"], capture_output=True, text=True,
+                         timeout=120, cwd=agent.root, env=calls.env)
+    assert SERVED not in got.stderr, got.stderr
+    assert "kumquat" not in got.stdout, "a hidden file was read through a resident process outside the namespace"
+    assert "kumquat" in calls("get", "memory/2026-03-01.md").stdout  # outside it, the note is there
 
 
 def test_resident_process_exits_when_idle_and_is_never_used_from_an_unsafe_directory(calls):

@@ -11,9 +11,10 @@ and the store are read afresh by every child, exactly as an in-process run reads
 What a resident process could hold stale - the code and the environment it started with -
 is checked on every call:
 
-- the caller's environment, working directory, interpreter, ``sys.path`` and flags must
-  equal the resident's (a digest names the socket; the full text is compared), else the
-  call runs in-process;
+- the caller's environment, working directory, interpreter, ``sys.path`` and flags, and what
+  confines it (umask, ids, capabilities, limits, priority, cgroup, namespaces, root: see
+  :func:`_confinement`) must equal the resident's (a digest names the socket; the full text
+  is compared), else the call runs in-process;
 - if any memindex module it loaded has changed on disk (an upgrade, an edited checkout), or
   a package was installed or removed, the call runs in-process and the resident process exits.
 
@@ -92,10 +93,68 @@ _SHELL_NOISE = frozenset(("_", "OLDPWD", "SHLVL"))
 
 
 def _identity() -> str:
-    """Everything an import-time or run-time decision may read: equal identities, equal runs."""
+    """Everything an import-time or run-time decision may read, and everything that confines
+    what the call may see or do: equal identities, equal runs."""
     env = "\0".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k not in _SHELL_NOISE)
-    return "\0".join(("memindex-resident 1", sys.executable, __file__, os.getcwd(), repr(sys.path),
-                      repr(sys.flags), repr(sys._xoptions), repr(sys.warnoptions), env))
+    return "\0".join(("memindex-resident 2", sys.executable, __file__, os.getcwd(), repr(sys.path),
+                      repr(sys.flags), repr(sys._xoptions), repr(sys.warnoptions), env, _confinement()))
+
+
+# The lines of /proc/self/status that confine a process: the file mode mask its files get,
+# its user and groups, its capabilities, seccomp and no-new-privileges, the CPUs and memory
+# nodes it may use.
+_STATUS_LINES = ("Umask:", "Uid:", "Gid:", "Groups:", "Cap", "NoNewPrivs:", "Seccomp", "Cpus_allowed_list:",
+                 "Mems_allowed_list:")
+# Per-process files that confine it further: resource limits, control group, memory-pressure
+# kill priority, security label (AppArmor/SELinux).
+_PROC_FILES = ("limits", "cgroup", "oom_score_adj", "attr/current")
+_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
+
+
+def _confinement() -> str:
+    """What confines this process beyond its environment and working directory, so that a call
+    from a sandbox (a mount namespace that hides other agents' memory, a container, a cgroup, a
+    resource limit, a stricter umask, a lower priority) is never run by a process outside it:
+    the resident process was started by such a caller and inherited all of it, or it is not
+    used. Read from /proc where there is one (a few small reads), else what ``os`` can tell."""
+    root = os.stat("/")
+    parts = [f"root={root.st_dev}:{root.st_ino}"]  # a chroot
+    try:
+        parts.append(f"nice={os.getpriority(os.PRIO_PROCESS, 0)} sched={os.sched_getscheduler(0)}")
+    except (AttributeError, OSError):
+        pass
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            status = fh.read().decode("ascii", "replace")
+    except OSError:
+        status = ""
+    if "\nUmask:" in status:
+        parts += [line for line in status.splitlines() if line.startswith(_STATUS_LINES)]
+    else:  # no /proc (or a kernel without the Umask line): the mask, ids and limits through os
+        mask = os.umask(0o077)
+        os.umask(mask)
+        parts.append(f"umask={mask:o} ids={os.getuid()},{os.geteuid()},{os.getgid()},{os.getegid()},"
+                     f"{sorted(os.getgroups())}")
+        try:
+            import resource
+
+            parts.append(repr([resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource))
+                               if n.startswith("RLIMIT_")]))
+        except ImportError:
+            pass
+    if status:
+        for name in _PROC_FILES:
+            try:
+                with open(f"/proc/self/{name}", "rb") as fh:
+                    parts.append(f"{name}={fh.read().decode('utf-8', 'replace')}")
+            except OSError:
+                pass
+        for name in _NAMESPACES:
+            try:
+                parts.append(os.readlink(f"/proc/self/ns/{name}"))
+            except OSError:
+                pass
+    return "\0".join(parts)
 
 
 def _directory() -> str | None:
