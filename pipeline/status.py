@@ -7,10 +7,10 @@ import os
 import time
 from typing import Any
 
-from memindex.pipeline.errors import StoreError
+from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.index.workspace import MEMORY_DIR, iter_discover, resolve_extra_paths
+from memindex.pipeline.index.workspace import MEMORY_DIR, check_roots, iter_discover, resolve_extra_paths
 from memindex.pipeline.store.schema import fts_table, vec_table
 from memindex.pipeline.index.failures import read_failures
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
@@ -60,7 +60,12 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
                 out["invariant"] = {"ok": False, "problems": [str(exc)]}
         # OpenClaw's "dirty": the index does not yet reflect the disk (never built, files
         # waiting for their write, or a rebuild in progress).
-        out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding"))
+        indexed_sources = (out.get("fingerprint") or {}).get("sources")
+        if out.get("indexed") and indexed_sources is not None and indexed_sources != sorted(settings.sources):
+            # Search already serves only the configured sources; the store catches up on the next sync.
+            out["configChanged"] = (f"the index holds sources {indexed_sources}, the config now names "
+                                    f"{sorted(settings.sources)}: run `memindex index`")
+        out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding") or out.get("configChanged"))
         return out
     finally:
         reader.close()
@@ -139,7 +144,11 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
     if "memory" in settings.sources:
         issues: list[str] = []
         ws = settings.workspace
-        if not (ws / MEMORY_DIR).is_dir():
+        try:  # what makes `index` refuse this agent (a missing workspace, a too-broad extraPaths entry)
+            check_roots(settings)
+        except (WorkspaceError, ConfigError) as exc:
+            issues.append(f"index refused: {exc}")
+        if ws.is_dir() and not (ws / MEMORY_DIR).is_dir():
             issues.append(f"memory directory missing ({ws / MEMORY_DIR})")
         for extra in resolve_extra_paths(settings):
             if not os.path.lexists(extra):
@@ -208,6 +217,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         lines.append(f"fingerprint:  {json.dumps(s['fingerprint'], sort_keys=True)}")
     if s.get("rebuilding"):
         lines.append(f"rebuilding:   generation {s['rebuilding']['generation']} in progress")
+    if s.get("configChanged"):
+        lines.append(f"stale:        {s['configChanged']}")
     if s.get("lastSyncAt"):
         import datetime as _dt
 

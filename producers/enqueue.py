@@ -31,8 +31,13 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     """Plan now, then block until every queued job for it is written.
 
     A sync with nothing to do returns without touching the broker: no dramatiq
-    import, no worker threads, no writer message - just the stats.
+    import, no worker threads, no writer message - just the stats. An agent whose memory
+    search is disabled is not indexed (``"disabled": 1``, nothing else).
     """
+    from memindex.pipeline.config.agents import settings_for
+
+    if not settings_for(ctx).enabled:
+        return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, noop = plan_now(ctx, force=force)
     counts = {"generation": plan.generation, "to_index": len(plan.jobs) + len(plan.session_deltas),
               "to_delete": len(plan.deletes), "unchanged": plan.unchanged}

@@ -132,10 +132,22 @@ def test_bad_files_are_reported_and_the_rest_indexed(agent):
     assert agent.index()["to_index"] == 0
 
 
-def test_first_search_on_never_indexed_agent_says_pending(agent):
+def test_first_search_on_never_indexed_agent_says_pending_or_what_to_run(agent):
+    from memindex.pipeline.search.engine import MemorySearch
+
     agent.write("memory/a.md", "hello")
+    # Nothing builds the index (the CLI, a library caller without a scheduler): say what to run.
     res = agent.search("hello")
-    assert res["results"] == [] and res["indexing"] == "pending"
+    assert res["results"] == [] and "indexing" not in res
+    assert "no index yet" in res["warning"] and "memindex index" in res["warning"]
+    # An engine that schedules syncs (the servers, a runtime) asked for one: it is pending.
+    asked = []
+    eng = MemorySearch(agent.settings(), schedule_sync=lambda settings, reason: asked.append(reason))
+    try:
+        res = eng.search("hello").as_dict()
+    finally:
+        eng.close()
+    assert res["results"] == [] and res["indexing"] == "pending" and "being built" in res["warning"]
 
 
 def test_changing_chunk_params_rebuilds_into_a_new_generation(agent):

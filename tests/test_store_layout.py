@@ -147,3 +147,37 @@ def test_a_batch_write_stores_what_file_by_file_writes_store(agent, tmp_path):
     assert [r[6] for r in chunks if r[2] == "memory/c.md"] == ["cranberry"]  # the last record of c.md
     assert fts["apple"] == fts["banana"] == fts["cherry"] == [] and fts["avocado"] == [("memory/a.md",)]
     assert [f[3] for f in files] == [1, 1, 1]
+
+
+def test_opening_the_store_never_drops_the_locks_that_keep_its_wal(agent):
+    """A reader or writer opening the store in a process that already has connections to it must
+    not read the file itself: closing any descriptor of it drops the process's POSIX locks, and
+    another process's last close then deletes the WAL under the first one's connections."""
+    import os
+    import subprocess
+    import sys
+
+    from memindex.pipeline.store.core import StoreReader, StoreWriter
+
+    agent.write("memory/a.md", "the heron flies over the quarry\n")
+    agent.index()
+    store = agent.settings().store_path
+    writer = StoreWriter(store)  # this process: a writer connection ...
+    first = StoreReader(store)
+    first.state()  # ... and a reader's
+    try:
+        second = StoreReader(store)
+        second.state()  # another reader opened beside them (the servers' per-thread readers)
+        third = StoreWriter(store)  # and another writer (a sync after a search)
+        third.close()
+        # Another process writes and closes its last connection: it may delete the WAL only if it
+        # believes no other process has the store open.
+        code = ("import sqlean as s, sys; c = s.connect(sys.argv[1], isolation_level=None); "
+                "c.execute('PRAGMA journal_mode=WAL'); c.execute(\"INSERT OR REPLACE INTO meta(key, value) "
+                "VALUES ('probe', '1')\"); c.close()")
+        subprocess.run([sys.executable, "-c", code, str(store)], check=True, timeout=60)
+        assert os.path.exists(f"{store}-wal") and os.path.exists(f"{store}-shm")
+        second.close()
+    finally:
+        first.close()
+        writer.close()

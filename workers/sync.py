@@ -37,6 +37,9 @@ def run_sync(ctx: Context, *, force: bool = False,
     ``progress(enqueued, total)`` is called as the index groups are sent (backfill's bar).
     """
     settings = settings_for(ctx)
+    if not settings.enabled:  # a request queued before the config turned memory search off
+        log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
+        return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, _ = plan_agent(settings, identity_for(settings), force=force)
     return dispatch_plan(ctx, plan, progress)
 

@@ -41,7 +41,7 @@ def _read_json5(path: Path, key: str) -> Any:
     except IsADirectoryError:
         raise ConfigError(key, f"is a directory, not a config file: {path}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(key, f"{path}: not valid UTF-8 ({exc.reason})") from None
+        raise ConfigError(key, f"{_where(path, key)}not valid UTF-8 ({exc.reason})") from None
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
     if not text.strip():
@@ -57,7 +57,11 @@ def _read_json5(path: Path, key: str) -> Any:
     try:
         return json5.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise ConfigError(key, f"{path}: not valid JSON5: {exc}") from None
+        raise ConfigError(key, f"{_where(path, key)}not valid JSON5: {exc}") from None
+
+
+def _where(path: Path, key: str) -> str:
+    return "" if key == str(path) else f"{path}: "  # the key is the path already: once is enough
 
 
 def _deep_merge(target: Any, source: Any) -> Any:

@@ -47,6 +47,15 @@ def resolve_home(env: Mapping[str, str] | None = None) -> Path:
     return Path(os_home).resolve()
 
 
+def expand_home(raw: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
+    """A leading ``~`` (alone or before a separator) as the OpenClaw home, as every config path
+    reads it (``OPENCLAW_HOME`` when set, not only the OS home); anything else unchanged."""
+    text = str(raw)
+    if text.startswith("~"):
+        text = re.sub(r"^~(?=$|[\\/])", lambda _: str(resolve_home(env)), text)
+    return Path(text)
+
+
 def resolve_user_path(raw: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
     """resolveUserPath: trimmed; a leading ``~`` is the OpenClaw home; relative to the cwd; absolute."""
     text = str(raw).strip()
@@ -135,6 +144,14 @@ def agent_entries(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise ConfigError(f"agents.list[{i}].id", "every agent needs a non-empty string id")
         if not isinstance(e.get("default", False), bool):
             raise ConfigError(f"agents.list[{i}].default", f"expected true or false, got {e['default']!r}")
+    seen: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        # Ids are compared normalised ("Main" is "main", "my.agent" is "my-agent"): two entries
+        # with one id would be one agent, the second silently never indexed.
+        first = seen.setdefault(normalize_agent_id(e["id"]), i)
+        if first != i:
+            raise ConfigError(f"agents.list[{i}].id", f"{e['id']!r} is the same agent id as agents.list[{first}] "
+                                                      f"({entries[first]['id']!r}); give each agent its own id")
     return entries
 
 

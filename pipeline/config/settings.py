@@ -598,8 +598,10 @@ def resolve_agent(
 
     raw_store = ms["store"]["path"]
     if raw_store:
-        store_path = Path(raw_store.replace("{agentId}", agent_id)).expanduser()
-        store_path = store_path if store_path.is_absolute() else state_dir / store_path
+        store_path = _custom_store_path(raw_store, agent_id, state_dir, env)
+        if enabled and "{agentId}" not in raw_store:
+            _refuse_shared_store(cfg, agent_id, store_path, state_dir, env,
+                                 f"{agent_key if 'store' in agent_ms else base_key}.store.path")
     else:
         store_path = inside(state_dir / "memory", state_dir / "memory" / f"{agent_id}.sqlite", "--agent")
 
@@ -620,6 +622,34 @@ def resolve_agent(
         memory_flush=flush,
         config_path=config_path,
     )
+
+
+def _custom_store_path(raw: str, agent_id: str, state_dir: Path, env: Mapping[str, str]) -> Path:
+    """``memorySearch.store.path``: ``{agentId}`` replaced, ``~`` the OpenClaw home (resolveUserPath),
+    relative to the state dir."""
+    text = raw.replace("{agentId}", agent_id).strip()
+    path = resolve_user_path(text, env) if text.startswith("~") else Path(text)
+    return Path(os.path.normpath(path if path.is_absolute() else state_dir / path))
+
+
+def _refuse_shared_store(cfg: Mapping[str, Any], agent_id: str, store_path: Path, state_dir: Path,
+                         env: Mapping[str, str], key: str) -> None:
+    """A store path without ``{agentId}`` must not be another configured agent's too: one SQLite
+    file per agent, or each agent's sync deletes the others' files and search serves their notes."""
+    defaults = _subtree(_subtree(cfg, "agents", "agents"), "defaults", "agents.defaults")
+    base = _subtree(_subtree(defaults, "memorySearch", "agents.defaults.memorySearch"), "store", "store").get("path")
+    for other in list_agent_ids(cfg):
+        if other == agent_id:
+            continue
+        found = find_agent(cfg, other)
+        ms = (found[1].get("memorySearch") if found else None) or {}
+        store = ms.get("store") if isinstance(ms, dict) else None
+        raw = store.get("path") if isinstance(store, dict) and store.get("path") else base
+        if ms.get("enabled") is False or not isinstance(raw, str) or not raw.strip():
+            continue
+        if _custom_store_path(raw, other, state_dir, env) == store_path:
+            raise ConfigError(key, f"agents {agent_id!r} and {other!r} would share the store {store_path}; "
+                                   "one SQLite file per agent: put {agentId} in the path")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from memindex.pipeline.config.paths import expand_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.errors import ConfigError, WorkspaceError
 
@@ -273,7 +274,7 @@ def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
     out: list[Path] = []
     allow = _allow_broad()
     for raw in settings.memory_search["extraPaths"]:
-        p = Path(raw).expanduser()
+        p = expand_home(raw)
         p = p if p.is_absolute() else settings.workspace / p
         if allow or not _too_broad(p, settings):
             out.append(p)
@@ -291,7 +292,7 @@ def check_roots(settings: AgentSettings) -> None:
     if _allow_broad():
         return
     for raw in settings.memory_search["extraPaths"]:
-        p = Path(raw).expanduser()
+        p = expand_home(raw)
         if _too_broad(p if p.is_absolute() else ws / p, settings):
             raise ConfigError("memorySearch.extraPaths",
                               f"{raw!r} is too broad (the filesystem root, the home directory or the "
@@ -381,6 +382,33 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
             kind = keep_extra(extra.name) if st is not None else None
             if st is not None and kind is not None:
                 yield from found([(extra, st.st_size, st.st_mtime_ns, kind)])
+
+
+def indexed_path_filter(settings: AgentSettings) -> "callable[[str, str], bool]":
+    """Whether an indexed ``(source, path)`` is still the agent's memory as configured now.
+
+    A store keeps what an older config indexed (a source or an extraPaths entry since removed)
+    until the next sync; search must not serve it meanwhile (OpenClaw filters every query by
+    the configured sources), and every path it serves must read back through ``memory_get``.
+    The paths are the ones discovery gives: ``MEMORY.md``, ``memory/...``, each extraPaths
+    entry's files under its workspace-relative path.
+    """
+    sources = frozenset(settings.sources)
+    exact, prefixes = set(ROOT_FILES), [MEMORY_DIR + "/"]
+    for extra in resolve_extra_paths(settings):
+        rel = rel_path(settings.workspace, extra)
+        if rel == ".":
+            prefixes.append("")  # the workspace itself: every path under it
+        exact.add(rel)
+        prefixes.append(rel + "/")
+    starts = tuple(prefixes)
+
+    def visible(source: str, path: str) -> bool:
+        if source not in sources:
+            return False
+        return source != "memory" or path in exact or path.startswith(starts)
+
+    return visible
 
 
 def watch_roots(settings: AgentSettings) -> list[Path]:

@@ -159,6 +159,15 @@ class MemorySearch(AsyncSearch):
         self._scheduling = False
         self._mirror = VectorMirror(settings.store_path)
         self._fts_budget = FtsBudget()
+        self._visible: Callable[[str, str], bool] | None = None
+
+    def visible(self, source: str, path: str) -> bool:
+        """Whether an indexed chunk's file is part of the agent's memory as configured now."""
+        if self._visible is None:
+            from memindex.pipeline.index.workspace import indexed_path_filter
+
+            self._visible = indexed_path_filter(self.settings)
+        return self._visible(source, path)
 
     # -- runtime hooks ----------------------------------------------------------
     def warm_session(self, session_key: str | None) -> None:
@@ -226,8 +235,9 @@ class MemorySearch(AsyncSearch):
         ms = self.settings.memory_search
         citations_mode = self.settings.memory["citations"]
         resp = self._empty_response(citations_mode)
-        if not self.settings.enabled:
+        if not self.settings.enabled:  # OpenClaw's shape for a search that cannot run
             resp.warning = "memory search is disabled for this agent"
+            resp.extra.update(disabled=True, error=f"memory search is disabled for agent {self.settings.agent_id!r}")
             return resp
         self.warm_session(session_key)
         if ms["sync"]["onSearch"]:
@@ -244,6 +254,10 @@ class MemorySearch(AsyncSearch):
 
         with self.reader.snapshot() as snap:
             if snap.generation is None:
+                if snap.state.building_generation is None and self.schedule_sync is None:
+                    # Nothing is building it and this engine asks for no sync (the CLI): say so.
+                    resp.warning = f"agent {self.settings.agent_id!r} has no index yet; run `memindex index`"
+                    return resp
                 resp.indexing = "pending"
                 resp.warning = "the memory index is being built; results will appear shortly"
                 return resp
@@ -335,7 +349,8 @@ class MemorySearch(AsyncSearch):
             return []
         hits = snap.keyword_hits(match, limit, self._fts_budget)
         rows = snap.chunk_rows([h[0] for h in hits])
-        found = [(r, rank) for rowid, rank in hits if (r := rows.get(rowid)) is not None]
+        visible = self.visible
+        found = [(r, rank) for rowid, rank in hits if (r := rows.get(rowid)) is not None and visible(r[3], r[2])]
         if fusion == "calibrated":
             keys = query_keywords(query)
             scores = calibrated_text_scores([rank for _, rank in found], [keyword_coverage(r[6], keys) for r, _ in found])
@@ -361,9 +376,10 @@ class MemorySearch(AsyncSearch):
         if hits is None:  # no sqlite-vec (or it failed): exact cosine in process
             hits = snap.exact_knn(self._mirror, qvec, limit)
         rows = snap.chunk_rows([h[0] for h in hits])
+        visible = self.visible
         return [
             Candidate(r[1], r[2], r[3], r[4], r[5], r[6], vector_score=score, has_vector=True)
-            for rid, score in hits if (r := rows.get(rid)) is not None
+            for rid, score in hits if (r := rows.get(rid)) is not None and visible(r[3], r[2])
         ]
 
     def _mirror_worthwhile(self, snap: ReadSnapshot, dims: int) -> bool:

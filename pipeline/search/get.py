@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from memindex.pipeline.config.paths import expand_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import break_lines
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
@@ -75,7 +76,7 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     # readFile does), so every path search returns reads back, ``../team/t.md`` from an
     # extraPaths directory outside the workspace included. Normalising first means a
     # ``..`` can only ever land on a path that the root checks below still vet.
-    candidate = Path(os.path.normpath(ws / Path(raw).expanduser()))
+    candidate = Path(os.path.normpath(ws / expand_home(raw)))
     if not is_markdown_name(candidate.name):
         raise MemoryGetError("path rejected: only Markdown (.md) memory files can be read")
     root = _memory_root(settings, candidate)
@@ -137,7 +138,10 @@ def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
 
 def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
                lines: int | None = None) -> MemoryGetResult:
-    """Read a memory file. A missing file is not an error: it returns empty text."""
+    """Read a memory file. A missing file is not an error: it returns empty text. An agent
+    whose memory search is disabled has no memory tools (OpenClaw registers none): refused."""
+    if not settings.enabled:
+        raise MemoryGetError(f"memory search is disabled for agent {settings.agent_id!r}")
     target, display = resolve_memory_path(settings, path)
     for name, v in (("from", from_line), ("lines", lines)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):

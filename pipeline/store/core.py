@@ -102,32 +102,30 @@ def corrupt(path: Path | str, why: object) -> StoreCorrupt:
                         "aside and rebuilds it from the Markdown files")
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
+def store_problem(conn: db.Connection, path: Path | str) -> str | None:
+    """What is wrong with the store file, judged in O(1) through a connection to it, or None: not a
+    SQLite file (garbage), or shorter than the page count its header records (truncated).
 
-
-def header_problem(path: Path | str) -> str | None:
-    """What is wrong with the store file, judged from its 100-byte header in O(1), or None:
-    not a SQLite file (garbage), or shorter than the page count its header records (truncated)."""
+    Never by reading the file ourselves: closing any descriptor of a database file drops every
+    POSIX lock this process holds on it (SQLite's "How To Corrupt", 2.2), and another process's
+    last connection then checkpoints and deletes the WAL under this one's connections.
+    """
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(100)
-            size = os.fstat(fh.fileno()).st_size
-    except OSError:
-        return None  # missing or unreadable: not a damaged store, the caller's open says why
-    if size == 0:
-        return None  # created, not written yet
-    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
-        return "not a SQLite database"
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    # The header's page count is valid only when its change counter matches (offsets 24 and 92),
-    # and says nothing while a WAL holds pages a checkpoint has not copied back yet.
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]  # the header's count while valid
+    except db.DatabaseError as exc:
+        if is_corruption(exc):  # "file is not a database"
+            return "not a SQLite database" if "not a database" in str(exc) else str(exc)
+        raise
     try:
-        wal = os.path.getsize(f"{path}-wal")
-    except OSError:
+        size = os.stat(path).st_size
+        wal = os.stat(f"{path}-wal").st_size
+    except FileNotFoundError:
         wal = 0
-    if not wal and head[24:28] == head[92:96] and pages and size < pages * page_size:
+    except OSError:
+        return None
+    # With a WAL, the count includes pages a checkpoint has not copied back yet.
+    if not wal and pages and size < pages * page_size:
         return f"truncated: {size:,} of {pages * page_size:,} bytes"
     return None
 
@@ -313,20 +311,19 @@ class StoreWriter:
         The checks are O(1) (header, schema read): a full quick_check would cost a big
         store seconds on every open; ``check_invariant`` is the deep one."""
         try:
-            damaged = header_problem(self.path)
-            if damaged is None:
-                conn = None
-                try:
-                    conn = db.connect(self.path)
+            conn = None
+            try:
+                conn = db.connect(self.path)
+                if store_problem(conn, self.path) is None:
                     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
                     conn.execute("BEGIN IMMEDIATE")  # fails at once on a read-only file or dir
                     conn.execute("COMMIT")
                     return conn
-                except db.DatabaseError as exc:
-                    if not is_corruption(exc):
-                        raise
-                    if conn is not None:
-                        conn.close()
+            except db.DatabaseError as exc:
+                if not is_corruption(exc):
+                    raise
+            if conn is not None:
+                conn.close()
             quarantine(self.path)
             return db.connect(self.path)
         except (OSError, db.OperationalError) as exc:
@@ -811,10 +808,16 @@ class StoreReader:
         if c is not None:
             c.close()
             self._local.conn = None
-        damage = header_problem(self.path)
+        try:
+            c = db.connect(self.path, readonly=True)  # its PRAGMAs may already read a damaged file
+        except db.DatabaseError as exc:
+            if is_corruption(exc):
+                raise corrupt(self.path, exc) from None
+            raise
+        damage = store_problem(c, self.path)
         if damage:
+            c.close()
             raise corrupt(self.path, damage)
-        c = db.connect(self.path, readonly=True)
         if self.vector_enabled:
             self.vector_error = db.load_vector_extension(c, self.extension_path)
         self._local.conn, self._local.ino = c, ino

@@ -47,4 +47,11 @@ def agent_contexts(args: argparse.Namespace, *, all_by_default: bool = False) ->
     ``--agent``); else the default agent."""
     if args.agent or not (getattr(args, "all", False) or all_by_default):
         return [base_context(args)]
-    return [context_for(args, a) for a in configured_agents(args)]
+    agents = configured_agents(args)
+    if args.workspace and len(agents) > 1:
+        # One directory for every agent would pour it into each agent's store (and drop their own).
+        from memindex.pipeline.errors import ConfigError
+
+        raise ConfigError("--workspace", f"names one agent's workspace, and {len(agents)} agents are configured "
+                                         f"({', '.join(agents)}); add --agent ID")
+    return [context_for(args, a) for a in agents]

@@ -43,26 +43,40 @@ def _command_agents(args: argparse.Namespace) -> list[str]:
 # --- commands -----------------------------------------------------------------------
 
 def cmd_index(args: argparse.Namespace) -> int:
+    """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
+    reported by name and the others are still indexed, as ``openclaw memory index`` does."""
     from memindex.producers.cli.failures import report_failures, run_started
     from memindex.producers.enqueue import sync_and_wait
 
     agents = _command_agents(args)
     since = run_started()
+    code, ran = 0, []
     for agent in agents:
-        ctx = _ctx(args, agent)
+        settings = _settings(args, agent)
+        if not settings.enabled:
+            if not args.quiet:
+                print(f"{agent}: memory search disabled; not indexed")
+            continue
         # No bar to draw (-q, or stderr not a terminal): no progress object, so the wait
         # takes the event-driven path and never reads the store while the workers write.
         bar = Progress(f"indexing {agent}", True) if sys.stderr.isatty() and not args.quiet else None
         try:
-            counts = sync_and_wait(ctx, force=args.force, progress=bar)
+            counts = sync_and_wait(_ctx(args, agent), force=args.force, progress=bar)
+        except MemindexError as exc:
+            if len(agents) == 1:
+                raise  # one agent: the usual one-line error and exit code
+            print(f"error: memory index failed ({agent}): {exc}", file=sys.stderr)
+            code = max(code, 2 if isinstance(exc, ConfigError) else 1)
+            continue
         finally:
             if bar is not None:
                 bar.close()
+        ran.append(settings)
         if not args.quiet:
             print(f"{agent}: indexed {counts['to_index']} file(s), removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged")
-        _qmd_index(_settings(args, agent), args.quiet)
-    return 1 if report_failures([_settings(args, a) for a in agents], since) else 0
+        _qmd_index(settings, args.quiet)
+    return max(code, 1 if report_failures(ran, since) else 0)
 
 
 def _qmd_index(settings: Any, quiet: bool) -> None:
@@ -136,7 +150,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         res = memory_get(settings, args.path, args.from_line, args.lines)
     except MemoryGetError as exc:
         if args.json:
-            print(json.dumps({"path": args.path, "text": "", "error": str(exc)}))
+            print(json.dumps({"path": args.path, "text": "", "disabled": True, "error": str(exc)}))  # OpenClaw's tool error
         else:
             print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -182,6 +196,8 @@ def _status_index(args: argparse.Namespace, agent: str) -> str | None:
     from memindex.producers.enqueue import sync_and_wait
 
     since = run_started()
+    if not _settings(args, agent).enabled:
+        return None  # nothing to index: the status says DISABLED
     try:
         sync_and_wait(_ctx(args, agent), force=args.force)
     except MemindexError as exc:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memindex.pipeline.config.paths import expand_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.search.qmd.runner import QmdFailed, QmdRunner, qmd_home
 
@@ -45,13 +46,13 @@ def sanitize_name(raw: str) -> str:
 def sessions_export_dir(settings: AgentSettings) -> Path:
     raw = settings.memory["qmd"]["sessions"].get("exportDir")
     if raw:
-        p = Path(raw).expanduser()
+        p = expand_home(raw)
         return p if p.is_absolute() else settings.workspace / p
     return qmd_home(settings) / "sessions"
 
 
 def _resolve(settings: AgentSettings, raw: str) -> Path:
-    p = Path(raw).expanduser()  # "~" and absolute paths as-is, others workspace-relative
+    p = expand_home(raw)  # "~" and absolute paths as-is, others workspace-relative
     return p if p.is_absolute() else settings.workspace / p
 
 
