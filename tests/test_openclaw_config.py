@@ -461,3 +461,95 @@ def test_a_worker_refuses_messages_for_another_state_dir(tmp_path, redis_server)
         worker.wait(15)
     assert (store.stat().st_mtime_ns, store.stat().st_size, prod.store_rows()) == before  # untouched
     assert not other.settings().store_path.exists()  # and nothing planned or written for the stranger
+
+
+def test_several_agents_in_one_config_stay_apart_and_each_failure_is_named(tmp_path):
+    """What an OpenClaw user with a multi-agent config saw: a shared store file, a disabled
+    agent indexed and readable, one broken agent stopping the rest, one --workspace poured into
+    every agent, ~ read two ways."""
+    ws = tmp_path / "ws"
+    _write(ws / "main" / "MEMORY.md", "main: codeword ALPHAZEBRA\n")
+    _write(ws / "ops" / "MEMORY.md", "ops: codeword OPSWALRUS\n")
+    _write(ws / "quiet" / "MEMORY.md", "quiet: codeword QUIETOTTER\n")
+    state = tmp_path / "state"
+
+    def config(name: str, defaults: dict, agents: list) -> tuple[str, ...]:
+        cfg = _write(tmp_path / f"{name}.json", {"agents": {
+            "defaults": {"memorySearch": {"provider": "none", **defaults}}, "list": agents}})
+        return "--config", str(cfg), "--state-dir", str(state / name)
+
+    def cli(*args: str, env: dict | None = None):
+        return _cli(tmp_path, env or {}, *args)
+
+    main = {"id": "main", "workspace": str(ws / "main")}
+    ops = {"id": "ops", "workspace": str(ws / "ops")}
+
+    # One store file named for every agent: refused, naming the key, before anything is written.
+    shared = config("shared", {"store": {"path": str(tmp_path / "one.sqlite")}}, [main, ops])
+    out = cli(*shared, "index")
+    assert out.returncode == 2 and "store.path" in out.stderr and "{agentId}" in out.stderr, out.stderr
+    assert not (tmp_path / "one.sqlite").exists()
+    assert cli(*config("token", {"store": {"path": str(tmp_path / "{agentId}.sqlite")}}, [main, ops]),
+               "index").returncode == 0
+    dup = cli(*config("dup", {}, [main, {**ops, "id": "Main"}]), "status")
+    assert dup.returncode == 2 and "agents.list[1].id" in dup.stderr and "same agent id" in dup.stderr
+
+    # A disabled agent: not indexed, nothing read through get, search says disabled.
+    dis = config("dis", {}, [main, {"id": "quiet", "workspace": str(ws / "quiet"),
+                                    "memorySearch": {"enabled": False}}])
+    out = cli(*dis, "index")
+    assert out.returncode == 0 and "quiet: memory search disabled; not indexed" in out.stdout, out
+    assert not (state / "dis" / "memory" / "quiet.sqlite").exists()
+    got = cli(*dis, "--agent", "quiet", "get", "MEMORY.md")
+    assert got.returncode == 1 and "QUIETOTTER" not in got.stdout and "disabled" in got.stderr
+    res = json.loads(cli(*dis, "--agent", "quiet", "search", "--json", "QUIETOTTER").stdout)
+    assert res["results"] == [] and res["disabled"] is True and "disabled" in res["error"]
+
+    # One agent that cannot be indexed is named; the agents after it are still indexed.
+    broken = config("broken", {}, [main, {"id": "gone", "workspace": str(ws / "gone")}, ops])
+    out = cli(*broken, "index")
+    assert out.returncode == 1, out
+    assert "memory index failed (gone)" in out.stderr and "does not exist" in out.stderr
+    assert "main: indexed 1" in out.stdout and "ops: indexed 1" in out.stdout
+    status = cli(*broken, "--agent", "gone", "status")
+    assert "index refused" in status.stdout and "does not exist" in status.stdout
+
+    # --workspace names one agent's workspace: refused when a command covers several.
+    out = cli(*broken, "--workspace", str(ws / "quiet"), "index")
+    assert out.returncode == 2 and "--agent" in out.stderr
+    assert "QUIETOTTER" not in cli(*broken, "--agent", "ops", "search", "QUIETOTTER").stdout
+
+    # ~ is the OpenClaw home everywhere: the workspace, extraPaths and store.path alike.
+    home = tmp_path / "home"
+    _write(home / "extra" / "x.md", "extra: codeword LYCHEE\n")
+    tilde = config("tilde", {"extraPaths": ["~/extra"], "store": {"path": "~/stores/{agentId}.sqlite"}},
+                   [{"id": "main", "workspace": "~/ws"}])
+    _write(home / "ws" / "MEMORY.md", "home ws: codeword GUAVA\n")
+    env = {"OPENCLAW_HOME": str(home), "HOME": str(tmp_path / "oshome")}
+    assert cli(*tilde, "index", env=env).returncode == 0
+    assert (home / "stores" / "main.sqlite").exists() and not (tmp_path / "oshome").exists()
+    assert "LYCHEE" in cli(*tilde, "search", "LYCHEE", env=env).stdout
+
+
+def test_search_serves_only_the_sources_and_paths_the_config_names_now(tmp_path):
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    _write(ws / "MEMORY.md", "main memory\n")
+    _write(tmp_path / "shared" / "team.md", "team docs: codeword SHAREDHERON\n")
+    _write(state / "agents" / "main" / "sessions" / "m1.jsonl",
+           '{"type":"session","version":3,"id":"m1"}\n'
+           '{"type":"message","id":"b1","message":{"role":"user","content":[{"type":"text","text":"private RAMBUTAN"}]}}\n')
+    on = _write(tmp_path / "on.json", {"agents": {"defaults": {"memorySearch": {
+        "provider": "none", "extraPaths": [str(tmp_path / "shared")], "sources": ["memory", "sessions"],
+        "experimental": {"sessionMemory": True}}}, "list": [{"id": "main", "workspace": str(ws)}]}})
+    off = _write(tmp_path / "off.json", {"agents": {"defaults": {"memorySearch": {"provider": "none"}},
+                                                    "list": [{"id": "main", "workspace": str(ws)}]}})
+    base = ("--state-dir", str(state))
+    assert _cli(tmp_path, {}, "--config", str(on), *base, "index").returncode == 0
+    for word in ("RAMBUTAN", "SHAREDHERON"):
+        assert word in _cli(tmp_path, {}, "--config", str(on), *base, "search", word).stdout
+        # The config no longer names the source or the extraPaths entry: not served, before any sync.
+        assert _cli(tmp_path, {}, "--config", str(off), *base, "search", word).stdout.strip() == "No matches."
+    status = json.loads(_cli(tmp_path, {}, "--config", str(off), *base, "status", "--json").stdout)[0]["status"]
+    assert status["dirty"] is True
+    text = _cli(tmp_path, {}, "--config", str(off), *base, "status").stdout
+    assert "stale:" in text and "memindex index" in text
