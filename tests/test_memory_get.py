@@ -133,3 +133,17 @@ def test_symlinked_extra_path_entry_is_ignored(ws):
     ws.memory_config({"extraPaths": [str(ws.root / "team_link")]})
     with pytest.raises(MemoryGetError, match="outside the memory files"):
         memory_get(ws.settings(), "../team_link/x.md")
+
+
+def test_an_unreadable_name_is_our_error_and_never_shows_the_workspace(ws):
+    """What the OS refuses (a name too long) is a MemoryGetError naming the path as given: the
+    HTTP API answered 500 with the absolute workspace path, MCP answered nothing useful."""
+    from memindex import MemindexError
+
+    s = ws.settings()
+    with pytest.raises(MemindexError) as err:
+        memory_get(s, "memory/" + "a" * 300 + ".md")
+    assert isinstance(err.value, MemoryGetError) and "too long" in str(err.value)
+    assert str(ws.workspace) not in str(err.value)
+    # A file where a directory would be: no such memory file, like any missing one.
+    assert memory_get(s, "memory/2026-02-10.md/x.md").text == ""

@@ -120,3 +120,20 @@ def test_token_required_and_checked(indexed: Agent, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_loopback_server_answers_only_requests_addressed_to_a_loopback_name(local: str) -> None:
+    """DNS rebinding: a web page whose own name resolves to 127.0.0.1 reads the API as same-origin,
+    but its requests name that host; they are refused, including the plain-text bodies a browser
+    sends without a preflight."""
+    port = local.rsplit(":", 1)[1]
+    body = '{"path": "MEMORY.md"}'
+    for host in ("attacker.example", f"attacker.example:{port}", "10.0.0.1", ""):
+        r = httpx.post(f"{local}/v1/get", content=body, timeout=30,
+                       headers={"Host": host, "Origin": f"http://{host}", "Content-Type": "text/plain"})
+        assert r.status_code == 421 and r.json()["error"]["code"] == "misdirected", host
+        assert "ER605" not in r.text
+    assert httpx.get(f"{local}/v1/status", headers={"Host": "attacker.example"}, timeout=30).status_code == 421
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST"):
+        r = httpx.post(f"{local}/v1/get", content=body, headers={"Host": host}, timeout=30)
+        assert r.status_code == 200 and "ER605" in r.json()["text"], host

@@ -142,13 +142,20 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
     whose memory search is disabled has no memory tools (OpenClaw registers none): refused."""
     if not settings.enabled:
         raise MemoryGetError(f"memory search is disabled for agent {settings.agent_id!r}")
+    try:
+        return _read(settings, path, from_line, lines)
+    except OSError as exc:  # a name too long, no permission: one error of ours, no absolute path
+        raise MemoryGetError(f"cannot read {path.strip()!r}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int | None) -> MemoryGetResult:
     target, display = resolve_memory_path(settings, path)
     for name, v in (("from", from_line), ("lines", lines)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
             raise MemoryGetError(f"{name} must be a non-negative integer")
     try:
         st = os.lstat(target)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return MemoryGetResult(display, "")
     if not stat.S_ISREG(st.st_mode):
         raise MemoryGetError("path rejected: not a regular file (directories and symlinks are refused)")

@@ -90,7 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OperationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    run_uvicorn(protect(build_app(_tools(args)), token), host, port, "memindex serve")
+    run_uvicorn(protect(build_app(_tools(args)), token, host), host, port, "memindex serve")
     return 0
 
 

@@ -41,7 +41,7 @@ GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "a
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    if host.lower().rstrip(".") == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -94,8 +94,39 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def protect(app: ASGIApp, token: str | None) -> ASGIApp:
-    return BearerAuth(app, token) if token else app
+class LoopbackHosts:
+    """ASGI middleware for a loopback bind: only requests addressed to a loopback name.
+
+    A web page can make its own host name resolve to 127.0.0.1 (DNS rebinding) and then read
+    this API as same-origin; its requests still carry that name in ``Host``, so they are
+    refused (421, as the MCP SDK's transport does).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not is_loopback(_host_name(host)):
+                err = OperationError("misdirected", f"Host {host!r} is not this loopback server's name "
+                                                    "(use localhost or 127.0.0.1)", 421)
+                await _send_json(send, 421, err.as_dict())
+                return
+        await self.app(scope, receive, send)
+
+
+def _host_name(host: str) -> str:
+    """A Host header's name without its port: ``[::1]:8377`` -> ``::1``, ``localhost:8377`` -> ``localhost``."""
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def protect(app: ASGIApp, token: str | None, bind_host: str) -> ASGIApp:
+    """The token check (when there is a token) and, on a loopback bind, the Host check."""
+    app = BearerAuth(app, token) if token else app
+    return LoopbackHosts(app) if is_loopback(bind_host) else app
 
 
 async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:

@@ -108,4 +108,4 @@ def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str |
         server.run("stdio")
         return
     host, port = http
-    run_uvicorn(protect(server.streamable_http_app(host=host), token), host, port, "memindex mcp (endpoint /mcp)")
+    run_uvicorn(protect(server.streamable_http_app(host=host), token, host), host, port, "memindex mcp (endpoint /mcp)")
