@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from memindex.pipeline.display import escape_controls
 from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
@@ -251,4 +252,4 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         lines.append(f"problem:      {p['path']}: {p['error']}")
     for issue in (scan or {}).get("issues", []):
         lines.append(f"issue:        {issue}")
-    return "\n".join(lines)
+    return "\n".join(map(escape_controls, lines))  # a file name with a newline is still one line

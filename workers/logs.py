@@ -13,6 +13,8 @@ import logging
 import os
 import threading
 
+from memindex.pipeline.display import escape_controls
+
 LEVEL_ENV, FORMAT_ENV = "MEMINDEX_LOG_LEVEL", "MEMINDEX_LOG_FORMAT"
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
@@ -39,6 +41,10 @@ class _WorkFields(logging.Filter):
     """Adds ``agent``, ``message_id`` and the text form ``work`` (" [agent=… message=…]" or "")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        safe = escape_controls(message)  # a file name with a newline or an escape is still one plain line
+        if safe is not message:
+            record.msg, record.args = safe, None
         agent, mid = getattr(_work, "current", None) or ("", "")
         record.agent, record.message_id = agent, mid
         record.work = (f" [agent={agent} message={mid}]" if agent else f" [message={mid}]") if mid else ""

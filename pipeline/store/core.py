@@ -19,6 +19,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
+from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreCorrupt, StoreError
 from memindex.pipeline.store import db
 from memindex.pipeline.store.fts_text import index_text
@@ -54,9 +55,6 @@ FileKey = tuple[str, str]  # (source, path)
 UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
 
 
-def printable(text: str) -> str:
-    """``text`` safe for a log line or an error message (undecodable bytes escaped)."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def chunk_id(source: str, path: str, seq: int, start: int, end: int, chunk_hash: str, model: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from memindex.pipeline.display import escape_controls
+
 # OpenClaw's status() keys, in its order; each is always present in ours.
 STATUS_KEYS = ("backend", "files", "chunks", "dirty", "workspaceDir", "dbPath", "provider", "model",
                "requestedProvider", "sources", "extraPaths", "sourceCounts", "cache", "fts", "fallback",
@@ -51,7 +53,18 @@ def _batch_counts(jobs: list[dict[str, Any]]) -> dict[str, Any]:
             "lastProvider": last["provider"] if last else None}
 
 
+def _snippet_text(r: Any) -> str:
+    """The snippet's lines as lines; its ``Source:`` citation (a path) as one line."""
+    tail = f"\n\nSource: {r.citation}" if getattr(r, "citation", None) else None
+    if tail and r.snippet.endswith(tail):
+        return (escape_controls(r.snippet[: -len(tail)], keep_newlines=True) + "\n\nSource: "
+                + escape_controls(r.citation))
+    return escape_controls(r.snippet, keep_newlines=True)
+
+
 def search_text(results: Iterable[Any]) -> str:
     """``<score.toFixed(3)> <path>:<start>-<end>``, the snippet, a blank line; ``No matches.``"""
-    blocks = [f"{r.score:.3f} {r.path}:{r.startLine}-{r.endLine}\n{r.snippet}" for r in results]
+    # A control character in a file name or a note must not forge a result line or drive the terminal.
+    blocks = [f"{r.score:.3f} {escape_controls(r.path)}:{r.startLine}-{r.endLine}\n{_snippet_text(r)}"
+              for r in results]
     return "\n\n".join(blocks).strip() if blocks else "No matches."
