@@ -165,11 +165,12 @@ def redis_server():
     srv.stop()
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 120, cwd: Path | None = None):
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120, cwd: Path | None = None,
+            input: str | None = None):
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "memindex", *args], capture_output=True, text=True,
-                          env=e, timeout=timeout, cwd=cwd or REPO)
+                          env=e, timeout=timeout, cwd=cwd or REPO, input=input)
 
 
 def start_workers(broker_url: str, *, queues: tuple[str, ...] = ("sync", "embed", "batch"),

@@ -322,3 +322,12 @@ def test_core_command_is_found_without_a_parser_or_left_to_the_full_one():
     assert vars(build_parser(full=False, only="search").parse_args(argv)) == vars(build_parser().parse_args(argv))
     for cmd in ("index", "search", "get", "status", "completion"):  # each core command alone
         assert [name for name, _ in command_parsers(build_parser(full=False, only=cmd))] == [cmd]
+
+
+def test_search_numbers_out_of_range_are_usage_errors(tmp_path) -> None:
+    """--max-results 0 printed "No matches." and --min-score inf/nan passed every result or none."""
+    base = ("--workspace", str(tmp_path / "ws"), "--state-dir", str(tmp_path / "state"), "search")
+    for flag, value, needle in (("--max-results", "0", "at least 1"), ("--max-results", "-1", "at least 1"),
+                                ("--min-score", "inf", "finite"), ("--min-score", "nan", "finite")):
+        r = run_cli(*base, flag, value, "kiwi")
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (flag, value, r.stderr)

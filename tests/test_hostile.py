@@ -466,3 +466,18 @@ def test_control_characters_in_names_and_notes_never_reach_the_terminal_raw(agen
     paths = {r["path"] for r in data["results"]}
     assert f"memory/{forged}" in paths
     assert _cli(agent, "get", f"memory/{forged}").stdout == "forged quetzal\n"
+
+
+def test_a_bad_queries_line_keeps_its_own_id_and_never_borrows_another(agent) -> None:
+    agent.write("memory/a.md", "kiwi notes\n")
+    agent.index()
+    lines = ['{"id": 1, "query": "kiwi"}', "not json", '{"id": "x"}', '{"id": "a", "query": 5}', "[1]",
+             '{"id": 2, "query": ["kiwi"]}', '{"query": "kiwi"}']
+    out = _cli(agent, "search", "--queries", "-", input="\n".join(lines) + "\n")
+    assert out.returncode == 0, out.stderr
+    got = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [g["id"] for g in got] == [1, None, "x", "a", None, 2, 7]
+    assert [g.get("line") for g in got] == [None, 2, 3, 4, 5, 6, None]
+    assert got[0]["results"] and got[6]["results"] and not any("results" in g for g in got[1:6])
+    assert "not JSON" in got[1]["error"] and 'no "query"' in got[2]["error"]
+    assert "not a string" in got[3]["error"] and "not a string" in got[5]["error"]

@@ -71,13 +71,16 @@ def test_status_and_health(local: str) -> None:
     ("POST", "/v1/search", {"query": "x", "agent": "nobody"}, 404, "unknown_agent"),
     ("POST", "/v1/search", {"query": 5}, 400, "bad_request"),
     ("POST", "/v1/search", {"query": "x", "maxResults": "3"}, 400, "bad_request"),
+    ("POST", "/v1/search", '{"query": "x", "minScore": Infinity}', 400, "bad_request"),  # Python's json reads these
+    ("POST", "/v1/search", '{"query": "x", "minScore": NaN}', 400, "bad_request"),
     ("POST", "/v1/search", {"query": "x", "bogus": 1}, 400, "bad_request"),
     ("POST", "/v1/search", [1, 2], 400, "bad_request"),
     ("GET", "/v1/search", None, 405, "method_not_allowed"),
     ("GET", "/nope", None, 404, "not_found"),
 ])
 def test_errors_are_json_with_a_code(local: str, method: str, path: str, body, status: int, code: str) -> None:
-    r = httpx.request(method, f"{local}{path}", json=body, timeout=30)
+    send = {"content": body} if isinstance(body, str) else {"json": body}
+    r = httpx.request(method, f"{local}{path}", timeout=30, **send)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
 

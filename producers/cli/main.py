@@ -114,13 +114,22 @@ def cmd_search(args: argparse.Namespace) -> int:
                 line = line.strip()
                 if not line:
                     continue
+                # A bad line answers with the line's own id when it has one (else null) and its
+                # line number: never a line number in the id field, where it could be a user's id.
                 try:
                     item = json.loads(line)
-                    qid, query = item.get("id", n), item["query"]
-                except (ValueError, KeyError, AttributeError) as exc:
-                    print(json.dumps({"id": n, "error": f"bad query line: {exc}"}))
+                except ValueError as exc:
+                    print(json.dumps({"id": None, "line": n, "error": f"line {n} is not JSON: {exc}"}))
                     continue
-                resp = engine.search(str(query), **opts).as_dict()
+                if not isinstance(item, dict):
+                    print(json.dumps({"id": None, "line": n, "error": f"line {n} is not a JSON object"}))
+                    continue
+                qid, query = item.get("id", n), item.get("query")
+                if not isinstance(query, str):
+                    what = "has no \"query\"" if query is None else f"has a {type(query).__name__} query, not a string"
+                    print(json.dumps({"id": qid, "line": n, "error": f"line {n} {what}"}, ensure_ascii=False))
+                    continue
+                resp = engine.search(query, **opts).as_dict()
                 print(json.dumps({"id": qid, **resp}, ensure_ascii=False))
         return 0
     if not args.query:
@@ -243,15 +252,33 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
                     "unless --agent. Text output is `openclaw memory search`'s."))
     s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
     s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
-    s.add_argument("--max-results", metavar="N", type=int, default=None,
+    s.add_argument("--max-results", metavar="N", type=_at_least_one, default=None,
                    help="at most N results (default: query.maxResults, 6)")
-    s.add_argument("--min-score", metavar="X", type=float, default=None,
+    s.add_argument("--min-score", metavar="X", type=_finite, default=None,
                    help="drop results scoring below X (default: query.minScore, 0.35)")
     s.add_argument("--session-key", default=None, metavar="KEY",
                    help="search on behalf of this session key (session warm-up, citations)")
     s.add_argument("--queries", metavar="FILE",
                    help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
     s.set_defaults(func=cmd_search)
+
+
+def _at_least_one(text: str) -> int:
+    """``--max-results``: what the MCP and HTTP tools accept (0 would answer "No matches.")."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _finite(text: str) -> float:
+    """``--min-score``: a number (inf and nan made every or no result pass, silently)."""
+    import math
+
+    x = float(text)
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return x
 
 
 def _add_get(sub: argparse._SubParsersAction) -> None:

@@ -12,6 +12,7 @@ Payloads are exactly the in-process API's (``SearchResponse.as_dict()``,
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -46,6 +47,8 @@ def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: 
     if isinstance(value, bool) or not isinstance(value, kind):
         expected = "an integer" if kind is int else "a number" if kind == (int, float) else "a string"
         raise OperationError("bad_request", f"{name} must be {expected}")
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity / NaN, which Python reads
+        raise OperationError("bad_request", f"{name} must be a finite number")
     if minimum is not None and value < minimum:
         raise OperationError("bad_request", f"{name} must be at least {minimum:g}")
     return value
