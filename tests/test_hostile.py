@@ -481,3 +481,13 @@ def test_a_bad_queries_line_keeps_its_own_id_and_never_borrows_another(agent) ->
     assert got[0]["results"] and got[6]["results"] and not any("results" in g for g in got[1:6])
     assert "not JSON" in got[1]["error"] and 'no "query"' in got[2]["error"]
     assert "not a string" in got[3]["error"] and "not a string" in got[5]["error"]
+
+
+def test_a_query_longer_than_the_keyword_budget_says_what_was_searched(agent) -> None:
+    from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS
+
+    agent.write("memory/a.md", "the heron flies over the quarry\n")
+    agent.index()
+    res = agent.search("padding " * (MAX_QUERY_CHARS // 8 + 10) + "heron")
+    assert f"{MAX_QUERY_CHARS:,}" in res["warning"] and "first" in res["warning"]
+    assert "warning" not in agent.search("heron")

@@ -147,3 +147,11 @@ def test_an_unreadable_name_is_our_error_and_never_shows_the_workspace(ws):
     assert str(ws.workspace) not in str(err.value)
     # A file where a directory would be: no such memory file, like any missing one.
     assert memory_get(s, "memory/2026-02-10.md/x.md").text == ""
+
+
+def test_a_name_indexing_skips_is_not_read_either(ws):
+    name = "memory/bad\udcffname.md"  # the byte 0xff, as Python carries an undecodable file name
+    path = ws.workspace / name
+    path.write_bytes(b"not valid utf-8 name\n")
+    with pytest.raises(MemoryGetError, match="not valid UTF-8"):
+        memory_get(ws.settings(), name)

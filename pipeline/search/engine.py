@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.store.fts_budget import FtsBudget
-from memindex.pipeline.store.fts_text import build_match_query, query_keywords
+from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, build_match_query, query_keywords
 from memindex.pipeline.search.ranking import (
     Candidate, calibrated_text_scores, keyword_coverage, normalize_weights, rank_pipeline, relative_text_score,
 )
@@ -291,6 +291,9 @@ class MemorySearch(AsyncSearch):
         cite = citations_on(citations_mode, session_key)
         keys = query_keywords(query)
         resp.results = [self._result(c, cite, keys, kinds.get(c.chunk_id)) for c in cands]
+        if len(query) > MAX_QUERY_CHARS:  # the keyword arm reads only this much: say so
+            cut = f"the query is {len(query):,} characters; keywords were taken from its first {MAX_QUERY_CHARS:,}"
+            resp.warning = f"{resp.warning}; {cut}" if resp.warning else cut
         return resp
 
     def _empty_response(self, citations_mode: str) -> SearchResponse:

@@ -63,6 +63,10 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     raw = raw.strip()
     if "\x00" in raw:
         raise MemoryGetError("path rejected: contains a NUL byte")
+    try:  # a name with undecodable bytes is never indexed either (workspace.name_problem)
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MemoryGetError("path rejected: not valid UTF-8") from None
     ws = settings.workspace
     if raw.startswith("qmd/"):
         return _resolve_qmd_path(settings, raw)
@@ -160,7 +164,8 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     if not stat.S_ISREG(st.st_mode):
         raise MemoryGetError("path rejected: not a regular file (directories and symlinks are refused)")
     if st.st_size > MAX_READ_BYTES:
-        raise MemoryGetError(f"file too large to read ({st.st_size:,} bytes); use from/lines on a smaller file")
+        raise MemoryGetError(f"file too large to read ({st.st_size:,} bytes; memory files are read up to "
+                             f"{MAX_READ_BYTES:,}, and indexing skips larger ones too)")
     with open(target, "rb") as fh:
         data = fh.read()
     if b"\x00" in data:
