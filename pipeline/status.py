@@ -94,6 +94,7 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     out["chunks"] = snap.chunk_count()
     out["pending"] = snap.pending_count()
     out["problems"] = [{"path": p, "error": e} for p, e in snap.problems(50)]
+    out["skipped"] = snap.skipped_count()
     fts = snap.table_exists(fts_table(gen))
     out["fts"] = {"enabled": True, "available": fts, "error": None if fts else "no FTS5 table in the live index"}
     out["vector"] = _vector_info(reader, snap.table_exists(vec_table(gen)), vec_dims)
@@ -196,8 +197,9 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         f"agent:        {s['agent']}  (backend {s['backend']}{'' if s['enabled'] else ', DISABLED'})",
         f"workspace:    {s['workspace']}",
         f"store:        {s['store']}  (driver {s['driver']})",
-        f"indexed:      {s['files']}/{_on_disk(scan)} files, {s['chunks']} chunks"
+        f"indexed:      {s['files'] - s.get('skipped', 0)}/{_on_disk(scan)} files, {s['chunks']} chunks"
         + (f", {s['pending']} pending" if s.get("pending") else "")
+        + (f", {s['skipped']} skipped (see problem lines)" if s.get("skipped") else "")
         + ("" if s.get("indexed") else "  (never indexed: run `memindex index`)"),
     ]
     for sc in s["sourceCounts"]:

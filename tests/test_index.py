@@ -128,6 +128,7 @@ def test_bad_files_are_reported_and_the_rest_indexed(agent):
     assert "too large" in problems["memory/huge.md"]
     assert "invalid UTF-8" in problems["memory/latin1.md"]
     assert status["files"] == 5 and status["pending"] == 0
+    assert status["skipped"] == 2  # nul.md and huge.md: listed, nothing indexed (latin1.md is, with a problem)
     # A problem file is not retried on every sync (stat unchanged).
     assert agent.index()["to_index"] == 0
 

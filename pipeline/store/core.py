@@ -1133,6 +1133,13 @@ class ReadSnapshot:
             f"SELECT path, error FROM {files_table(self.generation)} WHERE error IS NOT NULL "
             "ORDER BY path LIMIT ?", (limit,)).fetchall()
 
+    def skipped_count(self) -> int:
+        """Files listed with a problem and nothing indexed (binary, too large, undecodable name)."""
+        if self._conn is None or self.generation is None:
+            return 0
+        return self._conn.execute(f"SELECT count(*) FROM {files_table(self.generation)} "
+                                  "WHERE error IS NOT NULL AND chunks = 0").fetchone()[0]
+
     def cache_entries(self) -> int:
         """Embeddings in the cache shared by all generations."""
         if self._conn is None or not _table_exists(self._conn, "embedding_cache"):
