@@ -195,7 +195,12 @@ def _place(args: list[str]) -> _Place | None:
         identity = _identity()
     except OSError:  # the working directory is gone
         return None
-    if directory is None or len(directory) > 80:  # AF_UNIX paths are capped at ~104 bytes
+    if directory is None:
+        _debug("no safe socket directory (it must be the user's own, mode 0700, not a symlink: "
+               "$XDG_RUNTIME_DIR/memindex or $TMPDIR/memindex-<uid>); running in-process")
+        return None
+    if len(directory) > 80:  # AF_UNIX paths are capped at ~104 bytes
+        _debug(f"socket directory path too long for a Unix socket ({directory}); running in-process")
         return None
     return _Place(identity, directory)
 
@@ -357,6 +362,7 @@ def serve(socket_path: str) -> None:
         server.listen(16)
         server.settimeout(max(idle, 0.1))
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a kill takes its socket with it
         try:
             while True:
                 try:
@@ -503,6 +509,7 @@ def _child(conn, fds: list[int], argv: list[str], cwd: str) -> None:
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the caller watch ends this child with it
         conn.sendall(f"A {os.getpid()} {os.getppid()}\n".encode())
         if conn.recv(1) != b"G":
             os._exit(0)
