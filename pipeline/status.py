@@ -246,6 +246,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
                      if probe["ok"] else f"embeddings:   unavailable ({probe['error']})")
     if index_error:
         lines.append(f"index error:  {index_error}")
+    if s.get("brokerError"):
+        lines.append(f"broker:       {s['brokerError']} (batch jobs unknown; the index above is read from the store)")
     if s.get("invariant") is not None:
         inv = s["invariant"]
         lines.append("store check:  ok (integrity, no orphan rows)" if inv["ok"]

@@ -43,13 +43,35 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
               "to_delete": len(plan.deletes), "unchanged": plan.unchanged}
     if noop:
         return counts
-    from memindex.workers import embedded
+    from memindex.workers import embedded, queues
     from memindex.workers.sync import dispatch_plan
 
     embedded.start()
+    dead = queues.dead_count()
     counts = dispatch_plan(ctx, plan)
     wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout)
+    _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
     return counts
+
+
+class DeadLettered(MemindexError):
+    """Work of this sync was dead-lettered (refused by a worker, or out of retries): not indexed."""
+
+
+def _check_dead_letters(agent: str | None, new: int) -> None:
+    """Drained is not done: messages this sync sent may have died (a worker serving another
+    state dir refuses them at once). Then the sync failed, and says why."""
+    if new <= 0:
+        return
+    from memindex.workers import queues
+
+    mine = [d for d in queues.dead_letters(limit=max(new, 10), newest=True) if agent is None or d["agent"] == agent]
+    if not mine:
+        return  # another agent's (a concurrent sync): its own run reports it
+    reasons = list(dict.fromkeys(d["error"] or "no error recorded" for d in mine))
+    raise DeadLettered(f"{len(mine)} message(s) of this sync were dead-lettered, so it did not finish: "
+                       f"{reasons[0]}" + (f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else "")
+                       + "; see `memindex dead-letters`, replay with `memindex dead-letters --replay`")
 
 
 def plan_now(ctx: Context, *, force: bool = False):

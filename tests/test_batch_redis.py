@@ -131,3 +131,37 @@ def test_in_flight_limit_holds_across_four_workers(tmp_path, redis_server, serve
     assert len(created) >= 4  # one job per agent at least, so the limit was contended
     assert server.max_concurrent("openai") == 2  # used, and never exceeded
     assert _sync_requests(server) == []
+
+
+def test_the_batch_janitor_outlives_a_redis_outage(tmp_path, redis_server):
+    """A Redis restart killed the janitor thread for good (its sweep raised out of the loop), so
+    orphaned batch jobs were never resumed until the batch worker was restarted."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time, threading\n"
+        "from memindex.workers.batch import actors\n"
+        "j = actors._Janitor()\n"
+        "j._thread = threading.Thread(target=j._run, daemon=True); j._thread.start()\n"
+        "print('started', flush=True)\n"
+        "sys.stdin.readline()\n"  # the test stops and restarts Redis meanwhile
+        "time.sleep(1.0)\n"
+        "print('alive' if j._thread.is_alive() else 'dead', flush=True)\n"
+    )
+    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, MEMINDEX_BATCH_JANITOR_S="0.1")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(0.5)  # a few sweeps against a live Redis
+        redis_server.stop()
+        time.sleep(1.0)  # sweeps against no Redis at all
+        redis_server.start()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "alive", proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert "sweep failed" in proc.stderr.read()

@@ -491,3 +491,14 @@ def test_a_query_longer_than_the_keyword_budget_says_what_was_searched(agent) ->
     res = agent.search("padding " * (MAX_QUERY_CHARS // 8 + 10) + "heron")
     assert f"{MAX_QUERY_CHARS:,}" in res["warning"] and "first" in res["warning"]
     assert "warning" not in agent.search("heron")
+
+
+def test_status_reads_the_store_while_the_broker_is_down(agent) -> None:
+    agent.write("memory/a.md", "kiwi notes\n")
+    agent.index()
+    down = {"MEMINDEX_BROKER_URL": "redis://:hunter2@127.0.0.1:1/0"}
+    text = _cli(agent, "status", env=down)
+    assert text.returncode == 0 and "1/1 files" in text.stdout, text
+    assert "broker:" in text.stdout and "cannot reach the broker" in text.stdout and "hunter2" not in text.stdout
+    data = json.loads(_cli(agent, "status", "--json", env=down).stdout)[0]["status"]
+    assert data["files"] == 1 and "cannot reach the broker" in data["brokerError"]

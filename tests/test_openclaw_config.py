@@ -456,6 +456,12 @@ def test_a_worker_refuses_messages_for_another_state_dir(tmp_path, redis_server)
         reason = json.loads(raw)["options"]["error"]
         assert str(other.state) in reason and str(prod.state) in reason  # names both
         assert client.llen("memindex:write") == 0 and client.llen("memindex:embed") == 0
+
+        # The same stranger runs `memindex index` and waits: refused work is a failed run, said so.
+        out = run_cli("--config", str(other.config_path), "--state-dir", str(other.state), "index",
+                      env={"MEMINDEX_BROKER_URL": redis_server.url}, cwd=tmp_path, timeout=120)
+        assert out.returncode == 1 and "indexed" not in out.stdout, out
+        assert "dead-lettered" in out.stderr and str(prod.state) in out.stderr and "Traceback" not in out.stderr
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(15)

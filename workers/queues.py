@@ -102,14 +102,23 @@ def total_outstanding() -> int:
     return sum(v["ready"] + v["delayed"] + v["running"] + v["prefetched"] for v in depth().values())
 
 
-def dead_letters(limit: int = 100) -> list[dict[str, Any]]:
+def dead_count() -> int:
+    """Dead-lettered messages, every queue."""
+    return sum(v["dead"] for v in depth().values())
+
+
+def dead_letters(limit: int = 100, *, newest: bool = False) -> list[dict[str, Any]]:
+    """Up to ``limit`` dead letters per queue, oldest first (``newest``: the latest first)."""
     from dramatiq import Message
 
     if is_embedded(broker):
-        return [_describe(m) for m in broker.dead_letters[:limit]]
+        letters = list(reversed(broker.dead_letters)) if newest else broker.dead_letters
+        return [_describe(m) for m in letters[:limit]]
     out = []
     for q in all_queues():
-        ids = broker.client.zrange(f"{broker.namespace}:{q}.XQ", 0, limit - 1)  # ZRANGE's stop is inclusive
+        key = f"{broker.namespace}:{q}.XQ"
+        # ZRANGE's stop is inclusive; the score is the time the message died.
+        ids = broker.client.zrevrange(key, 0, limit - 1) if newest else broker.client.zrange(key, 0, limit - 1)
         if not ids:
             continue
         raw = broker.client.hmget(f"{broker.namespace}:{q}.XQ.msgs", ids)

@@ -191,8 +191,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
             report.update(open_search(settings).status(probe=True))
         scan = source_scan(settings)
+        try:
+            jobs = batch_report(settings, limit=50)["jobs"]
+        except Exception as exc:  # noqa: BLE001 - Redis down: the store's view is what an operator needs now
+            if type(exc).__module__.split(".")[0] != "redis":
+                raise
+            jobs, report["brokerError"] = None, _one_line_error(exc)
         entries.append(status_entry(report, embedding_probe=probe, index_error=index_error, scan=scan,
-                                    batch_jobs=batch_report(settings, limit=50)["jobs"]))
+                                    batch_jobs=jobs))
         texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan))
     print(json.dumps(entries, indent=2, default=str) if args.json else "\n\n".join(texts))
     return 1 if failed else 0

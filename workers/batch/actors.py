@@ -542,8 +542,19 @@ class _Janitor(dramatiq.Middleware):
         self._stop.set()
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.wait(JANITOR_S):
-            sweep()
+            try:
+                sweep()
+            except Exception as exc:  # noqa: BLE001 - a Redis blip must not end the janitor for good
+                if not failing:  # once per outage, not every few seconds
+                    log.warning("batch janitor: sweep failed (%s: %s); retrying every %g s",
+                                type(exc).__name__, exc, JANITOR_S)
+                failing = True
+            else:
+                if failing:
+                    log.warning("batch janitor: sweeping again")
+                failing = False
 
 
 broker.add_middleware(_Janitor())
