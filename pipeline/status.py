@@ -66,7 +66,9 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             # Search already serves only the configured sources; the store catches up on the next sync.
             out["configChanged"] = (f"the index holds sources {indexed_sources}, the config now names "
                                     f"{sorted(settings.sources)}: run `memindex index`")
-        out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding") or out.get("configChanged"))
+        # Files waiting for their vectors (the provider failed) are keyword-only until a sync retries them.
+        out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding") or out.get("configChanged")
+                            or out.get("vectorsPending"))
         return out
     finally:
         reader.close()
@@ -94,7 +96,9 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     out["chunks"] = snap.chunk_count()
     out["pending"] = snap.pending_count()
     out["problems"] = [{"path": p, "error": e} for p, e in snap.problems(50)]
+    out["problemCount"] = snap.problem_count()  # the list above stops at 50
     out["skipped"] = snap.skipped_count()
+    out["vectorsPending"] = snap.vectors_pending_count()
     fts = snap.table_exists(fts_table(gen))
     out["fts"] = {"enabled": True, "available": fts, "error": None if fts else "no FTS5 table in the live index"}
     out["vector"] = _vector_info(reader, snap.table_exists(vec_table(gen)), vec_dims)
@@ -200,6 +204,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         f"indexed:      {s['files'] - s.get('skipped', 0)}/{_on_disk(scan)} files, {s['chunks']} chunks"
         + (f", {s['pending']} pending" if s.get("pending") else "")
         + (f", {s['skipped']} skipped (see problem lines)" if s.get("skipped") else "")
+        + (f", {s['vectorsPending']} keyword-only (vectors failed; the next sync retries)" if s.get("vectorsPending")
+           else "")
         + ("" if s.get("indexed") else "  (never indexed: run `memindex index`)"),
     ]
     for sc in s["sourceCounts"]:
@@ -254,6 +260,9 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
                      else f"store check:  FAILED: {'; '.join(inv['problems'])}")
     for p in s.get("problems", []):
         lines.append(f"problem:      {p['path']}: {p['error']}")
+    more = s.get("problemCount", 0) - sum(1 for p in s.get("problems", []) if "hint" not in p)
+    if more > 0:
+        lines.append(f"problem:      ... and {more} more file(s) (status --json lists 50)")
     for issue in (scan or {}).get("issues", []):
         lines.append(f"issue:        {issue}")
     return "\n".join(map(escape_controls, lines))  # a file name with a newline is still one line

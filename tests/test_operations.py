@@ -55,6 +55,10 @@ def _assert_visible_404(agent: Agent, out: subprocess.CompletedProcess, env: dic
     assert failing == {f"memory/2026-01-0{i}.md" for i in (1, 2, 3)}
     text = _cli(agent, "status", env=env).stdout
     assert "last error:" in text and "model not found" in text
+    # Total failure of the vectors does not look healthy: keyword-only files, dirty, one count per file.
+    assert st["vectorsPending"] == 3 and st["dirty"] is True
+    assert "3 keyword-only (vectors failed" in text
+    assert st["lastError"]["count"] == 3
 
 
 def test_a_404_endpoint_fails_index_visibly_on_the_embedded_broker(agent, server):

@@ -62,6 +62,8 @@ def record_failure(store_path: Path | str, *, reason: str, provider: str | None,
             files[p] = {"reason": reason, "at": now, "hint": hint}
         for p in list(files)[: max(0, len(files) - MAX_FILES)]:
             del files[p]
+        # The files failing for this reason now (a retried file counts once, not once per attempt).
+        data["lastError"]["count"] = max(1, sum(1 for f in files.values() if f["reason"] == reason))
         tmp = _path(store_path).with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(data), encoding="utf-8")
         os.replace(tmp, _path(store_path))

@@ -1133,6 +1133,19 @@ class ReadSnapshot:
             f"SELECT path, error FROM {files_table(self.generation)} WHERE error IS NOT NULL "
             "ORDER BY path LIMIT ?", (limit,)).fetchall()
 
+    def vectors_pending_count(self) -> int:
+        """Files indexed for keywords whose vectors failed (embedding pending): retried by the next sync."""
+        if self._conn is None or self.generation is None:
+            return 0
+        return self._conn.execute(f"SELECT count(*) FROM {files_table(self.generation)} "
+                                  "WHERE error LIKE 'embedding pending%'").fetchone()[0]
+
+    def problem_count(self) -> int:
+        if self._conn is None or self.generation is None:
+            return 0
+        return self._conn.execute(f"SELECT count(*) FROM {files_table(self.generation)} "
+                                  "WHERE error IS NOT NULL").fetchone()[0]
+
     def skipped_count(self) -> int:
         """Files listed with a problem and nothing indexed (binary, too large, undecodable name)."""
         if self._conn is None or self.generation is None:
