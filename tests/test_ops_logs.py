@@ -54,3 +54,26 @@ def test_lines_about_a_message_name_its_agent_and_message_id(tmp_path):
     assert text.returncode == 0, text.stderr
     wrote = [ln for ln in text.stderr.splitlines() if "writer main: wrote" in ln]
     assert wrote and all(re.search(r" \[agent=main message=[0-9a-f-]{36}\]$", ln) for ln in wrote), wrote
+
+
+def test_log_settings_from_the_environment_and_iso_times(agent):
+    """MEMINDEX_LOG_FORMAT / MEMINDEX_LOG_LEVEL in the Procfile's .env reach every command (they
+    were overwritten by the CLI's own default), and a JSON line's time is ISO 8601 in UTC."""
+    import os
+    import subprocess
+    import sys
+
+    agent.write("memory/nul.md", b"binary\x00")  # one WARNING while indexing
+    base = [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
+            "--workspace", str(agent.workspace)]
+    env = dict(os.environ, MEMINDEX_LOG_FORMAT="json")
+    out = subprocess.run([*base, "index"], capture_output=True, text=True, env=env, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 0 and lines, out
+    records = [json.loads(ln) for ln in lines]
+    assert any("binary" in r["message"] for r in records)
+    assert all(r["time"].endswith("+00:00") and "T" in r["time"] for r in records)
+    # The level too: error hides the warning.
+    env["MEMINDEX_LOG_LEVEL"] = "error"
+    out = subprocess.run([*base, "index", "--force"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and "binary" not in out.stderr, out.stderr

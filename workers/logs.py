@@ -8,6 +8,7 @@ clients log one line per request at INFO; here those lines are DEBUG.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -56,7 +57,9 @@ class JsonFormatter(logging.Formatter):
     plus agent and message_id on lines logged while a queue message is processed."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+        # ISO 8601 in UTC with milliseconds: what log pipelines parse without a format string.
+        when = datetime.datetime.fromtimestamp(record.created, tz=datetime.timezone.utc)
+        out = {"time": when.isoformat(timespec="milliseconds"), "level": record.levelname, "logger": record.name,
                "pid": record.process, "thread": record.threadName, "message": record.getMessage()}
         if getattr(record, "message_id", ""):
             out["agent"], out["message_id"] = getattr(record, "agent", "") or None, record.message_id  # type: ignore[attr-defined]

@@ -397,13 +397,27 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("give --agent ID or --all, not both")
 
 
-def _setup_logging(verbosity: int, level_name: str | None, fmt: str) -> None:
-    from memindex.workers.logs import HTTP_LOGGERS, configure
+# Processes an operator runs for hours log what they do (a sync enqueued, an agent added) at INFO,
+# as the dramatiq workers beside them do; one-shot commands stay quiet unless -v.
+LONG_RUNNING = frozenset(("watch", "worker", "serve", "mcp"))
 
-    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    if level_name:
-        level = logging.getLevelName(level_name.upper())
-    configure(level, fmt)
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    """Level: --log-level, else $MEMINDEX_LOG_LEVEL (the Procfile's .env), else INFO for the
+    long-running commands and WARNING for the rest (-v INFO, -vv DEBUG). Format likewise:
+    --log-format, else $MEMINDEX_LOG_FORMAT, else text. Both are resolved here once, so the
+    worker processes ``memindex worker`` starts receive exactly what this process uses."""
+    from memindex.workers.logs import FORMAT_ENV, FORMATS, HTTP_LOGGERS, LEVEL_ENV, LEVELS, configure
+
+    env_level = os.environ.get(LEVEL_ENV, "").strip().lower()
+    env_format = os.environ.get(FORMAT_ENV, "").strip().lower()
+    args.log_level = args.log_level or (env_level if env_level in LEVELS else None)
+    args.log_format = args.log_format or (env_format if env_format in FORMATS else "text")
+    quiet = logging.INFO if args.command in LONG_RUNNING else logging.WARNING
+    level = quiet if args.verbose == 0 else min(quiet, logging.INFO) if args.verbose == 1 else logging.DEBUG
+    if args.log_level:
+        level = logging.getLevelName(args.log_level.upper())
+    configure(level, args.log_format)
     if level > logging.DEBUG:
         for noisy in ("dramatiq", "watchdog", *HTTP_LOGGERS):
             logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -436,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _check_usage(parser, args)
-    _setup_logging(args.verbose, args.log_level, args.log_format)
+    _setup_logging(args)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -30,8 +30,11 @@ def _global_specs() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
                                  "other commands use the default agent)")),
         (("-v", "--verbose"), dict(action="count", default=0, help="more output and logging (-vv: debug)")),
         (("--log-level",), dict(choices=LEVELS, default=None,
-                                help="log level (default warning; -v info, -vv debug); worker processes too")),
-        (("--log-format",), dict(choices=FORMATS, default="text", help="log lines as text or one JSON object each")),
+                                help="log level (default $MEMINDEX_LOG_LEVEL, else info for watch, worker, serve "
+                                     "and mcp, warning for the rest; -v info, -vv debug); worker processes too")),
+        (("--log-format",), dict(choices=FORMATS, default=None,
+                                 help="log lines as text or one JSON object each (default $MEMINDEX_LOG_FORMAT, "
+                                      "else text)")),
     ]
 
 
