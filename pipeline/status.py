@@ -200,6 +200,7 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     lines = [
         f"agent:        {s['agent']}  (backend {s['backend']}{'' if s['enabled'] else ', DISABLED'})",
         f"workspace:    {s['workspace']}",
+        f"sources:      {', '.join(s['sources'])}",
         f"store:        {s['store']}  (driver {s['driver']})",
         f"indexed:      {s['files'] - s.get('skipped', 0)}/{_on_disk(scan)} files, {s['chunks']} chunks"
         + (f", {s['pending']} pending" if s.get("pending") else "")
@@ -210,6 +211,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     ]
     for sc in s["sourceCounts"]:
         lines.append(f"  {sc['source']:<10} {sc['files']} files, {sc['chunks']} chunks")
+    if s.get("extraPaths"):
+        lines.append(f"extra paths:  {', '.join(s['extraPaths'])}")
     prov = s["provider"] if s["provider"] != "none" else "none (keyword search only)"
     lines.append(f"provider:     {prov}" + (f" / {s['model']}" if s["provider"] != "none" else ""))
     if s.get("providerReason"):
