@@ -559,3 +559,18 @@ def test_search_serves_only_the_sources_and_paths_the_config_names_now(tmp_path)
     assert status["dirty"] is True
     text = _cli(tmp_path, {}, "--config", str(off), *base, "status").stdout
     assert "stale:" in text and "memindex index" in text
+
+
+def test_a_near_miss_of_a_key_memindex_reads_gets_a_did_you_mean(tmp_path, caplog):
+    """``worspace`` fell back to the default workspace and ``memorysearch: {enabled: false}`` left the
+    agent enabled, silently; OpenClaw's other keys (model, sandbox, ...) are not flagged."""
+    cfg = {"agents": {"default": {}, "defaults": {"model": "x", "worksapce": "/w"},
+                      "list": [{"id": "main", "worspace": "/tmp/x", "memorysearch": {"enabled": False},
+                                "model": "gpt", "sandbox": {}}]}}
+    with caplog.at_level("WARNING", logger="memindex.config"):
+        resolve_agent(cfg, "main", state_dir=tmp_path)
+    text = caplog.text
+    for where, want in (("agents.default", "defaults"), ("agents.defaults.worksapce", "workspace"),
+                        ("agents.list[0].worspace", "workspace"), ("agents.list[0].memorysearch", "memorySearch")):
+        assert f"{where}: not a key memindex reads (did you mean {want}?)" in text, where
+    assert "model" not in text and "sandbox" not in text

@@ -120,6 +120,10 @@ def test_token_required_and_checked(indexed: Agent, tmp_path: Path) -> None:
         assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no token
         r = httpx.post(f"{url}/v1/search", json=q, headers={"Authorization": "Bearer s3cret-token"}, timeout=30)
         assert r.status_code == 200 and r.json()["results"]
+        r = httpx.post(f"{url}/v1/search", json=q, headers={"Authorization": "bearer s3cret-token"}, timeout=30)
+        assert r.status_code == 200  # the scheme is case-insensitive
+        two = httpx.Headers([("Authorization", "Bearer wrong"), ("Authorization", "Bearer s3cret-token")])
+        assert httpx.post(f"{url}/v1/search", json=q, headers=two, timeout=30).status_code == 401
     finally:
         proc.terminate()
         proc.wait(30)

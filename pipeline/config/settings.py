@@ -439,6 +439,40 @@ def _warn_ignored(ignored: list[str]) -> None:
     log.warning("%s", msg)
 
 
+# The keys memindex reads around memorySearch. The rest of OpenClaw's config is OpenClaw's and
+# not validated here, but a near miss of one of these (``worspace``, ``memorysearch``,
+# ``agents.default``) silently falls back to a default: it gets a "did you mean".
+_AGENTS_KEYS = ("defaults", "list")
+_ENTRY_KEYS = ("id", "default", "workspace", "memorySearch")
+_DEFAULTS_KEYS = ("workspace", "memorySearch", "compaction")
+
+
+def _warn_near_misses(cfg: Mapping[str, Any]) -> None:
+    agents = cfg.get("agents")
+    if not isinstance(agents, dict):
+        return
+    found = [("agents", k, _AGENTS_KEYS) for k in agents]
+    if isinstance(agents.get("defaults"), dict):
+        found += [("agents.defaults", k, _DEFAULTS_KEYS) for k in agents["defaults"]]
+    for i, entry in enumerate(agents.get("list") or []):
+        if isinstance(entry, dict):
+            found += [(f"agents.list[{i}]", k, _ENTRY_KEYS) for k in entry]
+    for where, key, known in found:
+        if not isinstance(key, str) or key in known:
+            continue
+        import difflib  # only for a key memindex does not read
+
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8) or [
+            k for k in known if k.lower() == key.lower()]
+        if close:
+            msg = f"{where}.{key}: not a key memindex reads (did you mean {close[0]}?); its value is ignored"
+            with _warned_lock:
+                if msg in _warned:
+                    continue
+                _warned.add(msg)
+            log.warning("%s", msg)
+
+
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
@@ -549,6 +583,7 @@ def resolve_agent(
     """
     env = os.environ if env is None else env
     state_dir = resolve_user_path(state_dir, env) if state_dir else default_state_dir(env)
+    _warn_near_misses(cfg)
     agent_id = resolve_agent_id(cfg, agent_id)
     found = find_agent(cfg, agent_id)
     entry = found[1] if found else {}

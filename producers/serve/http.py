@@ -82,12 +82,19 @@ class BearerAuth:
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def _authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        given = [v for k, v in headers if k.lower() == b"authorization"]
+        if len(given) != 1:  # none, or several (which one would a proxy have checked?)
+            return False
+        scheme, _, credentials = given[0].strip().partition(b" ")
+        # The scheme is case-insensitive (RFC 7235); the token is compared in constant time.
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.expected)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in UNAUTHENTICATED_PATHS:
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            if not self._authorized(scope["headers"]):
                 err = OperationError("unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)", 401)
                 await _send_json(send, 401, err.as_dict(), {"WWW-Authenticate": "Bearer"})
                 return
