@@ -100,7 +100,7 @@ def _regular(path: Path) -> os.stat_result | None:
 # the later half of them to a forked helper on another CPU: at 30,000 files the lstat calls and
 # the Python around them are nearly all of a no-change sync, and threads only take turns at the
 # GIL. Smaller trees never pay for a fork.
-SPLIT_WALK_AFTER = 4096
+SPLIT_WALK_AFTER = 1024
 
 
 def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[str, int, int, str]]:
