@@ -44,6 +44,7 @@ def _wrong_path_config(agent: Agent, server: ProviderServer) -> None:
 def _assert_visible_404(agent: Agent, out: subprocess.CompletedProcess, env: dict | None = None) -> None:
     assert out.returncode != 0, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+    assert "main: indexed 3 file(s) (3 not fully: see below)" in out.stdout, out.stdout
     summary = [ln for ln in out.stderr.splitlines() if ln.startswith("error: main:")]
     assert len(summary) == 1 and "3 file(s) failed" in summary[0] and "model not found" in summary[0], out.stderr
     assert WRONG_PATH in summary[0]

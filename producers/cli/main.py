@@ -73,7 +73,12 @@ def cmd_index(args: argparse.Namespace) -> int:
                 bar.close()
         ran.append(settings)
         if not args.quiet:
-            print(f"{agent}: indexed {counts['to_index']} file(s), removed {counts['to_delete']}, "
+            from memindex.pipeline.index.failures import failures_since
+
+            failed = sum(g["count"] for g in failures_since(settings.store_path, since).values())
+            # Not "indexed 99 file(s)" above "99 file(s) failed": the line says what the errors below mean.
+            note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
+            print(f"{agent}: indexed {counts['to_index']} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged")
         _qmd_index(settings, args.quiet)
     return max(code, 1 if report_failures(ran, since) else 0)
@@ -469,6 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {line}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if args.command in ("index", "backfill"):  # not silent: say what the interruption left
+            print("interrupted: what was written is kept; `memindex index` finishes the rest", file=sys.stderr)
         return 130
     finally:
         if "memindex.workers.embedded" in sys.modules:
