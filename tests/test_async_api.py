@@ -115,3 +115,38 @@ def test_asearch_on_the_qmd_fallback_engine(agent: Agent) -> None:
         assert type(engine).__name__ == "FallbackSearch"
     finally:
         engine.close()
+
+
+def test_a_hung_qmd_never_delays_another_agents_async_calls(tmp_path) -> None:
+    """The one async thread waited out a hanging qmd search while every other agent's asearch and
+    amemory_get queued behind it (4 s each in a user's trial)."""
+    import time
+
+    from tests.test_qmd import configure, set_mode
+
+    qmd_agent, other = Agent(tmp_path / "q"), Agent(tmp_path / "b")
+    for a in (qmd_agent, other):
+        a.write("memory/a.md", "papaya smoothie recipe\n")
+    configure(qmd_agent, limits={"timeoutMs": 3000})
+    qmd_agent.index()
+    other.index()
+    set_mode(qmd_agent, "hang", only=["search"])
+    hung, fine = memindex.open_search(qmd_agent.settings()), memindex.open_search(other.settings())
+
+    async def timed(coro):
+        t0 = time.monotonic()
+        result = await coro
+        return result, time.monotonic() - t0
+
+    async def main():
+        return await asyncio.gather(timed(hung.asearch("papaya")), timed(fine.asearch("papaya")),
+                                    timed(memindex.amemory_get(other.settings(), "memory/a.md")))
+
+    try:
+        (slow, t_slow), (resp, t_search), (got, t_get) = asyncio.run(main())
+    finally:
+        hung.close()
+        fine.close()
+    assert slow.backend == "builtin" and t_slow >= 2.5  # qmd timed out, the fallback answered
+    assert resp.results and "papaya" in got.text
+    assert t_search < 2.0 and t_get < 2.0, (t_search, t_get)

@@ -22,19 +22,30 @@ T = TypeVar("T")
 # loop for the GIL, and with two the loop stalled 30-60 ms under 50 concurrent searches.
 POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_THREADS", "1"))
 
+# Calls that mostly wait for another process (a qmd search, up to its timeout) get threads of
+# their own: one hung qmd must not hold the thread every other agent's search and get queue for.
+WAIT_POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_WAIT_THREADS", "4"))
+
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_pools: dict[str, ThreadPoolExecutor] = {}
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
+def _executor(kind: str = "async") -> ThreadPoolExecutor:
     with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max(1, POOL_THREADS), thread_name_prefix="memindex-async")
-        return _pool
+        pool = _pools.get(kind)
+        if pool is None:
+            size = POOL_THREADS if kind == "async" else WAIT_POOL_THREADS
+            pool = _pools[kind] = ThreadPoolExecutor(max_workers=max(1, size), thread_name_prefix=f"memindex-{kind}")
+        return pool
 
 
 async def run_in_pool(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
     """``fn(*args, **kwargs)`` on the shared pool, awaited without blocking the running loop."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+
+
+async def run_waiting(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+    """``run_in_pool`` for work that waits on a subprocess: its own pool (``WAIT_POOL_THREADS``)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor("wait"), functools.partial(fn, *args, **kwargs))

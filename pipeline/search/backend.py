@@ -120,6 +120,15 @@ class FallbackSearch(AsyncSearch):
         if recovered:
             log.warning("qmd backend recovered for %s; serving from qmd again", self.settings.agent_id)
 
+    async def asearch(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+                      session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+        """A qmd search waits on a subprocess (up to its timeout): on the waiting pool, so a hung qmd
+        never holds the thread every other agent's async search and get queue for."""
+        from memindex.pipeline.search.aio import run_waiting
+
+        return await run_waiting(self.search, query, max_results=max_results, min_score=min_score,
+                                 session_key=session_key, chat_type=chat_type)
+
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
         citations = self.settings.memory["citations"]
