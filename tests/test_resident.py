@@ -261,3 +261,19 @@ def test_a_directory_removed_and_made_again_is_read_anew(calls, tmp_path):
     got = call()
     assert SERVED in got.stderr and got.returncode == 0, got.stderr
     assert len(json.loads(got.stdout)["results"]) == 1
+
+
+def test_at_most_four_resident_processes_per_user(calls):
+    """Four run (the README's number; the fourth used to be refused), and a fifth identity runs
+    in-process without starting an interpreter that would only find the limit."""
+    for i in range(4):
+        got = calls("search", "--json", "kumquat router", MEMINDEX_TRIAL=str(i))
+        assert got.returncode == 0 and "starting one" in got.stderr, got.stderr
+        assert wait_for(lambda: len(calls.pids()) == i + 1, 60, step=0.05), f"resident {i + 1} did not start"
+    fifth = calls("search", "--json", "kumquat router", MEMINDEX_TRIAL="5")
+    assert fifth.returncode == 0 and json.loads(fifth.stdout)["results"]
+    assert "already run" in fifth.stderr and "starting one" not in fifth.stderr, fifth.stderr
+    time.sleep(1.0)
+    assert len(calls.pids()) == 4
+    served = calls("search", "--json", "kumquat router", MEMINDEX_TRIAL="3")
+    assert SERVED in served.stderr

@@ -244,6 +244,11 @@ def _call(place: _Place, args: list[str]) -> int | None:
         try:
             conn.connect(place.socket)
         except (FileNotFoundError, ConnectionRefusedError):
+            if _live_others(os.path.dirname(place.socket), place.lock) >= MAX_RESIDENT:
+                # Not another interpreter per call that would only find the limit and exit.
+                _debug(f"no resident process for this identity, and {MAX_RESIDENT} already run (the most "
+                       "per user); running in-process")
+                return None
             _debug(f"no resident process at {place.socket}; starting one, running this call in-process")
             _start(place)
             return None
@@ -344,7 +349,7 @@ def serve(socket_path: str) -> None:
     os.ftruncate(lock_fd, 0)
     os.write(lock_fd, f"{os.getpid()}\n".encode())  # who holds it (for operators and tests)
     try:
-        if _live_others(directory, place.lock) >= MAX_RESIDENT - 1:
+        if _live_others(directory, place.lock) >= MAX_RESIDENT:  # this one would be one too many
             return
         _warm()
         code_stamp = _code_stamp()
