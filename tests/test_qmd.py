@@ -621,3 +621,14 @@ def test_shared_models_dir_is_linked_into_agent_cache(ws, tmp_path, monkeypatch)
     QmdRunner(ws.settings()).run(["status"], timeout_ms=10_000)
     link = qmd_home(ws) / "xdg-cache" / "qmd" / "models"
     assert link.is_symlink() and link.resolve() == (user_cache / "qmd" / "models").resolve()
+
+
+def test_index_with_a_failing_qmd_update_exits_non_zero(ws):
+    """`memindex index` printed a warning and exited 0 when qmd update failed."""
+    configure(ws)
+    ws.write("memory/a.md", "kafka notes\n")
+    args = ("--config", str(ws.config_path), "--state-dir", str(ws.state), "--workspace", str(ws.workspace))
+    assert run_cli(*args, "index").returncode == 0
+    set_mode(ws, "exit", only=["update"])
+    out = run_cli(*args, "index")
+    assert out.returncode == 1 and "qmd update failed" in out.stderr and "Traceback" not in out.stderr, out

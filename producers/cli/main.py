@@ -80,24 +80,29 @@ def cmd_index(args: argparse.Namespace) -> int:
             note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
             print(f"{agent}: indexed {counts['to_index']} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged")
-        _qmd_index(settings, args.quiet)
+        if not _qmd_index(settings, args.quiet):
+            code = max(code, 1)
     return max(code, 1 if report_failures(ran, since) else 0)
 
 
-def _qmd_index(settings: Any, quiet: bool) -> None:
-    """With the qmd backend, `index` also runs qmd update (+ embed when due)."""
+def _qmd_index(settings: Any, quiet: bool) -> bool:
+    """With the qmd backend, `index` also runs qmd update (+ embed when due); False: it failed
+    (the run's exit code says so, as OpenClaw's `Memory index failed` does; searches meanwhile
+    answer from the built-in store, which this run did update)."""
     if settings.memory["backend"] != "qmd":
-        return
+        return True
     from memindex.pipeline.search.qmd.runner import QmdError
     from memindex.producers.qmd_sync import sync_qmd_now
 
     try:
         report = sync_qmd_now(settings)
     except QmdError as exc:
-        print(f"warning: qmd update failed for {settings.agent_id}: {exc}", file=sys.stderr)
-        return
+        print(f"error: qmd update failed for {settings.agent_id}: {exc} (searches fall back to the "
+              "built-in index)", file=sys.stderr)
+        return False
     if not quiet:
         print(f"{settings.agent_id}: qmd index updated (embed: {report.get('embed')})")
+    return True
 
 
 def _search_engine(args: argparse.Namespace, settings: Any) -> Any:
