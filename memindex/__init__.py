@@ -59,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "FallbackSwitched": "memindex.pipeline.errors",
     "MemoryGetError": "memindex.pipeline.errors",
     "QmdError": "memindex.pipeline.errors",
+    "UsageError": "memindex.pipeline.errors",
 }
 
 # Literal, so type checkers see the re-exports.
@@ -89,6 +90,7 @@ __all__ = [
     "FallbackSwitched",
     "MemoryGetError",
     "QmdError",
+    "UsageError",
 ]
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ if TYPE_CHECKING:
         ProviderError,
         QmdError,
         StoreError,
+        UsageError,
     )
     from memindex.pipeline.flush import FlushDecision, flush_decision
     from memindex.pipeline.search.backend import SearchEngine, memory_search, open_search

@@ -12,6 +12,22 @@ class MemindexError(Exception):
     """Root of every error memindex raises."""
 
 
+class UsageError(MemindexError, TypeError):
+    """A library call given an argument of the wrong type or value: a bug in the caller, said at
+    the call (never an empty answer that looks like "no matches")."""
+
+
+def require(name: str, value: object, kinds: type | tuple[type, ...], *, optional: bool = False) -> None:
+    """Raise ``UsageError`` unless ``value`` is one of ``kinds`` (or None when ``optional``); bools are not numbers."""
+    if value is None and optional:
+        return
+    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple)
+                                                                                  else (kinds,))):
+        return
+    names = " or ".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+    raise UsageError(f"{name} must be {names}{' or None' if optional else ''}, not {type(value).__name__}")
+
+
 class ConfigError(MemindexError, ValueError):
     """A bad configuration value; ``key`` is the offending key path."""
 

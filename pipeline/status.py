@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from memindex.pipeline.display import escape_controls
-from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError
+from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError, require
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.workspace import MEMORY_DIR, check_roots, iter_discover, resolve_extra_paths
@@ -21,6 +21,8 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
                  invariant: bool = False) -> dict[str, Any]:
     """A JSON-able status report. ``provider`` describes the embedding provider, if any;
     ``invariant`` (``status --deep``) adds the store invariant check, which reads every row."""
+    require("settings", settings, AgentSettings)
+    require("provider", provider, dict, optional=True)
     reader = open_reader(settings)
     out: dict[str, Any] = {
         "agent": settings.agent_id,

@@ -35,7 +35,10 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     search is disabled is not indexed (``"disabled": 1``, nothing else).
     """
     from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.errors import require
 
+    require("ctx", ctx, Context)
+    require("timeout", timeout, (int, float), optional=True)
     if not settings_for(ctx).enabled:
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, noop = plan_now(ctx, force=force)

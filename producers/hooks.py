@@ -21,6 +21,7 @@ import threading
 import time
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
+from memindex.pipeline.errors import require
 from memindex.workers.flags import clear_sync_requested, mark_sync_requested
 
 log = logging.getLogger("memindex.hooks")
@@ -48,6 +49,8 @@ def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     """A session started: schedule a sync if ``sync.onSessionStart`` (default on)."""
     from memindex.pipeline.config.agents import settings_for
 
+    require("ctx", ctx, Context)
+    require("session_key", session_key, str, optional=True)
     settings = settings_for(ctx)
     if not settings.memory_search["sync"]["onSessionStart"]:
         return False
@@ -65,6 +68,7 @@ _last_lock = threading.Lock()
 
 def schedule_sync(settings: AgentSettings, reason: str) -> None:
     """``MemorySearch(schedule_sync=schedule_sync)``: enqueue, never wait."""
+    require("settings", settings, AgentSettings)
     key = str(settings.store_path)
     if reason == "search":
         with _last_lock:

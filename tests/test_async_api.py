@@ -150,3 +150,35 @@ def test_a_hung_qmd_never_delays_another_agents_async_calls(tmp_path) -> None:
     assert slow.backend == "builtin" and t_slow >= 2.5  # qmd timed out, the fallback answered
     assert resp.results and "papaya" in got.text
     assert t_search < 2.0 and t_get < 2.0, (t_search, t_get)
+
+
+def test_wrong_arguments_are_a_usage_error_at_the_call(agent: Agent) -> None:
+    """Wrong types picked another directory (Context(state_dir=7) -> ./7, "" -> ~/.openclaw), raised
+    AttributeError, or answered an empty search that looks like "no matches"."""
+    import math
+    from pathlib import Path
+
+    agent.write("memory/a.md", "papaya smoothie recipe\n")
+    agent.index()
+    s = agent.settings()
+    engine = memindex.open_search(s)
+    calls = [
+        lambda: memindex.Context(state_dir=7), lambda: memindex.Context(state_dir=b"/tmp"),
+        lambda: memindex.Context(state_dir=""), lambda: memindex.Context(workspace="a\x00b"),
+        lambda: memindex.load_settings(None), lambda: memindex.open_search(None),
+        lambda: memindex.memory_get(None, "MEMORY.md"), lambda: memindex.index_status(None),
+        lambda: memindex.sync_and_wait(None), lambda: memindex.on_session_start(None),
+        lambda: memindex.schedule_sync(None, "search"), lambda: memindex.memory_search(s, 5),
+        lambda: engine.search(7), lambda: engine.search(b"papaya"), lambda: engine.search("papaya", max_results="3"),
+        lambda: engine.search("papaya", max_results=0), lambda: engine.search("papaya", min_score=math.nan),
+        lambda: engine.search("papaya", session_key=7), lambda: asyncio.run(engine.asearch(None)),
+    ]
+    try:
+        for i, call in enumerate(calls):
+            with pytest.raises(memindex.UsageError):
+                call()
+        assert issubclass(memindex.UsageError, memindex.MemindexError) and issubclass(memindex.UsageError, TypeError)
+        assert engine.search("papaya").results  # right arguments still answer
+        assert memindex.Context(state_dir=Path("/tmp")).state_dir == Path("/tmp")
+    finally:
+        engine.close()

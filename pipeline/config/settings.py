@@ -32,7 +32,7 @@ from memindex.pipeline.config.paths import config_path_for as config_path_for
 from memindex.pipeline.config.paths import default_state_dir as default_state_dir
 from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
 from memindex.pipeline.config.paths import agent_workspace, find_agent, inside, resolve_agent_id, resolve_user_path
-from memindex.pipeline.errors import ConfigError
+from memindex.pipeline.errors import ConfigError, UsageError, require
 
 log = logging.getLogger("memindex.config")
 
@@ -701,6 +701,18 @@ class Context:
     state_dir: str | None = None
     workspace: str | None = None
 
+    def __post_init__(self) -> None:
+        # A wrong value here picks another directory silently (7 -> "./7", b"x" -> "./b'x'", "" -> the
+        # user's real ~/.openclaw): refuse it at once.
+        for name in ("agent_id", "config", "state_dir", "workspace"):
+            value = getattr(self, name)
+            require(f"Context.{name}", value, (str, os.PathLike), optional=True)
+            text = os.fspath(value) if value is not None else None
+            if name == "agent_id" or (name == "config" and text == NO_CONFIG):
+                continue  # an id is checked where it is resolved; "" is the pinned "no config file" marker
+            if text is not None and (not str(text).strip() or "\x00" in str(text)):
+                raise UsageError(f"Context.{name} must be a non-empty path without NUL bytes, not {text!r}")
+
     def as_dict(self) -> dict[str, Any]:
         return {"agent_id": self.agent_id, "config": self.config, "state_dir": self.state_dir,
                 "workspace": self.workspace}
@@ -735,6 +747,7 @@ def _load(ctx: Context, env: Mapping[str, str] | None) -> tuple[dict[str, Any], 
 
 
 def load_settings(ctx: Context, env: Mapping[str, str] | None = None) -> AgentSettings:
+    require("ctx", ctx, Context)
     cfg, state_dir, path, target = _load(ctx, env)
     return resolve_agent(cfg, ctx.agent_id, state_dir=state_dir, workspace_override=ctx.workspace,
                          config_path=path, env=target)

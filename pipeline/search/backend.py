@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.errors import QmdError
+from memindex.pipeline.errors import QmdError, require
 from memindex.pipeline.search.scope import check_scope
 from memindex.pipeline.search.engine import (
-    AsyncSearch, MemorySearch, SearchResponse, SearchResult, citation_for, citations_on,
+    AsyncSearch, MemorySearch, SearchResponse, SearchResult, check_search_args, citation_for, citations_on,
 )
 
 if TYPE_CHECKING:  # the qmd manager is imported only when memory.backend is "qmd" (CLI start-up)
@@ -131,6 +131,7 @@ class FallbackSearch(AsyncSearch):
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+        check_search_args(query, max_results, min_score, session_key, chat_type)
         citations = self.settings.memory["citations"]
         resp = SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
                               citations=citations, mode=self.manager.search_mode, backend="qmd")
@@ -226,6 +227,7 @@ def open_search(settings: AgentSettings, **kw: Any) -> SearchEngine:
     ``kw`` go to ``MemorySearch`` (``query_embedder``, ``schedule_sync``, ``clock``)
     and, for qmd, to ``FallbackSearch`` (``manager``, ``builtin``, ``retry_after_s``).
     """
+    require("settings", settings, AgentSettings)
     if settings.memory["backend"] == "qmd":
         return FallbackSearch(settings, **kw)
     for k in ("manager", "builtin", "retry_after_s"):  # qmd-only options

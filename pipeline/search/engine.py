@@ -11,6 +11,7 @@ session start), never run here.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from memindex.pipeline.search.snippet import centred_snippet
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero
-from memindex.pipeline.errors import ProviderError
+from memindex.pipeline.errors import ProviderError, UsageError, require
 
 log = logging.getLogger("memindex.search")
 
@@ -101,6 +102,19 @@ def citations_on(mode: str, session_key: str | None) -> bool:
     parts = session_key.lower().split(":")
     rest = parts[2:] if len(parts) > 2 and parts[0] == "agent" else parts
     return not ({"group", "channel"} & set(rest))
+
+
+def check_search_args(query: Any, max_results: Any, min_score: Any, session_key: Any, chat_type: Any) -> None:
+    """What every engine's ``search`` accepts (the MCP and HTTP tools check the same before calling)."""
+    require("query", query, str)
+    require("max_results", max_results, int, optional=True)
+    require("min_score", min_score, (int, float), optional=True)
+    require("session_key", session_key, str, optional=True)
+    require("chat_type", chat_type, str, optional=True)
+    if max_results is not None and max_results < 1:
+        raise UsageError(f"max_results must be at least 1, not {max_results}")
+    if min_score is not None and not math.isfinite(min_score):
+        raise UsageError(f"min_score must be a finite number, not {min_score}")
 
 
 class _Searches(Protocol):
@@ -213,7 +227,9 @@ class MemorySearch(AsyncSearch):
         session_key: str | None = None,
         chat_type: str | None = None,
     ) -> SearchResponse:
-        """Never raises: a store it cannot read answers no results, with a warning saying why."""
+        """Never raises for what happens at run time: a store it cannot read answers no results,
+        with a warning saying why. Arguments of the wrong type are the caller's bug: ``UsageError``."""
+        check_search_args(query, max_results, min_score, session_key, chat_type)
         try:
             return self._search(query, max_results=max_results, min_score=min_score,
                                 session_key=session_key, chat_type=chat_type)

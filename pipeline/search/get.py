@@ -20,7 +20,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import break_lines
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
-from memindex.pipeline.errors import MemoryGetError
+from memindex.pipeline.errors import MemoryGetError, require
 from memindex.pipeline.search.aio import run_in_pool
 
 MAX_READ_BYTES = 10 * 1024 * 1024
@@ -144,6 +144,7 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
                lines: int | None = None) -> MemoryGetResult:
     """Read a memory file. A missing file is not an error: it returns empty text. An agent
     whose memory search is disabled has no memory tools (OpenClaw registers none): refused."""
+    require("settings", settings, AgentSettings)
     if not settings.enabled:
         raise MemoryGetError(f"memory search is disabled for agent {settings.agent_id!r}")
     try:

@@ -91,12 +91,16 @@ def _qmd_index(settings: Any, quiet: bool) -> bool:
     answer from the built-in store, which this run did update)."""
     if settings.memory["backend"] != "qmd":
         return True
-    from memindex.pipeline.search.qmd.runner import QmdError
+    from memindex.pipeline.search.qmd.runner import QmdError, QmdMissing
     from memindex.producers.qmd_sync import sync_qmd_now
 
     try:
         report = sync_qmd_now(settings)
-    except QmdError as exc:
+    except QmdMissing as exc:  # no qmd here: the built-in index (just updated) serves, as in OpenClaw
+        print(f"warning: qmd is not available for {settings.agent_id} ({exc}); searches use the built-in "
+              "index", file=sys.stderr)
+        return True
+    except QmdError as exc:  # a qmd that runs and fails (exits, hangs, prints garbage): a failed index
         print(f"error: qmd update failed for {settings.agent_id}: {exc} (searches fall back to the "
               "built-in index)", file=sys.stderr)
         return False
