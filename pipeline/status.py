@@ -98,9 +98,9 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     out["chunks"] = snap.chunk_count()
     out["pending"] = snap.pending_count()
     out["problems"] = [{"path": p, "error": e} for p, e in snap.problems(50)]
-    out["problemCount"] = snap.problem_count()  # the list above stops at 50
-    out["skipped"] = snap.skipped_count()
-    out["vectorsPending"] = snap.vectors_pending_count()
+    counts = snap.problem_counts()
+    out["problemCount"] = counts["problems"]  # the list above stops at 50
+    out["skipped"], out["vectorsPending"] = counts["skipped"], counts["vectorsPending"]
     fts = snap.table_exists(fts_table(gen))
     out["fts"] = {"enabled": True, "available": fts, "error": None if fts else "no FTS5 table in the live index"}
     out["vector"] = _vector_info(reader, snap.table_exists(vec_table(gen)), vec_dims)

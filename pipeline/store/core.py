@@ -1133,25 +1133,16 @@ class ReadSnapshot:
             f"SELECT path, error FROM {files_table(self.generation)} WHERE error IS NOT NULL "
             "ORDER BY path LIMIT ?", (limit,)).fetchall()
 
-    def vectors_pending_count(self) -> int:
-        """Files indexed for keywords whose vectors failed (embedding pending): retried by the next sync."""
+    def problem_counts(self) -> dict[str, int]:
+        """Files with a problem, in one pass: ``problems`` (any), ``skipped`` (nothing indexed: binary,
+        too large, an undecodable name) and ``vectorsPending`` (keyword-indexed, their vectors failed:
+        the next sync retries them)."""
         if self._conn is None or self.generation is None:
-            return 0
-        return self._conn.execute(f"SELECT count(*) FROM {files_table(self.generation)} "
-                                  "WHERE error LIKE 'embedding pending%'").fetchone()[0]
-
-    def problem_count(self) -> int:
-        if self._conn is None or self.generation is None:
-            return 0
-        return self._conn.execute(f"SELECT count(*) FROM {files_table(self.generation)} "
-                                  "WHERE error IS NOT NULL").fetchone()[0]
-
-    def skipped_count(self) -> int:
-        """Files listed with a problem and nothing indexed (binary, too large, undecodable name)."""
-        if self._conn is None or self.generation is None:
-            return 0
-        return self._conn.execute(f"SELECT count(*) FROM {files_table(self.generation)} "
-                                  "WHERE error IS NOT NULL AND chunks = 0").fetchone()[0]
+            return {"problems": 0, "skipped": 0, "vectorsPending": 0}
+        row = self._conn.execute(
+            f"SELECT count(*), coalesce(sum(chunks = 0), 0), coalesce(sum(error LIKE 'embedding pending%'), 0) "
+            f"FROM {files_table(self.generation)} WHERE error IS NOT NULL").fetchone()
+        return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2]}
 
     def cache_entries(self) -> int:
         """Embeddings in the cache shared by all generations."""
