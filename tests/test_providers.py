@@ -805,3 +805,18 @@ def test_local_provider_downloads_hf_model_on_first_use(server, tmp_path):
     res = EmbeddingService(choice, ConcurrencyLimiter()).embed_documents(["hello world"])
     assert res.dims == 384 and server.count("hf") == 1
     assert (tmp_path / "cache" / "hf" / "sentence-transformers" / "minilm-GGUF" / "all-MiniLM-L6-v2.F16.gguf").is_file()
+
+
+@pytest.mark.parametrize("at", [0, 471, 490, 499])
+def test_a_key_in_a_long_plain_text_error_body_is_never_shown_even_in_part(server, policy, at):
+    """The body was cut to 500 characters before the key was redacted: a key straddling the cut
+    no longer matched, and its head was printed, recorded in failures.json and in the store."""
+    key = "zq-SECRET-0123456789abcdefXYZ"
+    body = ("x" * at + f" key={key} rejected").encode()
+    server.script("mistral", {"status": 401, "body": body})
+    svc = EmbeddingService(choose(make_ms(provider="mistral"), {"mistral": {
+        "baseUrl": server.base("mistral"), "apiKey": key}}), retry=policy)
+    with pytest.raises(ProviderAuthError) as exc:
+        svc.embed_documents(["a"])
+    message = str(exc.value)
+    assert not any(key[:n] in message for n in range(4, len(key) + 1)), message

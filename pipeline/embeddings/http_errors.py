@@ -9,7 +9,7 @@ from __future__ import annotations
 import email.utils
 import re
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from memindex.pipeline.embeddings.base import (
     EmbeddingProvider,
@@ -161,20 +161,26 @@ def from_transport(provider_id: str, exc: BaseException) -> ProviderTransientErr
     return ProviderTransientError(f"{provider_id}: request {kind}: {type(exc).__name__}: {exc}")
 
 
-def body_message(resp: Any) -> str:
-    """The human part of an error body: {"message"}, {"error": {"message"}}, {"detail"} or text."""
+# An error body is cut to this many characters for a message, after the secrets are redacted:
+# cut first, a key straddling the cut would no longer match and its head would be shown.
+BODY_MESSAGE_CHARS = 500
+
+
+def body_message(resp: Any, redact: Callable[[str], str]) -> str:
+    """The human part of an error body ({"message"}, {"error": {"message"}}, {"detail"} or text),
+    redacted, then cut to :data:`BODY_MESSAGE_CHARS`."""
     try:
         body: Any = resp.json()
     except ValueError:
-        return resp.text[:500]
+        return redact(resp.text)[:BODY_MESSAGE_CHARS]
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
+            return redact(str(err["message"]))[:BODY_MESSAGE_CHARS]
         for key in ("message", "detail", "error"):
             if body.get(key):
-                return str(body[key])
-    return str(body)[:500]
+                return redact(str(body[key]))[:BODY_MESSAGE_CHARS]
+    return redact(str(body))[:BODY_MESSAGE_CHARS]
 
 
 def post_json(provider: EmbeddingProvider, client: Any, url: str, body: Any) -> Any:
@@ -189,6 +195,6 @@ def post_json(provider: EmbeddingProvider, client: Any, url: str, body: Any) -> 
     except httpx.TransportError as exc:
         raise from_transport(provider.id, exc) from None
     if resp.status_code >= 400:
-        message = provider.redact(body_message(resp))
+        message = body_message(resp, provider.redact)
         raise from_status(provider.id, resp.status_code, message, model=provider.model, headers=resp.headers)
     return resp

@@ -56,7 +56,7 @@ class VoyageBatchClient(BatchClient):
             else:
                 if resp.status_code < 400:
                     return resp
-                message = self.redact(http_errors.body_message(resp))
+                message = http_errors.body_message(resp, self.redact)
                 err = batch_error(self.provider_id, what, http_errors.from_status(
                     self.provider_id, resp.status_code, message, model=self.model, headers=resp.headers))
             if not err.retryable or attempt == ATTEMPTS:

@@ -49,7 +49,7 @@ class MistralProvider(EmbeddingProvider):
             raise InvalidVectorError(f"{self.id}: response is not JSON") from None
         if isinstance(payload, dict) and (payload.get("object") == "error" or payload.get("error")):
             # A failure reported in a 200 body.
-            raise http_errors.from_status(self.id, 400, self.redact(http_errors.body_message(resp)), model=self.model)
+            raise http_errors.from_status(self.id, 400, http_errors.body_message(resp, self.redact), model=self.model)
         try:
             data = sorted(payload["data"], key=lambda d: d.get("index", 0))
             return [list(d["embedding"]) for d in data]
