@@ -181,3 +181,39 @@ def test_opening_the_store_never_drops_the_locks_that_keep_its_wal(agent):
     finally:
         first.close()
         writer.close()
+
+
+def test_vectors_served_from_the_cache_still_fix_the_generations_dims(tmp_path):
+    """A rebuild whose vectors all came from the embedding cache names no dims (no request was
+    made): its generation got no vector table and no dims, and a later write from a provider of
+    another size was taken into it - 64- and 128-dim vectors in one generation."""
+    import numpy as np
+
+    from memindex.pipeline.index.fingerprint import EmbeddingIdentity
+    from memindex.pipeline.index.records import ChunkRecord, FileRecord
+    from memindex.pipeline.store import db
+    from memindex.pipeline.store.core import StoreWriter
+
+    def rec(path: str, dims: int, ident: EmbeddingIdentity) -> FileRecord:
+        vec = (np.ones(dims, dtype=np.float32) / np.sqrt(dims)).tolist()
+        return FileRecord("memory", path, f"/x/{path}", f"h-{path}", 1, 1, "markdown", None,
+                          [ChunkRecord(1, 1, f"c-{path}", f"text of {path}", vec, False)], ident)
+
+    from_cache = EmbeddingIdentity("openai", "text-embedding-3-small", "k", None)  # no request: no dims
+    fp = {"provider": "openai", "model": "text-embedding-3-small", "providerKey": "k"}
+    path = tmp_path / "store.sqlite"
+    w = StoreWriter(path)
+    try:
+        w.plan(1, fp, [], [])
+        assert w.write_files(1, [rec("memory/a.md", 64, from_cache), rec("memory/b.md", 64, from_cache)])[0] == 2
+        other_size = EmbeddingIdentity("openai", "text-embedding-3-small", "k", 128)
+        written, rejected = w.write_files(1, [rec("memory/c.md", 128, other_size)])
+    finally:
+        w.close()
+    assert written == 0 and rejected == ["memory/c.md"]
+    c = db.connect(path, readonly=True)
+    try:
+        assert c.execute("SELECT value FROM meta WHERE key = 'vec_dims_g1'").fetchone() == ("64",)
+        assert c.execute("SELECT DISTINCT length(embedding) FROM chunks_g1").fetchall() == [(256,)]
+    finally:
+        c.close()

@@ -205,6 +205,21 @@ def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFi
 # (FileRecord, ChunkRecord, TouchRecord, and EmbeddingIdentity for the vector
 # space); the store sits below the index layer, so it names only the fields it reads.
 
+def _record_dims(ident: "VectorSpace | None", chunks: Sequence["ChunkWrite"]) -> int | None:
+    """The dims of a record's vectors: its identity's, else its first vector's own length.
+
+    A record whose vectors all came from the embedding cache names no dims (no request was
+    made); its vectors still have one, and the generation must record it, or a later write of
+    another size would be taken into the same generation."""
+    if ident is not None and ident.dims:
+        return int(ident.dims)
+    for ch in chunks:
+        v = ch.embedding
+        if v:
+            return len(v) // 4 if isinstance(v, bytes) else len(v)
+    return None
+
+
 def _vector_blob(ch: "ChunkWrite", dims: int | None, path: str) -> bytes | None:
     """A chunk's vector as the stored blob (None without one); a wrong length or a NaN is refused."""
     v = ch.embedding
@@ -585,7 +600,7 @@ class StoreWriter:
         for rec in records:
             source, path, ident = rec.source, rec.path, rec.embedding
             model = ident.model if ident is not None else "fts-only"
-            dims = ident.dims if ident is not None else None
+            dims = _record_dims(ident, rec.chunks)
             if dims and int(dims) not in vec_ok:
                 vec_ok[int(dims)] = self._ensure_vec(gen, int(dims))
             for seq, ch in enumerate(rec.chunks):
@@ -650,7 +665,7 @@ class StoreWriter:
         source, path = rec.source, rec.path
         ident = rec.embedding
         model = ident.model if ident is not None else "fts-only"
-        dims = ident.dims if ident is not None else None
+        dims = _record_dims(ident, rec.chunks)
         kept = 0
         if replace:
             self._delete_file(gen, source, path, keep_pending=True)
