@@ -820,3 +820,24 @@ def test_a_key_in_a_long_plain_text_error_body_is_never_shown_even_in_part(serve
         svc.embed_documents(["a"])
     message = str(exc.value)
     assert not any(key[:n] in message for n in range(4, len(key) + 1)), message
+
+
+def test_every_hint_names_keys_the_config_accepts():
+    """The throttling hint named memorySearch.remote.concurrency, which the config refuses."""
+    import re
+
+    from memindex.pipeline.config.settings import resolve_agent
+    from memindex.pipeline.embeddings.hints import failure_hint as hint_for
+
+    reasons = ["openai: model not found: x", "quota exceeded", "inconsistent vector dims", "openai: rate limited (429)",
+               "server error 500", "request timed out", "connect failed", "something else"]
+    for reason in reasons:
+        for key in re.findall(r"memorySearch\.[A-Za-z.]+[A-Za-z]", hint_for(reason, "openai")):
+            parts = key.split(".")[1:]
+            ms: dict = {}
+            node = ms
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = {"baseUrl": "http://x", "nonBatchConcurrency": 2, "model": "m",
+                               "outputDimensionality": 8}.get(parts[-1], 2)
+            resolve_agent({"agents": {"defaults": {"memorySearch": ms}}}, "main")  # an unknown key raises

@@ -29,7 +29,8 @@ def failure_hint(reason: str, provider_id: str | None) -> str:
     if "dims" in text or "dimension" in text:
         return "check memorySearch.model, memorySearch.remote.baseUrl and memorySearch.outputDimensionality"
     if "rate limited" in text:
-        return f"the provider kept throttling; check memorySearch.remote.concurrency and the {provider_id} quota"
+        return (f"the provider kept throttling; lower memorySearch.remote.nonBatchConcurrency or raise the "
+                f"{provider_id} quota")
     if "server error" in text or "timed out" in text or "connect" in text:
         return "the provider kept failing; check memorySearch.remote.baseUrl and the provider's status"
     return "run the worker with --log-level debug for the full traceback"
