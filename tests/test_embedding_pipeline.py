@@ -286,3 +286,16 @@ def test_cache_max_entries_prunes_least_recently_used(agent):
 
     st = index_status(agent.settings())
     assert st["chunks"] == 6 and st["cache"]["entries"] == 3
+
+
+def test_a_query_vector_of_another_size_answers_keyword_only_and_says_why(agent, server):
+    """A proxy that starts answering 128 dims for a 1536-dim index: search said mode hybrid, no
+    warning, and no result had a vector score (both vector paths failed on the size)."""
+    _notes(agent)
+    agent.memory_config(openai_cfg(server))
+    agent.index()
+    reset_services()
+    server.state.dims["openai"] = 128
+    res = agent.search("ERR_SIG_4012")
+    assert res["mode"] == "fts-only" and "128 dims" in res["warning"] and "1536" in res["warning"]
+    assert res["results"] and res["results"][0]["path"] == "MEMORY.md"

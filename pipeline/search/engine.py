@@ -285,6 +285,11 @@ class MemorySearch(AsyncSearch):
             vw, tw = normalize_weights(hybrid["vectorWeight"], hybrid["textWeight"])
             # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
             qvec = self._query_vector(query, resp, snap.fingerprint) if vw > 0 else None
+            dims = snap.state.extra.get(f"vec_dims_g{snap.generation}") if qvec is not None else None
+            if dims and len(qvec) != int(dims):  # the provider (or a proxy) now answers another size
+                resp.warning = (f"the query vector has {len(qvec)} dims and the index {dims} (the provider "
+                                "changed; a sync rebuilds the index); keyword-only results")
+                resp.mode, qvec = "fts-only", None
             vector_hits = self._vector_candidates(snap, qvec, n_cand) if qvec is not None else []
             text_hits = []
             if qvec is None or (hybrid["enabled"] and tw > 0):
