@@ -63,7 +63,16 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
                 out["invariant"] = {"ok": False, "problems": [str(exc)]}
         # OpenClaw's "dirty": the index does not yet reflect the disk (never built, files
         # waiting for their write, or a rebuild in progress).
-        indexed_sources = (out.get("fingerprint") or {}).get("sources")
+        live = out.get("fingerprint") or {}
+        fallback = settings.memory_search.get("fallback")
+        if (live.get("provider") not in (None, "none", out["provider"]) and fallback not in (None, "none")
+                and live.get("provider") == fallback):
+            # The primary failed while indexing and the fallback built the index: say who serves.
+            out["providerFallback"] = True
+            out["providerFallbackReason"] = out["providerFallbackReason"] or (
+                f"{out['provider']} failed while indexing; the index holds {fallback}'s vectors")
+            out["provider"], out["model"] = live["provider"], live.get("model", out["model"])
+        indexed_sources = live.get("sources")
         if out.get("indexed") and indexed_sources is not None and indexed_sources != sorted(settings.sources):
             # Search already serves only the configured sources; the store catches up on the next sync.
             out["configChanged"] = (f"the index holds sources {indexed_sources}, the config now names "
@@ -219,6 +228,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     lines.append(f"provider:     {prov}" + (f" / {s['model']}" if s["provider"] != "none" else ""))
     if s.get("providerReason"):
         lines.append(f"              {s['providerReason']}")
+    if s.get("providerFallback") and s.get("providerFallbackReason"):
+        lines.append(f"              fallback: {s['providerFallbackReason']}")
     v = s["vector"]
     lines.append(f"vector:       {v['backend']}" + (f", {v['dims']} dims" if v.get("dims") else "")
                  + (f"  ({v['loadError']})" if v.get("loadError") and v["enabled"] else ""))

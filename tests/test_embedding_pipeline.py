@@ -299,3 +299,24 @@ def test_a_query_vector_of_another_size_answers_keyword_only_and_says_why(agent,
     res = agent.search("ERR_SIG_4012")
     assert res["mode"] == "fts-only" and "128 dims" in res["warning"] and "1536" in res["warning"]
     assert res["results"] and res["results"][0]["path"] == "MEMORY.md"
+
+
+def test_status_names_the_fallback_that_built_the_index(agent, server):
+    """The primary answered 503 while indexing and the fallback built the index: status still
+    said openai, fallback None, while search said fallback true."""
+    from memindex.pipeline.embeddings.embedder import provider_info
+    from memindex.pipeline.status import format_status, index_status
+
+    _notes(agent, 2)
+    agent.memory_config(openai_cfg(server, fallback="mistral"),
+                        models={"providers": {"mistral": {"baseUrl": server.base("mistral"), "apiKey": "k-m"}}})
+    server.always("openai", {"status": 503, "message": "service down"})
+    try:
+        agent.index()
+        st = index_status(agent.settings(), provider_info(agent.settings()))
+    finally:
+        server.always("openai", None)
+    assert st["fingerprint"]["provider"] == "mistral"
+    assert st["provider"] == "mistral" and st["providerFallback"] is True and "openai" in st["providerFallbackReason"]
+    assert "fallback:" in format_status(st)
+    assert agent.search("Omada")["fallback"] is True
