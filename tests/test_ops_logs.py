@@ -77,3 +77,16 @@ def test_log_settings_from_the_environment_and_iso_times(agent):
     env["MEMINDEX_LOG_LEVEL"] = "error"
     out = subprocess.run([*base, "index", "--force"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and "binary" not in out.stderr, out.stderr
+
+
+def test_a_malformed_log_call_never_raises_into_its_caller():
+    """The control-character filter formats each record; a record whose arguments do not fit its
+    format must stay the handler's problem (logging's handleError), as without the filter."""
+    import logging
+
+    from memindex.workers.logs import configure
+
+    configure(logging.INFO)
+    log = logging.getLogger("memindex.test-malformed")
+    log.warning("bad %d format", "not a number")  # would raise TypeError out of the filter
+    log.warning("fine %s", "x")

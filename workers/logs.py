@@ -42,10 +42,14 @@ class _WorkFields(logging.Filter):
     """Adds ``agent``, ``message_id`` and the text form ``work`` (" [agent=… message=…]" or "")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        safe = escape_controls(message)  # a file name with a newline or an escape is still one plain line
-        if safe is not message:
-            record.msg, record.args = safe, None
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is the handler's to report (handleError), never the caller's
+            message = None
+        if message is not None:
+            safe = escape_controls(message)  # a file name with a newline or an escape is still one plain line
+            if safe is not message:
+                record.msg, record.args = safe, None
         agent, mid = getattr(_work, "current", None) or ("", "")
         record.agent, record.message_id = agent, mid
         record.work = (f" [agent={agent} message={mid}]" if agent else f" [message={mid}]") if mid else ""
