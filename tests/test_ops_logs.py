@@ -81,12 +81,18 @@ def test_log_settings_from_the_environment_and_iso_times(agent):
 
 def test_a_malformed_log_call_never_raises_into_its_caller():
     """The control-character filter formats each record; a record whose arguments do not fit its
-    format must stay the handler's problem (logging's handleError), as without the filter."""
-    import logging
+    format must stay the handler's problem (logging's handleError), as without the filter. In a
+    subprocess: pytest's own log handler makes every logging error raise."""
+    import subprocess
+    import sys
 
-    from memindex.workers.logs import configure
-
-    configure(logging.INFO)
-    log = logging.getLogger("memindex.test-malformed")
-    log.warning("bad %d format", "not a number")  # would raise TypeError out of the filter
-    log.warning("fine %s", "x")
+    code = ("import logging\n"
+            "from memindex.workers.logs import configure\n"
+            "configure(logging.INFO)\n"
+            "log = logging.getLogger('memindex.test-malformed')\n"
+            "log.warning('bad %d format', 'not a number')\n"
+            "log.warning('fine %s', 'x')\n"
+            "print('survived')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "survived", out
+    assert "--- Logging error ---" in out.stderr and "fine x" in out.stderr
