@@ -94,8 +94,15 @@ def test_one_sigint_to_honcho_drains_and_releases_every_slot(tmp_path, redis_ser
                 os.killpg(proc.pid, signal.SIGKILL)
             _kill_all(f"MEMINDEX_BROKER_URL={redis_server.url}")
     text = log_path.read_text(errors="replace")
-    # Every slot was given back (not left to expire: a lease lives 30 s, the set 60 s).
-    assert client.zcard(SLOTS) == 0, (client.zrange(SLOTS, 0, -1, withscores=True), text)
+    # Every slot was given back (not left to expire: a lease lives 30 s, the set 60 s) - unless
+    # honcho's fixed 5 s ran out first on a loaded machine and it SIGKILLed a worker mid-stop
+    # (README, Operations): then what that worker held must expire within one lease.
+    left = client.zrange(SLOTS, 0, -1, withscores=True)
+    if left and "sending SIGKILL" in text:
+        now_ms = time.time() * 1000
+        assert all(score - now_ms <= 31_000 for _, score in left), (left, text)
+    else:
+        assert not left, (left, text)
     assert "Stopping worker process" in text, text
     assert "Killing worker process" not in text, text  # one stop per signal
     assert "unhandled exception" not in text, text  # interrupted embed messages are handed back, not failed
