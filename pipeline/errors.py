@@ -21,10 +21,10 @@ def require(name: str, value: object, kinds: type | tuple[type, ...], *, optiona
     """Raise ``UsageError`` unless ``value`` is one of ``kinds`` (or None when ``optional``); bools are not numbers."""
     if value is None and optional:
         return
-    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple)
-                                                                                  else (kinds,))):
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool)):
         return
-    names = " or ".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+    names = " or ".join(k.__name__ for k in kinds)
     raise UsageError(f"{name} must be {names}{' or None' if optional else ''}, not {type(value).__name__}")
 
 

@@ -12,7 +12,7 @@ from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError, re
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.workspace import MEMORY_DIR, check_roots, iter_discover, resolve_extra_paths
-from memindex.pipeline.store.schema import fts_table, vec_table
+from memindex.pipeline.store.schema import fts_table, vec_dims_key, vec_table
 from memindex.pipeline.index.failures import read_failures
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 
@@ -96,7 +96,7 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
         out["rebuilding"] = {"generation": st.building_generation, "fingerprint": st.building_fingerprint}
     last = st.extra.get("last_sync_at")
     out["lastSyncAt"] = int(last) if last else None
-    vec_dims = st.extra.get(f"vec_dims_g{gen}") if gen else None
+    vec_dims = st.extra.get(vec_dims_key(gen)) if gen else None
     if gen is None:
         out["vector"] = _vector_info(reader, False, None)
         out["fts"] = {"enabled": True, "available": None, "error": None}

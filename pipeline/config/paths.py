@@ -58,10 +58,7 @@ def expand_home(raw: str | os.PathLike[str], env: Mapping[str, str] | None = Non
 
 def resolve_user_path(raw: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
     """resolveUserPath: trimmed; a leading ``~`` is the OpenClaw home; relative to the cwd; absolute."""
-    text = str(raw).strip()
-    if text.startswith("~"):
-        text = re.sub(r"^~(?=$|[\\/])", lambda _: str(resolve_home(env)), text)
-    return Path(os.path.abspath(text))
+    return Path(os.path.abspath(expand_home(str(raw).strip(), env)))
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:

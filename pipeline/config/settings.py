@@ -31,7 +31,9 @@ from memindex.pipeline.config.paths import NO_CONFIG as NO_CONFIG
 from memindex.pipeline.config.paths import config_path_for as config_path_for
 from memindex.pipeline.config.paths import default_state_dir as default_state_dir
 from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
-from memindex.pipeline.config.paths import agent_workspace, find_agent, inside, resolve_agent_id, resolve_user_path
+from memindex.pipeline.config.paths import (
+    agent_workspace, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
+)
 from memindex.pipeline.errors import ConfigError, UsageError, require
 
 log = logging.getLogger("memindex.config")
@@ -662,8 +664,7 @@ def resolve_agent(
 def _custom_store_path(raw: str, agent_id: str, state_dir: Path, env: Mapping[str, str]) -> Path:
     """``memorySearch.store.path``: ``{agentId}`` replaced, ``~`` the OpenClaw home (resolveUserPath),
     relative to the state dir."""
-    text = raw.replace("{agentId}", agent_id).strip()
-    path = resolve_user_path(text, env) if text.startswith("~") else Path(text)
+    path = expand_home(raw.replace("{agentId}", agent_id).strip(), env)
     return Path(os.path.normpath(path if path.is_absolute() else state_dir / path))
 
 

@@ -25,6 +25,7 @@ from memindex.pipeline.search.ranking import (
 )
 from memindex.pipeline.search.snippet import centred_snippet
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
+from memindex.pipeline.store.schema import vec_dims_key
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero
 from memindex.pipeline.errors import ProviderError, UsageError, require
@@ -285,7 +286,7 @@ class MemorySearch(AsyncSearch):
             vw, tw = normalize_weights(hybrid["vectorWeight"], hybrid["textWeight"])
             # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
             qvec = self._query_vector(query, resp, snap.fingerprint) if vw > 0 else None
-            dims = snap.state.extra.get(f"vec_dims_g{snap.generation}") if qvec is not None else None
+            dims = snap.state.extra.get(vec_dims_key(snap.generation)) if qvec is not None else None
             if dims and len(qvec) != int(dims):  # the provider (or a proxy) now answers another size
                 resp.warning = (f"the query vector has {len(qvec)} dims and the index {dims} (the provider "
                                 "changed; a sync rebuilds the index); keyword-only results")

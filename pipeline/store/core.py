@@ -39,6 +39,7 @@ from memindex.pipeline.store.schema import (
     generation_ddl,
     pending_table,
     vec_ddl,
+    vec_dims_key,
     vec_table,
 )
 from memindex.pipeline.store.vectors import is_valid, pack
@@ -380,7 +381,7 @@ class StoreWriter:
 
     def _ensure_vec(self, gen: int, dims: int) -> bool:
         """Create the vec0 table for this generation; refuse a second dimension."""
-        key = f"vec_dims_g{gen}"
+        key = vec_dims_key(gen)
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         if row is not None and int(row[0]) != dims:
             raise StoreError(f"vector dims {dims} do not match this index's {row[0]}; refusing to mix")
@@ -460,7 +461,7 @@ class StoreWriter:
     def _drop_generation(self, gen: int) -> None:
         for sql in drop_generation_sql(gen):
             self.conn.execute(sql)  # a table's triggers go with it
-        self._set_meta(f"vec_dims_g{gen}", None)
+        self._set_meta(vec_dims_key(gen), None)
         self._set_meta(files_version_key(gen), None)
 
     # -- writes -------------------------------------------------------------------
@@ -499,7 +500,7 @@ class StoreWriter:
             log.info("dropping write for generation %d: it no longer exists", gen)
             return 0, [r.path for r in records]
         fp = dict(self.generation_fingerprint(gen) or {})
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (f"vec_dims_g{gen}",)).fetchone()
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (vec_dims_key(gen),)).fetchone()
         if row is not None and fp:
             fp["vectorDims"] = int(row[0])  # the dims this generation's vectors already have
         written, rejected = 0, []

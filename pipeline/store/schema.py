@@ -99,6 +99,11 @@ def files_version_key(gen: int) -> str:
     return f"files_version_g{int(gen)}"
 
 
+def vec_dims_key(gen: int) -> str:
+    """The meta key holding a generation's vector dims (set by its first vector, then fixed)."""
+    return f"vec_dims_g{int(gen)}"
+
+
 def files_version_ddl(gen: int) -> list[str]:
     """Triggers that count every insert, update and delete of a generation's file rows.
 

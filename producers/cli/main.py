@@ -225,8 +225,6 @@ def _status_index(args: argparse.Namespace, agent: str) -> str | None:
     from memindex.producers.enqueue import sync_and_wait
 
     since = run_started()
-    if not _settings(args, agent).enabled:
-        return None  # nothing to index: the status says DISABLED
     try:
         sync_and_wait(_ctx(args, agent), force=args.force)
     except MemindexError as exc:
