@@ -82,9 +82,10 @@ def plan_now(ctx: Context, *, force: bool = False):
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.embeddings.embedder import identity_for
     from memindex.pipeline.index.indexer import plan_agent
+    from memindex.producers.journal import active
 
     settings = settings_for(ctx)
-    return plan_agent(settings, identity_for(settings), force=force)
+    return plan_agent(settings, identity_for(settings), force=force, journal=active())
 
 
 # How long queued work may wait with no live worker consuming its queue before

@@ -20,9 +20,9 @@ from memindex.pipeline.index.media import extra_kind_for
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
-from memindex.pipeline.index.workspace import MemoryFile, check_roots, iter_discover
+from memindex.pipeline.index.workspace import MemoryFile, check_roots, iter_discover, listing_roots
 from memindex.pipeline.errors import StoreCorrupt
-from memindex.pipeline.store.core import FileKey, StoreReader, check_writable, open_reader, quarantine
+from memindex.pipeline.store.core import FileKey, StoreReader, StoreState, check_writable, open_reader, quarantine
 
 log = logging.getLogger("memindex.sync")
 
@@ -125,29 +125,30 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
 
 
 def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY, *,
-               force: bool = False) -> tuple[SyncPlan, bool]:
+               force: bool = False, journal: unchanged.ListingJournal | None = None) -> tuple[SyncPlan, bool]:
     """(plan, nothing-to-do) for one agent, reading the store through its own reader.
 
     Nothing to do means no file work, no rebuild, nothing left pending and the
-    live fingerprint unchanged: then a sync need not touch the writer at all.
+    live fingerprint unchanged: then a sync need not touch the writer at all. A ``journal``
+    that saw no change since the last walk spares this one (index/unchanged.py).
     """
     check_writable(settings.store_path)
     reader = open_reader(settings)
     try:
         try:
-            return _plan_agent(settings, reader, ident, force)
+            return _plan_agent(settings, reader, ident, force, journal)
         except StoreCorrupt as exc:
             # The Markdown is the source of truth: a damaged store is moved aside and rebuilt.
             log.warning("%s", exc)
             reader.close()
             quarantine(settings.store_path)
-            return _plan_agent(settings, reader, ident, force)
+            return _plan_agent(settings, reader, ident, force, journal)
     finally:
         reader.close()
 
 
 def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIdentity,
-                force: bool) -> tuple[SyncPlan, bool]:
+                force: bool, journal: unchanged.ListingJournal | None) -> tuple[SyncPlan, bool]:
     st = reader.state()
     key = None if force else unchanged.store_key(settings, ident, st)
     files: list[MemoryFile] | None = None
@@ -157,14 +158,21 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
         # a plan that found nothing to do, this one finds nothing either (index/unchanged.py).
         if "memory" in settings.sources:
             check_roots(settings)
+        mark = unchanged.read(settings.store_path)
+        token = None
+        if journal is not None:
+            context, roots = settings.digest(), listing_roots(settings)
+            known = journal.listing(context, roots)
+            if known is not None and _unchanged(mark, key, known[0], reader, st):
+                return _nothing_to_do(st, known[1]), True
+            token = journal.arm(context, roots)  # before the walk: a change during it is seen
         with _gc_paused():
             files = list(iter_collect_files(settings))
         disk = unchanged.disk_key(files)
-        mark = unchanged.read(settings.store_path)
-        if (mark is not None and mark.get("store") == key and mark.get("disk") == disk
-                and reader.pending_count(st.live_generation) == 0):
-            assert st.live_generation is not None and st.live_fingerprint is not None  # store_key checked
-            return SyncPlan(st.live_generation, dict(st.live_fingerprint), "live", unchanged=len(files)), True
+        if token is not None:
+            journal.record(token, disk, len(files))
+        if _unchanged(mark, key, disk, reader, st):
+            return _nothing_to_do(st, len(files)), True
     plan = plan_sync(settings, reader, ident, files=files, force=force)
     st = reader.state()
     noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
@@ -173,6 +181,16 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
     if noop and files is not None and key is not None:
         unchanged.write(settings.store_path, key, disk, len(files))
     return plan, noop
+
+
+def _unchanged(mark: dict[str, Any] | None, key: str, disk: str, reader: StoreReader, st: StoreState) -> bool:
+    return (mark is not None and mark.get("store") == key and mark.get("disk") == disk
+            and reader.pending_count(st.live_generation) == 0)
+
+
+def _nothing_to_do(st: StoreState, files: int) -> SyncPlan:
+    assert st.live_generation is not None and st.live_fingerprint is not None  # store_key checked
+    return SyncPlan(st.live_generation, dict(st.live_fingerprint), "live", unchanged=files)
 
 
 def collect_files(settings: AgentSettings) -> list[MemoryFile]:

@@ -411,6 +411,34 @@ def indexed_path_filter(settings: AgentSettings) -> "callable[[str, str], bool]"
     return visible
 
 
+def listing_roots(settings: AgentSettings) -> list[tuple[str, bool]]:
+    """The directories whose entries decide what a sync lists, as (path, whole tree?).
+
+    A change journal (index/unchanged.py ``ListingJournal``) watches these: the workspace
+    (``MEMORY.md``, and ``memory/`` appearing), every configured root's own tree, and each
+    root's parent, whose entry for it changes when the root is created, removed, renamed or
+    replaced. A root that is a symlink or not a directory has only its parent here: the walk
+    never enters it.
+    """
+    out: dict[tuple[str, bool], None] = {}
+
+    def add(p: Path, tree: bool) -> None:
+        out.setdefault((str(p.parent), False), None)
+        if tree and p.is_dir() and not p.is_symlink():
+            out.setdefault((str(p), True), None)
+
+    if "memory" in settings.sources:
+        out.setdefault((str(settings.workspace), False), None)
+        add(settings.workspace / MEMORY_DIR, True)
+        for extra in resolve_extra_paths(settings):
+            add(extra, True)
+    if "sessions" in settings.sources:
+        add(settings.sessions_dir, False)
+        if settings.sessions_dir.is_dir() and not settings.sessions_dir.is_symlink():
+            out.setdefault((str(settings.sessions_dir), False), None)
+    return list(out)
+
+
 def watch_roots(settings: AgentSettings) -> list[Path]:
     """Directories a watcher must observe (existing, not symlinks)."""
     roots = [settings.workspace]

@@ -352,6 +352,9 @@ def serve(socket_path: str) -> None:
         if _live_others(directory, place.lock) >= MAX_RESIDENT:  # this one would be one too many
             return
         _warm()
+        from memindex.producers.journal import ChangeJournal
+
+        journal = ChangeJournal.create()  # before any fork: every call's child shares it
         code_stamp = _code_stamp()
         try:
             idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_S)
@@ -374,10 +377,12 @@ def serve(socket_path: str) -> None:
                     conn, _ = server.accept()
                 except socket.timeout:
                     return
-                if not _handle(conn, server, identity, code_stamp, cwd):
+                if not _handle(conn, server, identity, code_stamp, cwd, journal):
                     return
         finally:
             server.close()
+            if journal is not None:
+                journal.close()
             try:
                 os.unlink(socket_path)
             except OSError:
@@ -466,7 +471,7 @@ def _stale(stamp: dict[str, int]) -> bool:
     return _mtimes(stamp) != stamp
 
 
-def _handle(conn, server, identity: str, code_stamp: dict[str, int], cwd: str) -> bool:
+def _handle(conn, server, identity: str, code_stamp: dict[str, int], cwd: str, journal=None) -> bool:
     """Answer one call (fork its child); False: this process must exit."""
     import socket
 
@@ -495,9 +500,15 @@ def _handle(conn, server, identity: str, code_stamp: dict[str, int], cwd: str) -
         if _stale(code_stamp):
             conn.sendall(b"S\n")
             return False
+        if journal is not None:
+            journal.refresh()  # what changed since the last call, as of this fork
         pid = os.fork()
         if pid == 0:
             server.close()
+            if journal is not None:
+                from memindex.producers import journal as change_journal
+
+                change_journal.use(journal, debug=_mode() == "debug")
             _child(conn, fds, parts[1:], cwd)  # never returns
         return True
     except OSError:

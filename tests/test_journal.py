@@ -1,0 +1,137 @@
+"""The resident process's change journal (producers/journal.py): a no-change ``memindex index``
+that does not walk the disk, and every kind of change still seen - through real resident
+processes, real inotify and real mounts."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from memindex.producers.journal import mount_table, watchable
+from tests.test_resident import SERVED, Calls, calls  # noqa: F401 - `calls` is a fixture
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/mountinfo"), reason="inotify: Linux only")
+
+VOUCHED = "vouched for by the change journal (no walk)"
+
+
+def index(calls: Calls) -> tuple[bool, tuple[int, int, int]]:
+    """(listing vouched for by the journal, (indexed, removed, unchanged)) of one resident call."""
+    r = calls("index")
+    assert r.returncode == 0, r.stderr
+    assert SERVED in r.stderr, r.stderr
+    m = re.search(r"indexed (\d+) file\(s\), removed (\d+), (\d+) unchanged", r.stdout)
+    assert m, r.stdout
+    return VOUCHED in r.stderr, (int(m[1]), int(m[2]), int(m[3]))
+
+
+def settle(calls: Calls) -> tuple[int, int, int]:
+    """Index until the journal vouches again (a walk arms it, the next call uses it)."""
+    vouched, counts = index(calls)
+    assert not vouched
+    again, same = index(calls)
+    assert again and same[:2] == (0, 0), (again, same)
+    return counts
+
+
+def found(calls: Calls, token: str) -> list[str]:
+    import json
+
+    r = calls("search", "--json", token)
+    assert r.returncode == 0, r.stderr
+    return [x["path"] for x in json.loads(r.stdout)["results"]]
+
+
+def test_a_no_change_index_is_vouched_for_until_anything_under_the_roots_changes(calls, agent):
+    calls.start()
+    assert settle(calls) == (0, 0, 2)
+    assert index(calls) == (True, (0, 0, 2))
+
+    changes = [
+        # (what is done, what the next index must find)
+        (lambda: agent.write("memory/2026-03-01.md", "# Network\n\nThe router wants a quokka firmware.\n"),
+         (1, 0, 1)),
+        (lambda: agent.write("memory/deep/er/still/2026-03-02.md", "Wombat notes.\n"), (1, 0, 2)),
+        (lambda: os.rename(agent.workspace / "memory/deep", agent.workspace / "memory/moved"), (1, 1, 2)),
+        # a file in a directory that was not there when the journal was first armed
+        (lambda: agent.write("memory/moved/er/still/2026-03-02.md", "Wombat notes, revised.\n"), (1, 0, 2)),
+        (lambda: os.utime(agent.workspace / "MEMORY.md", ns=(1, 1_700_000_000_000_000_000)), None),
+        (lambda: (agent.workspace / "memory/2026-03-01.md").unlink(), (0, 1, 2)),
+        (lambda: agent.write("MEMORY.md", "# Facts\n\nRod runs the Thursday capybara standup.\n"), (1, 0, 1)),
+        (lambda: shutil.rmtree(agent.workspace / "memory"), (0, 1, 1)),
+        (lambda: agent.write("memory/2026-03-03.md", "Axolotl day.\n"), (1, 0, 1)),
+    ]
+    for i, (change, expected) in enumerate(changes):
+        change()
+        vouched, counts = index(calls)
+        assert not vouched, f"change {i} was not seen"
+        if expected is not None:
+            assert counts == expected, (i, counts)
+        assert index(calls)[0], f"change {i}: the journal did not vouch again after a walk"
+    assert found(calls, "axolotl") == ["memory/2026-03-03.md"]
+    assert found(calls, "capybara") == ["MEMORY.md"]
+    assert found(calls, "wombat") == []  # its directory went with memory/
+
+
+def test_extra_paths_roots_and_a_config_change_are_seen(calls, agent, tmp_path):
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / "sub" / "a.md").write_text("Pangolin facts.\n")
+    single = tmp_path / "single.md"
+    single.write_text("One file root.\n")
+    agent.memory_config({"extraPaths": [str(notes), str(single)]})
+    calls.start()
+    assert settle(calls) == (2, 0, 2)
+    assert index(calls) == (True, (0, 0, 4))
+    single.write_text("One file root about a narwhal.\n")
+    assert index(calls) == (False, (1, 0, 3))
+    assert index(calls)[0]
+    shutil.rmtree(notes)
+    notes.mkdir()  # the root replaced by an empty directory of the same name
+    assert index(calls) == (False, (0, 1, 3))
+    assert index(calls)[0]
+    agent.memory_config({"extraPaths": [str(single)]})  # not a file change: the settings'
+    vouched, _ = index(calls)
+    assert not vouched
+    hits = found(calls, "narwhal")
+    assert len(hits) == 1 and hits[0].endswith("single.md"), hits
+
+
+def test_a_mount_over_a_watched_directory_is_seen(calls, agent):
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting needs root")
+    agent.write("memory/inbox/hidden.md", "Tapir notes, under the mount point.\n")
+    calls.start()
+    assert settle(calls) == (1, 0, 2)
+    assert index(calls) == (True, (0, 0, 3))
+    point = agent.workspace / "memory" / "inbox"
+    r = subprocess.run(["mount", "-t", "tmpfs", "memindex-test", str(point)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount here: {r.stderr.strip()}")
+    try:
+        # A mount raises no inotify event: the mount table is part of what the journal checks.
+        assert index(calls) == (False, (0, 1, 2))
+        assert index(calls)[0]
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    assert index(calls) == (False, (1, 0, 2))
+
+
+def test_only_file_systems_whose_changes_inotify_sees_are_vouched_for():
+    table = mount_table(
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        "30 22 0:40 / /home/me/nfs\\040share rw - nfs4 server:/export rw\n"
+        "31 22 0:41 / /srv/notes rw - fuse.sshfs me@host:/notes rw\n"
+        "32 22 0:42 / /tmp rw - tmpfs tmpfs rw\n"
+    )
+    assert ("/home/me/nfs share", "nfs4") in table
+    assert watchable(table, [("/tmp/ws", False), ("/tmp/ws/memory", True)])
+    assert watchable(table, [("/home/me/ws", True)])
+    assert not watchable(table, [("/home/me/nfs share/ws", False)])  # on NFS
+    assert not watchable(table, [("/home/me", True)])  # NFS mounted inside a whole tree
+    assert watchable(table, [("/home/me", False)])  # ... but not below a single directory
+    assert not watchable(table, [("/srv/notes/daily", True)])  # FUSE
