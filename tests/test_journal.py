@@ -135,3 +135,44 @@ def test_only_file_systems_whose_changes_inotify_sees_are_vouched_for():
     assert not watchable(table, [("/home/me", True)])  # NFS mounted inside a whole tree
     assert watchable(table, [("/home/me", False)])  # ... but not below a single directory
     assert not watchable(table, [("/srv/notes/daily", True)])  # FUSE
+
+
+def test_the_journal_bounds_its_watches_and_starts_afresh_past_them(tmp_path):
+    """In one process, as the resident process and its children use it: records are taken in
+    at the next refresh, any event voids them, and past the watch bound a new instance starts."""
+    from memindex.producers import journal as jm
+
+    j = jm.ChangeJournal.create()
+    assert j is not None
+    try:
+        tree = tmp_path / "tree"
+        for i in range(3):
+            (tree / f"d{i}").mkdir(parents=True)
+        roots = [(str(tmp_path), False), (str(tree), True)]
+        token = j.arm("ctx", roots)
+        assert token is not None
+        j.record(token, "digest-1", 7)
+        assert j.listing("ctx", roots) is None  # taken in by the next refresh, not before
+        j.refresh()
+        assert j.listing("ctx", roots) == ("digest-1", 7)
+        assert j.listing("other settings", roots) is None
+        (tree / "d1" / "new.md").write_text("x")
+        j.refresh()
+        assert j.listing("ctx", roots) is None  # an event in a watched subdirectory
+        token = j.arm("ctx", roots)
+        j.record(token, "digest-2", 8)
+        j.refresh()
+        assert j.listing("ctx", roots) == ("digest-2", 8)
+        old_fd = j._fd
+        big = [(str(tree), True)]
+        for i in range(jm._MAX_RECORDS + 1):  # more listings than it keeps records for
+            j.record(j.arm(f"ctx {i}", big), f"d{i}", 1)
+        j.refresh()
+        assert j._fd != old_fd and j._fd >= 0
+        assert j.listing("ctx", roots) is None and j.listing("ctx 3", big) is None
+        token = j.arm("ctx", roots)
+        j.record(token, "digest-3", 9)
+        j.refresh()
+        assert j.listing("ctx", roots) == ("digest-3", 9)
+    finally:
+        j.close()
