@@ -20,9 +20,12 @@ How it stays exact:
   and adds its watches there; only the parent reads events, and children report their walks
   over a datagram socket the parent reads before it forks the next call.
 
-What inotify does not see is not vouched for either way: a write through ``mmap`` or through
-a hard link outside the watched directories shows only in a walk. ``memindex index --force``
-and every in-process run (``MEMINDEX_RESIDENT=off``, workers, the watcher) always walk.
+- A listing holding a file with other hard links is never recorded: a write through a link
+  outside the watched directories raises no event in them.
+
+What inotify does not see at all - a write through ``mmap`` - shows only in a walk.
+``memindex index --force`` and every in-process run (``MEMINDEX_RESIDENT=off``, workers, the
+watcher) always walk.
 """
 
 from __future__ import annotations

@@ -124,5 +124,5 @@ def test_a_large_walk_split_across_two_processes_lists_exactly_what_one_process_
             os._exit(3)
         return workspace._markdown_only(name)
 
-    files = list(workspace._walk(s.workspace / "memory", dying_keep))
+    files = list(workspace._walk(s.workspace / "memory", dying_keep, workspace.ListingFacts()))
     assert [f[0] for f in files] == [f.abs_path for f in one]

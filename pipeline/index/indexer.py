@@ -20,7 +20,7 @@ from memindex.pipeline.index.media import extra_kind_for
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
-from memindex.pipeline.index.workspace import MemoryFile, check_roots, iter_discover, listing_roots
+from memindex.pipeline.index.workspace import ListingFacts, MemoryFile, check_roots, iter_discover, listing_roots
 from memindex.pipeline.errors import StoreCorrupt
 from memindex.pipeline.store.core import FileKey, StoreReader, StoreState, check_writable, open_reader, quarantine
 
@@ -166,10 +166,11 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
             if known is not None and _unchanged(mark, key, known[0], reader, st):
                 return _nothing_to_do(st, known[1]), True
             token = journal.arm(context, roots)  # before the walk: a change during it is seen
+        facts = ListingFacts()
         with _gc_paused():
-            files = list(iter_collect_files(settings))
+            files = list(iter_collect_files(settings, facts))
         disk = unchanged.disk_key(files)
-        if token is not None:
+        if token is not None and not facts.hard_links:
             journal.record(token, disk, len(files))
         if _unchanged(mark, key, disk, reader, st):
             return _nothing_to_do(st, len(files)), True
@@ -198,14 +199,15 @@ def collect_files(settings: AgentSettings) -> list[MemoryFile]:
     return list(iter_collect_files(settings))
 
 
-def iter_collect_files(settings: AgentSettings) -> Iterator[MemoryFile]:
+def iter_collect_files(settings: AgentSettings, facts: ListingFacts | None = None) -> Iterator[MemoryFile]:
     """``collect_files`` as a stream (what a sync of a huge workspace uses)."""
     if "memory" in settings.sources:
-        yield from iter_discover(settings, extra_kind=extra_kind_for(settings))  # + media under extraPaths (F17)
+        # + media under extraPaths (F17)
+        yield from iter_discover(settings, extra_kind=extra_kind_for(settings), facts=facts)
     if "sessions" in settings.sources:
         from memindex.pipeline.index.sessions import discover_sessions  # opt-in source: lazily
 
-        yield from discover_sessions(settings)
+        yield from discover_sessions(settings, facts)
 
 
 def still_on_disk(settings: AgentSettings, key: FileKey) -> bool:

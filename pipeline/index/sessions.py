@@ -47,7 +47,7 @@ from memindex.pipeline.index.transcripts import (
     transcript_lines,
 )
 from memindex.pipeline.store.core import IndexedFile
-from memindex.pipeline.index.workspace import MemoryFile
+from memindex.pipeline.index.workspace import ListingFacts, MemoryFile
 
 log = logging.getLogger("memindex.sessions")
 
@@ -62,7 +62,7 @@ Step = Union[str, SessionDelta]  # "unchanged" | "full" | a delta to append
 
 # --- discovery -------------------------------------------------------------------
 
-def discover_sessions(settings: AgentSettings) -> list[MemoryFile]:
+def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None) -> list[MemoryFile]:
     """``<sessions_dir>/*.jsonl``: top level, regular files only, no symlinks.
 
     A symlinked sessions dir is refused too: it could point at another agent's
@@ -84,6 +84,8 @@ def discover_sessions(settings: AgentSettings) -> list[MemoryFile]:
         except OSError:
             continue
         if stat.S_ISREG(st.st_mode):
+            if facts is not None and st.st_nlink > 1:
+                facts.hard_links = True
             out.append(MemoryFile(f"{SOURCE}/{e.name}", Path(e.path), SOURCE, st.st_size, st.st_mtime_ns, KIND))
     return out
 

@@ -96,6 +96,16 @@ def _regular(path: Path) -> os.stat_result | None:
     return st if stat.S_ISREG(st.st_mode) else None
 
 
+class ListingFacts:
+    """What a listing noticed beyond its files: a file with other hard links can change
+    through a path outside every watched directory (a change journal must not vouch for it)."""
+
+    __slots__ = ("hard_links",)
+
+    def __init__(self) -> None:
+        self.hard_links = False
+
+
 # A walk that has found this many files with at least two directories still to read hands
 # the later half of them to a forked helper on another CPU: at 30,000 files the lstat calls and
 # the Python around them are nearly all of a no-change sync, and threads only take turns at the
@@ -103,7 +113,8 @@ def _regular(path: Path) -> os.stat_result | None:
 SPLIT_WALK_AFTER = 1024
 
 
-def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[str, int, int, str]]:
+def _walk(root: Path, keep: "callable[[str], str | None]",
+          facts: ListingFacts) -> Iterator[tuple[str, int, int, str]]:
     """Depth-first walk with os.scandir in name order: (path, size, mtime_ns, kind) per kept file.
 
     Never follows symlinks and skips ignored dirs: ``is_file``/``is_dir`` with
@@ -120,10 +131,10 @@ def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[str
                 # The bottom of the stack is what this walk would read last: the helper reads it
                 # (depth-first, in the same order) while this process reads the rest.
                 cut = len(stack) // 2
-                split = _SplitWalk.start(stack[:cut], keep)
+                split = _SplitWalk.start(stack[:cut], keep, facts)
                 if split is not None:
                     del stack[:cut]
-            for item in _walk_dir(stack.pop(), keep, stack):
+            for item in _walk_dir(stack.pop(), keep, stack, facts):
                 found += 1
                 yield item
         if split is not None:
@@ -133,14 +144,16 @@ def _walk(root: Path, keep: "callable[[str], str | None]") -> Iterator[tuple[str
             split.close()
 
 
-def _walk_dirs(dirs: list[str], keep: "callable[[str], str | None]") -> Iterator[tuple[str, int, int, str]]:
+def _walk_dirs(dirs: list[str], keep: "callable[[str], str | None]",
+               facts: ListingFacts) -> Iterator[tuple[str, int, int, str]]:
     """What :func:`_walk` yields for these directories (in stack order: the last first), in one process."""
     stack = list(dirs)
     while stack:
-        yield from _walk_dir(stack.pop(), keep, stack)
+        yield from _walk_dir(stack.pop(), keep, stack, facts)
 
 
-def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str]) -> Iterator[tuple[str, int, int, str]]:
+def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str],
+              facts: ListingFacts) -> Iterator[tuple[str, int, int, str]]:
     """One directory's kept files; its subdirectories go onto ``stack`` (first name on top)."""
     lstat = os.lstat
     try:
@@ -157,6 +170,8 @@ def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str]) -> 
                     # os.lstat, not e.stat(): DirEntry caches the result, and a
                     # 10,000-entry directory would then hold 10,000 stat results.
                     st = lstat(e.path)
+                    if st.st_nlink > 1:
+                        facts.hard_links = True
                     yield e.path, st.st_size, st.st_mtime_ns, kind
             elif e.is_dir(follow_symlinks=False) and not is_ignored_dir(e.name):
                 subdirs.append(e.path)
@@ -183,11 +198,13 @@ class _SplitWalk:
     answer is cut short - the parent walks those directories itself: the result is the same.
     """
 
-    def __init__(self, pid: int, fd: int, dirs: list[str], keep: "callable[[str], str | None]") -> None:
-        self.pid, self.fd, self.dirs, self.keep = pid, fd, dirs, keep
+    def __init__(self, pid: int, fd: int, dirs: list[str], keep: "callable[[str], str | None]",
+                 facts: ListingFacts) -> None:
+        self.pid, self.fd, self.dirs, self.keep, self.facts = pid, fd, dirs, keep, facts
 
     @classmethod
-    def start(cls, dirs: list[str], keep: "callable[[str], str | None]") -> "_SplitWalk | None":
+    def start(cls, dirs: list[str], keep: "callable[[str], str | None]",
+              facts: ListingFacts) -> "_SplitWalk | None":
         try:
             r, w = os.pipe()
         except OSError:
@@ -208,27 +225,30 @@ class _SplitWalk:
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
                     signal.signal(sig, signal.SIG_DFL)
                 os.close(r)
-                files = list(_walk_dirs(dirs, keep))
-                view = memoryview(marshal.dumps((len(files), files)))
+                mine = ListingFacts()
+                files = list(_walk_dirs(dirs, keep, mine))
+                view = memoryview(marshal.dumps((len(files), files, mine.hard_links)))
                 while view:
                     view = view[os.write(w, view):]
                 code = 0
             finally:
                 os._exit(code)
         os.close(w)
-        return cls(pid, r, dirs, keep)
+        return cls(pid, r, dirs, keep, facts)
 
     def results(self) -> Iterator[tuple[str, int, int, str]]:
         parts = []
         try:
             while chunk := os.read(self.fd, 1 << 20):
                 parts.append(chunk)
-            count, files = marshal.loads(b"".join(parts))
+            count, files, hard_links = marshal.loads(b"".join(parts))
             ok = isinstance(files, list) and len(files) == count
         except (OSError, EOFError, ValueError, TypeError):
             ok = False
         self.close()
-        yield from (files if ok else _walk_dirs(self.dirs, self.keep))
+        if ok:
+            self.facts.hard_links |= bool(hard_links)
+        yield from (files if ok else _walk_dirs(self.dirs, self.keep, self.facts))
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -308,9 +328,11 @@ def discover(settings: AgentSettings, *, extra_kind=None) -> list[MemoryFile]:
     return list(iter_discover(settings, extra_kind=extra_kind))
 
 
-def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[MemoryFile]:
+def iter_discover(settings: AgentSettings, *, extra_kind=None,
+                  facts: ListingFacts | None = None) -> Iterator[MemoryFile]:
     """``discover`` as a stream: a sync of a huge workspace never holds the file list."""
     ws = settings.workspace
+    facts = ListingFacts() if facts is None else facts
     seen: set[str] = set()
 
     def add(p: Path, size: int, mtime_ns: int, kind: str) -> MemoryFile | None:
@@ -367,20 +389,22 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None) -> Iterator[Memor
         p = ws / name
         st = _regular(p)
         if st is not None:
+            facts.hard_links |= st.st_nlink > 1
             yield from found([(p, st.st_size, st.st_mtime_ns, "markdown")])
     mem = ws / MEMORY_DIR
     if mem.is_dir() and not mem.is_symlink():
-        yield from found(_walk(mem, _markdown_only), mem)
+        yield from found(_walk(mem, _markdown_only, facts), mem)
     keep_extra = extra_kind or _markdown_only
     for extra in resolve_extra_paths(settings):
         if extra.is_symlink():
             continue
         if extra.is_dir():
-            yield from found(_walk(extra, keep_extra), extra)
+            yield from found(_walk(extra, keep_extra, facts), extra)
         else:
             st = _regular(extra)
             kind = keep_extra(extra.name) if st is not None else None
             if st is not None and kind is not None:
+                facts.hard_links |= st.st_nlink > 1
                 yield from found([(extra, st.st_size, st.st_mtime_ns, kind)])
 
 
