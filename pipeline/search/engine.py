@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.store.fts_budget import FtsBudget
-from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, build_match_query, query_keywords
+from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, match_query_and_keywords
 from memindex.pipeline.search.ranking import (
     Candidate, calibrated_text_scores, keyword_coverage, normalize_weights, rank_pipeline, relative_text_score,
 )
@@ -293,8 +293,10 @@ class MemorySearch(AsyncSearch):
                 resp.mode, qvec = "fts-only", None
             vector_hits = self._vector_candidates(snap, qvec, n_cand) if qvec is not None else []
             text_hits = []
+            # The keyword arm's MATCH and the keys that coverage and snippets locate, from one parse.
+            match, keys = match_query_and_keywords(query)
             if qvec is None or (hybrid["enabled"] and tw > 0):
-                text_hits = self._keyword_candidates(snap, query, n_cand, q["fusion"])
+                text_hits = self._keyword_candidates(snap, match, keys, n_cand, q["fusion"])
             decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
             mtimes = None
             if decay["enabled"]:
@@ -311,7 +313,6 @@ class MemorySearch(AsyncSearch):
             )
             kinds = snap.media_kinds([c.chunk_id for c in cands])
         cite = citations_on(citations_mode, session_key)
-        keys = query_keywords(query)
         resp.results = [self._result(c, cite, keys, kinds.get(c.chunk_id)) for c in cands]
         if len(query) > MAX_QUERY_CHARS:  # the keyword arm reads only this much: say so
             cut = f"the query is {len(query):,} characters; keywords were taken from its first {MAX_QUERY_CHARS:,}"
@@ -368,8 +369,8 @@ class MemorySearch(AsyncSearch):
         return None if vec is None or is_zero(vec) else list(vec)
 
     # -- candidate arms -------------------------------------------------------------
-    def _keyword_candidates(self, snap: ReadSnapshot, query: str, limit: int, fusion: str) -> list[Candidate]:
-        match = build_match_query(query)
+    def _keyword_candidates(self, snap: ReadSnapshot, match: str | None, keys: frozenset[str], limit: int,
+                            fusion: str) -> list[Candidate]:
         if match is None:
             return []
         hits = snap.keyword_hits(match, limit, self._fts_budget)
@@ -377,7 +378,6 @@ class MemorySearch(AsyncSearch):
         visible = self.visible
         found = [(r, rank) for rowid, rank in hits if (r := rows.get(rowid)) is not None and visible(r[3], r[2])]
         if fusion == "calibrated":
-            keys = query_keywords(query)
             scores = calibrated_text_scores([rank for _, rank in found], [keyword_coverage(r[6], keys) for r, _ in found])
         else:
             best = hits[0][1] if hits else 0.0  # best first: the most negative bm25

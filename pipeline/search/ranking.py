@@ -123,21 +123,24 @@ def sort_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
     return sorted(cands, key=_sort_key)
 
 
-def _union(vector_hits: list[Candidate], text_hits: list[Candidate]) -> dict[str, Candidate]:
-    merged: dict[str, Candidate] = {}
+def _union(vector_hits: list[Candidate], text_hits: list[Candidate]) -> dict[str, list]:
+    """Both arms' hits by chunk id, as ``[hit, vector_score, text_score, has_vector, has_text, text]``
+    (``hit`` holds the chunk's other fields). :func:`merge_hybrid` builds each candidate once from
+    this: a ``_replace`` here and another for its score were half of ``rank_pipeline``'s time."""
+    merged: dict[str, list] = {}
     for hit in vector_hits:
         vs = _finite(hit.vector_score)
         old = merged.get(hit.chunk_id)
-        if old is None or vs > old.vector_score:
-            merged[hit.chunk_id] = hit._replace(vector_score=vs, text_score=0.0, has_vector=True, has_text=False)
+        if old is None or vs > old[1]:
+            merged[hit.chunk_id] = [hit, vs, 0.0, True, False, hit.text]
     for hit in text_hits:
         ts = _clamp01(hit.text_score)
         old = merged.get(hit.chunk_id)
         if old is None:
-            merged[hit.chunk_id] = hit._replace(vector_score=0.0, text_score=ts, has_vector=False, has_text=True)
-        elif ts >= old.text_score:
+            merged[hit.chunk_id] = [hit, 0.0, ts, False, True, hit.text]
+        elif ts >= old[2]:
             # Same chunk; keep the vector hit's fields but prefer non-empty text.
-            merged[hit.chunk_id] = old._replace(text_score=ts, has_text=True, text=old.text or hit.text)
+            old[2], old[4], old[5] = ts, True, old[5] or hit.text
     return merged
 
 
@@ -207,26 +210,26 @@ def merge_hybrid(
         vw, tw = 0.0, 1.0
     elif not has_txt:
         vw, tw = 1.0, 0.0
-    best_vs = max((c.vector_score for c in merged.values() if c.has_vector), default=0.0)
+    best_vs = max((m[1] for m in merged.values() if m[3]), default=0.0)
     anchor = max(0.0, min(1.0, best_vs))
     bound = None if unseen_vector_bound is None else _clamp01(unseen_vector_bound)
 
     out: list[Candidate] = []
-    for c in merged.values():
-        score = vw * c.vector_score + tw * c.text_score
-        if c.has_text and not c.has_vector and tw > 0 and vw > 0:
-            score = max(score, c.text_score * anchor)
+    for hit, vs, ts, has_vector, has_text, text in merged.values():
+        score = vw * vs + tw * ts
+        if has_text and not has_vector and tw > 0 and vw > 0:
+            score = max(score, ts * anchor)
             if bound is not None:
-                score = max(score, vw * bound + tw * c.text_score)
+                score = max(score, vw * bound + tw * ts)
         if fusion == "calibrated" and tw > 0 and vw > 0:
             # Keyword evidence leads, the cosine (relative to the best) breaks near-ties; a
             # strong vector hit still scores its weighted cosine, above weak keyword hits.
-            rel_vs = c.vector_score / anchor if c.has_vector and anchor > 0 else 0.0
-            score = max((1 - CALIBRATED_VECTOR_SHARE) * c.text_score + CALIBRATED_VECTOR_SHARE * rel_vs,
-                        vw * c.vector_score)
-        elif fusion == "calibrated" and c.has_text and tw > 0:
-            score = max(score, c.text_score)
-        out.append(c._replace(score=score))
+            rel_vs = vs / anchor if has_vector and anchor > 0 else 0.0
+            score = max((1 - CALIBRATED_VECTOR_SHARE) * ts + CALIBRATED_VECTOR_SHARE * rel_vs, vw * vs)
+        elif fusion == "calibrated" and has_text and tw > 0:
+            score = max(score, ts)
+        out.append(Candidate(hit.chunk_id, hit.path, hit.source, hit.start_line, hit.end_line, text,
+                             vs, ts, score, has_vector, has_text))
     return sort_candidates(out)
 
 
@@ -534,11 +537,10 @@ def rank_pipeline(
     )
     threshold = _finite(min_score)
     relevant = {c.chunk_id for c in cands if c.score >= threshold}
-    if temporal_decay:
+    if temporal_decay:  # merge_hybrid's order holds until decay changes the scores
         if now is None:
             raise ValueError("rank_pipeline: temporal_decay needs 'now'")
-        cands = apply_temporal_decay(cands, now, half_life_days, mtimes or {})
-    cands = sort_candidates(cands)
+        cands = sort_candidates(apply_temporal_decay(cands, now, half_life_days, mtimes or {}))
     limit = max(0, int(max_results))
     if mmr:
         cands = mmr_rerank(cands, mmr_lambda, stop_after=limit, passes=lambda c: c.chunk_id in relevant)

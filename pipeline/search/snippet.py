@@ -35,7 +35,8 @@ def _line_scores(text: str, keys: frozenset[str]) -> list[float]:
         for k in hit:
             df[k] = df.get(k, 0) + 1
     # A term on every line locates nothing; a term on one line locates the match.
-    return [sum(math.log(1 + n / df[k]) for k in hit) if hit else 0.0 for hit in found]
+    weight = {k: math.log(1 + n / d) for k, d in df.items()}.__getitem__
+    return [sum(map(weight, hit)) if hit else 0.0 for hit in found]
 
 
 def _cut_line(line: str, keys: frozenset[str], limit: int) -> str:
@@ -61,7 +62,7 @@ def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[s
     if len(lines) != end_line - start_line + 1:
         return Snippet(text[:limit] if len(text) > limit else text, start_line, end_line)
     scores = _line_scores(text, keys) if keys else [0.0] * len(lines)
-    best = max(range(len(lines)), key=lambda i: (scores[i], -i))
+    best = scores.index(max(scores))  # the first of the best-scoring lines
     if len(lines[best]) >= limit:
         return Snippet(_cut_line(lines[best], keys, limit), start_line + best, start_line + best)
     lo = hi = best
