@@ -483,6 +483,16 @@ def test_search_answers_while_a_writer_holds_a_long_transaction(hybrid_agent, ve
 # ------------------------------------------------------------- FTS work budget
 
 
+def test_fts_budget_is_smaller_for_smaller_stores_and_never_above_its_cap():
+    from memindex.pipeline.store import fts_budget as fb
+
+    b = FtsBudget()
+    assert b.budget_for(0) == b.budget_for(1_000) == fb.FTS_RANK_BUDGET_SMALL
+    assert fb.FTS_RANK_BUDGET_SMALL < b.budget_for(15_000) < fb.FTS_RANK_BUDGET  # a share of the chunks
+    assert b.budget_for(100_000) == b.budget_for(10**9) == fb.FTS_RANK_BUDGET
+    assert FtsBudget(budget=10).budget_for(10**6) == 10  # an explicit budget is a cap at every size
+
+
 def test_fts_budget_drops_only_the_most_common_phrases(agent):
     for i in range(30):
         agent.write(f"memory/n{i:02d}.md", f"# Note {i}\ncommon words here and there {i}\n"

@@ -12,7 +12,7 @@ most common ones. When even the rarest phrase is over the budget, no exact
 bm25 ordering is affordable: the chunks holding *all* the phrases (an AND
 query, usually far fewer) are ranked instead, and if those are still too many
 the first matches are taken unranked (``FtsPlan.ranked`` False). Stores whose
-size times phrase count fits the budget - every workspace below ~150 chunks
+size times phrase count fits the budget - every workspace below ~75 chunks
 for a 10-term question - are never touched, so small-store behaviour is exactly
 plain BM25 over all terms.
 """
@@ -25,10 +25,19 @@ from typing import NamedTuple
 from memindex.pipeline.store import db
 from memindex.pipeline.store.schema import chunks_table, fts_table
 
-# Postings (summed document frequency) ranked per query: ~1.2 ms of bm25() on this 2-core
-# machine (~1 us each). A phrase over it is in >14% of a 10k-chunk store (IDF <= ln 6 ~ 1.8,
+# Postings (summed document frequency) ranked per query: ~1.2-2.7 ms of bm25() on this 2-core
+# machine (~0.8-1.8 us each). A phrase over it is in >14% of a 10k-chunk store (IDF <= ln 6 ~ 1.8,
 # against ~7-9 for a rare word), in >0.5% of a 300k-chunk one.
 FTS_RANK_BUDGET = 1_500
+# Smaller stores rank at most this many, or FTS_BUDGET_SHARE of their chunks if more: what such
+# a budget drops is phrases in over ~7% of the chunks (IDF <= ~2.6), and there that costs
+# nothing measurable. The LoCoMo dev questions, each conversation indexed with the 1,000-file
+# corpus beside it (10,700 chunks), keyword-only: R@10 / MRR 0.824 / 0.634 at 1,500 and
+# 0.824 / 0.636 at 750 and 500, for a p95 ~20% lower (the 200 corpus queries, 3.5 -> 2.8 ms).
+# With the 10,000-file corpus (107,000 chunks) lower budgets do cost: 0.822 at 3,000, 0.812 at
+# 1,500, 0.807 at 750, 0.799 at 500 - there the share keeps 1,500.
+FTS_RANK_BUDGET_SMALL = 750
+FTS_BUDGET_SHARE = 0.07
 # Document frequencies are counted up to this many postings (the count walks the posting
 # list, ~0.05-0.1 us each, once per phrase per engine): enough to order the phrases a budget
 # can still use, bounded for the words in half the store.
@@ -49,8 +58,8 @@ class FtsPlan(NamedTuple):
 class FtsBudget:
     """Per-search-engine document-frequency cache + the trimming rule. Thread-safe."""
 
-    def __init__(self, budget: int = FTS_RANK_BUDGET) -> None:
-        self.budget = budget
+    def __init__(self, budget: int = FTS_RANK_BUDGET, small: int = FTS_RANK_BUDGET_SMALL) -> None:
+        self.budget, self.small = budget, small
         self.count_cap = max(DF_COUNT_CAP, 4 * budget)
         self._df: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
@@ -64,7 +73,8 @@ class FtsBudget:
         """What to run for ``match``: the trimmed OR query, or for a query of only very common
         phrases, their AND (ranked when it matches few enough chunks, else unranked)."""
         trimmed, rarest_df, size = self._trim(conn, gen, match)
-        if rarest_df <= self.budget:
+        budget = self.budget_for(size)
+        if rarest_df <= budget:
             return FtsPlan(trimmed)
         # Every phrase is over the budget. Chunks holding all of them rank best under the OR
         # query too (each phrase adds to bm25); there are usually few.
@@ -73,9 +83,13 @@ class FtsBudget:
         # bm25 still walks each phrase's whole posting list once for its IDF (~0.05 us a posting),
         # so ranking the AND needs both few matches and posting lists short enough to walk.
         if (len(phrases) > 1 and sum(self._doc_freq(conn, gen, p) for p in phrases) <= self.count_cap
-                and self._doc_freq(conn, gen, every) <= self.budget):
+                and self._doc_freq(conn, gen, every) <= budget):
             return FtsPlan(every, fill=trimmed)
         return FtsPlan(every, ranked=False, fill=trimmed if len(phrases) > 1 else None)
+
+    def budget_for(self, size: int) -> int:
+        """The postings a query may rank in a store of ``size`` chunks."""
+        return min(self.budget, max(self.small, int(FTS_BUDGET_SHARE * size)))
 
     def _trim(self, conn: db.Connection, gen: int, match: str) -> tuple[str, int, int]:
         """(trimmed match, document frequency of its rarest phrase (0: not counted), store size)."""
@@ -83,7 +97,8 @@ class FtsBudget:
         phrases = match.split(" OR ")
         # max(rowid) is an O(log n) upper bound of the chunk count (rowids are never far above it).
         size = conn.execute(f"SELECT max(rowid) FROM {chunks_table(gen)}").fetchone()[0] or 0
-        if size * len(phrases) <= self.budget:
+        budget = self.budget_for(size)
+        if size * len(phrases) <= budget:
             return match, 0, size
         ranked = sorted(range(len(phrases)), key=lambda i: (self._doc_freq(conn, gen, phrases[i]), i))
         rarest = self._doc_freq(conn, gen, phrases[ranked[0]])
@@ -92,7 +107,7 @@ class FtsBudget:
             df = self._doc_freq(conn, gen, phrases[i])
             # A phrase in over half the chunks has FTS5 IDF <= 0 (clamped to 1e-6): it adds
             # nothing to any bm25() score, only rows to rank. Over budget, it is dropped first.
-            if keep and (spent + df > self.budget or 2 * df > size):
+            if keep and (spent + df > budget or 2 * df > size):
                 break
             keep.append(i)
             spent += df
