@@ -491,6 +491,9 @@ def test_fts_budget_is_smaller_for_smaller_stores_and_never_above_its_cap():
     assert fb.FTS_RANK_BUDGET_SMALL < b.budget_for(15_000) < fb.FTS_RANK_BUDGET  # a share of the chunks
     assert b.budget_for(100_000) == b.budget_for(10**9) == fb.FTS_RANK_BUDGET
     assert FtsBudget(budget=10).budget_for(10**6) == 10  # an explicit budget is a cap at every size
+    # document frequencies are counted as far as the store's budget needs (4x), no further
+    assert b.count_cap_for(1_000) == 4 * fb.FTS_RANK_BUDGET_SMALL
+    assert b.count_cap_for(10**9) == 4 * fb.FTS_RANK_BUDGET
 
 
 def test_fts_budget_drops_only_the_most_common_phrases(agent):

@@ -38,10 +38,11 @@ FTS_RANK_BUDGET = 1_500
 # 1,500, 0.807 at 750, 0.799 at 500 - there the share keeps 1,500.
 FTS_RANK_BUDGET_SMALL = 750
 FTS_BUDGET_SHARE = 0.07
-# Document frequencies are counted up to this many postings (the count walks the posting
-# list, ~0.05-0.1 us each, once per phrase per engine): enough to order the phrases a budget
-# can still use, bounded for the words in half the store.
-DF_COUNT_CAP = 4 * FTS_RANK_BUDGET
+# Document frequencies are counted up to 4x the budget (the count walks the posting list,
+# ~0.06 us a posting, once per phrase per engine: 0.38 ms for a word in 6,000 chunks, the
+# first time a search meets it): enough to order the phrases a budget can still use, bounded
+# for the words in half the store.
+DF_COUNT_FACTOR = 4
 _CACHE_MAX = 4096
 
 
@@ -60,8 +61,7 @@ class FtsBudget:
 
     def __init__(self, budget: int = FTS_RANK_BUDGET, small: int = FTS_RANK_BUDGET_SMALL) -> None:
         self.budget, self.small = budget, small
-        self.count_cap = max(DF_COUNT_CAP, 4 * budget)
-        self._df: dict[tuple[int, str], int] = {}
+        self._df: dict[tuple[int, str, int], int] = {}
         self._lock = threading.Lock()
 
     def trim(self, conn: db.Connection, gen: int, match: str) -> str:
@@ -73,7 +73,7 @@ class FtsBudget:
         """What to run for ``match``: the trimmed OR query, or for a query of only very common
         phrases, their AND (ranked when it matches few enough chunks, else unranked)."""
         trimmed, rarest_df, size = self._trim(conn, gen, match)
-        budget = self.budget_for(size)
+        budget, cap = self.budget_for(size), self.count_cap_for(size)
         if rarest_df <= budget:
             return FtsPlan(trimmed)
         # Every phrase is over the budget. Chunks holding all of them rank best under the OR
@@ -82,14 +82,18 @@ class FtsBudget:
         every = " AND ".join(phrases) if len(phrases) > 1 else match
         # bm25 still walks each phrase's whole posting list once for its IDF (~0.05 us a posting),
         # so ranking the AND needs both few matches and posting lists short enough to walk.
-        if (len(phrases) > 1 and sum(self._doc_freq(conn, gen, p) for p in phrases) <= self.count_cap
-                and self._doc_freq(conn, gen, every) <= budget):
+        if (len(phrases) > 1 and sum(self._doc_freq(conn, gen, p, cap) for p in phrases) <= cap
+                and self._doc_freq(conn, gen, every, cap) <= budget):
             return FtsPlan(every, fill=trimmed)
         return FtsPlan(every, ranked=False, fill=trimmed if len(phrases) > 1 else None)
 
     def budget_for(self, size: int) -> int:
         """The postings a query may rank in a store of ``size`` chunks."""
         return min(self.budget, max(self.small, int(FTS_BUDGET_SHARE * size)))
+
+    def count_cap_for(self, size: int) -> int:
+        """How far a phrase's document frequency is counted in a store of ``size`` chunks."""
+        return DF_COUNT_FACTOR * max(self.small, self.budget_for(size))
 
     def _trim(self, conn: db.Connection, gen: int, match: str) -> tuple[str, int, int]:
         """(trimmed match, document frequency of its rarest phrase (0: not counted), store size)."""
@@ -100,11 +104,12 @@ class FtsBudget:
         budget = self.budget_for(size)
         if size * len(phrases) <= budget:
             return match, 0, size
-        ranked = sorted(range(len(phrases)), key=lambda i: (self._doc_freq(conn, gen, phrases[i]), i))
-        rarest = self._doc_freq(conn, gen, phrases[ranked[0]])
+        cap = self.count_cap_for(size)
+        ranked = sorted(range(len(phrases)), key=lambda i: (self._doc_freq(conn, gen, phrases[i], cap), i))
+        rarest = self._doc_freq(conn, gen, phrases[ranked[0]], cap)
         keep, spent = [], 0
         for i in ranked:
-            df = self._doc_freq(conn, gen, phrases[i])
+            df = self._doc_freq(conn, gen, phrases[i], cap)
             # A phrase in over half the chunks has FTS5 IDF <= 0 (clamped to 1e-6): it adds
             # nothing to any bm25() score, only rows to rank. Over budget, it is dropped first.
             if keep and (spent + df > budget or 2 * df > size):
@@ -113,23 +118,23 @@ class FtsBudget:
             spent += df
         return " OR ".join(phrases[i] for i in sorted(keep)), rarest, size
 
-    def _doc_freq(self, conn: db.Connection, gen: int, phrase: str) -> int:
+    def _doc_freq(self, conn: db.Connection, gen: int, phrase: str, cap: int) -> int:
         # A phrase's (or an AND of phrases') bounded count. Cached without invalidation on writes: a slightly stale count only shifts
         # which common phrase is dropped, never correctness of the matches.
-        key = (gen, phrase)
+        key = (gen, phrase, cap)
         with self._lock:
             hit = self._df.get(key)
         if hit is not None:
             return hit
-        n = self._count(conn, gen, phrase)
+        n = self._count(conn, gen, phrase, cap)
         with self._lock:
             if len(self._df) >= _CACHE_MAX:
                 self._df.clear()
             self._df[key] = n
         return n
 
-    def _count(self, conn: db.Connection, gen: int, expr: str) -> int:
-        """Chunks matching ``expr``, counted up to ``count_cap + 1`` (no ranking: ~0.05 us each)."""
+    def _count(self, conn: db.Connection, gen: int, expr: str, cap: int) -> int:
+        """Chunks matching ``expr``, counted up to ``cap + 1`` (no ranking: ~0.06 us each)."""
         ft = fts_table(gen)
         return conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {ft} WHERE {ft} MATCH ? LIMIT ?)",
-                            (expr, self.count_cap + 1)).fetchone()[0]
+                            (expr, cap + 1)).fetchone()[0]
