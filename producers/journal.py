@@ -19,9 +19,9 @@ How it stays exact:
 - The forked child that runs a call shares the parent's inotify instance (a forked descriptor)
   and adds its watches there; only the parent reads events, and children report their walks
   over a datagram socket the parent reads before it forks the next call.
-
-- A listing holding a file with other hard links is never recorded: a write through a link
-  outside the watched directories raises no event in them.
+- A listing holding a file with other hard links is never recorded (a write through a link
+  outside the watched directories raises no event in them), nor one spread over more than
+  :data:`MAX_WATCHED_DIRS` directories.
 
 What inotify does not see at all - a write through ``mmap`` - shows only in a walk.
 ``memindex index --force`` and every in-process run (``MEMINDEX_RESIDENT=off``, workers, the
