@@ -58,6 +58,10 @@ async def exercise(client: Client, a: Agent) -> None:
     assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines", "agent"}
     assert set(tools["memory_search"].input_schema["properties"]) == {
         "query", "maxResults", "minScore", "agent", "sessionKey"}
+    from memindex.producers.serve.mcp import _TOOL_FIELDS  # the table unknown arguments are checked against
+
+    assert {name: set(tools[name].input_schema["properties"]) for name in TOOLS} == {
+        name: set(fields) for name, fields in _TOOL_FIELDS.items()}
 
     res = await client.call_tool("memory_search", {"query": "VLAN IoT", "maxResults": 3})
     assert not res.is_error
@@ -78,6 +82,13 @@ async def exercise(client: Client, a: Agent) -> None:
 
     res = await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 0})
     assert res.is_error  # from is 1-based: the schema refuses 0
+
+    # A misspelt argument is refused with the names expected, not dropped (it would mean the default).
+    res = await client.call_tool("memory_search", {"query": "VLAN", "maxresults": 1})
+    assert res.is_error and "unknown field(s) maxresults" in res.content[0].text
+    assert "maxResults" in res.content[0].text
+    res = await client.call_tool("memory_status", {"agnet": "main"})
+    assert res.is_error and "agnet" in res.content[0].text
 
     res = await client.call_tool("memory_status", {})
     assert not res.is_error

@@ -29,15 +29,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
-from memindex.producers.serve.tools import MemoryTools, OperationError
+from memindex.producers.serve.tools import GET_FIELDS, SEARCH_FIELDS, MemoryTools, OperationError, check_fields
 
 MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
 
-# JSON body field -> MemoryTools keyword, per operation (unknown fields are refused, not ignored).
-SEARCH_FIELDS = {"query": "query", "maxResults": "max_results", "minScore": "min_score",
-                 "agent": "agent", "sessionKey": "session_key"}
-GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "agent"}
 
 
 def is_loopback(host: str) -> bool:
@@ -155,22 +151,15 @@ async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
     return data
 
 
-def _kwargs(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise OperationError("bad_request", f"unknown field(s) {', '.join(unknown)}; expected {', '.join(fields)}")
-    return {fields[k]: v for k, v in data.items()}
-
-
 def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
     async def search(request: Request) -> Response:
-        kw = _kwargs(await _json_body(request, max_body_bytes), SEARCH_FIELDS)
+        kw = check_fields(await _json_body(request, max_body_bytes), SEARCH_FIELDS)
         if "query" not in kw:
             raise OperationError("bad_request", "query is required")
         return JSONResponse(await tools.search(kw.pop("query"), **kw))
 
     async def get(request: Request) -> Response:
-        kw = _kwargs(await _json_body(request, max_body_bytes), GET_FIELDS)
+        kw = check_fields(await _json_body(request, max_body_bytes), GET_FIELDS)
         if "path" not in kw:
             raise OperationError("bad_request", "path is required")
         return JSONResponse(await tools.get(kw.pop("path"), **kw))

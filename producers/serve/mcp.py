@@ -18,7 +18,9 @@ from pydantic import Field
 
 from memindex import __version__
 from memindex.producers.serve.http import protect, run_uvicorn
-from memindex.producers.serve.tools import MemoryTools, OperationError
+from memindex.producers.serve.tools import (
+    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_fields,
+)
 
 INSTRUCTIONS = (
     "Long-term memory for this agent: Markdown notes (MEMORY.md, memory/YYYY-MM-DD.md, and "
@@ -59,8 +61,26 @@ async def _answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         raise ToolError(str(exc)) from None  # the model reads the reason and can correct its call
 
 
+_TOOL_FIELDS = {"memory_search": SEARCH_FIELDS, "memory_get": GET_FIELDS, "memory_status": STATUS_FIELDS}
+
+
+class _StrictServer(MCPServer):
+    """The SDK drops arguments its schema does not name; a misspelt ``maxresults`` would then
+    quietly mean the default. Refused instead, with the names expected (as the JSON API does)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        fields = _TOOL_FIELDS.get(name)
+        if fields is not None and isinstance(arguments, dict):
+            try:
+                check_fields(arguments, fields)
+            except OperationError as exc:
+                raise ToolError(f"{name}: {exc}") from None
+        return await super().call_tool(name, arguments, context)
+
+
 def build_server(tools: MemoryTools) -> MCPServer:
-    server: MCPServer = MCPServer("memindex", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    server: MCPServer = _StrictServer("memindex", instructions=INSTRUCTIONS, version=__version__,
+                                      log_level="WARNING")
 
     async def memory_search(
         query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],

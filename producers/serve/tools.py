@@ -40,6 +40,22 @@ class OperationError(MemindexError):
         return {"error": {"code": self.code, "message": str(self)}}
 
 
+# Each operation's wire arguments -> MemoryTools keyword: one table for the JSON API and MCP,
+# where an unknown argument (a misspelt ``maxresults``) is refused, never silently ignored.
+SEARCH_FIELDS = {"query": "query", "maxResults": "max_results", "minScore": "min_score",
+                 "agent": "agent", "sessionKey": "session_key"}
+GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "agent"}
+STATUS_FIELDS = {"agent": "agent"}
+
+
+def check_fields(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
+    """``data``'s arguments as MemoryTools keywords; an unknown one is an ``OperationError``."""
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise OperationError("bad_request", f"unknown field(s) {', '.join(unknown)}; expected {', '.join(fields)}")
+    return {fields[k]: v for k, v in data.items()}
+
+
 def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: float | None = None) -> Any:
     """``value`` if None or of ``kind`` (bools are not numbers here), else a bad_request naming ``name``."""
     if value is None:
