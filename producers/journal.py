@@ -212,8 +212,8 @@ class ChangeJournal:
         if rec is None or rec[2] != self._seq:
             return None
         if self.debug:
-            print(f"memindex: listing of {rec[1]:,} files vouched for by the change journal (no walk)",
-                  file=sys.stderr)
+            files = f"{rec[1]:,} file{'' if rec[1] == 1 else 's'}"
+            print(f"memindex: listing of {files} vouched for by the change journal (no walk)", file=sys.stderr)
         return rec[0], rec[1]
 
     def arm(self, context: str, roots: Sequence[tuple[str, bool]]) -> str | None:
