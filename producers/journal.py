@@ -194,7 +194,7 @@ class ChangeJournal:
             self._fd = -1
 
     # -- a forked call (index/unchanged.py ListingJournal) -----------------------------------
-    def _key(self, context: str, roots: Sequence[tuple[str, bool]]) -> str | None:
+    def key(self, context: str, roots: Sequence[tuple[str, bool]]) -> str | None:
         try:
             with open(_MOUNTINFO, encoding="utf-8", errors="surrogateescape") as fh:
                 mounts = fh.read()
@@ -206,9 +206,8 @@ class ChangeJournal:
             "utf-8", "surrogateescape")).hexdigest()]
         return hashlib.sha256(json.dumps(blob).encode("utf-8", "surrogateescape")).hexdigest()
 
-    def listing(self, context: str, roots: Sequence[tuple[str, bool]]) -> tuple[str, int] | None:
-        key = self._key(context, roots)
-        rec = self._records.get(key) if key is not None else None
+    def listing(self, key: str) -> tuple[str, int] | None:
+        rec = self._records.get(key)
         if rec is None or rec[2] != self._seq:
             return None
         if self.debug:
@@ -216,10 +215,7 @@ class ChangeJournal:
             print(f"memindex: listing of {files} vouched for by the change journal (no walk)", file=sys.stderr)
         return rec[0], rec[1]
 
-    def arm(self, context: str, roots: Sequence[tuple[str, bool]]) -> str | None:
-        key = self._key(context, roots)
-        if key is None:
-            return None
+    def arm(self, key: str, roots: Sequence[tuple[str, bool]]) -> str | None:
         watched = 0
         for path, tree in roots:
             stack = [path]

@@ -159,35 +159,42 @@ def test_the_journal_bounds_its_watches_and_starts_afresh_past_them(tmp_path):
 
     j = jm.ChangeJournal.create()
     assert j is not None
+
+    def look(context, roots):
+        return j.listing(j.key(context, roots))
+
+    def arm(context, roots):
+        return j.arm(j.key(context, roots), roots)
+
     try:
         tree = tmp_path / "tree"
         for i in range(3):
             (tree / f"d{i}").mkdir(parents=True)
         roots = [(str(tmp_path), False), (str(tree), True)]
-        token = j.arm("ctx", roots)
+        token = arm("ctx", roots)
         assert token is not None
         j.record(token, "digest-1", 7)
-        assert j.listing("ctx", roots) is None  # taken in by the next refresh, not before
+        assert look("ctx", roots) is None  # taken in by the next refresh, not before
         j.refresh()
-        assert j.listing("ctx", roots) == ("digest-1", 7)
-        assert j.listing("other settings", roots) is None
+        assert look("ctx", roots) == ("digest-1", 7)
+        assert look("other settings", roots) is None
         (tree / "d1" / "new.md").write_text("x")
         j.refresh()
-        assert j.listing("ctx", roots) is None  # an event in a watched subdirectory
-        token = j.arm("ctx", roots)
+        assert look("ctx", roots) is None  # an event in a watched subdirectory
+        token = arm("ctx", roots)
         j.record(token, "digest-2", 8)
         j.refresh()
-        assert j.listing("ctx", roots) == ("digest-2", 8)
+        assert look("ctx", roots) == ("digest-2", 8)
         old_fd = j._fd
         big = [(str(tree), True)]
         for i in range(jm._MAX_RECORDS + 1):  # more listings than it keeps records for
-            j.record(j.arm(f"ctx {i}", big), f"d{i}", 1)
+            j.record(arm(f"ctx {i}", big), f"d{i}", 1)
         j.refresh()
         assert j._fd != old_fd and j._fd >= 0
-        assert j.listing("ctx", roots) is None and j.listing("ctx 3", big) is None
-        token = j.arm("ctx", roots)
+        assert look("ctx", roots) is None and look("ctx 3", big) is None
+        token = arm("ctx", roots)
         j.record(token, "digest-3", 9)
         j.refresh()
-        assert j.listing("ctx", roots) == ("digest-3", 9)
+        assert look("ctx", roots) == ("digest-3", 9)
     finally:
         j.close()

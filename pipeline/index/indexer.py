@@ -161,11 +161,13 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
         mark = unchanged.read(settings.store_path)
         token = None
         if journal is not None:
-            context, roots = settings.digest(), listing_roots(settings)
-            known = journal.listing(context, roots)
-            if known is not None and _unchanged(mark, key, known[0], reader, st):
-                return _nothing_to_do(st, known[1]), True
-            token = journal.arm(context, roots)  # before the walk: a change during it is seen
+            roots = listing_roots(settings)
+            listing_key = journal.key(settings.digest(), roots)  # before the walk, as arm()
+            if listing_key is not None:
+                known = journal.listing(listing_key)
+                if known is not None and _unchanged(mark, key, known[0], reader, st):
+                    return _nothing_to_do(st, known[1]), True
+                token = journal.arm(listing_key, roots)  # before the walk: a change during it is seen
         facts = ListingFacts()
         with _gc_paused():
             files = list(iter_collect_files(settings, facts))

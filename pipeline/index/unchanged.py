@@ -84,15 +84,17 @@ class ListingJournal(Protocol):
     """What a long-lived process that watches the disk (the CLI's resident process) can vouch
     for: that nothing under a listing's roots changed since a walk listed them. Then the next
     plan need not walk at all - the listing is the one recorded (its digest and file count).
-
-    ``roots`` (:func:`~memindex.pipeline.index.workspace.listing_roots`) are what decides
-    the listing; ``context`` is the digest of the settings it was made under.
     """
 
-    def listing(self, context: str, roots: Sequence[tuple[str, bool]]) -> tuple[str, int] | None:
-        """(disk digest, file count) recorded for these roots with no change seen since, or None."""
+    def key(self, context: str, roots: Sequence[tuple[str, bool]]) -> str | None:
+        """The listing's key: ``context`` (the digest of the settings it is made under) and
+        ``roots`` (:func:`~memindex.pipeline.index.workspace.listing_roots`, what decides it) as
+        they are now; None when changes under them cannot be watched (never vouched for)."""
 
-    def arm(self, context: str, roots: Sequence[tuple[str, bool]]) -> str | None:
+    def listing(self, key: str) -> tuple[str, int] | None:
+        """(disk digest, file count) recorded under ``key`` with no change seen since, or None."""
+
+    def arm(self, key: str, roots: Sequence[tuple[str, bool]]) -> str | None:
         """Watch ``roots`` before they are listed; a token for :meth:`record`, or None when
         they cannot be watched (the listing is then never vouched for)."""
 
