@@ -448,8 +448,8 @@ def listing_roots(settings: AgentSettings) -> list[tuple[str, bool]]:
 
     def add(p: Path, tree: bool) -> None:
         out.setdefault((str(p.parent), False), None)
-        if tree and p.is_dir() and not p.is_symlink():
-            out.setdefault((str(p), True), None)
+        if p.is_dir() and not p.is_symlink():
+            out.setdefault((str(p), tree), None)
 
     if "memory" in settings.sources:
         out.setdefault((str(settings.workspace), False), None)
@@ -457,9 +457,7 @@ def listing_roots(settings: AgentSettings) -> list[tuple[str, bool]]:
         for extra in resolve_extra_paths(settings):
             add(extra, True)
     if "sessions" in settings.sources:
-        add(settings.sessions_dir, False)
-        if settings.sessions_dir.is_dir() and not settings.sessions_dir.is_symlink():
-            out.setdefault((str(settings.sessions_dir), False), None)
+        add(settings.sessions_dir, False)  # its top level only (discover_sessions)
     return list(out)
 
 
