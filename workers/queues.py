@@ -24,6 +24,13 @@ def all_queues() -> tuple[str, ...]:
     return (*QUEUES, *shard_queues())
 
 
+def _dead(queue: str) -> int:
+    """Dead-lettered messages of one queue (dramatiq's ``<ns>:<queue>.XQ`` on Redis)."""
+    if is_embedded(broker):
+        return len(broker.dead_letters_by_queue.get(queue, []))
+    return broker.client.zcard(f"{broker.namespace}:{queue}.XQ")
+
+
 def depth() -> dict[str, dict[str, int]]:
     """Per queue, in messages: ready / delayed / running / prefetched / dead."""
     if is_embedded(broker):
@@ -34,7 +41,7 @@ def depth() -> dict[str, dict[str, int]]:
             unfinished = broker.queues[q].unfinished_tasks + broker.queues[f"{q}.DQ"].unfinished_tasks
             out[q] = {"ready": ready, "delayed": delayed,
                       "running": max(0, unfinished - ready - delayed), "prefetched": 0,
-                      "dead": len(broker.dead_letters_by_queue.get(q, []))}
+                      "dead": _dead(q)}
         return out
     from memindex.workers.lifecycle import processes
 
@@ -55,7 +62,7 @@ def depth() -> dict[str, dict[str, int]]:
         held_back = sum(client.scard(f"{ns}:__acks__.{w}.{q}.DQ") for w in live)  # waiting for their eta
         out[q] = {"ready": client.llen(f"{ns}:{q}"), "delayed": client.llen(f"{ns}:{q}.DQ") + held_back,
                   "running": running[q], "prefetched": max(0, claimed - running[q]),
-                  "dead": client.zcard(f"{ns}:{q}.XQ")}
+                  "dead": _dead(q)}
     return out
 
 
@@ -105,9 +112,7 @@ def total_outstanding() -> int:
 def dead_count() -> int:
     """Dead-lettered messages, every queue (``depth``'s "dead" alone: one ZCARD per queue, no
     worker or heartbeat reads - a sync asks before and after its work)."""
-    if is_embedded(broker):
-        return sum(len(broker.dead_letters_by_queue.get(q, [])) for q in QUEUES)
-    return sum(broker.client.zcard(f"{broker.namespace}:{q}.XQ") for q in all_queues())
+    return sum(map(_dead, QUEUES if is_embedded(broker) else all_queues()))
 
 
 def dead_letters(limit: int = 100, *, newest: bool = False) -> list[dict[str, Any]]:
