@@ -39,13 +39,16 @@ def _executor(kind: str = "async") -> ThreadPoolExecutor:
         return pool
 
 
+async def _run(kind: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor(kind), functools.partial(fn, *args, **kwargs))
+
+
 async def run_in_pool(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
     """``fn(*args, **kwargs)`` on the shared pool, awaited without blocking the running loop."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+    return await _run("async", fn, args, kwargs)
 
 
 async def run_waiting(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
     """``run_in_pool`` for work that waits on a subprocess: its own pool (``WAIT_POOL_THREADS``)."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor("wait"), functools.partial(fn, *args, **kwargs))
+    return await _run("wait", fn, args, kwargs)
