@@ -35,7 +35,6 @@ MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can mak
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
 
 
-
 def is_loopback(host: str) -> bool:
     if host.lower().rstrip(".") == "localhost":
         return True
