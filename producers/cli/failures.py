@@ -16,12 +16,17 @@ def report_failures(settings: Iterable[Any], since_ms: int, out: TextIO | None =
     """Print one summary line per (agent, reason) failed since ``since_ms``; returns the files failed."""
     from memindex.pipeline.index.failures import failures_since
 
+    return print_failures(((s.agent_id, failures_since(s.store_path, since_ms)) for s in settings), out)
+
+
+def print_failures(groups: Iterable[tuple[str, dict[str, dict[str, Any]]]], out: TextIO | None = None) -> int:
+    """``report_failures`` for groups already read: (agent id, ``failures_since``'s answer) pairs."""
     out = out or sys.stderr
     total = 0
-    for s in settings:
-        for reason, g in sorted(failures_since(s.store_path, since_ms).items(), key=lambda kv: -kv[1]["count"]):
+    for agent_id, by_reason in groups:
+        for reason, g in sorted(by_reason.items(), key=lambda kv: -kv[1]["count"]):
             total += g["count"]
-            print(f"error: {s.agent_id}: {g['count']} file(s) failed: {reason} ({g['hint']})", file=out)
+            print(f"error: {agent_id}: {g['count']} file(s) failed: {reason} ({g['hint']})", file=out)
     if total:
         print(f"{total} file(s) not fully indexed (at most keyword-searchable); the next sync retries them "
               "(see `memindex status`)", file=out)

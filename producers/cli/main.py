@@ -45,7 +45,8 @@ def _command_agents(args: argparse.Namespace) -> list[str]:
 def cmd_index(args: argparse.Namespace) -> int:
     """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
     reported by name and the others are still indexed, as ``openclaw memory index`` does."""
-    from memindex.producers.cli.failures import report_failures, run_started
+    from memindex.pipeline.index.failures import failures_since
+    from memindex.producers.cli.failures import print_failures, run_started
     from memindex.producers.enqueue import sync_and_wait
 
     agents = _command_agents(args)
@@ -71,18 +72,17 @@ def cmd_index(args: argparse.Namespace) -> int:
         finally:
             if bar is not None:
                 bar.close()
-        ran.append(settings)
+        failures = failures_since(settings.store_path, since)  # read once: this line and the summary
+        ran.append((settings.agent_id, failures))
         if not args.quiet:
-            from memindex.pipeline.index.failures import failures_since
-
-            failed = sum(g["count"] for g in failures_since(settings.store_path, since).values())
+            failed = sum(g["count"] for g in failures.values())
             # Not "indexed 99 file(s)" above "99 file(s) failed": the line says what the errors below mean.
             note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
             print(f"{agent}: indexed {counts['to_index']} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged")
         if not _qmd_index(settings, args.quiet):
             code = max(code, 1)
-    return max(code, 1 if report_failures(ran, since) else 0)
+    return max(code, 1 if print_failures(ran) else 0)
 
 
 def _qmd_index(settings: Any, quiet: bool) -> bool:
