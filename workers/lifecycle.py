@@ -198,6 +198,9 @@ class Lifecycle(Middleware):
         from memindex.workers.limits import release_all
 
         release_all()  # slots of messages that did not finish within the shutdown timeout
+        from memindex.workers.writer import close_writers
+
+        close_writers()  # a writer's held transaction holds acknowledged writes: commit it
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None

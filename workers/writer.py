@@ -7,6 +7,7 @@ serial and a store's plan always precedes the writes it announces.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -70,6 +71,85 @@ _writers: dict[str, StoreWriter] = {}
 _writer_inodes: dict[str, int | None] = {}  # the store file each writer opened
 _writers_lock = threading.Lock()
 
+# Group commit (issue 19): a write message opens (or joins) its store's held transaction, and
+# after it the transaction commits unless more write messages already wait on that store's queue
+# (they join it) - so a backfill commits about once per GROUP_COMMIT_S instead of once per ~16
+# files, and the last message of a sync commits before it is acknowledged (`index --wait`
+# returns with everything visible). Searches see a backfill's progress at least this often.
+GROUP_COMMIT_S = 1.0
+_held: dict[str, tuple[StoreWriter, str, dict[str, Any]]] = {}  # store -> (writer, its queue, a ctx)
+_committer: list[threading.Thread] = []
+
+
+def _grouped(fn: Any) -> Any:
+    """A write actor's body, followed by the group-commit decision (also when it failed)."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            settle()
+    return run
+
+
+def settle(*, force: bool = False) -> None:
+    """Commit each held transaction unless more write messages wait on its queue and it is
+    younger than GROUP_COMMIT_S (``force``: commit them all)."""
+    waiting: dict[str, bool] = {}
+    with _writers_lock:
+        held = list(_held.values())
+    for w, queue, ctx in held:
+        since = w.held_since
+        if since is None and not w.lost_held:
+            continue
+        if not force and since is not None and time.monotonic() - since < GROUP_COMMIT_S:
+            if queue not in waiting:
+                waiting[queue] = _more_waiting(queue)
+            if waiting[queue]:
+                continue
+        _commit(w, ctx)
+
+
+def _more_waiting(queue: str) -> bool:
+    try:
+        return queues.ready(queue) > 0
+    except Exception:  # noqa: BLE001 - cannot tell (Redis away): commit now
+        return False
+
+
+def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
+    try:
+        w.commit()
+    except Exception as exc:  # noqa: BLE001 - reported below; the next sync re-plans the files
+        log.warning("could not commit the writes held for %s: %s", w.path, exc)
+    if w.lost_held:
+        # Writes already acknowledged are not in the store: plan again from the Markdown on disk.
+        w.lost_held = False
+        log.warning("the writes held for %s were rolled back; re-planning from disk", w.path)
+        request_resync(ctx, "rolled-back")
+
+
+def _commit_late_groups() -> None:
+    """Safety net: a held transaction whose next message never came to this thread (another
+    consumer took it, middleware skipped it) is committed after 2 x GROUP_COMMIT_S anyway."""
+    while True:
+        time.sleep(GROUP_COMMIT_S)
+        with _writers_lock:
+            held = list(_held.values())
+        for w, _, ctx in held:
+            since = w.held_since
+            if since is not None and time.monotonic() - since >= 2 * GROUP_COMMIT_S:
+                _commit(w, ctx)
+
+
+def _hold(key: str, w: StoreWriter, ctx: Context) -> None:
+    w.hold()
+    _held[key] = (w, write_queue_for(key), ctx.as_dict())
+    if not (_committer and _committer[0].is_alive()):  # (not alive in a forked child)
+        t = threading.Thread(target=_commit_late_groups, name="memindex-group-commit", daemon=True)
+        t.start()
+        _committer[:] = [t]
+
 
 def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
     settings = settings_for(ctx)
@@ -92,6 +172,7 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
         if w is None:
             w = _writers[key] = open_writer(settings)
             _writer_inodes[key] = _inode(key)
+        _hold(key, w, ctx)
     if lost:
         request_resync(ctx.as_dict(), "wal-lost")
     return settings, w
@@ -105,13 +186,16 @@ def _inode(path: Any) -> int | None:
 
 
 def close_writers() -> None:
+    """Commit what each writer holds and close it (a worker's shutdown, the embedded stop)."""
     with _writers_lock:
         for w in _writers.values():
             w.close()
         _writers.clear()
+        _held.clear()
 
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
+@_grouped
 def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
                pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None) -> None:
     settings, w = _writer(Context.from_dict(ctx))
@@ -121,6 +205,7 @@ def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any]
 
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
+@_grouped
 def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _write_files(ctx, generation, [FileRecord.from_message(r) for r in records])
 
@@ -164,6 +249,7 @@ def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
 
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
+@_grouped
 def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _append(ctx, generation, [FileRecord.from_message(r) for r in records])
 
@@ -185,6 +271,7 @@ _parts: dict[tuple[str, str], tuple[float, dict[int, FileRecord]]] = {}
 
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
+@_grouped
 def write_parts(ctx: dict[str, Any], generation: int, items: list[dict[str, Any]]) -> None:
     """Collect parts of split records; the last one to arrive writes the whole record (idempotent:
     a duplicated part replaces itself, a duplicated set rewrites the same rows)."""
@@ -223,12 +310,14 @@ def _assemble(parts: list[FileRecord]) -> FileRecord:
 
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
+@_grouped
 def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _, w = _writer(Context.from_dict(ctx))
     w.touch_files(generation, [TouchRecord.from_message(r) for r in records])
 
 
 @dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
+@_grouped
 def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
     settings, w = _writer(Context.from_dict(ctx))
     w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])
