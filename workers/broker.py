@@ -17,7 +17,7 @@ from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLim
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
-from memindex.workers.lifecycle import InterruptEmbedsOnStop, Lifecycle, WorkContext
+from memindex.workers.lifecycle import GroupCommit, InterruptEmbedsOnStop, Lifecycle, WorkContext
 
 log = logging.getLogger("memindex.broker")
 
@@ -76,7 +76,9 @@ def _middleware() -> list:
     # message after Retries has decided whether it failed for good.
     # WorkContext first: its "before" hook runs first and its "after" hook last, so every line
     # logged about a message (FailureReporter's included) names it.
-    return [WorkContext(), FailureReporter(), AgeLimit(), TimeLimit(), InterruptEmbedsOnStop(EMBED_QUEUE), Callbacks(),
+    # GroupCommit second: its "after" hook (reverse order: next to last) commits a writer's held
+    # transaction inside WorkContext's, so its log lines name the message; all run before the ack.
+    return [WorkContext(), GroupCommit(), FailureReporter(), AgeLimit(), TimeLimit(), InterruptEmbedsOnStop(EMBED_QUEUE), Callbacks(),
             Pipelines(), Retries()]
 
 

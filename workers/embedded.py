@@ -1,8 +1,8 @@
 """The embedded default: run the actors on worker threads inside this process.
 
-Two dramatiq ``Worker``s share the in-memory broker: one consumes sync/embed/
-batch with a few threads, the other consumes ``write`` with exactly one thread,
-so each store still has a single writer (P5).
+Two dramatiq ``Worker``s share the in-memory broker: one consumes ``sync`` and
+``write`` on exactly one thread (so each store still has a single writer, P5),
+the other ``embed`` and ``batch`` with a few threads.
 """
 
 from __future__ import annotations
@@ -15,8 +15,19 @@ import dramatiq
 
 from memindex.workers.broker import QUEUES, broker, is_embedded
 
-POLL_MS = 20
+# How long an idle worker or consumer thread blocks before it looks again. Each wake-up takes the
+# GIL from whichever thread is working: at 20 ms the eight threads' wake-ups cost a cold index
+# ~10% of its CPU (bench/README.md); 250 ms still stops a Ctrl-C'd index within a quarter second.
+POLL_MS = 250
+# The file side and the writer share one thread here (issue 19). Both are mostly Python under
+# one GIL, so two threads never ran them in parallel; they only handed the GIL (and its cache
+# lines) back and forth at every SQLite call: ~5% more CPU for a cold index (bench/README.md).
+# The writer's messages go first (writer.WRITE_PRIORITY), so its backlog stays a message or
+# two. The embed/batch threads stay separate: they wait on providers or run the local model in
+# C, and that does overlap.
+FILE_QUEUES = ("sync", "write")
 _started: list[dramatiq.Worker] = []
+_retired: list[dramatiq.Worker] = []
 _lock = threading.Lock()
 
 
@@ -27,17 +38,27 @@ def start(worker_threads: int = 2) -> None:
     with _lock:
         if _started:
             return
+        for w in _retired:  # told to stop without waiting (stop(idle=True)): finish them, requeue what they took
+            w.stop(timeout=5000)
+        _retired.clear()
         from memindex.workers import actors  # noqa: F401  (declare actors before consuming)
 
-        # A short worker_timeout keeps stop() (and so CLI exit) fast; idle threads
-        # block on a queue condition in between, so it costs no busy polling.
-        work = dramatiq.Worker(broker, queues={q for q in QUEUES if q != "write"},
-                               worker_threads=worker_threads, worker_timeout=POLL_MS)
-        writer = dramatiq.Worker(broker, queues={"write"}, worker_threads=1, worker_timeout=POLL_MS)
-        for w in (work, writer):
+        files = dramatiq.Worker(broker, queues=set(FILE_QUEUES), worker_threads=1, worker_timeout=POLL_MS)
+        compute = dramatiq.Worker(broker, queues={q for q in QUEUES if q not in FILE_QUEUES},
+                                  worker_threads=worker_threads, worker_timeout=POLL_MS)
+        from memindex.workers import writer
+
+        writer.inline_work_queue = files.work_queue  # (before start: its thread must know itself at once)
+        writer.inline_more_work = more_file_work
+        for w in (files, compute):
             w.start()
             _started.append(w)
         atexit.register(stop)
+
+
+def more_file_work() -> bool:
+    """Besides the message the files thread is processing, is sync or write work queued for it?"""
+    return sum(broker.queues[q].unfinished_tasks for q in FILE_QUEUES) > 1
 
 
 def stop(*, idle: bool = False) -> None:
@@ -45,7 +66,10 @@ def stop(*, idle: bool = False) -> None:
 
     ``idle=True`` (the queues are known to be drained, as at the end of a CLI
     command) skips joining dramatiq's daemon threads one by one: nothing is in
-    flight, so they are just told to stop and die with the process.
+    flight, so they are just told to stop and die with the process. Until they
+    notice (within POLL_MS) a consumer may still take a message sent meanwhile
+    into its worker's memory, so a later ``start`` in this process first stops
+    them for good, which puts such a message back on its queue.
     """
     with _lock:
         was_running = bool(_started)
@@ -53,6 +77,7 @@ def stop(*, idle: bool = False) -> None:
             if idle and outstanding() == 0:
                 for t in (*w.workers, *w.consumers.values()):
                     t.stop()
+                _retired.append(w)
             else:
                 w.stop(timeout=5000)
         _started.clear()

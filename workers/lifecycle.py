@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware, ShutdownNotifications
 from memindex.workers.logs import clear_work, set_work
@@ -148,6 +148,22 @@ class InterruptEmbedsOnStop(ShutdownNotifications):
         return message.queue_name.removesuffix(".DQ") == self.queue or super().should_notify(actor, message)
 
 
+class GroupCommit(Middleware):
+    """After each message a worker thread processed, and before it is acknowledged: the writer
+    decides whether to commit the stores' held transactions (``workers.writer.after_message``,
+    which registers itself here: the broker imports this module, so it cannot import the writer)."""
+
+    after_message: Callable[[str], None] | None = None
+    on_shutdown: Callable[[], None] | None = None  # commit and close the writer's stores
+
+    def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        if GroupCommit.after_message is not None:
+            GroupCommit.after_message(message.queue_name)
+
+    after_skip_message = after_process_message
+
+
 class Lifecycle(Middleware):
     """Worker processes on Redis: one stop per stop signal, heartbeat, running messages, slots released on stop."""
 
@@ -198,9 +214,8 @@ class Lifecycle(Middleware):
         from memindex.workers.limits import release_all
 
         release_all()  # slots of messages that did not finish within the shutdown timeout
-        from memindex.workers.writer import close_writers
-
-        close_writers()  # a writer's held transaction holds acknowledged writes: commit it
+        if GroupCommit.on_shutdown is not None:
+            GroupCommit.on_shutdown()  # a writer's held transaction holds acknowledged writes
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None

@@ -126,7 +126,8 @@ def exposition() -> tuple[bytes, str]:
 
 
 class WriterTiming(Middleware):
-    """Each write-queue message is one writer transaction: time it."""
+    """Time each write-queue message's writes (the group commit after it is not included:
+    this hook runs before GroupCommit's)."""
 
     def __init__(self, queue: str) -> None:
         self.queue = queue

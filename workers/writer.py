@@ -7,13 +7,12 @@ serial and a store's plan always precedes the writes it announces.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import dramatiq
 
@@ -27,6 +26,7 @@ from memindex.pipeline.errors import StoreError
 from memindex.pipeline.store.core import StoreWriter, open_writer
 from memindex.workers import queues
 from memindex.workers.failures import note_record_failures
+from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
 from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync, write_queue_for
 
@@ -39,11 +39,17 @@ _summary = WriteSummary(log)  # a DEBUG line per transaction, an INFO summary pe
 # chunked records would pile up in the write queue (in this process on the
 # embedded broker, in Redis otherwise) in proportion to the workspace.
 WRITE_BACKLOG_MAX = 16
+# Where one thread consumes both the file side and the write queue (the embedded broker), it
+# takes a waiting write before the next file group: the backlog stays at a message or two.
+# (dramatiq: lower numbers first; its default is 0.)
+WRITE_PRIORITY = -10
 WRITE_BACKLOG_WAIT_S = 120.0  # never wait forever: no writer running must not wedge the embedders
 
 
 def wait_for_writer(queue: str = WRITE_QUEUE) -> None:
     """Block (bounded) while ``queue`` (a store's write queue or shard) holds more than WRITE_BACKLOG_MAX messages."""
+    if on_inline_thread():
+        return  # the writer runs on this very thread, between the messages it prefers (WRITE_PRIORITY)
     queues.wait_below(queue, WRITE_BACKLOG_MAX, WRITE_BACKLOG_WAIT_S, poll_s=0.02)
 
 
@@ -72,24 +78,34 @@ _writer_inodes: dict[str, int | None] = {}  # the store file each writer opened
 _writers_lock = threading.Lock()
 
 # Group commit (issue 19): a write message opens (or joins) its store's held transaction, and
-# after it the transaction commits unless more write messages already wait on that store's queue
-# (they join it) - so a backfill commits about once per GROUP_COMMIT_S instead of once per ~16
-# files, and the last message of a sync commits before it is acknowledged (`index --wait`
-# returns with everything visible). Searches see a backfill's progress at least this often.
+# after it (workers.lifecycle.GroupCommit, before the message is acknowledged) the transaction
+# commits unless more work for this writer already waits (it joins the transaction) - so a
+# backfill commits about once per GROUP_COMMIT_S instead of once per ~16 files, and the last
+# message of a sync commits before it is acknowledged (`index --wait` returns with everything
+# visible). Searches see a backfill's progress at least this often.
 GROUP_COMMIT_S = 1.0
 _held: dict[str, tuple[StoreWriter, str, dict[str, Any]]] = {}  # store -> (writer, its queue, a ctx)
 _committer: list[threading.Thread] = []
 
 
-def _grouped(fn: Any) -> Any:
-    """A write actor's body, followed by the group-commit decision (also when it failed)."""
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            settle()
-    return run
+# Set by the embedded broker (workers/embedded.py), which runs the writer on the thread that also
+# prepares files: that thread's work queue (dramatiq's worker threads each hold their Worker's),
+# and whether more work is queued for it besides its current message.
+inline_work_queue: Any = None
+inline_more_work: Callable[[], bool] = lambda: False
+
+
+def on_inline_thread() -> bool:
+    """Is this the embedded thread that prepares files and also writes the stores?"""
+    return inline_work_queue is not None and getattr(threading.current_thread(), "work_queue", None) is inline_work_queue
+
+
+def after_message(queue_name: str) -> None:
+    """After a message this process's worker thread processed (workers.lifecycle.GroupCommit):
+    a writer thread decides whether to commit (the embedded files thread after every message)."""
+    queue = queue_name.removesuffix(".DQ")
+    if queue == WRITE_QUEUE or queue.startswith(f"{WRITE_QUEUE}.") or on_inline_thread():
+        settle()
 
 
 def settle(*, force: bool = False) -> None:
@@ -111,8 +127,10 @@ def settle(*, force: bool = False) -> None:
 
 
 def _more_waiting(queue: str) -> bool:
+    """Will more writes reach this thread soon? On Redis: messages ready on the store's write
+    queue (shard). Embedded: anything queued for the one thread that prepares files and writes."""
     try:
-        return queues.ready(queue) > 0
+        return inline_more_work() if on_inline_thread() else queues.ready(queue) > 0
     except Exception:  # noqa: BLE001 - cannot tell (Redis away): commit now
         return False
 
@@ -194,8 +212,8 @@ def close_writers() -> None:
         _held.clear()
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
-@_grouped
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
+                **RETRY)
 def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
                pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None) -> None:
     settings, w = _writer(Context.from_dict(ctx))
@@ -204,8 +222,8 @@ def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any]
     w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at)
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
-@_grouped
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
+                **RETRY)
 def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _write_files(ctx, generation, [FileRecord.from_message(r) for r in records])
 
@@ -248,8 +266,8 @@ def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
         for r in rejected)
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
-@_grouped
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
+                **RETRY)
 def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _append(ctx, generation, [FileRecord.from_message(r) for r in records])
 
@@ -270,8 +288,8 @@ PARTS_TTL_S = 3600.0
 _parts: dict[tuple[str, str], tuple[float, dict[int, FileRecord]]] = {}
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
-@_grouped
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
+                **RETRY)
 def write_parts(ctx: dict[str, Any], generation: int, items: list[dict[str, Any]]) -> None:
     """Collect parts of split records; the last one to arrive writes the whole record (idempotent:
     a duplicated part replaces itself, a duplicated set rewrites the same rows)."""
@@ -309,17 +327,19 @@ def _assemble(parts: list[FileRecord]) -> FileRecord:
                                   parts[0].embedding))
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
-@_grouped
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
+                **RETRY)
 def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _, w = _writer(Context.from_dict(ctx))
     w.touch_files(generation, [TouchRecord.from_message(r) for r in records])
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, **RETRY)
-@_grouped
+@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
+                **RETRY)
 def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
     settings, w = _writer(Context.from_dict(ctx))
     w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])
 
 
+GroupCommit.after_message = after_message
+GroupCommit.on_shutdown = close_writers

@@ -1,0 +1,155 @@
+"""Group commit (issue 19): the writer holds one transaction across the write messages already
+waiting, and inserts the FTS rows of its new chunks just before the commit. What a held
+transaction stores must be exactly what committing every write stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from memindex.pipeline.index.records import ChunkRecord, FileRecord
+from memindex.pipeline.store import db
+from memindex.pipeline.store.core import StoreReader, StoreWriter
+
+FP = {"provider": "none", "model": "fts-only"}
+WORDS = ("apple", "avocado", "banana", "blueberry", "cherry", "cranberry", "damson", "title", "broken")
+
+
+def rec(path: str, *texts: str) -> FileRecord:
+    digest = "h-" + "-".join(texts).encode("utf-8", "replace").decode()  # storable even when a text is not
+    return FileRecord("memory", path, f"/x/{path}", digest, 1, 1, "markdown", None,
+                      [ChunkRecord(i + 1, i + 1, f"c-{t}", t, None, False, f"Title {path}")
+                       for i, t in enumerate(texts)], None)
+
+
+def rows(path: Path) -> tuple:
+    """Everything a search reads: chunks, files rows, and which files each word finds."""
+    c = db.connect(path, readonly=True)
+    try:
+        return (c.execute("SELECT id, source, path, start_line, end_line, hash, text FROM chunks_g1 ORDER BY id").fetchall(),
+                c.execute("SELECT source, path, hash, chunks, error FROM files_g1 ORDER BY path").fetchall(),
+                {w: sorted(c.execute("SELECT c.path FROM fts_g1 f JOIN chunks_g1 c ON c.rowid = f.rowid "
+                                     "WHERE fts_g1 MATCH ?", (w,)).fetchall()) for w in WORDS})
+    finally:
+        c.close()
+
+
+def apply(w: StoreWriter, steps: list) -> None:
+    for kind, arg in steps:
+        if kind == "write":
+            w.write_files(1, arg)
+        else:
+            w.delete_files(1, arg)
+
+
+# Rewrites of files written earlier in the same held transaction (their FTS rows still wait),
+# a file twice in one batch, a delete of a file whose rows wait: each must leave what committing
+# every step leaves.
+STEPS = [
+    ("write", [rec("memory/a.md", "apple one", "apple two"), rec("memory/b.md", "banana")]),
+    ("write", [rec("memory/c.md", "cherry")]),
+    ("write", [rec("memory/a.md", "avocado"), rec("memory/c.md", "cherry", "citrus"),
+               rec("memory/b.md", "blueberry"), rec("memory/c.md", "cranberry")]),
+    ("delete", [("memory", "memory/b.md")]),
+    ("write", [rec("memory/d.md", "damson")]),
+]
+
+
+def test_a_held_transaction_stores_what_committing_each_write_stores(tmp_path):
+    each = tmp_path / "each.sqlite"
+    w = StoreWriter(each, vector_enabled=False)
+    w.plan(1, FP, [], [])
+    apply(w, STEPS)
+    w.close()
+
+    held = tmp_path / "held.sqlite"
+    w = StoreWriter(held, vector_enabled=False)
+    w.plan(1, FP, [], [])
+    w.hold()
+    apply(w, STEPS[:2])
+    assert w.held_since is not None and w.held_rows > 0
+    assert rows(held)[0] == []  # a reader sees none of it before the commit
+    apply(w, STEPS[2:])
+    w.commit()
+    assert w.held_since is None and w.held_rows == 0
+    try:
+        assert rows(held) == rows(each)
+        chunks, files, fts = rows(held)
+        assert [f[1] for f in files] == ["memory/a.md", "memory/c.md", "memory/d.md"]
+        assert fts["apple"] == fts["banana"] == fts["blueberry"] == fts["cherry"] == []
+        assert fts["avocado"] == [("memory/a.md",)] and fts["cranberry"] == [("memory/c.md",)]
+        assert fts["damson"] == [("memory/d.md",)]
+    finally:
+        w.close()
+    reader = StoreReader(held, vector_enabled=False)
+    assert reader.check_invariant() == {"ok": True, "problems": []}
+
+
+def test_a_write_that_fails_in_a_held_transaction_takes_back_only_its_own_rows(tmp_path):
+    """A record SQLite cannot take (a lone surrogate) fails its batch, which is rolled back to its
+    savepoint and written file by file: that file gets its problem row, the files before it in the
+    transaction and beside it in the batch are stored with their FTS rows, and no FTS row of a
+    rolled-back chunk is inserted at the commit."""
+    steps = [("write", [rec("memory/a.md", "apple"), rec("memory/b.md", "banana")]),
+             ("write", [rec("memory/c.md", "cherry"), rec("memory/x.md", "broken \ud800 text"),
+                        rec("memory/d.md", "damson")])]
+    each = tmp_path / "each.sqlite"
+    w = StoreWriter(each, vector_enabled=False)
+    w.plan(1, FP, [], [])
+    apply(w, steps)
+    w.close()
+
+    held = tmp_path / "held.sqlite"
+    w = StoreWriter(held, vector_enabled=False)
+    w.plan(1, FP, [], [])
+    w.hold()
+    apply(w, steps)
+    w.commit()
+    w.close()
+    assert rows(held) == rows(each)
+    chunks, files, fts = rows(held)
+    assert {f[1]: f[4] is not None for f in files} == {"memory/a.md": False, "memory/b.md": False,
+                                                     "memory/c.md": False, "memory/d.md": False,
+                                                     "memory/x.md": True}
+    assert fts["broken"] == [] and fts["cherry"] == [("memory/c.md",)] and fts["damson"] == [("memory/d.md",)]
+    assert StoreReader(held, vector_enabled=False).check_invariant() == {"ok": True, "problems": []}
+
+
+def test_closing_a_writer_commits_what_it_holds(tmp_path):
+    path = tmp_path / "s.sqlite"
+    w = StoreWriter(path, vector_enabled=False)
+    w.plan(1, FP, [], [])
+    w.hold()
+    w.write_files(1, [rec("memory/a.md", "apple")])
+    w.close()
+    assert rows(path)[2]["apple"] == [("memory/a.md",)]
+
+
+def test_the_embedded_files_thread_never_waits_for_its_own_write_backlog(tmp_path):
+    """The embedded broker prepares files and writes on one thread. With one chunk per write
+    message, each file group sends ~40 write messages, far over the writer's backlog limit (16):
+    had that thread waited for the backlog only it drains, every group would stall for the
+    wait's bound (120 s). The index finishes, and every file is searchable when it returns."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(40):
+        (ws / "memory" / f"note-{i:02d}.md").write_text(
+            f"# Note {i}\n\nThe token quixote{i} appears here.\n\nA second paragraph about harbour{i}.\n")
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "none"}}}}))
+    env = dict(os.environ, MEMINDEX_EMBED_MSG_CHUNKS="1", MEMINDEX_RESIDENT="off")
+    env.pop("MEMINDEX_BROKER_URL", None)
+    base = [sys.executable, "-m", "memindex", "--config", str(cfg), "--state-dir", str(tmp_path / "state"),
+            "--workspace", str(ws)]
+    started = time.monotonic()
+    out = subprocess.run([*base, "index", "-q"], env=env, capture_output=True, text=True, timeout=600)
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    assert took < 100, f"index took {took:.0f} s: the files thread waited for its own write backlog"
+    for i in (0, 17, 39):
+        hit = subprocess.run([*base, "search", "--json", f"quixote{i}"], env=env, capture_output=True, text=True)
+        assert [r["path"] for r in json.loads(hit.stdout)["results"]] == [f"memory/note-{i:02d}.md"], hit.stdout
