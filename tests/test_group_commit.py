@@ -38,6 +38,20 @@ def rows(path: Path) -> tuple:
         c.close()
 
 
+def planned(path: Path) -> StoreWriter:
+    w = StoreWriter(path, vector_enabled=False)
+    w.plan(1, FP, [], [])
+    return w
+
+
+def committed_each(path: Path, steps: list) -> tuple:
+    """The rows of ``steps`` applied with a commit per write (no held transaction)."""
+    w = planned(path)
+    apply(w, steps)
+    w.close()
+    return rows(path)
+
+
 def apply(w: StoreWriter, steps: list) -> None:
     for kind, arg in steps:
         if kind == "write":
@@ -60,15 +74,9 @@ STEPS = [
 
 
 def test_a_held_transaction_stores_what_committing_each_write_stores(tmp_path):
-    each = tmp_path / "each.sqlite"
-    w = StoreWriter(each, vector_enabled=False)
-    w.plan(1, FP, [], [])
-    apply(w, STEPS)
-    w.close()
-
+    each = committed_each(tmp_path / "each.sqlite", STEPS)
     held = tmp_path / "held.sqlite"
-    w = StoreWriter(held, vector_enabled=False)
-    w.plan(1, FP, [], [])
+    w = planned(held)
     w.hold()
     apply(w, STEPS[:2])
     assert w.held_since is not None and w.held_rows > 0
@@ -77,8 +85,8 @@ def test_a_held_transaction_stores_what_committing_each_write_stores(tmp_path):
     w.commit()
     assert w.held_since is None and w.held_rows == 0
     try:
-        assert rows(held) == rows(each)
-        chunks, files, fts = rows(held)
+        assert rows(held) == each
+        chunks, files, fts = each
         assert [f[1] for f in files] == ["memory/a.md", "memory/c.md", "memory/d.md"]
         assert fts["apple"] == fts["banana"] == fts["blueberry"] == fts["cherry"] == []
         assert fts["avocado"] == [("memory/a.md",)] and fts["cranberry"] == [("memory/c.md",)]
@@ -97,21 +105,15 @@ def test_a_write_that_fails_in_a_held_transaction_takes_back_only_its_own_rows(t
     steps = [("write", [rec("memory/a.md", "apple"), rec("memory/b.md", "banana")]),
              ("write", [rec("memory/c.md", "cherry"), rec("memory/x.md", "broken \ud800 text"),
                         rec("memory/d.md", "damson")])]
-    each = tmp_path / "each.sqlite"
-    w = StoreWriter(each, vector_enabled=False)
-    w.plan(1, FP, [], [])
-    apply(w, steps)
-    w.close()
-
+    each = committed_each(tmp_path / "each.sqlite", steps)
     held = tmp_path / "held.sqlite"
-    w = StoreWriter(held, vector_enabled=False)
-    w.plan(1, FP, [], [])
+    w = planned(held)
     w.hold()
     apply(w, steps)
     w.commit()
     w.close()
-    assert rows(held) == rows(each)
-    chunks, files, fts = rows(held)
+    assert rows(held) == each
+    chunks, files, fts = each
     assert {f[1]: f[4] is not None for f in files} == {"memory/a.md": False, "memory/b.md": False,
                                                      "memory/c.md": False, "memory/d.md": False,
                                                      "memory/x.md": True}
@@ -121,8 +123,7 @@ def test_a_write_that_fails_in_a_held_transaction_takes_back_only_its_own_rows(t
 
 def test_closing_a_writer_commits_what_it_holds(tmp_path):
     path = tmp_path / "s.sqlite"
-    w = StoreWriter(path, vector_enabled=False)
-    w.plan(1, FP, [], [])
+    w = planned(path)
     w.hold()
     w.write_files(1, [rec("memory/a.md", "apple")])
     w.close()
