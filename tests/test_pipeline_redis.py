@@ -144,9 +144,16 @@ def test_worker_sigkill_mid_backfill_then_restart_converges(tmp_path, redis_serv
     a = Agent(tmp_path / "a")
     _populate(a, n)
     with _workers(url, tmp_path) as procs:
+        import redis
+
+        sync_queue = redis.Redis.from_url(url)
         out = _cli(a, url, "backfill")  # returns once enqueued
         assert f"enqueued {n} file(s)" in out.stdout
-        assert _wait(lambda: _indexed(a) > 0, timeout=30)
+        groups = sync_queue.llen("memindex:sync")  # the file groups (32 files each) still waiting
+        # Kill once the worker has taken a few groups (2 threads prefetch 4): not by rows in the
+        # store, which the writer commits a second's writes at a time (group commit), by when a
+        # fast file side may have chunked every group.
+        assert _wait(lambda: sync_queue.llen("memindex:sync") <= groups - 8, timeout=30)
         _kill(procs["worker"], signal.SIGKILL)  # mid-backfill: no chance to requeue or ack
         time.sleep(1.0)  # let the writer drain what the dead worker already chunked
         assert _indexed(a) < n, "the kill came too late to test anything"

@@ -7,6 +7,7 @@ serial and a store's plan always precedes the writes it announces.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -39,11 +40,11 @@ _summary = WriteSummary(log)  # a DEBUG line per transaction, an INFO summary pe
 # chunked records would pile up in the write queue (in this process on the
 # embedded broker, in Redis otherwise) in proportion to the workspace.
 WRITE_BACKLOG_MAX = 16
+WRITE_BACKLOG_WAIT_S = 120.0  # never wait forever: no writer running must not wedge the embedders
 # Where one thread consumes both the file side and the write queue (the embedded broker), it
 # takes a waiting write before the next file group: the backlog stays at a message or two.
 # (dramatiq: lower numbers first; its default is 0.)
 WRITE_PRIORITY = -10
-WRITE_BACKLOG_WAIT_S = 120.0  # never wait forever: no writer running must not wedge the embedders
 
 
 def wait_for_writer(queue: str = WRITE_QUEUE) -> None:
@@ -72,6 +73,12 @@ def send_write_to(queue: str, actor: Any, ctx: dict[str, Any], *args: Any, **kwa
         return
     actor.broker.enqueue(actor.message(ctx, *args, **kwargs).copy(queue_name=queue))
 
+
+# Every write actor: the write queue (or its shard: send_write_to), not retried on StoreError (above),
+# and taken before other messages by a thread that consumes more than writes (WRITE_PRIORITY).
+# (A partial, not dramatiq.actor(...) once: its decorator keeps the first function's name.)
+write_actor = functools.partial(dramatiq.actor, queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError,
+                                priority=WRITE_PRIORITY, **RETRY)
 
 _writers: dict[str, StoreWriter] = {}
 _writer_inodes: dict[str, int | None] = {}  # the store file each writer opened
@@ -108,9 +115,9 @@ def after_message(queue_name: str) -> None:
         settle()
 
 
-def settle(*, force: bool = False) -> None:
-    """Commit each held transaction unless more write messages wait on its queue and it is
-    younger than GROUP_COMMIT_S (``force``: commit them all)."""
+def settle() -> None:
+    """Commit each held transaction unless more work for its writer waits and it is younger
+    than GROUP_COMMIT_S."""
     waiting: dict[str, bool] = {}
     with _writers_lock:
         held = list(_held.values())
@@ -118,7 +125,7 @@ def settle(*, force: bool = False) -> None:
         since = w.held_since
         if since is None and not w.lost_held:
             continue
-        if not force and since is not None and time.monotonic() - since < GROUP_COMMIT_S:
+        if since is not None and time.monotonic() - since < GROUP_COMMIT_S:
             if queue not in waiting:
                 waiting[queue] = _more_waiting(queue)
             if waiting[queue]:
@@ -212,8 +219,7 @@ def close_writers() -> None:
         _held.clear()
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
-                **RETRY)
+@write_actor
 def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
                pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None) -> None:
     settings, w = _writer(Context.from_dict(ctx))
@@ -222,8 +228,7 @@ def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any]
     w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at)
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
-                **RETRY)
+@write_actor
 def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _write_files(ctx, generation, [FileRecord.from_message(r) for r in records])
 
@@ -266,8 +271,7 @@ def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
         for r in rejected)
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
-                **RETRY)
+@write_actor
 def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _append(ctx, generation, [FileRecord.from_message(r) for r in records])
 
@@ -288,8 +292,7 @@ PARTS_TTL_S = 3600.0
 _parts: dict[tuple[str, str], tuple[float, dict[int, FileRecord]]] = {}
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
-                **RETRY)
+@write_actor
 def write_parts(ctx: dict[str, Any], generation: int, items: list[dict[str, Any]]) -> None:
     """Collect parts of split records; the last one to arrive writes the whole record (idempotent:
     a duplicated part replaces itself, a duplicated set rewrites the same rows)."""
@@ -327,15 +330,13 @@ def _assemble(parts: list[FileRecord]) -> FileRecord:
                                   parts[0].embedding))
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
-                **RETRY)
+@write_actor
 def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _, w = _writer(Context.from_dict(ctx))
     w.touch_files(generation, [TouchRecord.from_message(r) for r in records])
 
 
-@dramatiq.actor(queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError, priority=WRITE_PRIORITY,
-                **RETRY)
+@write_actor
 def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
     settings, w = _writer(Context.from_dict(ctx))
     w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])
