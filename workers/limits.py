@@ -77,6 +77,10 @@ class RedisConcurrencyLimiter:
         self.caps = {**registry.default_caps(), **(caps or {})}
         self.namespace = namespace
         self._held: dict[str, str] = {}  # holder id -> lease key, renewed by the heartbeat
+        # Holders asking for a slot right now (not renewed: Redis may not have granted them one).
+        # Kept until their release really reached Redis, so release_all at shutdown covers a
+        # release that a stopping worker's Shutdown interrupted (it lands at any bytecode).
+        self._asking: dict[str, str] = {}
         self._lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
         if client is not None:
@@ -94,6 +98,8 @@ class RedisConcurrencyLimiter:
         delay = 0.01
         # The release is in ``finally`` from the first attempt on: an interruption (a stopping
         # worker's Shutdown) can land right after Redis granted the slot, before we know it.
+        with self._lock:
+            self._asking[holder] = key
         try:
             while True:
                 if _stopping.is_set():
@@ -112,18 +118,20 @@ class RedisConcurrencyLimiter:
             self._release(holder, key)
 
     def _release(self, holder: str, key: str) -> None:
-        with self._lock:
-            self._held.pop(holder, None)
         try:
             self.client.zrem(key, holder)
         except Exception as exc:  # noqa: BLE001 - the lease expires on its own
             log.warning("%s: could not release an embedding slot (%s); it expires within %d s",
                         key.rsplit(":", 1)[-1], exc, LEASE_MS // 1000)
+        # Forgotten only once the ZREM returned: interrupted before, release_all does it again.
+        with self._lock:
+            self._held.pop(holder, None)
+            self._asking.pop(holder, None)
 
     def release_all(self) -> int:
         with self._lock:
-            held = list(self._held.items())
-        for holder, key in held:
+            held = {**self._asking, **self._held}
+        for holder, key in held.items():
             self._release(holder, key)
         return len(held)
 
