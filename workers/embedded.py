@@ -13,7 +13,7 @@ import time
 
 import dramatiq
 
-from memindex.workers.broker import QUEUES, broker, is_embedded
+from memindex.workers.broker import QUEUES, SYNC_QUEUE, WRITE_QUEUE, broker, is_embedded
 
 # How long an idle worker or consumer thread blocks before it looks again. Each wake-up takes the
 # GIL from whichever thread is working: at 20 ms the eight threads' wake-ups cost a cold index
@@ -25,7 +25,7 @@ POLL_MS = 250
 # The writer's messages go first (writer.WRITE_PRIORITY), so its backlog stays a message or
 # two. The embed/batch threads stay separate: they wait on providers or run the local model in
 # C, and that does overlap.
-FILE_QUEUES = ("sync", "write")
+FILE_QUEUES = (SYNC_QUEUE, WRITE_QUEUE)
 _started: list[dramatiq.Worker] = []
 _retired: list[dramatiq.Worker] = []
 _lock = threading.Lock()

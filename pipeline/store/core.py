@@ -393,9 +393,13 @@ class StoreWriter:
                     self.conn.execute("ROLLBACK")
                 raise
             finally:
-                self.held_since = None
-                self._fts_rows.clear()
-                self._fts_files.clear()
+                self._end_held()
+
+    def _end_held(self) -> None:
+        """No transaction is held any more: nothing waits for its commit."""
+        self.held_since = None
+        self._fts_rows.clear()
+        self._fts_files.clear()
 
     @property
     def held_rows(self) -> int:
@@ -411,7 +415,10 @@ class StoreWriter:
         for table, rowid, text in rows:
             by_table.setdefault(table, []).append((rowid, text))
         for table, part in by_table.items():
-            self.conn.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", part)
+            self._insert_fts(table, part)
+
+    def _insert_fts(self, table: str, rows: list[tuple[int, str]]) -> None:
+        self.conn.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", rows)
 
     def _flush_first(self) -> None:
         """Before a write that may delete or drop FTS rows: insert the waiting ones (outside
@@ -568,7 +575,7 @@ class StoreWriter:
             if self.held_since is not None:
                 self._fts_rows += [(ft, rowid, text) for rowid, text in fts_rows]  # see hold()
             else:
-                self.conn.executemany(f"INSERT INTO {ft}(rowid, text) VALUES (?, ?)", fts_rows)
+                self._insert_fts(ft, fts_rows)
         if vec_rows:
             self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
         if cache_rows:
@@ -900,7 +907,7 @@ class _Transaction:
                 # SQLite rolled the whole held transaction back (an I/O error, a full disk):
                 # the writes already reported done in it are gone; the caller re-plans.
                 self.writer.lost_held = True
-                self.writer.held_since = None
+                self.writer._end_held()  # its waiting FTS rows name chunks that are gone
             else:
                 if exc_type is not None:
                     self.conn.execute("ROLLBACK TO write_op")
