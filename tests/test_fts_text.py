@@ -216,7 +216,9 @@ def test_keyword_tokens_fold_before_splitting():
 _WORDY = st.lists(st.sampled_from(
     ["gateway", "gateways", "Gateway's", "configure", "configuring", "configurations", "reload", "reloaded",
      "ab", "abx", "rel", "e", "es", "ing", "é", "café", "İstanbul", "ﬁ", "—", "中", "ไ", "\u0301", "\ue000",
-     "đ", "Ⅻ", "x9", " ", "\n", ".", "-", "_"]), max_size=30).map("".join)
+     "đ", "Ⅻ", "x9", " ", "\n", ".", "-", "_",
+     # inert (punctuation, symbols, format characters): such text takes the ASCII path
+     "·", "“", "😀", "\u200d", "\u1fef", "Ⓐ", "\u00a0"]), max_size=30).map("".join)
 
 
 # ASCII only: the text keys_in and keys_by_line scan with one regex instead of per key.

@@ -15,7 +15,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.store.fts_budget import FtsBudget
@@ -90,6 +90,16 @@ class SearchResponse:
 
 def citation_for(path: str, start: int, end: int) -> str:
     return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
+
+
+_MEDIA_KINDS = frozenset({"image", "audio"})
+
+
+def _note_media(rows: Iterable[tuple], kinds: dict[str, str]) -> None:
+    """Note the image/audio chunks among ``ReadSnapshot.chunk_rows`` rows: a result names its kind."""
+    for r in rows:
+        if r[7] in _MEDIA_KINDS:
+            kinds[r[1]] = r[7]
 
 
 def citations_on(mode: str, session_key: str | None) -> bool:
@@ -291,12 +301,13 @@ class MemorySearch(AsyncSearch):
                 resp.warning = (f"the query vector has {len(qvec)} dims and the index {dims} (the provider "
                                 "changed; a sync rebuilds the index); keyword-only results")
                 resp.mode, qvec = "fts-only", None
-            vector_hits = self._vector_candidates(snap, qvec, n_cand) if qvec is not None else []
+            kinds: dict[str, str] = {}  # chunk id -> kind, for the image/audio chunks among the candidates
+            vector_hits = self._vector_candidates(snap, qvec, n_cand, kinds) if qvec is not None else []
             text_hits = []
             # The keyword arm's MATCH and the keys that coverage and snippets locate, from one parse.
             match, keys = match_query_and_keywords(query)
             if qvec is None or (hybrid["enabled"] and tw > 0):
-                text_hits = self._keyword_candidates(snap, match, keys, n_cand, q["fusion"])
+                text_hits = self._keyword_candidates(snap, match, keys, n_cand, q["fusion"], kinds)
             decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
             mtimes = None
             if decay["enabled"]:
@@ -311,7 +322,6 @@ class MemorySearch(AsyncSearch):
                 # a full top-K from the vector arm bounds the cosine of every chunk it did not return
                 unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
             )
-            kinds = snap.media_kinds([c.chunk_id for c in cands])
         cite = citations_on(citations_mode, session_key)
         resp.results = [self._result(c, cite, keys, kinds.get(c.chunk_id)) for c in cands]
         if len(query) > MAX_QUERY_CHARS:  # the keyword arm reads only this much: say so
@@ -370,13 +380,14 @@ class MemorySearch(AsyncSearch):
 
     # -- candidate arms -------------------------------------------------------------
     def _keyword_candidates(self, snap: ReadSnapshot, match: str | None, keys: frozenset[str], limit: int,
-                            fusion: str) -> list[Candidate]:
+                            fusion: str, kinds: dict[str, str]) -> list[Candidate]:
         if match is None:
             return []
         hits = snap.keyword_hits(match, limit, self._fts_budget)
         rows = snap.chunk_rows([h[0] for h in hits])
         visible = self.visible
         found = [(r, rank) for rowid, rank in hits if (r := rows.get(rowid)) is not None and visible(r[3], r[2])]
+        _note_media(rows.values(), kinds)
         if fusion == "calibrated":
             scores = calibrated_text_scores([rank for _, rank in found], [keyword_coverage(r[6], keys) for r, _ in found])
         else:
@@ -385,7 +396,8 @@ class MemorySearch(AsyncSearch):
         return [Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=ts, has_text=True)
                 for (r, _), ts in zip(found, scores)]
 
-    def _vector_candidates(self, snap: ReadSnapshot, qvec: list[float], limit: int) -> list[Candidate]:
+    def _vector_candidates(self, snap: ReadSnapshot, qvec: list[float], limit: int,
+                           kinds: dict[str, str]) -> list[Candidate]:
         hits: list[tuple[int, float]] | None = None
         gen, dims = snap.generation, len(qvec)
         snap.observe(self._mirror)
@@ -401,6 +413,7 @@ class MemorySearch(AsyncSearch):
         if hits is None:  # no sqlite-vec (or it failed): exact cosine in process
             hits = snap.exact_knn(self._mirror, qvec, limit)
         rows = snap.chunk_rows([h[0] for h in hits])
+        _note_media(rows.values(), kinds)
         visible = self.visible
         return [
             Candidate(r[1], r[2], r[3], r[4], r[5], r[6], vector_score=score, has_vector=True)

@@ -1216,23 +1216,15 @@ class ReadSnapshot:
         return knn(snap, qvec, limit)
 
     # -- search: rows for candidates -----------------------------------------------------
-    def chunk_rows(self, rowids: Sequence[int]) -> dict[int, tuple[int, str, str, str, int, int, str]]:
-        """rowid -> (rowid, chunk id, path, source, start_line, end_line, text)."""
+    def chunk_rows(self, rowids: Sequence[int]) -> dict[int, tuple[int, str, str, str, int, int, str, str]]:
+        """rowid -> (rowid, chunk id, path, source, start_line, end_line, text, kind)."""
         if not rowids or self._conn is None or self.generation is None:
             return {}
         rows = self._conn.execute(
-            f"SELECT rowid, id, path, source, start_line, end_line, text FROM {chunks_table(self.generation)} "
+            f"SELECT rowid, id, path, source, start_line, end_line, text, kind FROM {chunks_table(self.generation)} "
             f"WHERE rowid IN ({','.join('?' * len(rowids))})", list(rowids),
         )
         return {r[0]: r for r in rows}
-
-    def media_kinds(self, ids: Sequence[str]) -> dict[str, str]:
-        """chunk id -> kind, for the image/audio chunks among ``ids``."""
-        if not ids or self._conn is None or self.generation is None:
-            return {}
-        return dict(self._conn.execute(
-            f"SELECT id, kind FROM {chunks_table(self.generation)} WHERE id IN ({','.join('?' * len(ids))}) "
-            "AND kind IN ('image', 'audio')", list(ids)).fetchall())
 
     def file_mtimes(self, keys: Iterable[FileKey]) -> dict[FileKey, float]:
         """(source, path) -> the file's mtime in seconds, as last indexed."""
