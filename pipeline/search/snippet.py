@@ -61,27 +61,30 @@ def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[s
     lines = text.split("\n")
     if len(lines) != end_line - start_line + 1:
         return Snippet(text[:limit] if len(text) > limit else text, start_line, end_line)
+    if len(text) <= limit:  # the whole chunk fits: every line is in the window, whichever is best
+        return Snippet(text, start_line, end_line)
     scores = _line_scores(text, keys) if keys else [0.0] * len(lines)
     best = scores.index(max(scores))  # the first of the best-scoring lines
-    if len(lines[best]) >= limit:
+    lens = list(map(len, lines))
+    if lens[best] >= limit:
         return Snippet(_cut_line(lines[best], keys, limit), start_line + best, start_line + best)
     lo = hi = best
-    size, last = len(lines[best]), len(lines) - 1
+    size, last = lens[best], len(lines) - 1
     while True:
         # Grow towards the better-scoring neighbour (ties: the shorter one, then downwards),
         # while the next line still fits.
-        up = lo > 0 and size + 1 + len(lines[lo - 1]) <= limit
-        down = hi < last and size + 1 + len(lines[hi + 1]) <= limit
+        up = lo > 0 and size + 1 + lens[lo - 1] <= limit
+        down = hi < last and size + 1 + lens[hi + 1] <= limit
         if up and down:
             a, b = lo - 1, hi + 1
-            up = (scores[a], -len(lines[a])) > (scores[b], -len(lines[b]))
+            up = (scores[a], -lens[a]) > (scores[b], -lens[b])
             down = not up
         if up:
             lo -= 1
-            size += 1 + len(lines[lo])
+            size += 1 + lens[lo]
         elif down:
             hi += 1
-            size += 1 + len(lines[hi])
+            size += 1 + lens[hi]
         else:
             break
     return Snippet("\n".join(lines[lo : hi + 1]), start_line + lo, start_line + hi)
