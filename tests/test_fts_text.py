@@ -218,7 +218,18 @@ _WORDY = st.lists(st.sampled_from(
      "ab", "abx", "rel", "e", "es", "ing", "é", "café", "İstanbul", "ﬁ", "—", "中", "ไ", "\u0301", "\ue000",
      "đ", "Ⅻ", "x9", " ", "\n", ".", "-", "_",
      # inert (punctuation, symbols, format characters): such text takes the ASCII path
-     "·", "“", "😀", "\u200d", "\u1fef", "Ⓐ", "\u00a0"]), max_size=30).map("".join)
+     "·", "“", "😀", "\u200d", "\u1fef", "Ⓐ", "\u00a0", "→", "…", "’", "•"]), max_size=30).map("".join)
+
+
+def test_the_inert_characters_ruled_out_by_substring_tests_are_inert():
+    # _ascii_lowered strips these before asking whether the rest is ASCII: each must be neither
+    # a token character nor a mark, or a word next to it would be cut wrongly.
+    from memindex.pipeline.store.fts_text import _COMMON_INERT, _ascii_lowered, _inert
+
+    assert all(_inert(ch) for ch in _COMMON_INERT)
+    assert _ascii_lowered("Gateway\u2014Reload \u2192 ok") == "gateway\u2014reload \u2192 ok"
+    assert _ascii_lowered("caf\u00e9 \u2014 x") is None  # a letter: the folding path
+    assert _ascii_lowered("x\u0301 \u2014") is None  # a mark joins the word before it
 
 
 # ASCII only: the text keys_in and keys_by_line scan with one regex instead of per key.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from memindex.pipeline.store.fts_text import keys_by_line, keyword_tokens, match_key
+from memindex.pipeline.store.fts_text import keys_by_line, keyword_tokens, lines_holding_keys, match_key
 
 SNIPPET_MAX_CHARS = 700
 
@@ -27,16 +27,20 @@ class Snippet:
     end_line: int
 
 
-def _line_scores(text: str, keys: frozenset[str]) -> list[float]:
-    found = keys_by_line(text, keys)
-    n = len(found)
+def _line_scores(text: str, n: int, keys: frozenset[str]) -> list[float]:
+    found = lines_holding_keys(text, keys)
+    if found is None:
+        found = {i: hit for i, hit in enumerate(keys_by_line(text, keys)) if hit}
     df: dict[str, int] = {}
-    for hit in found:
+    for hit in found.values():
         for k in hit:
             df[k] = df.get(k, 0) + 1
     # A term on every line locates nothing; a term on one line locates the match.
     weight = {k: math.log(1 + n / d) for k, d in df.items()}.__getitem__
-    return [sum(map(weight, hit)) if hit else 0.0 for hit in found]
+    scores = [0.0] * n
+    for i, hit in found.items():
+        scores[i] = sum(map(weight, hit))
+    return scores
 
 
 def _cut_line(line: str, keys: frozenset[str], limit: int) -> str:
@@ -63,7 +67,7 @@ def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[s
         return Snippet(text[:limit] if len(text) > limit else text, start_line, end_line)
     if len(text) <= limit:  # the whole chunk fits: every line is in the window, whichever is best
         return Snippet(text, start_line, end_line)
-    scores = _line_scores(text, keys) if keys else [0.0] * len(lines)
+    scores = _line_scores(text, len(lines), keys) if keys else [0.0] * len(lines)
     best = scores.index(max(scores))  # the first of the best-scoring lines
     lens = list(map(len, lines))
     if lens[best] >= limit:

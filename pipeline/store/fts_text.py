@@ -355,9 +355,19 @@ def _ascii_lowered(text: str) -> str | None:
     length, and next to a word each ends it as any ASCII punctuation does. Such text takes the
     ASCII path, about three times cheaper than folding it and looking around every match.
     """
-    if text.isascii() or all(map(_inert, set(_NON_ASCII_RE.findall(text)))):
-        return text.lower()
-    return None
+    if not text.isascii():
+        rest = text  # the common inert characters are ruled out by substring tests: a regex scan of
+        for ch in _COMMON_INERT:  # the whole text costs ~10x more
+            if ch in rest:
+                rest = rest.replace(ch, "")
+        if not rest.isascii() and not all(map(_inert, set(_NON_ASCII_RE.findall(rest)))):
+            return None
+    return text.lower()
+
+
+# The non-ASCII characters of a docs corpus's chunks, most frequent first (all inert).
+_COMMON_INERT = ("\u2014", "\u2192", "\u00b7", "\u2026", "\u2019", "\u2013", "\u201c", "\u201d", "\u2018",
+                 "\u00a0", "\u2022")
 
 
 # In lowercased ASCII text a token is a maximal run of [a-z0-9]: the lookbehind is the whole
@@ -421,16 +431,27 @@ _NO_KEYS: frozenset[str] = frozenset()
 def keys_by_line(text: str, keys: frozenset[str]) -> list[frozenset[str]]:
     r"""``[keys_in(line, keys) for line in text.split("\n")]``, in one pass over the text
     (a snippet scores every line of its chunk: ~30 calls per result otherwise)."""
-    lines = text.split("\n")
+    n = text.count("\n") + 1
+    found = lines_holding_keys(text, keys)
+    if found is None:
+        return [keys_in(line, keys) for line in text.split("\n")]
+    by_line = [_NO_KEYS] * n
+    for line, hit in found.items():
+        by_line[line] = frozenset(hit)
+    return by_line
+
+
+def lines_holding_keys(text: str, keys: frozenset[str]) -> dict[int, set[str]] | None:
+    """``keys_by_line`` as {line index: its keys} for the lines holding any (most hold none);
+    None when the text needs the per-line path (non-ASCII keys, or folding moved a newline)."""
     if not keys or not _all_ascii(keys):
-        return [keys_in(line, keys) for line in lines]
+        return None
     low = _ascii_lowered(text)
     slow = low is None
     if slow:
         low = _lowered(text)
-        if low.count("\n") != len(lines) - 1:  # folding never adds or drops a newline; be sure
-            return [keys_in(line, keys) for line in lines]
-    # Most lines hold no key: only the lines that do get a set of their own.
+        if low.count("\n") != text.count("\n"):  # folding never adds or drops a newline; be sure
+            return None
     found: dict[int, set[str]] = {}
     find, count, at = low.find, low.count, _ASCII_TOKEN_AT_RE.match
     for k in keys:
@@ -453,10 +474,7 @@ def keys_by_line(text: str, keys: frozenset[str]) -> list[frozenset[str]]:
                 i = find(k, prev)
             else:
                 i = find(k, i + 1)
-    by_line = [_NO_KEYS] * len(lines)
-    for line, hit in found.items():
-        by_line[line] = frozenset(hit)
-    return by_line
+    return found
 
 
 def build_match_query(query: str) -> str | None:
