@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from memindex.producers.enqueue import sync_and_wait
+from tests.conftest import module_server
+from tests.provider_server import ProviderServer
+
+server = module_server(ProviderServer)
 
 
 def test_progress_wait_reports_every_file_done_and_returns_when_idle(agent):
@@ -51,3 +55,38 @@ def test_ctrl_c_during_index_says_what_it_left(agent):
         pytest.skip("the index finished before the interrupt")
     assert proc.returncode == 130 and "interrupted" in err and "memindex index" in err, (out, err)
     assert "Traceback" not in err
+
+
+def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_finishes(agent, fresh_server):
+    """The stopping in-process workers used to add an INFO line per embedding request they handed
+    back ("the message is retried later"), which the exiting CLI never does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import wait_for
+
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
+        "provider": "openai", "fallback": "none",
+        "remote": {"baseUrl": fresh_server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    for i in range(30):
+        agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
+    fresh_server.always("openai", {"kind": "delay", "seconds": 3.0})
+    cmd = [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
+           "index"]
+    env = dict(os.environ, MEMINDEX_RESIDENT="off")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:  # an embedding request is waiting on the slow provider
+        assert wait_for(lambda: fresh_server.requests, 60, step=0.05), "no embedding request was made"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == ["interrupted: what was written is kept; `memindex index` finishes the rest"], err
+    fresh_server.reset()  # a fast provider again: the next index does the rest
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(agent.search("lantern", max_results=50)["results"]) == 30

@@ -96,3 +96,40 @@ def test_a_malformed_log_call_never_raises_into_its_caller():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "survived", out
     assert "--- Logging error ---" in out.stderr and "fine x" in out.stderr
+
+
+def test_a_handed_back_or_retried_message_logs_no_traceback_when_a_secret_is_registered():
+    """The secret scrubber formats a record's traceback when it is made (so the text it prints is
+    redacted); the line shortener then dropped only ``exc_info``, and the scrubbed traceback was
+    printed anyway under the "the worker is stopping" INFO line and every retried WARNING."""
+    import io
+    import logging
+
+    from dramatiq.message import Message
+    from dramatiq.middleware import Shutdown
+
+    from memindex.pipeline.embeddings import secrets
+    from memindex.workers.failures import install_log_filters
+
+    original = logging.getLogRecordFactory()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    log = logging.getLogger("dramatiq.worker.WorkerThread.test")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        logging.setLogRecordFactory(logging.LogRecord)  # this order whatever earlier tests installed
+        secrets.register("sk-test-secret-123")  # installs the scrubber (inside the shortener below)
+        install_log_filters()
+        message = Message(queue_name="embed", actor_name="embed_chunks", args=(), kwargs={}, options={})
+        for exc in (Shutdown("stopping"), RuntimeError("provider said no to sk-test-secret-123")):
+            try:
+                raise exc
+            except BaseException:
+                log.error("Failed to process message %s with unhandled exception.", message, exc_info=True)
+    finally:
+        logging.setLogRecordFactory(original)
+        log.removeHandler(handler)
+    text = stream.getvalue()
+    assert "the worker is stopping" in text and "provider said no to ***" in text, text
+    assert "Traceback" not in text and "sk-test-secret-123" not in text, text

@@ -18,15 +18,17 @@ from dramatiq.middleware import Middleware
 
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.hints import failure_hint
+from memindex.pipeline.embeddings.secrets import redact
 
 log = logging.getLogger("memindex.failures")
 
 
 def reason_of(exc: BaseException) -> str:
-    """One line saying why: a memindex error's own message, else the type and message."""
+    """One line saying why: a memindex error's own message, else the type and message. Redacted:
+    it goes into log lines (after the secret scrubber has seen them), dead letters and status."""
     from memindex.pipeline.errors import MemindexError
 
-    text = " ".join(str(exc).split())
+    text = redact(" ".join(str(exc).split()))
     return text if isinstance(exc, MemindexError) and text else f"{type(exc).__name__}: {text}"
 
 
@@ -179,12 +181,13 @@ def _short_records(make: Any) -> Any:
             if record.levelno >= logging.ERROR and isinstance(exc, Shutdown):
                 # a stopping worker hands the message back (workers/lifecycle.py): not a failure
                 record.msg, record.args = "%s: the worker is stopping; the message is retried later", record.args[:1]
-                record.exc_info, record.levelno, record.levelname = None, logging.INFO, "INFO"
+                record.exc_info, record.exc_text = None, None  # (the secret scrubber may have formatted it)
+                record.levelno, record.levelname = logging.INFO, "INFO"
             elif record.levelno >= logging.ERROR and exc is not None:
                 record.msg = f"{record.msg} %s"
                 record.args = (*record.args, reason_of(exc))
                 if not logging.getLogger("memindex").isEnabledFor(logging.DEBUG):
-                    record.exc_info = None  # the traceback is kept for --log-level debug
+                    record.exc_info = record.exc_text = None  # the traceback is kept for --log-level debug
                 record.levelno, record.levelname = logging.WARNING, "WARNING"
         return record
 

@@ -483,6 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         if args.command in ("index", "backfill"):  # not silent: say what the interruption left
             print("interrupted: what was written is kept; `memindex index` finishes the rest", file=sys.stderr)
+        # That line is the whole story: the stopping in-process workers would add an INFO line
+        # per message they hand back ("retried later"), which this exiting process never does.
+        for handler in logging.getLogger().handlers:
+            handler.setLevel(max(handler.level, logging.WARNING))
         return 130
     finally:
         if "memindex.workers.embedded" in sys.modules:
