@@ -109,3 +109,38 @@ def test_embedding_resumes_soon_after_every_embed_worker_is_killed(tmp_path, red
         assert wait_for(lambda: _pending(env) == 0, 120, step=0.5), log.read_text()
     finally:
         kill_groups(procs)
+
+
+@pytest.mark.redis
+def test_a_redis_outage_is_logged_once_then_summarised_then_its_end(tmp_path, redis_server):
+    """While Redis was down, each consumer thread logged a CRITICAL and an INFO line every 3 s and
+    each heartbeat a WARNING (~12 lines a second for the Procfile's processes). Now a process says
+    it once, once per MEMINDEX_OUTAGE_REPORT_S while it lasts, and when Redis answers again; the
+    worker then works as before."""
+    a = Agent(tmp_path / "a")
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace)}}})
+    a.write("memory/a.md", "# A\nThe quokka census starts at noon.\n")
+    env = dict(a.env(redis_server.url), MEMINDEX_OUTAGE_REPORT_S="4", MEMINDEX_HEARTBEAT_S="0.5")
+    log = tmp_path / "worker.log"
+    procs = [_spawn(env, log, "worker", "--writer"),
+             _spawn(env, log, "worker", "--queues", "sync", "--processes", "1", "--threads", "1")]
+    try:
+        assert wait_for(lambda: log.read_text().count("ready for action") >= 2, 60), log.read_text()
+        redis_server.stop()
+        time.sleep(10)  # two report periods: the first line and at least one summary
+        redis_server.start()  # the same port, empty
+        assert wait_for(lambda: log.read_text().count("redis answers again") >= 2, 30), log.read_text()
+        text = log.read_text()
+        outage = [ln for ln in text.splitlines() if "connection error" in ln or "Restarting consumer" in ln
+                  or "heartbeat to redis failed" in ln]
+        # Two processes, each with 2 consumer threads (a queue and its delay queue) x 2 lines every
+        # 3 s and 2 heartbeat lines a second: ~65 lines in these 10 s before.
+        assert 2 <= len(outage) <= 8, "\n".join(outage)
+        assert "redis unreachable" in outage[0] and any("still unreachable after" in ln for ln in outage), outage
+        held = int(text.split("redis answers again after")[1].split("(")[1].split(" ")[0])
+        assert held > 0, text
+        out = run_cli("index", env=env, timeout=120)  # the worker consumes again
+        assert out.returncode == 0, out.stderr
+        assert json.loads(run_cli("search", "--json", "quokka census", env=env).stdout)["results"]
+    finally:
+        kill_groups(procs)

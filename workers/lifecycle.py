@@ -39,7 +39,7 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware, ShutdownNotifications
-from memindex.workers.logs import clear_work, set_work
+from memindex.workers.logs import clear_work, redis_answered, set_work
 
 log = logging.getLogger("memindex.lifecycle")
 
@@ -108,6 +108,8 @@ class Heartbeat:
                 self.beat()
             except Exception as exc:  # noqa: BLE001 - retried on the next beat
                 log.warning("heartbeat to redis failed: %s", exc)
+            else:
+                redis_answered()
 
     def stop(self) -> None:
         self._stop.set()

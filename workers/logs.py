@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+import time
 
 from memindex.pipeline.display import escape_controls
 
@@ -82,6 +83,59 @@ class _HttpAtDebug(logging.Filter):
         return True
 
 
+# --- Redis outages ---------------------------------------------------------------------------
+# While Redis is down every consumer thread of every worker process logs a CRITICAL and an INFO
+# line every 3 s, and every heartbeat a WARNING: ~12 lines a second for the Procfile's
+# processes, which bury everything else. Each process says it once, then once a minute while it
+# lasts, then when Redis answers again (its heartbeat succeeds), with how many lines it held back.
+OUTAGE_REPORT_S = float(os.environ.get("MEMINDEX_OUTAGE_REPORT_S", "60"))
+# (logger name prefix, message format) of the lines one outage repeats.
+_OUTAGE_LINES = (
+    ("dramatiq.worker.ConsumerThread", "Consumer encountered a connection error: %s"),
+    ("dramatiq.worker.ConsumerThread", "Restarting consumer in %0.2f seconds."),
+    ("memindex.lifecycle", "heartbeat to redis failed: %s"),
+)
+_outage_log = logging.getLogger("memindex.redis")
+
+
+class _RedisOutage(logging.Filter):
+    """Holds back the lines a Redis outage repeats (handler filter; one state per process)."""
+
+    lock = threading.Lock()
+    since: float | None = None
+    reported = 0.0
+    held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not any(record.msg == fmt and record.name.startswith(name) for name, fmt in _OUTAGE_LINES):
+            return True
+        now, cls = time.monotonic(), type(self)
+        with cls.lock:
+            if cls.since is None:
+                cls.since, cls.reported, cls.held = now, now, 0
+                record.msg = (f"{record.msg} (redis unreachable: this process waits for it, and says so once "
+                              f"every {OUTAGE_REPORT_S:.0f} s until redis answers)")
+                return True
+            if now - cls.reported < OUTAGE_REPORT_S:
+                cls.held += 1
+                return False
+            record.msg = f"redis still unreachable after %.0f s (%d line(s) like this held back): {record.msg}"
+            record.args = (now - cls.since, cls.held, *(record.args if isinstance(record.args, tuple) else ()))
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            cls.reported, cls.held = now, 0
+            return True
+
+
+def redis_answered() -> None:
+    """Redis answered this process (its heartbeat): ends an outage the logs are holding back."""
+    with _RedisOutage.lock:
+        since, held = _RedisOutage.since, _RedisOutage.held
+        _RedisOutage.since = None
+    if since is not None:
+        _outage_log.warning("redis answers again after %.0f s (%d line(s) about it held back)",
+                            time.monotonic() - since, held)
+
+
 def configure(level: str | int, fmt: str = "text") -> None:
     """Apply a level and format to this process's root logger (its handlers, or a new stderr one)."""
     root = logging.getLogger()
@@ -91,6 +145,8 @@ def configure(level: str | int, fmt: str = "text") -> None:
     for handler in root.handlers:
         if not any(isinstance(f, _WorkFields) for f in handler.filters):
             handler.addFilter(_WorkFields())
+        if not any(isinstance(f, _RedisOutage) for f in handler.filters):
+            handler.addFilter(_RedisOutage())
         if fmt == "json":
             handler.setFormatter(JsonFormatter())
         elif not isinstance(handler.formatter, JsonFormatter):
