@@ -19,7 +19,8 @@ from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 
 def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None, *,
                  invariant: bool = False) -> dict[str, Any]:
-    """A JSON-able status report. ``provider`` describes the embedding provider, if any;
+    """A JSON-able status report. ``provider`` describes the embedding provider, if any (the CLI
+    resolves the configured one); without it, the provider whose vectors the live index holds.
     ``invariant`` (``status --deep``) adds the store invariant check, which reads every row."""
     require("settings", settings, AgentSettings)
     require("provider", provider, dict, optional=True)
@@ -64,6 +65,8 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
         # OpenClaw's "dirty": the index does not yet reflect the disk (never built, files
         # waiting for their write, or a rebuild in progress).
         live = out.get("fingerprint") or {}
+        if provider is None and live.get("provider"):  # (a library caller: the index says who serves)
+            out["provider"], out["model"] = live["provider"], live.get("model", out["model"])
         fallback = settings.memory_search.get("fallback")
         if (live.get("provider") not in (None, "none", out["provider"]) and fallback not in (None, "none")
                 and live.get("provider") == fallback):

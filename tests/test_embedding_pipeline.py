@@ -168,7 +168,10 @@ def test_vectors_never_mix_across_dims(agent, server):
     assert counts["generation"] == 2  # new dims -> new generation, never mixed into the old
     from memindex.pipeline.status import index_status
 
-    assert index_status(agent.settings())["vector"]["dims"] == 128
+    st = index_status(agent.settings())
+    assert st["vector"]["dims"] == 128
+    # Without a provider description (a library caller), the index's own provider: it said "none".
+    assert (st["provider"], st["model"]) == ("hash", st["fingerprint"]["model"]) and st["model"] != "fts-only"
 
 
 @pytest.mark.skipif(not GGUF.exists(), reason="the shared GGUF model is not present")
