@@ -52,6 +52,12 @@ def write_shards() -> int:
     return int(_shards_seen[1])
 
 
+def is_write_queue(queue_name: str) -> bool:
+    """``write``, a shard ``write.<k>``, or the delay queue of either (``….DQ``)."""
+    queue = queue_name.removesuffix(".DQ")
+    return queue == WRITE_QUEUE or queue.startswith(f"{WRITE_QUEUE}.")
+
+
 def shard_queues() -> tuple[str, ...]:
     """``write.0`` .. ``write.<N-1>`` when sharded (Redis only), else none."""
     n = write_shards()

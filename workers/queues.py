@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any
 
-from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, shard_queues
+from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, is_write_queue, shard_queues
 
 log = logging.getLogger("memindex.queues")
 
@@ -211,7 +211,7 @@ def claim_shard_count(n: int) -> int | None:
 
 def _kind(qs: list[str]) -> str:
     names = {q.removesuffix(".DQ") for q in qs}
-    if names and all(q == "write" or q.startswith("write.") for q in names):
+    if names and all(map(is_write_queue, names)):
         return "writer"
     # ``embed`` and ``batch`` need no filesystem (workers/compute.py, workers/batch): a compute
     # process, runnable anywhere Redis and the provider are reachable. Planning and chunking read files.

@@ -26,6 +26,7 @@ from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreError
 from memindex.pipeline.store.core import StoreWriter, open_writer
 from memindex.workers import queues
+from memindex.workers.broker import is_write_queue
 from memindex.workers.failures import note_record_failures
 from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
@@ -110,8 +111,7 @@ def on_inline_thread() -> bool:
 def after_message(queue_name: str) -> None:
     """After a message this process's worker thread processed (workers.lifecycle.GroupCommit):
     a writer thread decides whether to commit (the embedded files thread after every message)."""
-    queue = queue_name.removesuffix(".DQ")
-    if queue == WRITE_QUEUE or queue.startswith(f"{WRITE_QUEUE}.") or on_inline_thread():
+    if is_write_queue(queue_name) or on_inline_thread():
         settle()
 
 
