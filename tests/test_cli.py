@@ -124,6 +124,17 @@ def test_index_and_status_cover_every_configured_agent(two):
         assert only["agentId"] == "ops"
 
 
+def test_index_line_counts_the_files_it_had_to_skip(two):
+    """A binary or oversized note used to vanish behind "indexed N file(s)" and exit 0: the line
+    now says how many files the index holds nothing of."""
+    (two["root"] / "main" / "memory" / "scan.md").write_bytes(b"PNG\x00\x01 not text")
+    out = _cli(two, *two["base"], "index")
+    main_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("main: "))
+    assert main_line.endswith("; 1 skipped (binary, too large, ...: see `memindex status`)"), out.stdout
+    ops_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("ops: "))
+    assert "skipped" not in ops_line, out.stdout
+
+
 def test_search_text_parses_as_openclaw_and_matches_json(two):
     _cli(two, *two["base"], "index")
     text = _cli(two, *two["base"], "search", "--agent", "ops", "kumquat").stdout

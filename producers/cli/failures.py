@@ -19,6 +19,21 @@ def report_failures(settings: Iterable[Any], since_ms: int, out: TextIO | None =
     return print_failures(((s.agent_id, failures_since(s.store_path, since_ms)) for s in settings), out)
 
 
+def skipped_files(settings: Any) -> int:
+    """Files the index holds nothing of (binary, too large, an undecodable name): the ``index`` line
+    says how many, so that a clean-looking run does not hide them."""
+    from memindex.pipeline.store.core import open_reader
+
+    reader = open_reader(settings)
+    try:
+        with reader.snapshot() as snap:
+            return snap.problem_counts()["skipped"]
+    except Exception:  # noqa: BLE001 - a count for one line; `status` reports a damaged store
+        return 0
+    finally:
+        reader.close()
+
+
 def print_failures(groups: Iterable[tuple[str, dict[str, dict[str, Any]]]], out: TextIO | None = None) -> int:
     """``report_failures`` for groups already read: (agent id, ``failures_since``'s answer) pairs."""
     out = out or sys.stderr

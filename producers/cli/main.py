@@ -46,7 +46,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
     reported by name and the others are still indexed, as ``openclaw memory index`` does."""
     from memindex.pipeline.index.failures import failures_since
-    from memindex.producers.cli.failures import print_failures, run_started
+    from memindex.producers.cli.failures import print_failures, run_started, skipped_files
     from memindex.producers.enqueue import sync_and_wait
 
     agents = _command_agents(args)
@@ -78,8 +78,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             failed = sum(g["count"] for g in failures.values())
             # Not "indexed 99 file(s)" above "99 file(s) failed": the line says what the errors below mean.
             note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
+            skipped = skipped_files(settings)
             print(f"{agent}: indexed {counts['to_index']} file(s){note}, removed {counts['to_delete']}, "
-                  f"{counts['unchanged']} unchanged")
+                  f"{counts['unchanged']} unchanged"
+                  + (f"; {skipped} skipped (binary, too large, ...: see `memindex status`)" if skipped else ""))
         if not _qmd_index(settings, args.quiet):
             code = max(code, 1)
     return max(code, 1 if print_failures(ran) else 0)
