@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from memindex.pipeline.index.records import ChunkRecord, FileRecord
 from memindex.pipeline.store import db
 from memindex.pipeline.store.core import StoreReader, StoreWriter
@@ -154,3 +156,37 @@ def test_the_embedded_files_thread_never_waits_for_its_own_write_backlog(tmp_pat
     for i in (0, 17, 39):
         hit = subprocess.run([*base, "search", "--json", f"quixote{i}"], env=env, capture_output=True, text=True)
         assert [r["path"] for r in json.loads(hit.stdout)["results"]] == [f"memory/note-{i:02d}.md"], hit.stdout
+
+
+def test_a_full_disk_fails_the_run_once_with_one_line_and_the_next_sync_writes_everything(agent):
+    """SQLITE_FULL (here the connection's max_page_count, as a full disk does it): the held
+    writes were rolled back and re-planned, which wrote, failed and re-planned again without end
+    (a 400-file index on a full tmpfs logged 1,500 lines in two minutes and never returned). Now
+    the run ends, its failure names the files and says what to do, and freeing space is enough."""
+    from memindex.pipeline.index.failures import failures_since
+    from memindex.producers.cli.failures import run_started
+    from memindex.producers.enqueue import DeadLettered, sync_and_wait
+    from memindex.workers import writer
+
+    agent.write("memory/seed.md", "# Seed\nThe first note.\n")
+    agent.index()
+    store = str(agent.settings().store_path)
+    w = writer._writers[store]  # the embedded writer thread's own connection to the store
+    pages = w.conn.execute("PRAGMA page_count").fetchone()[0]
+    w.conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+    for i in range(40):
+        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n" + f"The kestrel {i} nests on tower {i}.\n" * 40)
+    since = run_started()
+    started = time.monotonic()
+    with pytest.raises(DeadLettered, match="its disk is full; free some space"):  # the one line `index` prints
+        sync_and_wait(agent.ctx, timeout=120)  # and it returns: no write / roll back / re-plan loop
+    assert time.monotonic() - started < 60
+    failed = failures_since(store, since)
+    (reason,) = [r for r in failed if "disk is full" in r]
+    assert "free some space, then `memindex index`" in reason and failed[reason]["count"] >= 1
+    assert "free space on the state dir's disk" in failed[reason]["hint"]
+    assert len(agent.search("kestrel", max_results=50)["results"]) < 40
+    w.conn.execute("PRAGMA max_page_count = 1073741823")  # space freed
+    sync_and_wait(agent.ctx, timeout=120)
+    assert len(agent.search("kestrel", max_results=50)["results"]) == 40
+    assert StoreReader(Path(store)).check_invariant()["ok"]

@@ -24,10 +24,10 @@ from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.preparers import is_current
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreError
-from memindex.pipeline.store.core import StoreWriter, open_writer
+from memindex.pipeline.store.core import StoreWriter, open_writer, store_full
 from memindex.workers import queues
 from memindex.workers.broker import is_write_queue
-from memindex.workers.failures import note_record_failures
+from memindex.workers.failures import note_failure, note_record_failures
 from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
 from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync, write_queue_for
@@ -143,15 +143,31 @@ def _more_waiting(queue: str) -> bool:
 
 
 def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
+    paths = _held_paths.pop(str(w.path), [])
     try:
         w.commit()
     except Exception as exc:  # noqa: BLE001 - reported below; the next sync re-plans the files
-        log.warning("could not commit the writes held for %s: %s", w.path, exc)
+        if not w.full:
+            log.warning("could not commit the writes held for %s: %s", w.path, exc)
     if w.lost_held:
         # Writes already acknowledged are not in the store: plan again from the Markdown on disk.
         w.lost_held = False
+        if w.full:
+            # Not on a full disk: the re-plan would write, fail and re-plan again, forever. The
+            # files stay to do, and the failure is recorded (their messages had succeeded), so
+            # `index` and `status` say so; the next sync (any change, `memindex index`) writes them.
+            try:
+                note_failure(settings_for(Context.from_dict(ctx)), str(store_full(w.path)), paths,
+                             "the held writes were rolled back")
+            except Exception as exc:  # noqa: BLE001 - nothing beside the store can be written either
+                log.error("%s (%d file(s) to write again; %s)", store_full(w.path), len(paths), exc)
+            return
         log.warning("the writes held for %s were rolled back; re-planning from disk", w.path)
         request_resync(ctx, "rolled-back")
+
+
+# Store path -> the files written in its held transaction so far (named if the commit is lost).
+_held_paths: dict[str, list[str]] = {}
 
 
 def _commit_late_groups() -> None:
@@ -240,12 +256,21 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
     stale: list[FileRecord] = []
     for rec in records:
         (fresh if is_current(rec) else stale).append(rec)
+    if fresh and not w.generation_exists(generation):
+        # Replaced by a rebuild (whose plan covers these files) or never created (its plan
+        # failed, and said so): nothing to write, and no re-plan - on a full disk that re-plan
+        # would fail again and send these writes again, without end.
+        log.info("dropping %d write(s) for %s: generation %d does not exist", len(fresh), context.agent_id,
+                 generation)
+        return
     if fresh:
         # Files written without their vectors (a provider failure on the compute side) or skipped:
         # noted here, where the store and its failure record are (the compute side has neither).
         note_record_failures(settings, fresh)
         started = time.perf_counter()
         _, rejected = w.write_files(generation, fresh)
+        if w.held_since is not None:  # what a rolled-back group commit would lose (_commit)
+            _held_paths.setdefault(str(w.path), []).extend(r.path for r in fresh if r.path not in rejected)
         _summary.record(context.agent_id or "default", len(fresh), sum(len(r.chunks) for r in fresh),
                         time.perf_counter() - started, fresh[0].path)
         if rejected:

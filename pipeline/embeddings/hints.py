@@ -20,6 +20,8 @@ def _key_sources(provider_id: str | None) -> str:
 def failure_hint(reason: str, provider_id: str | None) -> str:
     """A short "check this key" for a failure ``reason`` (an error's text)."""
     text = reason.lower()
+    if "disk is full" in text:
+        return "free space on the state dir's disk (`df` on it), then run `memindex index`"
     if "no api key" in text or "rejected the api key" in text:
         return f"check the API key: {_key_sources(provider_id)}"
     if "model not found" in text or "baseurl" in text:

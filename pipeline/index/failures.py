@@ -31,14 +31,26 @@ def _locked(store_path: Path | str) -> ContextManager[None]:
     return file_lock(f"{store_path}.failures.lock")
 
 
+# Records this process could not write (a full disk: the very failure may be that nothing can be
+# written beside the store), kept here so that a run in this process (`memindex index` on the
+# embedded broker) still reports them instead of ending as if all went well.
+_unwritten: dict[str, dict[str, Any]] = {}
+
+
 def read_failures(store_path: Path | str) -> dict[str, Any]:
     """{"lastError": {...} | None, "reasons": {reason: {"at", "hint"}}, "files": {path: {"reason", "at"}}}."""
     try:
         data = json.loads(_path(store_path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = {}
-    return {"lastError": data.get("lastError"), "reasons": data.get("reasons") or {},
-            "files": data.get("files") or {}}
+    out = {"lastError": data.get("lastError"), "reasons": data.get("reasons") or {},
+           "files": data.get("files") or {}}
+    held = _unwritten.get(str(store_path))
+    if held is not None:  # newer than anything on disk: they were recorded after it, or instead of it
+        out["lastError"] = held["lastError"]
+        out["reasons"] = {**out["reasons"], **held["reasons"]}
+        out["files"] = {**out["files"], **held["files"]}
+    return out
 
 
 def record_failure(store_path: Path | str, *, reason: str, provider: str | None, hint: str,
@@ -65,8 +77,14 @@ def record_failure(store_path: Path | str, *, reason: str, provider: str | None,
         # The files failing for this reason now (a retried file counts once, not once per attempt).
         data["lastError"]["count"] = max(1, sum(1 for f in files.values() if f["reason"] == reason))
         tmp = _path(store_path).with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, _path(store_path))
+        try:
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, _path(store_path))
+        except OSError:
+            _unwritten[str(store_path)] = data
+            tmp.unlink(missing_ok=True)
+            raise  # the caller logs that the record is only in this process
+        _unwritten.pop(str(store_path), None)
 
 
 def failures_since(store_path: Path | str, since_ms: int) -> dict[str, dict[str, Any]]:

@@ -129,6 +129,19 @@ def store_problem(conn: db.Connection, path: Path | str) -> str | None:
     return None
 
 
+def is_full(exc: BaseException) -> bool:
+    """SQLITE_FULL: the store's disk (or its size limit) is full; retrying only fails again."""
+    return isinstance(exc, db.OperationalError) and (
+        getattr(exc, "sqlite_errorcode", None) == 13 or "database or disk is full" in str(exc))
+
+
+def store_full(path: Path | str) -> StoreError:
+    """The one line a full disk gets: which store, and what to do. (No byte count: the same
+    failure must read the same each time, to be counted as one reason.)"""
+    return StoreError(f"cannot write the store {printable(str(path))}: its disk is full; free some space, "
+                      "then `memindex index` writes the rest")
+
+
 def check_writable(path: Path | str) -> None:
     """Refuse early, with one clear line, when the store cannot be written (a read-only state dir):
     otherwise every write would fail and be retried."""
@@ -320,6 +333,7 @@ class StoreWriter:
         self._lock = threading.RLock()
         self.held_since: float | None = None  # monotonic start of the held transaction (``hold``)
         self.lost_held = False  # SQLite rolled a held transaction back: its writes are gone
+        self.full = False  # the last write or commit found the disk full (cleared by a commit that works)
         # In a held transaction, the FTS rows of new chunks wait here until the commit (see hold).
         self._fts_rows: list[tuple[str, int, str]] = []  # (fts table, chunk rowid, indexed text)
         self._fts_files: set[tuple[int, str, str]] = set()  # (generation, source, path) of those chunks
@@ -387,10 +401,14 @@ class StoreWriter:
                 if self.conn.in_transaction:
                     self._flush_fts()
                     self.conn.execute("COMMIT")
-            except db.Error:
+                self.full = False
+            except db.Error as exc:
                 self.lost_held = True
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
+                if is_full(exc):
+                    self.full = True
+                    raise store_full(self.path) from exc
                 raise
             finally:
                 self._end_held()
@@ -900,19 +918,34 @@ class _Transaction:
         return self.conn
 
     def __exit__(self, exc_type, exc, tb):
-        if self.mode == "own":
-            self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
-        elif self.mode == "savepoint":
-            if not self.conn.in_transaction:
-                # SQLite rolled the whole held transaction back (an I/O error, a full disk):
-                # the writes already reported done in it are gone; the caller re-plans.
-                self.writer.lost_held = True
-                self.writer._end_held()  # its waiting FTS rows name chunks that are gone
-            else:
-                if exc_type is not None:
-                    self.conn.execute("ROLLBACK TO write_op")
-                    self.writer._fts_rollback(self.mark)
-                self.conn.execute("RELEASE write_op")
+        try:
+            if self.mode == "own":
+                if exc_type is None:
+                    self.conn.execute("COMMIT")
+                elif self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+            elif self.mode == "savepoint":
+                if not self.conn.in_transaction:
+                    # SQLite rolled the whole held transaction back (an I/O error, a full disk):
+                    # the writes already reported done in it are gone; the caller re-plans.
+                    self.writer.lost_held = True
+                    self.writer._end_held()  # its waiting FTS rows name chunks that are gone
+                else:
+                    if exc_type is not None:
+                        self.conn.execute("ROLLBACK TO write_op")
+                        self.writer._fts_rollback(self.mark)
+                    self.conn.execute("RELEASE write_op")
+        except db.Error as failed:  # the COMMIT itself found the disk full
+            if not is_full(failed):
+                raise
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            exc = failed
+        if exc is not None and is_full(exc):
+            # One clear StoreError (a write actor's message is not retried on it) instead of an
+            # OperationalError that every retry and every re-plan would hit again.
+            self.writer.full = True
+            raise store_full(self.writer.path) from exc
         return False
 
 
