@@ -168,6 +168,9 @@ def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
 
 # Store path -> the files written in its held transaction so far (named if the commit is lost).
 _held_paths: dict[str, list[str]] = {}
+# Store path -> when writes for a missing generation last asked for a re-plan (_write_files).
+_gone_resync: dict[str, float] = {}
+GONE_RESYNC_S = 5.0
 
 
 def _commit_late_groups() -> None:
@@ -257,11 +260,16 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
     for rec in records:
         (fresh if is_current(rec) else stale).append(rec)
     if fresh and not w.generation_exists(generation):
-        # Replaced by a rebuild (whose plan covers these files) or never created (its plan
-        # failed, and said so): nothing to write, and no re-plan - on a full disk that re-plan
-        # would fail again and send these writes again, without end.
+        # Replaced by a rebuild (whose plan covers these files) or not created yet (its plan
+        # failed): nothing to write here. A re-plan brings them back - at most one per store
+        # every GONE_RESYNC_S, and none while the disk is full: every dropped message asking
+        # for one, each re-plan failing and sending its writes again, grew without end.
         log.info("dropping %d write(s) for %s: generation %d does not exist", len(fresh), context.agent_id,
                  generation)
+        now = time.monotonic()
+        if not w.full and now - _gone_resync.get(str(w.path), -GONE_RESYNC_S) >= GONE_RESYNC_S:
+            _gone_resync[str(w.path)] = now
+            request_resync(ctx, "generation-gone")
         return
     if fresh:
         # Files written without their vectors (a provider failure on the compute side) or skipped:
