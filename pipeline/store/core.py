@@ -366,7 +366,7 @@ class StoreWriter:
     def close(self) -> None:
         try:
             self.commit()  # a held transaction's writes were reported done: keep them
-        except db.Error as exc:
+        except (db.Error, StoreError) as exc:  # (a full disk is a StoreError)
             log.warning("could not commit the held writes to %s on close: %s", printable(str(self.path)), exc)
         self.conn.close()
 
