@@ -80,12 +80,31 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             # Search already serves only the configured sources; the store catches up on the next sync.
             out["configChanged"] = (f"the index holds sources {indexed_sources}, the config now names "
                                     f"{sorted(settings.sources)}: run `memindex index`")
+        out["diskFree"] = _disk_free(settings.store_path)
         # Files waiting for their vectors (the provider failed) are keyword-only until a sync retries them.
         out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding") or out.get("configChanged")
                             or out.get("vectorsPending"))
         return out
     finally:
         reader.close()
+
+
+# Below this much free space on the store's filesystem `status` says writes may fail: a full disk
+# can leave nothing written beside the store either, so no recorded error would say why.
+LOW_DISK_BYTES = 16 * 2**20
+
+
+def _disk_free(store_path: Any) -> int | None:
+    """Bytes free on the filesystem that holds (or will hold) the store."""
+    import shutil
+    from pathlib import Path
+
+    p = Path(store_path)
+    target = next((d for d in (p.parent, *p.parents) if d.exists()), None)
+    try:
+        return shutil.disk_usage(target).free if target is not None else None
+    except OSError:
+        return None
 
 
 def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: StoreReader,
@@ -259,6 +278,9 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     if s.get("fallback"):
         fb = s["fallback"]
         lines.append(f"fallback:     {fb['from']} unavailable, serving builtin ({fb.get('reason')})")
+    if s.get("diskFree") is not None and s["diskFree"] < LOW_DISK_BYTES:
+        lines.append(f"disk:         {s['diskFree']:,} bytes free where the store is: writes fail when it is full "
+                     "(free some space, then `memindex index` writes what is pending)")
     if s.get("lastError"):
         import datetime as _dt
 

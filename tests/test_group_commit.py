@@ -190,3 +190,18 @@ def test_a_full_disk_fails_the_run_once_with_one_line_and_the_next_sync_writes_e
     sync_and_wait(agent.ctx, timeout=120)
     assert len(agent.search("kestrel", max_results=50)["results"]) == 40
     assert StoreReader(Path(store)).check_invariant()["ok"]
+
+
+def test_status_says_when_the_store_s_disk_is_nearly_full(agent, monkeypatch):
+    """After a full disk nothing may have been written beside the store to say why files are
+    pending: `status` reads the free space itself."""
+    from memindex.pipeline import status
+
+    agent.write("memory/a.md", "# A\nThe heron waits.\n")
+    agent.index()
+    st = status.index_status(agent.settings())
+    assert isinstance(st["diskFree"], int) and st["diskFree"] > 0
+    assert "disk:" not in status.format_status(st) or st["diskFree"] < status.LOW_DISK_BYTES
+    monkeypatch.setattr(status, "LOW_DISK_BYTES", st["diskFree"] + 2**40)  # as if this disk were nearly full
+    line = next(ln for ln in status.format_status(st).splitlines() if ln.startswith("disk:"))
+    assert f"{st['diskFree']:,} bytes free where the store is" in line and "memindex index" in line
