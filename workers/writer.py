@@ -236,6 +236,7 @@ def close_writers() -> None:
             w.close()
         _writers.clear()
         _held.clear()
+        _held_paths.clear()
 
 
 @write_actor
