@@ -115,3 +115,17 @@ def test_mcp_serves_its_metrics_on_a_port_of_its_own(tmp_path):
     assert got[("memindex_searches_total", (("agent", "main"), ("outcome", "ok")))] == 2
     assert got[("memindex_search_seconds_count", (("agent", "main"),))] == 2
     assert got[("memindex_files_pending", (("agent", "main"),))] == 0
+
+
+def test_writer_timing_covers_every_write_shard():
+    """It compared the queue name with "write", so the Procfile's sharded writers (write.0,
+    write.1) never recorded a transaction."""
+    from types import SimpleNamespace
+
+    from memindex.workers.broker import is_write_queue
+    from memindex.workers.metrics import WriterTiming
+
+    timing = WriterTiming(is_write_queue)
+    for i, queue in enumerate(("write", "write.0", "write.1", "sync", "embed")):
+        timing.before_process_message(None, SimpleNamespace(queue_name=queue, message_id=str(i)))
+    assert sorted(timing._started) == ["0", "1", "2"]

@@ -128,7 +128,7 @@ def make_broker() -> dramatiq.Broker:
         # instead of blocking a CLI command (or a sync request) forever.
         client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
                                       socket_timeout=REDIS_SOCKET_TIMEOUT_S)
-        extra = metrics.middleware(WRITE_QUEUE) if metrics.enabled() else []
+        extra = metrics.middleware(is_write_queue) if metrics.enabled() else []
         broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES),
                                                                   *extra],
                                        namespace="memindex",

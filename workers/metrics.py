@@ -129,8 +129,8 @@ class WriterTiming(Middleware):
     """Time each write-queue message's writes (the group commit after it is not included:
     this hook runs before GroupCommit's)."""
 
-    def __init__(self, queue: str) -> None:
-        self.queue = queue
+    def __init__(self, is_write_queue: Callable[[str], bool]) -> None:
+        self.is_write_queue = is_write_queue  # (``write`` and its shards ``write.<k>``: the broker's own test)
         self.recorders: Recorders | None = None
         self._started: dict[str, float] = {}
 
@@ -138,7 +138,7 @@ class WriterTiming(Middleware):
         self.recorders = Recorders().install()  # after dramatiq's Prometheus set the multiprocess dir
 
     def before_process_message(self, broker: Any, message: Any) -> None:
-        if message.queue_name == self.queue:
+        if self.is_write_queue(message.queue_name):
             self._started[message.message_id] = time.perf_counter()
 
     def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
@@ -150,11 +150,11 @@ class WriterTiming(Middleware):
     after_skip_message = after_process_message
 
 
-def middleware(write_queue: str) -> list:
+def middleware(is_write_queue: Callable[[str], bool]) -> list:
     """The worker-side middleware when metrics are on (the broker appends it)."""
     from dramatiq.middleware.prometheus import Prometheus
 
-    return [Prometheus(), WriterTiming(write_queue)]
+    return [Prometheus(), WriterTiming(is_write_queue)]
 
 
 class PendingCollector:
