@@ -14,7 +14,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.workspace import MEMORY_DIR, check_roots, iter_discover, resolve_extra_paths
 from memindex.pipeline.store.schema import fts_table, vec_dims_key, vec_table
 from memindex.pipeline.index.failures import read_failures
-from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
+from memindex.pipeline.store.core import ReadSnapshot, StoreReader, nearest_existing, open_reader
 
 
 def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None, *,
@@ -97,10 +97,8 @@ LOW_DISK_BYTES = 16 * 2**20
 def _disk_free(store_path: Any) -> int | None:
     """Bytes free on the filesystem that holds (or will hold) the store."""
     import shutil
-    from pathlib import Path
 
-    p = Path(store_path)
-    target = next((d for d in (p.parent, *p.parents) if d.exists()), None)
+    target = nearest_existing(store_path)
     try:
         return shutil.disk_usage(target).free if target is not None else None
     except OSError:

@@ -142,11 +142,17 @@ def store_full(path: Path | str) -> StoreError:
                       "then `memindex index` writes the rest")
 
 
+def nearest_existing(path: Path | str) -> Path | None:
+    """``path`` if it exists, else its nearest existing parent (where a new store will be made)."""
+    p = Path(path)
+    return p if p.exists() else next((d for d in p.parents if d.exists()), None)
+
+
 def check_writable(path: Path | str) -> None:
     """Refuse early, with one clear line, when the store cannot be written (a read-only state dir):
     otherwise every write would fail and be retried."""
     p = Path(path)
-    target = p if p.exists() else next((d for d in p.parents if d.exists()), None)
+    target = nearest_existing(p)
     if target is not None and not os.access(target, os.W_OK):
         raise StoreError(f"cannot write the store {printable(str(p))}: {printable(str(target))} is read-only")
     if p.exists() and not os.access(p.parent, os.W_OK):  # SQLite's WAL and SHM files live beside it
