@@ -74,3 +74,33 @@ def test_watch_picks_up_added_agents_and_drops_removed_ones(tmp_path):
     assert "Traceback" not in text, text
     # Each enqueued batch is logged with its agent and how many paths changed.
     assert "sync enqueued for two: 1 changed path" in text, text
+
+
+def test_watch_without_all_names_the_agents_it_leaves_unwatched(tmp_path):
+    """``memindex watch`` watches the default agent only (as every command but status and index);
+    with others configured its start line says so, or their memory silently goes stale."""
+    one, two = tmp_path / "ws-one", tmp_path / "ws-two"
+    for ws in (one, two):
+        (ws / "memory").mkdir(parents=True)
+    config, state = tmp_path / "openclaw.json", tmp_path / "state"
+    state.mkdir()
+    _write_config(config, [("one", one), ("two", two)])
+    env = dict(os.environ, OPENCLAW_CONFIG_PATH=str(config), OPENCLAW_STATE_DIR=str(state))
+    env.pop("MEMINDEX_BROKER_URL", None)
+
+    def start_line(*extra: str) -> str:
+        proc = subprocess.Popen([sys.executable, "-m", "memindex", "watch", *extra], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            line = ""
+            while proc.stderr is not None and "Ctrl-C" not in line:
+                line = proc.stderr.readline()
+                assert line, "watch exited before its start line"
+            return line
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.communicate(timeout=30)
+
+    assert "watching 1 agent(s) (agent one of 2 configured; --all watches every one)," in start_line()
+    assert "configured" not in start_line("--agent", "two")
+    assert start_line("--all").startswith("watching 2 agent(s), ")

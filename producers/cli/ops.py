@@ -19,7 +19,8 @@ import time
 from typing import Any, Callable
 
 from memindex.pipeline.config.settings import Context
-from memindex.producers.cli.agents import add_all_opt, agent_contexts
+from memindex.pipeline.errors import MemindexError
+from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
 from memindex.producers.cli.options import examples
 from memindex.producers.cli.progress import Progress
 
@@ -110,6 +111,20 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     return Producers(watcher, interval, loops, len(pairs))
 
 
+def _others_hint(args: argparse.Namespace, contexts: list[Context]) -> str:
+    """" (agent a of 3 configured; --all watches every one)" when the default agent alone is
+    watched and the config lists others: they would silently go stale."""
+    if args.agent or getattr(args, "all", False) or not contexts:
+        return ""
+    try:
+        agents = configured_agents(args)
+    except MemindexError:  # only a hint; the watch itself already loaded the config
+        return ""
+    if len(agents) <= 1:
+        return ""
+    return f" (agent {contexts[0].agent_id} of {len(agents)} configured; --all watches every one)"
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     from memindex.workers import embedded
     from memindex.workers.broker import broker_url, is_embedded, redact
@@ -124,8 +139,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
         serve_metrics(args.metrics_port, contexts, job_state_counts)
     where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
-    print(f"watching {running.agents} agent(s), {len(running.watcher.watched_dirs)} directories; {where}. "
-          "Ctrl-C to stop.", file=sys.stderr, flush=True)
+    print(f"watching {running.agents} agent(s){_others_hint(args, contexts)}, "
+          f"{len(running.watcher.watched_dirs)} directories; {where}. Ctrl-C to stop.", file=sys.stderr, flush=True)
     heartbeat = _heartbeat("watch")
     stop = _Stop()
     try:
