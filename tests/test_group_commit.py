@@ -205,3 +205,58 @@ def test_status_says_when_the_store_s_disk_is_nearly_full(agent, monkeypatch):
     monkeypatch.setattr(status, "LOW_DISK_BYTES", st["diskFree"] + 2**40)  # as if this disk were nearly full
     line = next(ln for ln in status.format_status(st).splitlines() if ln.startswith("disk:"))
     assert f"{st['diskFree']:,} bytes free where the store is" in line and "memindex index" in line
+
+
+def _segments(path: Path) -> int:
+    c = db.connect(path, readonly=True)
+    try:
+        return c.execute("SELECT count(DISTINCT segid) FROM fts_g1_idx").fetchone()[0]
+    finally:
+        c.close()
+
+
+def test_the_keyword_index_is_merged_once_when_a_big_sync_ends_and_not_for_small_edits(tmp_path):
+    """A sync that wrote a share of the store (here all of it) ends with its FTS5 segments merged
+    into one, at its last commit; a commit while files are still pending, or after a one-file
+    edit, merges nothing. Merged or not, a search finds the same rows."""
+    files = [rec(f"memory/n{i:03}.md", f"{WORDS[i % len(WORDS)]} note number{i}") for i in range(300)]
+    batches = [files[i:i + 30] for i in range(0, 300, 30)]
+
+    def build(path: Path, hold_last: bool) -> StoreWriter:
+        w = StoreWriter(path, vector_enabled=False)
+        w.plan(1, FP, [("memory", f.path) for f in files], [])
+        for batch in batches[:-1]:  # committed one by one: a segment each (FTS5 merges them in eights)
+            w.write_files(1, batch)
+        if hold_last:
+            w.hold()
+        w.write_files(1, batches[-1])
+        return w
+
+    merged, plain = tmp_path / "merged.sqlite", tmp_path / "plain.sqlite"
+    w = build(merged, hold_last=True)
+    before = _segments(merged)
+    w.commit()  # pending is empty now and all 300 chunks are new: merged
+    assert before > 1 and _segments(merged) == 1
+    build(plain, hold_last=False).close()  # no held commit: never merged
+    assert _segments(plain) > 1
+    assert rows(merged) == rows(plain)
+
+    # A one-file edit of the merged store adds a segment and merges nothing.
+    w.hold()
+    w.write_files(1, [rec("memory/n000.md", "damson edited")])
+    w.commit()
+    assert _segments(merged) == 2
+
+    # A held commit in the middle of a sync (files still pending) merges nothing either.
+    mid = tmp_path / "mid.sqlite"
+    w2 = StoreWriter(mid, vector_enabled=False)
+    w2.plan(1, FP, [("memory", f.path) for f in files], [])
+    for batch in batches[:-1]:
+        w2.write_files(1, batch)
+    seg = _segments(mid)
+    w2.hold()
+    w2.write_files(1, batches[-2])  # rewritten; the last batch is still pending
+    w2.commit()
+    assert _segments(mid) >= seg > 1
+    w2.close()
+    w.close()
