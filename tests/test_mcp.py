@@ -61,7 +61,7 @@ async def exercise(client: Client, a: Agent) -> None:
     from memindex.producers.serve.mcp import _TOOL_FIELDS  # the table unknown arguments are checked against
 
     assert {name: set(tools[name].input_schema["properties"]) for name in TOOLS} == {
-        name: set(fields) for name, fields in _TOOL_FIELDS.items()}
+        name: set(fields) for name, (fields, _required) in _TOOL_FIELDS.items()}
 
     res = await client.call_tool("memory_search", {"query": "VLAN IoT", "maxResults": 3})
     assert not res.is_error
@@ -80,8 +80,20 @@ async def exercise(client: Client, a: Agent) -> None:
     res = await client.call_tool("memory_search", {"query": "VLAN", "agent": "nobody"})
     assert res.is_error and "unknown agent 'nobody'" in res.content[0].text and "main" in res.content[0].text
 
-    res = await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 0})
-    assert res.is_error  # from is 1-based: the schema refuses 0
+    # from 0 means "not given", as in-process and in OpenClaw (Math.max(1, from)); lines from line 1.
+    res = await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 0, "lines": 1})
+    assert not res.is_error and res.structured_content["text"] == "# Memory"
+    assert res.structured_content == memory_get(a.settings(), "MEMORY.md", from_line=0, lines=1).as_dict()
+    res = await client.call_tool("memory_get", {"path": "MEMORY.md", "from": -1})
+    assert res.is_error and "from must be at least 0" in res.content[0].text
+
+    # Arguments of the wrong type are refused in the JSON API's words, not coerced by the SDK.
+    for bad, said in (({"query": "VLAN", "maxResults": True}, "maxResults must be an integer"),
+                      ({"query": "VLAN", "maxResults": "3"}, "maxResults must be an integer"),
+                      ({"query": 5}, "query must be a string"),
+                      ({"maxResults": 3}, "query is required")):
+        res = await client.call_tool("memory_search", bad)
+        assert res.is_error and said in res.content[0].text and "pydantic" not in res.content[0].text, bad
 
     # A misspelt argument is refused with the names expected, not dropped (it would mean the default).
     res = await client.call_tool("memory_search", {"query": "VLAN", "maxresults": 1})
@@ -146,3 +158,20 @@ def test_bad_bind_is_one_line(indexed: Agent, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, *cli_args(indexed), "mcp", "--http", "localhost:http"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "expected [HOST:]PORT" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_config_that_turns_invalid_is_a_tool_error_that_says_why(tmp_path: Path) -> None:
+    a = Agent(tmp_path / "a")
+    a.write("MEMORY.md", "# Memory\nThe VLAN plan.\n")
+    params = StdioServerParameters(command=sys.executable, args=[*cli_args(a), "mcp"], cwd=str(tmp_path))
+
+    async def main() -> None:
+        async with Client(params) as client:
+            assert not (await client.call_tool("memory_status", {})).is_error
+            a.memory_config({"providr": "none"})  # a typo, made while the server runs
+            for tool, args in (("memory_search", {"query": "VLAN"}), ("memory_status", {})):
+                res = await client.call_tool(tool, args)
+                text = res.content[0].text
+                assert res.is_error and "providr" in text and '"provider"' in text, text
+
+    asyncio.run(main())

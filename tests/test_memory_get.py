@@ -24,6 +24,18 @@ def test_reads_whole_file_and_windows(ws):
     assert memory_get(s, "./memory/2026-02-10.md", from_line=4).text.startswith("d")
 
 
+def test_a_final_line_end_does_not_count_as_a_line(ws):
+    # "a\nb\nc\nd\n" is 4 lines (as `wc -l` and the citations count them), not 5 with an empty one.
+    s = ws.settings()
+    r = memory_get(s, "memory/2026-02-10.md", from_line=3, lines=5)
+    assert (r.text, r.lines, r.total_lines) == ("c\nd", 2, 4)
+    assert memory_get(s, "memory/2026-02-10.md", from_line=5).text == ""
+    ws.write("memory/crlf.md", "one\r\ntwo\r\n")
+    assert memory_get(s, "memory/crlf.md", from_line=1).total_lines == 2
+    ws.write("memory/blank-end.md", "one\n\n")  # a blank last line is still a line
+    assert memory_get(s, "memory/blank-end.md", from_line=1).total_lines == 2
+
+
 def test_missing_file_is_empty_not_an_error(ws):
     assert memory_get(ws.settings(), "memory/2030-01-01.md").text == ""
 

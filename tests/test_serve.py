@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -144,3 +145,71 @@ def test_a_loopback_server_answers_only_requests_addressed_to_a_loopback_name(lo
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST"):
         r = httpx.post(f"{local}/v1/get", content=body, headers={"Host": host}, timeout=30)
         assert r.status_code == 200 and "ER605" in r.json()["text"], host
+
+
+def test_two_agents_workspace_override_confinement_ids_and_a_broken_config(tmp_path: Path) -> None:
+    """With two agents configured: the server's --workspace is its own agent's, never poured into
+    the other's store; ids are normalised as on the CLI; --agent confines the server to that
+    agent; an invalid config is a config_error with its reason, and /healthz says 503."""
+    ws_a, ws_b, state = tmp_path / "wsA", tmp_path / "wsB", tmp_path / "state"
+    for ws, text in ((ws_a, "# Alice\nThe VLAN plan is alice's.\n"), (ws_b, "# Bob\nzebra-papaya is bob's.\n")):
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text(text)
+    state.mkdir()
+    config = tmp_path / "openclaw.json"
+    cfg = {"agents": {"list": [{"id": "alice", "default": True, "workspace": str(ws_a)},
+                               {"id": "bob", "workspace": str(ws_b)}]}}
+    config.write_text(json.dumps(cfg))
+    base = ["--config", str(config), "--state-dir", str(state)]
+    assert run_cli(*base, "index").returncode == 0
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+
+    def start(*extra: str) -> tuple[subprocess.Popen, str]:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, *extra, "serve", "--port", str(port)],
+                                cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_port(port, proc)
+        return proc, f"http://127.0.0.1:{port}"
+
+    def bob_finds_zebra() -> bool:
+        out = run_cli(*base, "--agent", "bob", "search", "--json", "zebra")
+        return out.returncode == 0 and [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]
+
+    proc, url = start("--workspace", str(ws_a))
+    try:
+        r = httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md", "agent": "bob"}, timeout=30)
+        assert r.status_code == 200 and "zebra-papaya" in r.json()["text"], r.text
+        for _ in range(2):  # the first search schedules bob's sync: it must sync bob's own workspace
+            r = httpx.post(f"{url}/v1/search", json={"query": "zebra", "agent": "BOB"}, timeout=30)
+            assert r.status_code == 200 and r.json()["results"], r.text
+            time.sleep(1.5)
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN", "agent": "bob", "minScore": 0}, timeout=30)
+        assert r.json()["results"] == []  # alice's notes never reached bob's store
+        assert httpx.get(f"{url}/v1/status", params={"agent": " Alice "}, timeout=30).json()["agent"] == "alice"
+        r = httpx.post(f"{url}/v1/search", json={"query": "x", "agent": "../bob"}, timeout=30)
+        assert r.status_code == 400 and "invalid agent id" in r.json()["error"]["message"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert bob_finds_zebra()
+
+    proc, url = start("--agent", "alice")
+    try:
+        r = httpx.post(f"{url}/v1/search", json={"query": "zebra", "agent": "bob"}, timeout=30)
+        assert r.status_code == 404 and "serves only agent 'alice'" in r.json()["error"]["message"]
+        assert httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md", "agent": "bob"}, timeout=30).status_code == 404
+        assert httpx.get(f"{url}/v1/status", timeout=30).json()["agents"] == ["alice"]
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, timeout=30)
+        assert r.status_code == 200 and r.json()["results"]
+
+        cfg["agents"]["list"][0]["memorySearch"] = {"providr": "none"}  # a typo: every request fails now
+        config.write_text(json.dumps(cfg))
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, timeout=30)
+        assert r.status_code == 500 and r.json()["error"]["code"] == "config_error", r.text
+        assert "providr" in r.json()["error"]["message"] and "provider" in r.json()["error"]["message"]
+        h = httpx.get(f"{url}/healthz", timeout=30)
+        assert h.status_code == 503 and h.json() == {"ok": False, "error": "config_error"}
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -175,18 +175,19 @@ def find_agent(cfg: Mapping[str, Any], agent_id: str) -> tuple[int, dict[str, An
     return None
 
 
-def resolve_agent_id(cfg: Mapping[str, Any], requested: str | None) -> str:
+def resolve_agent_id(cfg: Mapping[str, Any], requested: str | None, key: str = "--agent") -> str:
     """The agent a command acts on: ``requested`` (validated, normalised) or the default agent.
 
     An id that is not configured is refused, naming the configured ones; with no
-    ``agents.list`` only ``main`` exists, as in OpenClaw.
+    ``agents.list`` only ``main`` exists, as in OpenClaw. ``key`` names where the id came from
+    (the CLI's ``--agent``, a library caller's ``agent_id``).
     """
     if requested is None:
         return default_agent_id(cfg)
-    agent_id = validate_agent_id(requested)
+    agent_id = validate_agent_id(requested, key)
     known = list_agent_ids(cfg)
     if agent_id not in known:
-        raise ConfigError("--agent", f"unknown agent {requested!r}; configured: {', '.join(known)}")
+        raise ConfigError(key, f"unknown agent {requested!r}; configured: {', '.join(known)}")
     return agent_id
 
 

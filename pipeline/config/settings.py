@@ -586,7 +586,7 @@ def resolve_agent(
     env = os.environ if env is None else env
     state_dir = resolve_user_path(state_dir, env) if state_dir else default_state_dir(env)
     _warn_near_misses(cfg)
-    agent_id = resolve_agent_id(cfg, agent_id)
+    agent_id = resolve_agent_id(cfg, agent_id, "agent_id")
     found = find_agent(cfg, agent_id)
     entry = found[1] if found else {}
     defaults = _subtree(_subtree(cfg, "agents", "agents"), "defaults", "agents.defaults")

@@ -175,6 +175,8 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     if not from_line and not lines:
         return MemoryGetResult(display, text)
     all_lines = break_lines(text)  # the lines citations count (a lone CR ends one too)
+    if len(all_lines) > 1 and all_lines[-1] == "":
+        all_lines.pop()  # a final line end ends the last line; it does not start one ("a\nb\n" is 2 lines)
     start = max(1, from_line or 1)
     count = max(1, lines or len(all_lines))
     window = all_lines[start - 1 : start - 1 + count]

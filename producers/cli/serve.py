@@ -1,7 +1,7 @@
 """``memindex mcp`` and ``memindex serve``: long-lived servers for agent runtimes (hooked into main.py).
 
-Both serve every configured agent from one process, with engines and the
-query embedder kept loaded. They need the ``serve`` extra; without it they
+Both serve every configured agent from one process (``--agent ID``: that agent
+alone), with engines and the query embedder kept loaded. They need the ``serve`` extra; without it they
 say so in one line.
 """
 
@@ -34,7 +34,9 @@ def _token(args: argparse.Namespace) -> str | None:
 def _tools(args: argparse.Namespace):  # -> MemoryTools, checked to serve at least one agent
     from memindex.producers.serve.tools import MemoryTools
 
-    tools = MemoryTools(base_context(args))
+    base = base_context(args)
+    # --agent confines the server to that agent; without it every configured agent is served.
+    tools = MemoryTools(base, only=base.agent_id if args.agent else None)
     tools.agent_ids()  # a broken config fails here, at start, with the ConfigError line
     # A long-lived server: what start-up loaded (modules, config) is never garbage, and frozen it
     # is left out of full collections, which otherwise stall every request in flight.
@@ -59,7 +61,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         return 2
     tools = _tools(args)
     running = None
-    contexts = [tools.base.with_agent(a) for a in tools.agent_ids()]
+    contexts = [tools.context(a) for a in tools.agent_ids()]
     if args.watch:
         from memindex.producers.cli.ops import start_producers
 
@@ -100,8 +102,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        **examples(
                            ("memindex mcp", "stdio, as Claude Code / Cursor start it"),
                            ("memindex mcp --http 127.0.0.1:8765 --watch", "streamable HTTP at /mcp, watcher on"),
-                           description="Serve every configured agent's memory to MCP clients; engines and "
-                                       "the query embedder stay loaded between calls."))
+                           ("memindex mcp --agent ops", "ops' memory only: calls naming another agent are refused"),
+                           description="Serve every configured agent's memory to MCP clients (with --agent, "
+                                       "that agent's alone); engines and the query embedder stay loaded "
+                                       "between calls."))
     s.add_argument("--http", metavar="[HOST:]PORT",
                    help=f"streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST default {DEFAULT_HOST})")
     s.add_argument("--token", help=token_help)

@@ -3,7 +3,7 @@
     POST /v1/search  {"query", "maxResults"?, "minScore"?, "agent"?, "sessionKey"?}  -> memory_search payload
     POST /v1/get     {"path", "from"?, "lines"?, "agent"?}                            -> memory_get payload
     GET  /v1/status[?agent=ID]                                                        -> status report
-    GET  /healthz                                                                     -> {"ok": true}
+    GET  /healthz                                                -> {"ok": true} (503 {"ok": false, ...}: config)
     GET  /metrics                                                                     -> Prometheus text (searches, latency)
 
 Errors are ``{"error": {"code", "message"}}`` with a matching HTTP status.
@@ -29,7 +29,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
-from memindex.producers.serve.tools import GET_FIELDS, SEARCH_FIELDS, MemoryTools, OperationError, check_fields
+from memindex.producers.serve.tools import GET_FIELDS, SEARCH_FIELDS, MemoryTools, OperationError, check_arguments
 
 MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
@@ -152,21 +152,23 @@ async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
 
 def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
     async def search(request: Request) -> Response:
-        kw = check_fields(await _json_body(request, max_body_bytes), SEARCH_FIELDS)
-        if "query" not in kw:
-            raise OperationError("bad_request", "query is required")
+        kw = check_arguments(await _json_body(request, max_body_bytes), SEARCH_FIELDS, "query")
         return JSONResponse(await tools.search(kw.pop("query"), **kw))
 
     async def get(request: Request) -> Response:
-        kw = check_fields(await _json_body(request, max_body_bytes), GET_FIELDS)
-        if "path" not in kw:
-            raise OperationError("bad_request", "path is required")
+        kw = check_arguments(await _json_body(request, max_body_bytes), GET_FIELDS, "path")
         return JSONResponse(await tools.get(kw.pop("path"), **kw))
 
     async def status(request: Request) -> Response:
         return JSONResponse(await tools.status(agent=request.query_params.get("agent")))
 
     async def healthz(request: Request) -> Response:
+        # "up" means able to answer: with an unreadable or invalid config every request fails, so a
+        # probe sees 503. Only the code: this route needs no token, the message names paths.
+        try:
+            tools.settings(None)
+        except OperationError as exc:
+            return JSONResponse({"ok": False, "error": exc.code}, 503)
         return JSONResponse({"ok": True})
 
     async def metrics(request: Request) -> Response:

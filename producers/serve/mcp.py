@@ -19,7 +19,7 @@ from pydantic import Field
 from memindex import __version__
 from memindex.producers.serve.http import protect, run_uvicorn
 from memindex.producers.serve.tools import (
-    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_fields,
+    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
 )
 
 INSTRUCTIONS = (
@@ -61,18 +61,20 @@ async def _answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         raise ToolError(str(exc)) from None  # the model reads the reason and can correct its call
 
 
-_TOOL_FIELDS = {"memory_search": SEARCH_FIELDS, "memory_get": GET_FIELDS, "memory_status": STATUS_FIELDS}
+_TOOL_FIELDS = {"memory_search": (SEARCH_FIELDS, "query"), "memory_get": (GET_FIELDS, "path"),
+                "memory_status": (STATUS_FIELDS, None)}
 
 
 class _StrictServer(MCPServer):
-    """The SDK drops arguments its schema does not name; a misspelt ``maxresults`` would then
-    quietly mean the default. Refused instead, with the names expected (as the JSON API does)."""
+    """The SDK drops arguments its schema does not name (a misspelt ``maxresults`` would then
+    quietly mean the default) and coerces the others (``"3"``, ``true``). Both are refused first,
+    by the JSON API's rules and in its words, with the names expected."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        fields = _TOOL_FIELDS.get(name)
-        if fields is not None and isinstance(arguments, dict):
+        spec = _TOOL_FIELDS.get(name)
+        if spec is not None and isinstance(arguments, dict):
             try:
-                check_fields(arguments, fields)
+                check_arguments(arguments, *spec)
             except OperationError as exc:
                 raise ToolError(f"{name}: {exc}") from None
         return await super().call_tool(name, arguments, context)
@@ -106,9 +108,9 @@ def build_server(tools: MemoryTools) -> MCPServer:
         inspect.Parameter("path", kw, annotation=Annotated[str, Field(
             description="Workspace-relative memory file, e.g. memory/2026-02-10.md or a search result's path.")]),
         inspect.Parameter("from_", kw, default=None, annotation=Annotated[int | None, Field(
-            alias="from", ge=1, description="First line to read (1-based); default: the whole file.")]),
+            alias="from", ge=0, description="First line to read (1-based); default: the whole file.")]),
         inspect.Parameter("lines", kw, default=None, annotation=Annotated[int | None, Field(
-            ge=1, description="How many lines to read from 'from'.")]),
+            ge=0, description="How many lines to read from 'from' (default: to the end).")]),
         inspect.Parameter("agent", kw, default=None, annotation=Agent),
     ], return_annotation=dict[str, Any])
 

@@ -16,16 +16,34 @@ import math
 import os
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context, config_path_for, default_state_dir, list_agent_ids, load_raw
-from memindex.pipeline.errors import MemindexError, MemoryGetError
+from memindex.pipeline.config.paths import validate_agent_id
+from memindex.pipeline.errors import ConfigError, MemindexError, MemoryGetError, StoreError
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.backend import SearchEngine, engine_for
 from memindex.pipeline.search.get import amemory_get
 from memindex.producers.hooks import schedule_sync
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Our own errors as ``OperationError``s, so every transport answers with their message (an
+    invalid config said only "Error executing tool" over MCP, and 500 "internal" over HTTP)."""
+    try:
+        yield
+    except OperationError:
+        raise
+    except ConfigError as exc:
+        raise OperationError("config_error", str(exc), 500) from None
+    except StoreError as exc:
+        raise OperationError("store_error", str(exc), 503) from None
+    except MemindexError as exc:
+        raise OperationError("error", str(exc), 500) from None
 
 
 class OperationError(MemindexError):
@@ -56,6 +74,25 @@ def check_fields(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]
     return {fields[k]: v for k, v in data.items()}
 
 
+# Each wire argument's type and least value: what both transports check before anything runs (the
+# MCP SDK's own validation coerced `true` and "3" to a maxResults and answered in pydantic's words).
+_WIRE_TYPES: dict[str, tuple[type | tuple[type, ...], float | None]] = {
+    "query": (str, None), "path": (str, None), "agent": (str, None), "sessionKey": (str, None),
+    "maxResults": (int, 1), "minScore": ((int, float), None), "from": (int, 0), "lines": (int, 0)}
+
+
+def check_arguments(data: dict[str, Any], fields: dict[str, str], required: str | None = None) -> dict[str, Any]:
+    """``check_fields``, then ``required`` present and every value of its wire type (one
+    ``OperationError`` naming the argument)."""
+    kw = check_fields(data, fields)
+    if required is not None and data.get(required) is None:
+        raise OperationError("bad_request", f"{required} is required")
+    for name, value in data.items():
+        kind, minimum = _WIRE_TYPES[name]
+        _optional(value, name, kind, minimum=minimum)
+    return kw
+
+
 def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: float | None = None) -> Any:
     """``value`` if None or of ``kind`` (bools are not numbers here), else a bad_request naming ``name``."""
     if value is None:
@@ -71,10 +108,12 @@ def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: 
 
 
 class MemoryTools:
-    """search / get / status for any configured agent, from one long-lived process."""
+    """search / get / status for any configured agent, from one long-lived process; with ``only``,
+    for that agent alone (``memindex mcp --agent ID``: a server per agent keeps their memories
+    apart, whatever the client asks for)."""
 
-    def __init__(self, base: Context) -> None:
-        self.base = base
+    def __init__(self, base: Context, *, only: str | None = None) -> None:
+        self.base, self.only = base, only
         self._lock = threading.Lock()
         self._ids: tuple[float | None, list[str]] | None = None  # (config mtime, agent ids)
 
@@ -90,6 +129,8 @@ class MemoryTools:
             if self._ids is not None and self._ids[0] == mtime:
                 return self._ids[1]
         ids = list_agent_ids(load_raw(self.base))
+        if self.only is not None:
+            ids = [i for i in ids if i == self.only]
         with self._lock:
             self._ids = (mtime, ids)
         return ids
@@ -97,16 +138,35 @@ class MemoryTools:
     def default_agent(self) -> str:
         """The server's ``--agent`` when it is configured, else the first configured agent."""
         ids = self.agent_ids()
+        if not ids:  # only with ``only``: the config no longer lists it
+            raise OperationError("unknown_agent", f"agent {self.only!r} is no longer configured", 404)
         return self.base.agent_id if self.base.agent_id in ids else ids[0]
 
     def settings(self, agent: str | None) -> AgentSettings:
         agent = _optional(agent, "agent", str)
-        ids = self.agent_ids()
-        agent_id = agent.strip() if agent and agent.strip() else self.default_agent()
-        if agent_id not in ids:
-            raise OperationError("unknown_agent", f"unknown agent {agent_id!r}; configured agents: "
-                                 f"{', '.join(ids)}", 404)
-        return settings_for(self.base.with_agent(agent_id))
+        with refusals():
+            ids = self.agent_ids()
+            if agent and agent.strip():
+                try:  # normalised as everywhere else ("Work" is "work"); a path-like id is refused
+                    agent_id = validate_agent_id(agent, "agent")
+                except ConfigError as exc:
+                    raise OperationError("bad_request", str(exc)) from None
+            else:
+                agent_id = self.default_agent()
+            if agent_id not in ids:
+                served = (f"this server serves only agent {self.only!r} (started with --agent)" if self.only
+                          else f"configured agents: {', '.join(ids)}")
+                raise OperationError("unknown_agent", f"unknown agent {agent.strip() if agent else agent_id!r}; "
+                                     f"{served}", 404)
+            return settings_for(self.context(agent_id))
+
+    def context(self, agent_id: str) -> Context:
+        """``agent_id``'s Context. The server's --workspace names its own agent's workspace; every
+        other agent keeps the one its config gives it (applied to all, it poured one agent's
+        files into the others' stores)."""
+        if agent_id == self.base.agent_id:
+            return self.base
+        return Context(agent_id, self.base.config, self.base.state_dir, None)
 
     def engine(self, settings: AgentSettings) -> SearchEngine:
         # "auto": the query embedder is built on the first vector search and then kept.
@@ -124,7 +184,8 @@ class MemoryTools:
 
         started, ok = time.perf_counter(), False
         try:
-            result = (await self.engine(settings).asearch(query, **opts)).as_dict()
+            with refusals():
+                result = (await self.engine(settings).asearch(query, **opts)).as_dict()
             ok = True
             return result
         finally:
@@ -134,8 +195,9 @@ class MemoryTools:
                   agent: Any = None) -> dict[str, Any]:
         if not isinstance(path, str):
             raise OperationError("bad_request", "path must be a string, e.g. memory/2026-02-10.md")
-        from_line = _optional(from_line, "from", int, minimum=1)
-        lines = _optional(lines, "lines", int, minimum=1)
+        # 0 means "not given" (from the first line; every line), as in-process and in OpenClaw.
+        from_line = _optional(from_line, "from", int, minimum=0)
+        lines = _optional(lines, "lines", int, minimum=0)
         settings = self.settings(agent)
         if not settings.enabled:
             raise OperationError("disabled", f"memory is disabled for agent {settings.agent_id!r}", 403)
@@ -146,5 +208,6 @@ class MemoryTools:
 
     async def status(self, *, agent: Any = None) -> dict[str, Any]:
         settings = self.settings(agent)
-        report = await run_in_pool(self.engine(settings).status, probe=True)
+        with refusals():
+            report = await run_in_pool(self.engine(settings).status, probe=True)
         return {**report, "agents": self.agent_ids()}
