@@ -402,3 +402,18 @@ def test_calibrated_fusion_a_strong_vector_hit_ranks_above_weak_keyword_hits() -
     assert out[0].score == pytest.approx(0.7 * 0.80)  # its weighted cosine, past minScore 0.35
     kept = rank_pipeline(vec, txt, min_score=0.35, max_results=5, fusion="calibrated")
     assert [c.chunk_id for c in kept] == ["sem", "kw"]
+
+
+def test_calibrated_fusion_a_negative_cosine_under_a_tiny_best_one_never_scores_below_its_keywords() -> None:
+    """A weak embedder: best cosine 0.04, two chunks with a slightly negative one. Relative to the
+    best they were -6x, and chunks matching half the query's terms scored -0.25; now the relative
+    cosine is floored at 0, so their score is their keyword evidence and minScore applies to it."""
+    vec = [cand("n3", vs=0.04), cand("n4", vs=0.02), cand("n2", vs=-0.010), cand("n1", vs=-0.012)]
+    txt = [cand("n3", ts=0.8), cand("n4", ts=0.5), cand("n2", ts=0.5), cand("n1", ts=0.5)]
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated")
+    share = CALIBRATED_VECTOR_SHARE
+    assert [c.chunk_id for c in out][:2] == ["n3", "n4"]
+    assert all(c.score >= (1 - share) * c.text_score - 1e-12 for c in out)
+    assert {c.chunk_id: c.score for c in out}["n2"] == pytest.approx((1 - share) * 0.5)
+    kept = rank_pipeline(vec, txt, min_score=0.46, max_results=5, fusion="calibrated")
+    assert all(c.score >= 0 for c in kept)

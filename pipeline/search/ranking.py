@@ -224,7 +224,9 @@ def merge_hybrid(
         if fusion == "calibrated" and tw > 0 and vw > 0:
             # Keyword evidence leads, the cosine (relative to the best) breaks near-ties; a
             # strong vector hit still scores its weighted cosine, above weak keyword hits.
-            rel_vs = vs / anchor if has_vector and anchor > 0 else 0.0
+            # Clamped at 0: a negative cosine over a tiny best one (a weak embedder: best ~0.04)
+            # gave -6 here, and a chunk matching half the query's terms scored -0.25.
+            rel_vs = max(0.0, vs / anchor) if has_vector and anchor > 0 else 0.0
             score = max((1 - CALIBRATED_VECTOR_SHARE) * ts + CALIBRATED_VECTOR_SHARE * rel_vs, vw * vs)
         elif fusion == "calibrated" and has_text and tw > 0:
             score = max(score, ts)
