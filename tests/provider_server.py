@@ -174,10 +174,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # --- plumbing -------------------------------------------------------------
-    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None,
+              content_type: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -261,6 +262,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return reply
+        if reply.get("kind") == "html":  # a captive portal or a wrong proxy path: 200, and a web page
+            self._send(200, b"<html><body><h1>Please sign in</h1></body></html>", content_type="text/html")
+            return reply
         if reply.get("kind") == "delay":
             time.sleep(float(reply.get("seconds", 1)))
             return None
@@ -290,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
         texts = [inp] if isinstance(inp, str) else list(inp or [])
         self._log(flavor, body, len(texts))
         reply = self._gate(flavor, len(texts))
-        if reply is not None and ("status" in reply or reply.get("kind") == "reset"):
+        if reply is not None and ("status" in reply or reply.get("kind") in ("reset", "html")):
             return
         model = body.get("model", "")
         dims = self.owner.state.dims.get(flavor) or (

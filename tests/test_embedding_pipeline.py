@@ -112,7 +112,7 @@ def test_model_change_rebuilds_while_search_keeps_answering(agent, server, monke
     assert agent.index()["to_index"] == 0
 
 
-@pytest.mark.parametrize("kind", ["nan", "wrong_dims"])
+@pytest.mark.parametrize("kind", ["nan", "wrong_dims", "html"])
 def test_bad_vectors_are_rejected_not_stored(agent, server, kind):
     _notes(agent, 2)
     agent.memory_config(openai_cfg(server))
@@ -132,6 +132,8 @@ def test_bad_vectors_are_rejected_not_stored(agent, server, kind):
 
     problems = {p["path"]: p["error"] for p in index_status(agent.settings())["problems"]}
     assert problems["memory/2026-03-01.md"].startswith("embedding pending")
+    if kind == "html":  # a 200 that is a web page: said so, with the key to check
+        assert "not JSON" in problems["memory/2026-03-01.md"] and "baseUrl" in problems["memory/2026-03-01.md"]
     assert agent.index()["to_index"] == 1  # not forgotten: the next sync tries its vectors again
 
 

@@ -59,10 +59,22 @@ class OpenAIProvider(EmbeddingProvider):
             raise http_errors.from_transport(self.id, exc) from None
         except ValueError as exc:  # the SDK's "No embedding data received"
             raise InvalidVectorError(f"{self.id}: {exc}") from None
+        except (AttributeError, TypeError):  # the SDK's own parser met a body that is not embeddings
+            raise InvalidVectorError(f"{self.id}: the response is not JSON embeddings (an HTML page?): "
+                                     "check memorySearch.remote.baseUrl") from None
         except openai.OpenAIError as exc:
             raise ProviderError(self.redact(f"{self.id}: {exc}")) from None
-        data = sorted(resp.data, key=lambda d: d.index)
-        return [list(d.embedding) for d in data]
+        # A 200 that is not JSON (a proxy's or a captive portal's HTML page) reaches us as the
+        # body's text; JSON of another shape as a response object with fields missing.
+        if isinstance(resp, (str, bytes)):
+            raise InvalidVectorError(f"{self.id}: the response is not JSON embeddings (an HTML page?): "
+                                     "check memorySearch.remote.baseUrl") from None
+        try:
+            data = sorted(resp.data, key=lambda d: d.index)
+            return [list(d.embedding) for d in data]
+        except (AttributeError, TypeError, KeyError) as exc:
+            raise InvalidVectorError(f"{self.id}: malformed response ({type(exc).__name__}): check "
+                                     "memorySearch.remote.baseUrl") from None
 
     def status_error(self, exc: openai.APIStatusError) -> ProviderError:
         """Our error type for an SDK status error (shared with the batch client), redacted."""
