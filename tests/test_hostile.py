@@ -502,3 +502,18 @@ def test_status_reads_the_store_while_the_broker_is_down(agent) -> None:
     assert "broker:" in text.stdout and "cannot reach the broker" in text.stdout and "hunter2" not in text.stdout
     data = json.loads(_cli(agent, "status", "--json", env=down).stdout)[0]["status"]
     assert data["files"] == 1 and "cannot reach the broker" in data["brokerError"]
+
+
+def test_credentials_in_the_base_url_never_appear_at_debug(agent, fresh_services, server):
+    """A proxy's user:password and a ?token= in remote.baseUrl: httpx logs the whole URL at -vv."""
+    password, token = "urlpass-3141x", "urltoken-2718y"
+    base = server.base("openai").replace("http://", f"http://proxyuser:{password}@") + f"?token={token}"
+    agent.write("MEMORY.md", "the router is an Omada ER605\n")
+    agent.memory_config({"provider": "openai", "fallback": "none", "remote": {"baseUrl": base, "apiKey": "sk-test-123"}})
+    out = []
+    for args in (("-vv", "index"), ("-vv", "search", "router"), ("-vv", "--log-format", "json", "status", "--deep")):
+        proc = _cli(agent, *args)
+        out.append(proc.stdout + proc.stderr)
+    text = "\n".join(out)
+    assert "HTTP Request: POST" in text  # httpx's line, with the URL, was logged
+    assert password not in text and token not in text and "sk-test-123" not in text

@@ -1,7 +1,8 @@
 """Secrets kept out of every log line and error message, at every level.
 
-Provider selection registers each API key and every ``remote.headers`` value
-(an ``X-Api-Key`` is as secret as the key) the moment it builds a provider;
+Provider selection registers each API key, every ``remote.headers`` value
+(an ``X-Api-Key`` is as secret as the key) and the credentials a base URL carries
+(``url_secrets``) the moment it builds a provider;
 ``redact`` replaces them in any text, and ``install`` wraps the process's log
 record factory once, so every record - ours, dramatiq's, httpx/httpcore's at
 ``-vv`` (which print response headers verbatim), tracebacks included - is
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 MIN_SECRET_LEN = 4  # shorter values would blank out ordinary words
 MASK = "***"
@@ -29,6 +31,19 @@ def register(*values: Any) -> None:
         with _lock:
             _secrets.update(fresh)
     install()
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """What in a base URL may be a credential: its user, its password and its query values
+    (``http://user:pass@proxy/v1?token=...``; httpx logs the whole URL at ``-vv``)."""
+    if not url:
+        return []
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = [parts.username, parts.password, *(v for _, v in parse_qsl(parts.query))]
+    return list(dict.fromkeys([unquote(v) for v in found if v] + [v for v in found if v]))
 
 
 def redact(text: str) -> str:

@@ -62,7 +62,8 @@ def build_provider(
         cache_dir=cache_dir,
         hf_base_url=hf_base_url,
     )
-    secrets.register(key, *(args.headers or {}).values())  # before any request can log them
+    # before any request can log them
+    secrets.register(key, *(args.headers or {}).values(), *secrets.url_secrets(args.base_url))
     provider: EmbeddingProvider = registry.factory_of(spec)(args)  # imports the provider's SDK now
     if provider.id != spec.id:
         raise ProviderError(f"embedding provider {spec.id!r}: its factory built a {provider.id!r} provider")
