@@ -143,11 +143,20 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
 def _add_failures(out: dict[str, Any], settings: AgentSettings, reader: StoreReader, st: Any) -> None:
     """The last error the workers recorded, and the files still pending because they failed."""
     rec = read_failures(settings.store_path)
-    out["lastError"] = rec["lastError"]
     pending = reader.pending_paths(st.building_generation or st.live_generation)
     failing = [{"path": p, "error": f["reason"], "hint": f.get("hint")}
                for p, f in rec["files"].items() if p in pending]
     out["problems"].extend(failing[:50])
+    # The last error while it still holds something back: files pending or keyword-only. Once a
+    # later sync has written everything, it is history (it stayed, and its count grew, forever).
+    last = rec["lastError"]
+    if last is not None:
+        still = sum(1 for f in failing if f["error"] == last.get("reason"))
+        if still:
+            last = {**last, "count": still}
+        elif not pending and not out.get("vectorsPending"):
+            last = None
+    out["lastError"] = last
 
 
 def _on_disk(scan: dict[str, Any] | None) -> str:

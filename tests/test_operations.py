@@ -74,6 +74,22 @@ def test_a_404_endpoint_fails_index_visibly_on_the_embedded_broker(agent, server
     assert max(len(ln) for ln in out.stderr.splitlines()) < 600
 
 
+def test_the_last_error_is_history_once_a_sync_writes_everything(agent, server):
+    from memindex.pipeline.embeddings.embedder import reset_services
+
+    _notes(agent)
+    _wrong_path_config(agent, server)
+    _assert_visible_404(agent, _cli(agent, "index"))
+    agent.memory_config({"provider": "openai", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    reset_services()
+    out = _cli(agent, "index")
+    assert out.returncode == 0, out.stderr
+    st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert st["lastError"] is None and st["vectorsPending"] == 0 and not st["problems"], st
+    assert "last error:" not in _cli(agent, "status").stdout
+
+
 def test_no_key_at_all_is_one_clear_line(agent):
     _notes(agent)
     agent.memory_config({"provider": "openai", "fallback": "none"})
