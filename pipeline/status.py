@@ -218,8 +218,16 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
             "issues": [i for sc in scans for i in sc["issues"]]}
 
 
+PROBE_TIMEOUT_S = 15.0
+
+
 def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
-    """``status --deep``: one real embedding request (OpenClaw embeds ``["ping"]``), with its latency."""
+    """``status --deep``: one real embedding request (OpenClaw embeds ``"ping"``), with its latency.
+
+    One attempt, bounded by ``PROBE_TIMEOUT_S`` (or the provider's own query budget, if longer):
+    the indexing path's retries and backoff made a refused connection take 19 s and a provider
+    that never answers 240 s."""
+    from memindex.pipeline.embeddings import registry
     from memindex.pipeline.embeddings.embedder import chunk_embedder_for, provider_info
 
     try:
@@ -227,7 +235,8 @@ def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
         if embedder is None:
             return {"ok": False, "error": provider_info(settings).get("reason") or "no embedding provider"}
         started = time.monotonic()
-        result = embedder.service.embed_documents(["ping"])
+        pid = embedder.service.choice.primary.id if embedder.service.choice.primary else None
+        result = embedder.service.embed_query("ping", timeout_s=max(PROBE_TIMEOUT_S, registry.query_timeout_s(pid)))
     except Exception as exc:  # noqa: BLE001 - the probe reports any failure, it never raises
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     return {"ok": True, "provider": result.provider_id, "model": result.model, "fallback": result.fallback_used,

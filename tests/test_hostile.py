@@ -517,3 +517,21 @@ def test_credentials_in_the_base_url_never_appear_at_debug(agent, fresh_services
     text = "\n".join(out)
     assert "HTTP Request: POST" in text  # httpx's line, with the URL, was logged
     assert password not in text and token not in text and "sk-test-123" not in text
+
+
+def test_status_deep_makes_one_attempt_at_a_provider_that_refuses_connections(agent, fresh_services) -> None:
+    """One timed request, as the README says: the indexing path's retries made it take 19 s."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agent.write("memory/a.md", "kiwi notes\n")
+    agent.memory_config({"provider": "openai", "fallback": "none",
+                         "remote": {"baseUrl": f"http://127.0.0.1:{port}/v1", "apiKey": "sk-test-123"}})
+    args = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
+    t0 = time.monotonic()
+    r = run_cli(*args, "status", "--deep", "--json")
+    took = time.monotonic() - t0
+    probe = json.loads(r.stdout)[0]["embeddingProbe"]
+    assert probe["ok"] is False and "onnect" in probe["error"], probe
+    assert "retry" not in r.stderr.lower(), r.stderr  # no retry lines: one attempt
+    assert took < 15, took  # generous for a loaded CI; the retries took ~19 s
