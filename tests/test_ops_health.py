@@ -64,3 +64,32 @@ def test_health_fails_when_the_queue_does_not_move_while_non_empty(tmp_path, red
         assert wait_for(lambda: health().returncode == 0, 30, step=0.5), health().stderr
     finally:
         kill_groups(procs)
+
+
+@pytest.mark.redis
+def test_health_fails_while_a_queue_with_work_has_no_live_consumer(tmp_path, redis_server):
+    """A writer killed outright is forgotten once its heartbeat record expires; its queue's
+    waiting work still makes the deployment unhealthy, naming the queue, until a writer runs."""
+    a = Agent(tmp_path / "a")
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace)}}})
+    for i in range(5):
+        a.write(f"memory/n-{i}.md", f"# Note {i}\nThe kumquat ledger {i}.\n")
+    env = a.env(redis_server.url)
+    procs = [subprocess.Popen([sys.executable, "-m", "memindex", "worker", "--queues", "sync", "--processes", "1",
+                               "--threads", "1"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)]  # no writer at all
+    try:
+        assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 60, step=0.5)
+        assert run_cli("backfill", "--all", env=env).returncode == 0  # sync plans; its writes wait
+
+        def down() -> bool:
+            out = run_cli("health", env=env)
+            return out.returncode == 1 and "queue write" in out.stderr and "no live memindex process" in out.stderr
+
+        assert wait_for(down, 60, step=0.5), run_cli("health", env=env).stderr
+        procs.append(subprocess.Popen([sys.executable, "-m", "memindex", "worker", "--writer"], cwd=REPO, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 60, step=0.5), \
+            run_cli("health", env=env).stderr
+    finally:
+        kill_groups(procs)

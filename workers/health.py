@@ -3,7 +3,10 @@
 Reads the heartbeats of ``workers/lifecycle.py``. A process is unhealthy when its
 heartbeat is older than ``STALE_S`` (stopped, paused, hung: a worker blocked in
 C code still beats, its threads are separate), or when one of its queues has
-messages ready and it has neither started nor finished one for ``STALL_S``.
+messages ready and it has neither started nor finished one for ``STALL_S``. Also
+unhealthy while any queue has messages ready that no live process anywhere consumes:
+a writer shard killed outright stops beating, and once its heartbeat record expires
+(``PROC_TTL_S``) it would otherwise be forgotten while its work waits.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 from typing import Any
 
 from memindex.workers.lifecycle import BEAT_S, PROC_TTL_S, processes
-from memindex.workers.queues import ready
+from memindex.workers.queues import ready, unconsumed_queues
 
 STALE_S = 3 * BEAT_S
 STALL_S = float(os.environ.get("MEMINDEX_HEALTH_STALL_S", "300"))
@@ -42,4 +45,8 @@ def check(client: Any, namespace: str, host: str, stall_s: float | None = None) 
         else:
             lines.append(f"{what}: heartbeat {beat_s:.1f} s ago, {len(p['running'])} message(s) running, "
                          f"last consumed {idle_s:.0f} s ago")
+    for q in unconsumed_queues():
+        ok = False
+        lines.append(f"queue {q}: {ready(q)} message(s) ready and no live memindex process consumes it "
+                     "(its worker is down: start it, e.g. the Procfile's line for that queue)")
     return ok, lines
