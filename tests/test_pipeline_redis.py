@@ -246,6 +246,27 @@ index_files.send_with_options(args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}]
         # It fails again (its retry budget travels with it) and is dead-lettered once more, not lost.
         assert _wait(lambda: len(dead()) == 1 and _idle(url), timeout=20)
 
+        # Another agent's dead letter: --agent picks, --discard drops for good, each says when it died.
+        other = json.dumps(dict(a.ctx.as_dict(), agent_id="other"))
+        _py(url, f"""
+import json
+from memindex.workers.actors import index_files
+index_files.send_with_options(args=(json.loads({other!r}), 1, [{{"not": "a job"}}]), max_retries=1,
+                              min_backoff=10, max_backoff=50)
+""")
+        assert _wait(lambda: len(dead()) == 2 and _idle(url), timeout=20)
+        env = {"MEMINDEX_BROKER_URL": url}
+        mine = json.loads(run_cli("--agent", "Other", "dead-letters", "--json", env=env).stdout)
+        assert [d["agent"] for d in mine] == ["other"] and mine[0]["died"] > 0
+        assert "agent=other" in run_cli("--agent", "other", "dead-letters", env=env).stdout
+        out = run_cli("--agent", "main", "dead-letters", "--replay", env=env)
+        assert "replayed 1 message(s)" in out.stderr
+        assert _wait(lambda: len(dead()) == 2 and _idle(url), timeout=20)
+        out = run_cli("--agent", "other", "dead-letters", "--discard", env=env)
+        assert "discarded 1 message(s)" in out.stderr
+        assert [d["agent"] for d in dead()] == ["main"]
+        assert "no dead letters for agent other" in run_cli("--agent", "other", "dead-letters", env=env).stdout
+
 
 def test_sync_requested_flag_lives_in_redis_and_the_sync_clears_it(tmp_path, redis_server):
     import redis

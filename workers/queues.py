@@ -115,31 +115,37 @@ def dead_count() -> int:
     return sum(map(_dead, QUEUES if is_embedded(broker) else all_queues()))
 
 
-def dead_letters(limit: int = 100, *, newest: bool = False) -> list[dict[str, Any]]:
-    """Up to ``limit`` dead letters per queue, oldest first (``newest``: the latest first)."""
+def dead_letters(limit: int = 100, *, newest: bool = False, agent: str | None = None) -> list[dict[str, Any]]:
+    """Up to ``limit`` dead letters per queue (``agent``: that agent's only), oldest first
+    (``newest``: the latest first)."""
     from dramatiq import Message
 
     if is_embedded(broker):
         letters = list(reversed(broker.dead_letters)) if newest else broker.dead_letters
-        return [_describe(m) for m in letters[:limit]]
+        described = [_describe(m) for m in letters]
+        return [d for d in described if agent is None or d["agent"] == agent][:limit]
     out = []
     for q in all_queues():
         key = f"{broker.namespace}:{q}.XQ"
-        # ZRANGE's stop is inclusive; the score is the time the message died.
-        ids = broker.client.zrevrange(key, 0, limit - 1) if newest else broker.client.zrange(key, 0, limit - 1)
-        if not ids:
+        # The score is the time the message died (ms). Filtered by agent, the whole set is read.
+        stop = -1 if agent is not None else limit - 1
+        pairs = (broker.client.zrevrange if newest else broker.client.zrange)(key, 0, stop, withscores=True)
+        if not pairs:
             continue
-        raw = broker.client.hmget(f"{broker.namespace}:{q}.XQ.msgs", ids)
-        for data in raw:
-            if data:
-                out.append(_describe(Message.decode(data)))
+        raw = broker.client.hmget(f"{broker.namespace}:{q}.XQ.msgs", [mid for mid, _ in pairs])
+        found = [dict(_describe(Message.decode(data)), died=int(score))
+                 for (_, score), data in zip(pairs, raw) if data]
+        out += [d for d in found if agent is None or d["agent"] == agent][:limit]
     return out
 
 
-def _describe(m: Any) -> dict[str, Any]:
+def _agent_of(m: Any) -> str | None:
     args = getattr(m, "args", ())
-    agent = args[0].get("agent_id") if args and isinstance(args[0], dict) else None
-    return {"id": m.message_id, "queue": m.queue_name, "actor": m.actor_name, "agent": agent,
+    return args[0].get("agent_id") if args and isinstance(args[0], dict) else None
+
+
+def _describe(m: Any) -> dict[str, Any]:
+    return {"id": m.message_id, "queue": m.queue_name, "actor": m.actor_name, "agent": _agent_of(m),
             "retries": m.options.get("retries", 0),
             # "error": set when the message failed for good (workers/failures.py); older
             # dead letters only have the last retry's traceback.
@@ -151,12 +157,23 @@ def _describe(m: Any) -> dict[str, Any]:
 _REPLAY_DROP = ("retries", "traceback", "redis_message_id", "eta")
 
 
-def replay_dead_letters(limit: int = 1000) -> int:
-    """Re-enqueue dead-lettered messages on their queue (retry counter reset).
+def replay_dead_letters(limit: int = 1000, *, agent: str | None = None) -> int:
+    """Re-enqueue dead-lettered messages (``agent``: that agent's only) on their queue, retry
+    counter reset.
 
     Each message is removed from the dead-letter set only after it is enqueued
     again, so a crash in between replays it twice: harmless, every actor is idempotent.
     """
+    return _take_dead_letters(limit, agent, requeue=True)
+
+
+def discard_dead_letters(limit: int = 1000, *, agent: str | None = None) -> int:
+    """Drop dead-lettered messages for good (``agent``: that agent's only): work that can never
+    succeed as sent. The Markdown stays the source of truth: the next sync plans what is missing."""
+    return _take_dead_letters(limit, agent, requeue=False)
+
+
+def _take_dead_letters(limit: int, agent: str | None, *, requeue: bool) -> int:
     import dataclasses
 
     from dramatiq import Message
@@ -165,17 +182,26 @@ def replay_dead_letters(limit: int = 1000) -> int:
     if is_embedded(broker):
         n = 0
         for msgs in broker.dead_letters_by_queue.values():
-            while msgs and n < limit:
-                broker.enqueue(_fresh(dataclasses, msgs.pop(0), q_name))
+            for m in [m for m in msgs if agent is None or _agent_of(m) == agent]:
+                if n >= limit:
+                    break
+                msgs.remove(m)
+                if requeue:
+                    broker.enqueue(_fresh(dataclasses, m, q_name))
                 n += 1
         return n
     client, ns, n = broker.client, broker.namespace, 0
     for q in all_queues():
         xq = f"{ns}:{q}.XQ"
-        for mid in client.zrange(xq, 0, max(0, limit - n - 1)):
+        for mid in client.zrange(xq, 0, -1 if agent is not None else max(0, limit - n - 1)):
+            if n >= limit:
+                break
             data = client.hget(f"{xq}.msgs", mid)
-            if data:
-                broker.enqueue(_fresh(dataclasses, Message.decode(data), q_name))
+            m = Message.decode(data) if data else None
+            if m is not None and agent is not None and _agent_of(m) != agent:
+                continue
+            if m is not None and requeue:
+                broker.enqueue(_fresh(dataclasses, m, q_name))
             client.zrem(xq, mid)
             client.hdel(f"{xq}.msgs", mid)
             n += 1

@@ -334,19 +334,31 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         if args.json:
             print("[]")
         return 0
-    dead = queues.dead_letters(limit=args.limit)
+    agent = None
+    if args.agent:  # any id a message may carry, configured or not (an agent since removed)
+        from memindex.pipeline.config.paths import validate_agent_id
+
+        agent = validate_agent_id(args.agent)
+    dead = queues.dead_letters(limit=args.limit, agent=agent)
     if args.json:
         print(json.dumps(dead, indent=2))
     elif not dead:
-        print("no dead letters")
+        print("no dead letters" + (f" for agent {agent}" if agent else ""))
     else:
+        import datetime as dt
+
         for d in dead:
             err = d.get("error")
-            print(f"{d['queue']:<6} {d['actor']:<20} agent={d['agent'] or '-':<12} "
+            died = (dt.datetime.fromtimestamp(d["died"] / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
+                    if d.get("died") else "-")
+            print(f"{died}  {d['queue']:<6} {d['actor']:<20} agent={d['agent'] or '-':<12} "
                   f"retries={d['retries']:<3} {d['id']}  {err or ''}")
     if args.replay:
-        n = queues.replay_dead_letters(limit=args.limit)
+        n = queues.replay_dead_letters(limit=args.limit, agent=agent)
         print(f"replayed {n} message(s)", file=sys.stderr)
+    elif args.discard:
+        n = queues.discard_dead_letters(limit=args.limit, agent=agent)
+        print(f"discarded {n} message(s); the next sync plans whatever they held from the files", file=sys.stderr)
     return 0
 
 
@@ -480,8 +492,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("dead-letters", help="jobs that failed after all retries", **examples(
         ("memindex dead-letters", "what failed, for which agent, the last error"),
         ("memindex dead-letters --replay", "re-enqueue them with a fresh retry budget"),
-        description="Messages that exhausted their retries on the Redis broker."))
-    s.add_argument("--replay", action="store_true", help="re-enqueue them (retry counters reset)")
+        ("memindex --agent ops dead-letters --discard", "drop ops' for good (work that can never succeed)"),
+        description="Messages that exhausted their retries on the Redis broker (with --agent, that agent's)."))
+    act = s.add_mutually_exclusive_group()
+    act.add_argument("--replay", action="store_true", help="re-enqueue them (retry counters reset)")
+    act.add_argument("--discard", action="store_true",
+                     help="delete them for good; the Markdown stays the source of truth and the next sync "
+                          "plans what is missing")
     s.add_argument("--json", action="store_true", help="print them as JSON")
     s.add_argument("--limit", metavar="N", type=int, default=1000, help="at most N messages (default 1000)")
     s.set_defaults(func=cmd_dead_letters)
