@@ -23,14 +23,22 @@ Enqueue = Callable[[Context, str], object]
 MAX_SLEEP_S = 30.0
 
 
+_warned: dict[str | None, str] = {}  # agent -> the config error last logged for it
+
+
 def _interval_s(ctx: Context) -> float:
     from memindex.pipeline.config.agents import settings_for
 
     try:
         settings = settings_for(ctx)
     except Exception as exc:  # noqa: BLE001 - a broken config must not kill the loop
-        log.warning("interval sync: cannot load settings for %s: %s", ctx.agent_id, exc)
+        # Once per agent and reason: every 30 s tick said it again while the config stayed broken.
+        said = _warned.get(ctx.agent_id)
+        _warned[ctx.agent_id] = str(exc)
+        (log.debug if said == str(exc) else log.warning)(
+            "interval sync: cannot load settings for %s: %s", ctx.agent_id, exc)
         return 0.0
+    _warned.pop(ctx.agent_id, None)
     if not settings.enabled:
         return 0.0
     return float(settings.memory_search["sync"]["intervalMinutes"]) * 60.0

@@ -475,6 +475,7 @@ class ConfigReload:
                  apply: Callable[[list[Context]], object], *, every_s: float = CONFIG_POLL_S) -> None:
         self.probe, self.resolve, self.apply, self.every_s = probe, resolve, apply, every_s
         self._seen = self._stamp()
+        self._failed: tuple[object, str] | None = None  # (stamp, error) of the last config that failed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.reloads = 0
@@ -500,10 +501,13 @@ class ConfigReload:
         try:
             contexts = self.resolve()
         except Exception as exc:  # noqa: BLE001 - a half-written or broken config: keep what runs
-            log.warning("watcher: config changed but cannot be loaded (%s); still watching the previous agents",
-                        exc)
+            # Said once per version of the file and reason (each 2 s poll retries it quietly).
+            failed = (stamp, str(exc))
+            (log.debug if failed == self._failed else log.warning)(
+                "watcher: config changed but cannot be loaded (%s); still watching the previous agents", exc)
+            self._failed = failed
             return False  # _seen unchanged: retried at the next poll (the editor may still be writing)
-        self._seen = stamp
+        self._seen, self._failed = stamp, None
         log.info("watcher: config changed; agents now %s", ", ".join(c.agent_id or "default" for c in contexts))
         self.apply(contexts)
         self.reloads += 1

@@ -104,3 +104,38 @@ def test_watch_without_all_names_the_agents_it_leaves_unwatched(tmp_path):
     assert "watching 1 agent(s) (agent one of 2 configured; --all watches every one)," in start_line()
     assert "configured" not in start_line("--agent", "two")
     assert start_line("--all").startswith("watching 2 agent(s), ")
+
+
+def test_a_broken_config_is_reported_once_per_version_not_every_poll(tmp_path, caplog):
+    import logging
+
+    from memindex.pipeline.config.settings import Context
+    from memindex.producers.watcher import ConfigReload
+
+    config = tmp_path / "openclaw.json"
+    config.write_text("{}")
+    ctx = Context("main", str(config), str(tmp_path), None)
+    broken = {"on": True}
+
+    def resolve() -> list[Context]:
+        if broken["on"]:
+            raise ValueError("invalid config: agents: unexpected end of input")
+        return [ctx]
+
+    applied: list = []
+    reload = ConfigReload(ctx, resolve, applied.append, every_s=3600)
+    caplog.set_level(logging.DEBUG, logger="memindex.watcher")
+
+    def warnings() -> int:
+        return sum(r.levelno == logging.WARNING and "cannot be loaded" in r.getMessage() for r in caplog.records)
+
+    _write_config(config, [])  # a new version of the file, broken as far as resolve is concerned
+    for _ in range(5):
+        assert reload.check() is False
+    assert warnings() == 1
+    _write_config(config, [("main", tmp_path)])  # edited again, still broken: said again, once
+    for _ in range(3):
+        reload.check()
+    assert warnings() == 2
+    broken["on"] = False
+    assert reload.check() is True and applied == [[ctx]]
