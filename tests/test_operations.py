@@ -221,3 +221,38 @@ def test_openclaw_dimensions_key_is_sent_to_the_openai_api(agent, server):
     finally:
         server.reset()
         reset_services()
+
+
+def test_an_endpoint_that_changes_its_vector_size_is_rebuilt_and_no_file_leaves_search(agent, server):
+    """Same config, the endpoint starts answering vectors of another size: the file that met it
+    stays keyword-searchable, the cached vectors of the old size are dropped, and the rebuild
+    ends with every file in one size (it used to leave files out, even of keyword search)."""
+    from memindex.pipeline.embeddings.embedder import reset_services
+    from memindex.pipeline.status import index_status
+    from memindex.workers import embedded
+
+    server.reset()
+    server.state.dims["openai"] = 64
+    for i in range(1, 5):
+        agent.write(f"memory/n{i}.md", f"# Note {i}\nalpha{i} beta gamma\n")
+    agent.memory_config({"provider": "openai", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    reset_services()
+    try:
+        agent.index()
+        assert index_status(agent.settings())["vector"]["dims"] == 64
+        server.state.dims["openai"] = 32
+        reset_services()  # as a new `memindex index` process: its provider has not seen a size yet
+        agent.write("memory/n1.md", "# Note 1\nalpha1 beta gamma\nappended delta\n")
+        agent.index()
+        embedded.wait_idle(timeout=60)
+        for _ in range(2):  # then a forced rebuild by hand: the same end state
+            st = index_status(agent.settings())
+            assert st["files"] == 4 and st["vector"]["dims"] == 32, st
+            assert st["vectorsPending"] == 0 and not st["problems"], st["problems"]
+            for i in range(1, 5):
+                assert agent.search(f"alpha{i}")["results"][0]["path"] == f"memory/n{i}.md"
+            out = _cli(agent, "index", "--force")
+            assert out.returncode == 0 and "skipped" not in out.stdout, out.stdout + out.stderr
+    finally:
+        server.state.dims.pop("openai", None)

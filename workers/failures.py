@@ -72,7 +72,7 @@ def record_failure_reason(error: str | None) -> str | None:
     """Why a file record was written without its vectors (or skipped), from its problem text:
     the provider's own message, unwrapped from "embedding pending (...)" and from the
     circuit breaker's "<provider> is failing (...)"; None for problems that are not failures."""
-    from memindex.pipeline.index.prepare import EMBED_PENDING
+    from memindex.pipeline.store.schema import EMBED_PENDING
 
     if not error:
         return None

@@ -285,8 +285,10 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         if rejected:
             # Same provider, model and endpoint but other dims: the endpoint changed what
             # it serves, which a plan cannot see (dims are learnt from answers): rebuild.
-            dims_only = _only_dims_differ(w.generation_fingerprint(generation) or {},
-                                          [r for r in fresh if r.path in set(rejected)])
+            bad = [r for r in fresh if r.path in set(rejected)]
+            dims_only = _only_dims_differ(w.generation_fingerprint(generation) or {}, bad)
+            if dims_only:
+                _drop_stale_cache(w, generation, fresh, bad[0].embedding)
             request_resync(ctx, "dims-changed" if dims_only else "provider-changed", force=dims_only)
         max_entries = settings.memory_search["cache"]["maxEntries"]
         if any(r.embedding is not None for r in fresh) and max_entries:
@@ -296,6 +298,16 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         log.info("dropped %d stale write(s) for %s: %s", len(stale), context.agent_id,
                  ", ".join(r.path for r in stale[:5]))
         request_resync(ctx, "stale-write")
+
+
+def _drop_stale_cache(w: StoreWriter, generation: int, records: list[FileRecord], space: Any) -> None:
+    """Before the rebuild a size change asks for: keep only the cached vectors of the size the
+    provider answers now (the size of the vectors it just sent, else the generation's)."""
+    answered = {int(r.embedding.dims) for r in records if r.embedding is not None and r.embedding.dims}
+    keep = answered.pop() if len(answered) == 1 else w.vector_dims(generation)
+    n = w.drop_cached_vectors(space, keep)
+    log.warning("the provider's vectors changed size (now %s dims): dropped %d cached vector(s) of another "
+                "size; the index is rebuilt", keep if keep is not None else "?", n)
 
 
 def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:

@@ -20,12 +20,12 @@ from memindex.pipeline.index.chunking import Chunk
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity
 from memindex.pipeline.index.records import ChunkRecord, FileJob, FileRecord, TouchRecord
 from memindex.pipeline.index.workspace import name_problem
+from memindex.pipeline.store.schema import EMBED_PENDING
 
 log = logging.getLogger("memindex.indexer")
 
-# Starts the problem of a file indexed without its vectors because the provider failed:
-# its text is keyword-searchable now, and the planner re-plans it until the vectors follow.
-EMBED_PENDING = "embedding pending"
+# EMBED_PENDING starts the problem of a file indexed without its vectors because the provider
+# failed: its text is keyword-searchable now, and the planner re-plans it until the vectors follow.
 
 
 def embedding_pending(error: str | None) -> bool:

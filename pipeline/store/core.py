@@ -26,6 +26,7 @@ from memindex.pipeline.store.fts_text import index_text
 from memindex.pipeline.store.schema import (
     BASE_DDL,
     BUILDING_KEY,
+    EMBED_PENDING,
     META_KEY,
     SCHEMA_VERSION,
     chunks_table,
@@ -244,6 +245,44 @@ def _record_dims(ident: "VectorSpace | None", chunks: Sequence["ChunkWrite"]) ->
         if v:
             return len(v) // 4 if isinstance(v, bytes) else len(v)
     return None
+
+
+def _same_space(fp: Mapping[str, Any], emb: "VectorSpace") -> bool:
+    return (fp.get("provider"), fp.get("model"), fp.get("providerKey")) == (emb.provider, emb.model, emb.provider_key)
+
+
+class _Dimless:
+    """A record's vector space without a size: its vectors were set aside (``_Unvectored``)."""
+
+    dims = None
+
+    def __init__(self, emb: "VectorSpace") -> None:
+        self.provider, self.model, self.provider_key = emb.provider, emb.model, emb.provider_key
+
+
+class _NoVector:
+    embedding = None
+    cacheable = False
+
+    def __init__(self, ch: "ChunkWrite") -> None:
+        self._ch = ch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ch, name)
+
+
+class _Unvectored:
+    """``rec`` stored keyword-only, with ``error`` saying why its vectors were set aside."""
+
+    cache_hits: tuple[str, ...] = ()
+
+    def __init__(self, rec: "FileWrite", error: str) -> None:
+        self._rec, self.error = rec, error
+        self.embedding = _Dimless(rec.embedding) if rec.embedding is not None else None
+        self.chunks = [_NoVector(ch) for ch in rec.chunks]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rec, name)
 
 
 def _vector_blob(ch: "ChunkWrite", dims: int | None, path: str) -> bytes | None:
@@ -669,18 +708,34 @@ class StoreWriter:
                 self._flush_fts()  # their chunks written earlier in the held transaction are replaced
             if self.held_since is not None:
                 self._fts_files.update((gen, r.source, r.path) for r in records)
+        resized = 0
         with self._lock, self._tx():
             accepted: dict[FileKey, FileWrite] = {}
             for rec in records:
-                if not identity_matches(fp, rec.embedding):
+                dims = _record_dims(rec.embedding, rec.chunks)
+                if fp and rec.embedding is not None and _same_space(fp, rec.embedding) and dims:
+                    if fp.get("vectorDims") is None:
+                        fp["vectorDims"] = dims  # the batch's first vectors fix the generation's size
+                    elif int(fp["vectorDims"]) != dims:
+                        # Same provider, model and endpoint, vectors of another size (the endpoint
+                        # changed what it serves, or the cache holds the old size): the text is
+                        # still stored, keyword-searchable; the caller rebuilds for the vectors.
+                        rejected.append(rec.path)
+                        resized += 1
+                        rec = _Unvectored(rec, f"{EMBED_PENDING} (its vectors have {dims} dims and this "
+                                               f"index's {fp['vectorDims']}; a rebuild re-embeds them)")
+                elif not identity_matches(fp, rec.embedding):
                     rejected.append(rec.path)
                     continue
                 accepted.pop((rec.source, rec.path), None)
                 accepted[(rec.source, rec.path)] = rec  # a file written twice in one batch: the last wins
             written = self._write_batch(gen, list(accepted.values()))
-        if rejected:
+        if len(rejected) > resized:
             log.warning("rejected %d write(s) embedded by a different provider than generation %d expects",
-                        len(rejected), gen)
+                        len(rejected) - resized, gen)
+        if resized:
+            log.warning("%d file(s) stored without their vectors: their size differs from generation %d's "
+                        "(keyword-searchable now; a rebuild re-embeds them)", resized, gen)
         self.maybe_promote(gen)
         return written, rejected
 
@@ -916,6 +971,21 @@ class StoreWriter:
         self.conn.execute(f"DELETE FROM {files_table(gen)} WHERE source = ? AND path = ?", (source, path))
         if not keep_pending:
             self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
+
+    def vector_dims(self, gen: int) -> int | None:
+        """The size of generation ``gen``'s vectors (None until its first vector)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (vec_dims_key(gen),)).fetchone()
+        return int(row[0]) if row is not None else None
+
+    def drop_cached_vectors(self, space: VectorSpace, keep_dims: int | None) -> int:
+        """Forget the cached vectors of ``space``'s provider, model and endpoint that are not of
+        ``keep_dims`` (None: all of them): the endpoint now answers another size, and a rebuild
+        served the old size from the cache would only mix them again."""
+        with self._lock, self._tx():
+            cur = self.conn.execute(
+                "DELETE FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? AND dims != ?",
+                (space.provider, space.model, space.provider_key, -1 if keep_dims is None else int(keep_dims)))
+            return cur.rowcount
 
     def prune_cache(self, max_entries: int | None) -> int:
         """Least-recently-used pruning of the embedding cache."""
@@ -1350,7 +1420,7 @@ class ReadSnapshot:
         if self._conn is None or self.generation is None:
             return {"problems": 0, "skipped": 0, "vectorsPending": 0}
         row = self._conn.execute(
-            f"SELECT count(*), coalesce(sum(chunks = 0), 0), coalesce(sum(error LIKE 'embedding pending%'), 0) "
+            f"SELECT count(*), coalesce(sum(chunks = 0), 0), coalesce(sum(error LIKE '{EMBED_PENDING}%'), 0) "
             f"FROM {files_table(self.generation)} WHERE error IS NOT NULL").fetchone()
         return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2]}
 

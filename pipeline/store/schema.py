@@ -23,6 +23,10 @@ STORE_ID_KEY = "store_id"
 # diacritic folding; non-English words stem rarely and identically on both sides.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
+# The files-row error of a file stored keyword-only whose vectors are still to come (a provider
+# failure, or vectors of another size): ``status`` counts these as "vectors pending".
+EMBED_PENDING = "embedding pending"
+
 BASE_DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS embedding_cache (
