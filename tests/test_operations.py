@@ -90,12 +90,20 @@ def test_the_last_error_is_history_once_a_sync_writes_everything(agent, server):
     assert "last error:" not in _cli(agent, "status").stdout
 
 
-def test_no_key_at_all_is_one_clear_line(agent):
+def test_no_key_at_all_is_one_clear_line_and_keyword_search(agent):
+    # OpenClaw's rule (reference 4.4): an explicit provider without a key is keyword-only search.
     _notes(agent)
     agent.memory_config({"provider": "openai", "fallback": "none"})
-    out = _cli(agent, "index")
-    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
-    assert "no API key" in out.stderr and "OPENAI_API_KEY" in out.stderr
+    env = {"OPENAI_API_KEY": ""}
+    out = _cli(agent, "index", env=env)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no API key" in lines[0] and "OPENAI_API_KEY" in lines[0], out.stderr
+    assert "indexed 3 file(s)" in out.stdout
+    found = json.loads(_cli(agent, "search", "--json", "Omada router", env=env).stdout)
+    assert found["results"] and found["mode"] == "fts-only"
+    text = _cli(agent, "status", env=env).stdout
+    assert "indexed:      3/3 files" in text and "no API key" in text, text
 
 
 def test_a_custom_endpoint_serving_256_dims_under_an_openai_model_name(agent, server):
@@ -167,8 +175,10 @@ def test_a_404_endpoint_fails_index_visibly_on_redis(agent, server, redis_server
         errors = [ln for ln in logs.splitlines() if "[ERROR]" in ln]
         assert len(errors) == 1 and "model not found" in errors[0], logs  # once per reason
         assert "agent main (provider openai)" in errors[0] and "remote.baseUrl" in errors[0]
-        # A message that fails for good (no key: not retried) keeps its error on Redis.
-        agent.memory_config({"provider": "openai", "fallback": "none"})
+        # A message that fails for good (a provider that cannot be built as configured: not
+        # retried) keeps its error on Redis.
+        agent.memory_config({"provider": "gemini", "model": "gemini-embedding-2-preview", "fallback": "none",
+                             "outputDimensionality": 5, "remote": {"apiKey": "g-test-key"}})
         send = f"from memindex.workers.index import index_files; index_files.send({agent.ctx.as_dict()!r}, 1, [])"
         subprocess.run([sys.executable, "-c", send], cwd=REPO, check=True, timeout=60,
                        env=dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url))
@@ -176,7 +186,7 @@ def test_a_404_endpoint_fails_index_visibly_on_redis(agent, server, redis_server
         deadline = time.monotonic() + 60
         while not dead and time.monotonic() < deadline:
             dead = json.loads(_cli(agent, "dead-letters", "--json", env=env).stdout)
-    assert len(dead) == 1 and "no API key" in (dead[0]["error"] or ""), dead
+    assert len(dead) == 1 and "outputDimensionality" in (dead[0]["error"] or ""), dead
 
 
 @pytest.mark.redis

@@ -252,11 +252,15 @@ def test_auto_prefers_existing_local_model():
     assert choice.primary.id == "local"
 
 
-def test_explicit_provider_without_key_is_a_clear_error():
-    with pytest.raises(ProviderAuthError) as exc:
-        choose(make_ms(provider="openai"), env={"GEMINI_API_KEY": "g"})
-    assert str(exc.value) == ("openai: no API key (set memorySearch.remote.apiKey, "
-                              "models.providers.openai.apiKey or OPENAI_API_KEY)")
+def test_explicit_provider_without_key_is_keyword_search_saying_why():
+    # OpenClaw (reference 4.4): with no fallback, a missing key gives FTS-only; any other error throws.
+    choice = choose(make_ms(provider="openai", fallback="none"), env={"GEMINI_API_KEY": "g"})
+    assert choice.primary is None and choice.fallback is None
+    assert choice.primary_error == ("openai: no API key (set memorySearch.remote.apiKey, "
+                                    "models.providers.openai.apiKey or OPENAI_API_KEY)")
+    assert choice.reason == f"{choice.primary_error}; keyword search only"
+    with pytest.raises(ProviderError, match="model file not found"):  # not a missing key: raised
+        choose(make_ms(provider="local", fallback="none", local={"modelPath": "/nope/x.gguf"}))
 
 
 def test_key_precedence():

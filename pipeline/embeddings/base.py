@@ -26,6 +26,10 @@ class ProviderAuthError(ProviderError):
     """The request can never succeed as configured (missing/rejected key, unknown model, bad request)."""
 
 
+class ProviderKeyMissing(ProviderAuthError):
+    """No API key anywhere for a provider that needs one: OpenClaw's "No API key found"."""
+
+
 class ProviderUnavailable(ProviderError):
     """The provider failed recently and its circuit breaker is open: not called at all."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from memindex.pipeline.embeddings import registry, secrets
-from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderAuthError, ProviderError
+from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderAuthError, ProviderError, ProviderKeyMissing
 from memindex.pipeline.embeddings.endpoints import fallback_provider, requested_provider, resolve_base_url, resolve_headers, resolve_model
 from memindex.pipeline.embeddings.keys import missing_key_message, resolve_api_key
 from memindex.pipeline.embeddings.registry import ProviderArgs
@@ -51,7 +51,7 @@ def build_provider(
     spec = registry.get(provider_id)  # an unknown id is a ProviderError
     key = resolve_api_key(provider_id, ms, providers_cfg, env, auth_profiles)
     if spec.needs_key and not key:
-        raise ProviderAuthError(missing_key_message(provider_id))
+        raise ProviderKeyMissing(missing_key_message(provider_id))
     args = ProviderArgs(
         model=resolve_model(provider_id, ms, as_fallback=as_fallback),
         base_url=resolve_base_url(provider_id, ms, providers_cfg) or spec.default_base_url,
@@ -114,6 +114,12 @@ def select_provider(
         except ProviderError as exc:
             fb = _build_fallback(ms, requested, build)
             if fb is None:
+                if isinstance(exc, ProviderKeyMissing):
+                    # As OpenClaw (reference 4.4): an explicit provider without a key means keyword
+                    # search, said once, never a run that indexes nothing. Any other failure raises.
+                    reason = f"{exc}; keyword search only"
+                    log.warning("memory embeddings: %s", reason)
+                    return ProviderChoice(None, None, reason, requested, primary_error=str(exc))
                 raise
             log.warning("memory embeddings: %s; using fallback provider %s", exc, fb.id)
             return ProviderChoice(None, fb, f"{exc}; fallback {fb.id} serves", requested, primary_error=str(exc))
