@@ -49,9 +49,11 @@ class WorkspaceError(MemindexError, RuntimeError):
 
 
 class ProviderError(MemindexError):
-    """Any failure of an embedding provider; ``retryable`` says whether trying again can help."""
+    """Any failure of an embedding provider; ``retryable`` says whether trying again can help,
+    ``per_input`` whether it is about the request's inputs (others may succeed) rather than the provider."""
 
     retryable = False
+    per_input = False
 
 
 class FallbackSwitched(MemindexError, RuntimeError):

@@ -71,6 +71,7 @@ class _State:
     latency_s: dict[str, float] = field(default_factory=dict)  # a fixed wait before every answer (bench/scale.py)
     keys: dict[str, str] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)
+    refuse_text: dict[str, str] = field(default_factory=dict)  # a request with an input holding it gets a 400
     files: dict[str, bytes] = field(default_factory=dict)
     captions: dict[str, str] = field(default_factory=dict)  # sha256(bytes) -> text the media "shows"
     hf_ignore_range: bool = False
@@ -295,6 +296,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._log(flavor, body, len(texts))
         reply = self._gate(flavor, len(texts))
         if reply is not None and ("status" in reply or reply.get("kind") in ("reset", "html")):
+            return
+        poison = self.owner.state.refuse_text.get(flavor)
+        if poison and any(poison in t for t in texts):  # a content filter: the whole request is refused
+            self._send(400, self._error_body(flavor, 400, "input rejected by the content filter", {}))
             return
         model = body.get("model", "")
         dims = self.owner.state.dims.get(flavor) or (

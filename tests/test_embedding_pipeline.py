@@ -325,3 +325,29 @@ def test_status_names_the_fallback_that_built_the_index(agent, server):
     assert st["provider"] == "mistral" and st["providerFallback"] is True and "openai" in st["providerFallbackReason"]
     assert "fallback:" in format_status(st)
     assert agent.search("Omada")["fallback"] is True
+
+
+def test_one_refused_input_costs_only_its_own_file_its_vectors(agent, server):
+    """A content filter refuses one note (400): that file is keyword-only, saying why; the files
+    embedded in the same request get their vectors (one request per file finds the refused one),
+    the provider is not shut off for everyone, and no fallback rebuild starts."""
+    from memindex.pipeline.status import index_status
+
+    _notes(agent)
+    agent.write("memory/poison.md", "# Poison\nthis has FORBIDDENWORD inside\n")
+    server.reset()
+    server.state.refuse_text["openai"] = "FORBIDDENWORD"
+    agent.memory_config(openai_cfg(server, fallback="none"))
+    agent.index()
+    embedded.wait_idle(timeout=30)
+    vectors = live_vectors(agent)
+    st = index_status(agent.settings())
+    problems = {p["path"]: p["error"] for p in st["problems"]}
+    assert list(problems) == ["memory/poison.md"] and "bad request" in problems["memory/poison.md"], problems
+    assert st["vectorsPending"] == 1 and sum(blob is None for blob in vectors.values()) == 1
+    assert agent.search("FORBIDDENWORD")["results"][0]["path"] == "memory/poison.md"  # keyword-searchable
+    # The provider still serves: a new note gets its vectors at once (no breaker, no cooldown).
+    agent.write("memory/2026-02-01.md", "a fresh note about kumquats\n")
+    agent.index()
+    embedded.wait_idle(timeout=30)
+    assert sum(blob is None for blob in live_vectors(agent).values()) == 1

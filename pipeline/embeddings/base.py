@@ -26,6 +26,13 @@ class ProviderAuthError(ProviderError):
     """The request can never succeed as configured (missing/rejected key, unknown model, bad request)."""
 
 
+class ProviderBadInput(ProviderAuthError):
+    """HTTP 400/422 about the request's inputs (not the key, not the batch size): retrying the
+    same request never helps, but other inputs may well succeed - the provider is not down."""
+
+    per_input = True
+
+
 class ProviderKeyMissing(ProviderAuthError):
     """No API key anywhere for a provider that needs one: OpenClaw's "No API key found"."""
 

@@ -37,6 +37,8 @@ def guarded(breaker: CircuitBreaker, provider_key: str, label: str, call: Callab
     try:
         out = call()
     except ProviderError as exc:
+        if exc.per_input:
+            raise  # about these inputs, not the provider: one bad note must not stop everyone's vectors
         log.warning("embeddings from %s failed (%s); keyword-only until a retry in %gs succeeds",
                     label, exc, breaker.cooldown_s)
         breaker.failure(provider_key, str(exc))

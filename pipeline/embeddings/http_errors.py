@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 from memindex.pipeline.embeddings.base import (
     EmbeddingProvider,
     ProviderAuthError,
+    ProviderBadInput,
     ProviderError,
     ProviderRateLimited,
     ProviderTooManyItems,
@@ -118,7 +119,7 @@ def from_status(
             return tm or ProviderTooManyItems(f"{provider_id}: request too large{suffix}")
         if _KEY_WORDS.search(detail):
             return ProviderAuthError(f"{provider_id} rejected the API key{suffix}")
-        return ProviderAuthError(f"{provider_id}: bad request{suffix}")
+        return ProviderBadInput(f"{provider_id}: bad request{suffix}")
     if status in (401, 403):
         return ProviderAuthError(f"{provider_id} rejected the API key{suffix}")
     if status == 404:

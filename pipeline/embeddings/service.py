@@ -94,6 +94,8 @@ class EmbeddingService:
 
     def _switch_to_fallback(self, failed: EmbeddingProvider, exc: ProviderError) -> EmbeddingProvider | None:
         fb = self.choice.fallback
+        if exc.per_input:  # these inputs were refused; the provider works (no rebuild in another space)
+            return None
         with self._lock:
             if fb is None or failed is fb:
                 return None

@@ -142,6 +142,10 @@ def embed_missing(records: Sequence[FileRecord], embedder: ChunkEmbedder) -> int
     try:
         vectors, hits = embedder.embed_chunks([c.text for _, c in todo], [c.hash for _, c in todo])
     except ProviderError as exc:
+        if exc.per_input and len(touched) > 1:
+            # The provider refused some file's text (not the key, not the batch size): one request
+            # per file finds it, and the others get their vectors instead of waiting with it.
+            return sum(embed_missing([rec], embedder) for rec in touched)
         for rec in touched:
             log.info("%s: %s (%s); indexed for keyword search", rec.path, EMBED_PENDING, exc)
             rec.error = f"{EMBED_PENDING} ({exc}); keyword-searchable until a later sync embeds it" + (
