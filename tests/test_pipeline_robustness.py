@@ -102,3 +102,45 @@ def test_search_answers_while_the_writer_holds_a_long_transaction(agent: Agent):
     # generous bounds tell that apart on a loaded CI machine; speed is bench/'s job.
     assert latencies[len(latencies) // 2] < 0.25
     assert latencies[-1] < 1.0, f"slowest search {latencies[-1] * 1000:.0f} ms"
+
+
+def test_a_message_handed_back_by_stopping_workers_never_runs_out_of_retries():
+    """dramatiq's Retries counts a stopping worker's Shutdown as a failed attempt: nine stops during
+    one slow request dead-lettered healthy work. HandBackOnStop (after Retries in the broker's list,
+    so its hook runs first) takes the count back; a real failure still counts."""
+    import dramatiq
+    from dramatiq.brokers.stub import StubBroker
+    from dramatiq.middleware import Retries, Shutdown
+
+    from memindex.workers.broker import _middleware
+    from memindex.workers.lifecycle import HandBackOnStop
+
+    names = [type(m).__name__ for m in _middleware()]
+    assert names.index("HandBackOnStop") > names.index("Retries")
+
+    broker = StubBroker(middleware=[Retries(min_backoff=1, max_backoff=5), HandBackOnStop()])
+    broker.emit_after("process_boot")
+    calls: list[int] = []
+
+    @dramatiq.actor(broker=broker, max_retries=2, actor_name="handed_back")
+    def handed_back() -> None:
+        calls.append(1)
+        if len(calls) <= 6:
+            raise Shutdown("the worker is stopping")
+
+    @dramatiq.actor(broker=broker, max_retries=2, actor_name="really_fails")
+    def really_fails() -> None:
+        raise ValueError("a real failure")
+
+    handed_back.send()
+    really_fails.send()
+    worker = dramatiq.Worker(broker, worker_timeout=50)
+    worker.start()
+    try:
+        broker.join(handed_back.queue_name, fail_fast=False, timeout=30_000)
+        worker.join()
+    finally:
+        worker.stop()
+    assert len(calls) == 7  # six hand-backs, then it ran: never dead-lettered
+    dead = [m.actor_name for m in broker.dead_letters]
+    assert dead == ["really_fails"]  # three real failures (max_retries 2) still end it

@@ -17,7 +17,7 @@ from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLim
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
-from memindex.workers.lifecycle import GroupCommit, InterruptEmbedsOnStop, Lifecycle, WorkContext
+from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmbedsOnStop, Lifecycle, WorkContext
 
 log = logging.getLogger("memindex.broker")
 
@@ -85,7 +85,7 @@ def _middleware() -> list:
     # GroupCommit second: its "after" hook (reverse order: next to last) commits a writer's held
     # transaction inside WorkContext's, so its log lines name the message; all run before the ack.
     return [WorkContext(), GroupCommit(), FailureReporter(), AgeLimit(), TimeLimit(), InterruptEmbedsOnStop(EMBED_QUEUE), Callbacks(),
-            Pipelines(), Retries()]
+            Pipelines(), Retries(), HandBackOnStop()]
 
 
 # An idle Redis consumer backs off up to the worker timeout (1 s by default)

@@ -38,7 +38,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable
 
-from dramatiq.middleware import Middleware, ShutdownNotifications
+from dramatiq.middleware import Middleware, Shutdown, ShutdownNotifications
 from memindex.workers.logs import clear_work, redis_answered, set_work
 
 log = logging.getLogger("memindex.lifecycle")
@@ -148,6 +148,18 @@ class InterruptEmbedsOnStop(ShutdownNotifications):
 
     def should_notify(self, actor: Any, message: Any) -> bool:
         return message.queue_name.removesuffix(".DQ") == self.queue or super().should_notify(actor, message)
+
+
+class HandBackOnStop(Middleware):
+    """A message handed back by a stopping worker (dramatiq's ``Shutdown``) did not fail, but
+    ``Retries`` counts every exception: nine stops during one slow provider request dead-lettered
+    healthy work ("Shutdown:"). Listed after ``Retries``, so its "after" hook runs first (they
+    unwind in reverse), it takes that count back before ``Retries`` adds it."""
+
+    def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        if isinstance(exception, Shutdown):
+            message.options["retries"] = message.options.get("retries", 0) - 1
 
 
 class GroupCommit(Middleware):
