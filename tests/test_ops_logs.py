@@ -133,3 +133,42 @@ def test_a_handed_back_or_retried_message_logs_no_traceback_when_a_secret_is_reg
     text = stream.getvalue()
     assert "the worker is stopping" in text and "provider said no to ***" in text, text
     assert "Traceback" not in text and "sk-test-secret-123" not in text, text
+
+
+def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_traceback(monkeypatch):
+    """Work in flight when Redis went away: dramatiq's ack, retry and post-processing of each
+    message logged a CRITICAL with a ~120-line redis traceback. They are outage lines now: the
+    first is said once, without its traceback, the rest held back and counted."""
+    import io
+    import logging
+
+    import redis
+
+    from memindex.workers import logs
+
+    for name, value in (("since", None), ("reported", 0.0), ("held", 0)):
+        monkeypatch.setattr(logs._RedisOutage, name, value)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs._RedisOutage())
+    lg = logging.getLogger("dramatiq.test-outage")
+    lg.addHandler(handler)
+    monkeypatch.setattr(lg, "propagate", False)
+    try:
+        for i in range(20):
+            try:
+                raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6391. Connection refused.")
+            except redis.exceptions.ConnectionError:
+                lg.critical("Unexpected failure in after_process_message of %r.", f"<Retries {i}>", exc_info=True)
+        lg.warning("an unrelated line with no exception")
+        try:
+            raise ValueError("not redis")
+        except ValueError:
+            lg.error("a real failure", exc_info=True)
+    finally:
+        lg.removeHandler(handler)
+    out = stream.getvalue()
+    assert out.count("Unexpected failure") == 1 and "redis unreachable" in out, out
+    assert "redis.exceptions" not in out and out.count("Traceback") == 1  # only the unrelated error's
+    assert "an unrelated line" in out and "ValueError: not redis" in out
+    assert logs._RedisOutage.held == 19

@@ -107,8 +107,12 @@ class _RedisOutage(logging.Filter):
     held = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not any(record.msg == fmt and record.name.startswith(name) for name, fmt in _OUTAGE_LINES):
+        if not (any(record.msg == fmt and record.name.startswith(name) for name, fmt in _OUTAGE_LINES)
+                or _redis_down(record)):
             return True
+        # A traceback of a refused connection says nothing the line does not (~120 lines each, for
+        # every message that finished while Redis was away: its ack, its retry, post-processing).
+        record.exc_info, record.exc_text = None, None
         now, cls = time.monotonic(), type(self)
         with cls.lock:
             if cls.since is None:
@@ -124,6 +128,20 @@ class _RedisOutage(logging.Filter):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             cls.reported, cls.held = now, 0
             return True
+
+
+def _redis_down(record: logging.LogRecord) -> bool:
+    """A line whose exception is Redis being unreachable (dramatiq's ack, retry or post-processing
+    of a message that finished during the outage)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is None:
+        return False
+    try:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+    except ImportError:  # pragma: no cover - the worker extra always has redis
+        return False
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
 
 
 def redis_answered() -> None:
