@@ -72,12 +72,27 @@ def test_plugins_slot_none_disables_memory(tmp_path):
     ({"remote": {"headers": {"X-A": 1}}}, "agents.defaults.memorySearch.remote.headers"),
     ({"sources": ["memory", "email"]}, "agents.defaults.memorySearch.sources"),
     ({"chunking": []}, "agents.defaults.memorySearch.chunking"),
+    # A vector size is never clamped (-5 built a 1-dim index); a base URL must be http(s) with a host.
+    ({"outputDimensionality": -5}, "agents.defaults.memorySearch.outputDimensionality"),
+    ({"outputDimensionality": 0}, "agents.defaults.memorySearch.outputDimensionality"),
+    ({"dimensions": 1.5}, "agents.defaults.memorySearch.dimensions"),
+    ({"remote": {"baseUrl": "not a url"}}, "agents.defaults.memorySearch.remote.baseUrl"),
+    ({"remote": {"baseUrl": "ftp://files.example.com/v1"}}, "agents.defaults.memorySearch.remote.baseUrl"),
+    ({"remote": {"baseUrl": "localhost:8080/v1"}}, "agents.defaults.memorySearch.remote.baseUrl"),
 ])
 def test_bad_values_name_the_key(tmp_path, ms, key):
     with pytest.raises(ConfigError) as err:
         resolve_agent({"agents": {"defaults": {"memorySearch": ms}}}, state_dir=tmp_path)
     assert err.value.key == key
     assert key in str(err.value)
+
+
+def test_a_blank_base_url_is_the_provider_default(tmp_path):
+    s = resolve_agent({"agents": {"defaults": {"memorySearch": {"remote": {"baseUrl": "  "}}}}}, state_dir=tmp_path)
+    assert s.memory_search["remote"]["baseUrl"] is None
+    s = resolve_agent({"agents": {"defaults": {"memorySearch": {"remote": {"baseUrl": " http://h:1/v1 "}}}}},
+                      state_dir=tmp_path)
+    assert s.memory_search["remote"]["baseUrl"] == "http://h:1/v1"
 
 
 def test_bad_agent_and_memory_keys(tmp_path):

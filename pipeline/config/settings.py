@@ -74,6 +74,32 @@ def _num(lo: float | None = None, hi: float | None = None) -> Check:
     return _clamped("a number", float, lo, hi)
 
 
+def _size(key: str, v: Any) -> int:
+    """A vector size: a positive integer, never clamped (-5 clamped to 1 built a 1-dim index)."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(key, f"expected a positive integer (a vector size), got {v!r}")
+    return v
+
+
+def _url(key: str, v: Any) -> str | None:
+    """An http(s) URL with a host, or blank for the provider's default (a typo here cost ~19 s
+    of connection retries before a "Connection error." that named no URL)."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(v, str):
+        raise ConfigError(key, f"expected a URL string, got {v!r}")
+    if not v.strip():
+        return None
+    try:
+        parts = urlsplit(v.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(key, f"expected an http(s) URL such as https://api.example.com/v1, got {v!r}")
+    return v.strip()
+
+
 def _str(key: str, v: Any) -> str:
     if isinstance(v, str):
         return v
@@ -253,9 +279,9 @@ MEMORY_SEARCH: dict[str, Any] = {
     "model": F("", _str),
     "sources": F(["memory"], _str_list(("memory", "sessions"))),
     "extraPaths": F([], _str_list()),
-    "outputDimensionality": F(None, _opt(_int(1))),
+    "outputDimensionality": F(None, _opt(_size)),
     # OpenClaw's older name for outputDimensionality; merged into it by resolve_agent.
-    "dimensions": F(None, _opt(_int(1))),
+    "dimensions": F(None, _opt(_size)),
     "experimental": {"sessionMemory": F(False, _bool)},
     "rememberAcrossConversations": Ignored(_bool),
     "inputType": Ignored(_str),
@@ -263,7 +289,7 @@ MEMORY_SEARCH: dict[str, Any] = {
     "documentInputType": Ignored(_str),
     "qmd": Ignored({"extraCollections": _qmd_paths}),
     "remote": {
-        "baseUrl": F(None, _opt(_str)),
+        "baseUrl": F(None, _opt(_url)),
         "apiKey": F(None, _opt(_str)),
         "headers": F({}, _str_map),
         # Concurrent embedding requests per provider, across all workers (ollama/local: 1).
