@@ -237,6 +237,12 @@ def test_the_keyword_index_is_merged_once_when_a_big_sync_ends_and_not_for_small
     before = _segments(merged)
     w.commit()  # pending is empty now and all 300 chunks are new: merged
     assert before > 1 and _segments(merged) == 1
+    c = db.connect(merged, readonly=True)
+    try:  # the pages of the copy the merge replaced were given back
+        assert c.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert c.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    finally:
+        c.close()
     build(plain, hold_last=False).close()  # no held commit: never merged
     assert _segments(plain) > 1
     assert rows(merged) == rows(plain)
@@ -260,3 +266,27 @@ def test_the_keyword_index_is_merged_once_when_a_big_sync_ends_and_not_for_small
     assert _segments(mid) >= seg > 1
     w2.close()
     w.close()
+
+
+def test_a_store_made_before_incremental_auto_vacuum_is_never_merged(tmp_path):
+    """A merge frees a tenth of the file; a store that cannot give pages back is left unmerged."""
+    path = tmp_path / "old.sqlite"
+    c = db.sqlite3.connect(str(path))
+    c.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")  # as a store made before
+    c.commit()
+    c.close()
+    files = [rec(f"memory/n{i:03}.md", f"{WORDS[i % len(WORDS)]} note number{i}") for i in range(300)]
+    w = StoreWriter(path, vector_enabled=False)
+    w.plan(1, FP, [("memory", f.path) for f in files], [])
+    for i in range(0, 270, 30):
+        w.write_files(1, files[i:i + 30])
+    w.hold()
+    w.write_files(1, files[270:])
+    w.commit()
+    w.close()
+    c = db.connect(path, readonly=True)
+    try:
+        assert c.execute("PRAGMA auto_vacuum").fetchone()[0] == 0 and c.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    finally:
+        c.close()
+    assert _segments(path) > 1
