@@ -35,4 +35,5 @@ def failure_hint(reason: str, provider_id: str | None) -> str:
                 f"{provider_id} quota")
     if "server error" in text or "timed out" in text or "connect" in text:
         return "the provider kept failing; check memorySearch.remote.baseUrl and the provider's status"
-    return "run the worker with --log-level debug for the full traceback"
+    # Both who read it: a CLI user (index, watch) and an operator reading a worker's log.
+    return "for the full traceback, run it again with -vv (a worker process: --log-level debug)"
