@@ -54,12 +54,6 @@ FileKey = tuple[str, str]  # (source, path)
 # What makes one record unstorable however often it is retried (unlike a locked or full
 # disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
 # (surrogates), a constraint the record breaks, a number out of range.
-# _compact_if_due: merge a generation's keyword index once this share of its chunks is new since
-# the last merge (the merge's cost per new chunk is then at most ~1/share of a chunk's rewrite),
-# and never for fewer new chunks than FTS_COMPACT_MIN_ROWS (a small store's segments are few).
-FTS_COMPACT_SHARE = 0.25
-FTS_COMPACT_MIN_ROWS = 256
-
 UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
 
 
@@ -388,7 +382,6 @@ class StoreWriter:
         # In a held transaction, the FTS rows of new chunks wait here until the commit (see hold).
         self._fts_rows: list[tuple[str, int, str]] = []  # (fts table, chunk rowid, indexed text)
         self._fts_files: set[tuple[int, str, str]] = set()  # (generation, source, path) of those chunks
-        self._fts_added: dict[int, int] = {}  # generation -> FTS rows inserted since its last compaction
 
     def _open_checked(self) -> db.Connection:
         """Open the store, moving a damaged one aside first (``quarantine``). A store that
@@ -452,7 +445,6 @@ class StoreWriter:
             try:
                 if self.conn.in_transaction:
                     self._flush_fts()
-                    self._compact_if_due()
                     self.conn.execute("COMMIT")
                 self.full = False
             except db.Error as exc:
@@ -465,51 +457,6 @@ class StoreWriter:
                 raise
             finally:
                 self._end_held()
-
-    def _compact_if_due(self) -> None:
-        """Merge a generation's FTS5 segments into one (``optimize``) once its sync is done
-        (nothing pending) and it took in at least a ``FTS_COMPACT_SHARE`` of its chunks since
-        the last merge, inside the held transaction, before its commit.
-
-        With automerge at 8 (schema.FTS_AUTOMERGE, cheap writes) a cold index ends with ~10
-        segments, and every phrase of every query seeks each of them: a term's lookup cost
-        ~40 us instead of ~14 with one, the warm search ~7% more at 1k files and ~12% at 30k
-        (bench/README.md, issue 19). The merge rewrites the whole FTS index (~0.14 ms of CPU
-        per file); due only after a share of the store is new, its cost per inserted chunk
-        stays bounded, and a one-file edit of a big store never pays it. The pages it frees
-        are given back (stores are made with incremental auto-vacuum; one made before that
-        is not merged, so a merge never grows a store). A merge that fails (a full disk) is
-        taken back alone: the held writes still commit.
-        """
-        if not self._fts_added:
-            return
-        if self.conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # a store made before it: left as is
-            self._fts_added.clear()
-            return
-        for gen, added in list(self._fts_added.items()):
-            if added < FTS_COMPACT_MIN_ROWS or not self.generation_exists(gen):
-                continue
-            size = self.conn.execute(f"SELECT max(rowid) FROM {chunks_table(gen)}").fetchone()[0] or 0
-            if added < FTS_COMPACT_SHARE * size:
-                continue
-            if self.conn.execute(f"SELECT 1 FROM {pending_table(gen)} LIMIT 1").fetchone() is not None:
-                continue  # more of this sync is coming: merge once, at its end
-            ft = fts_table(gen)
-            self.conn.execute("SAVEPOINT fts_compact")
-            del self._fts_added[gen]
-            try:
-                self.conn.execute(f"INSERT INTO {ft}({ft}) VALUES ('optimize')")
-                # The merge wrote a new copy of the index: give the old one's pages back (a
-                # tenth of the file otherwise, until later writes reuse them). Every step of
-                # the pragma frees one page, so it is stepped to the end.
-                self.conn.execute("PRAGMA incremental_vacuum").fetchall()
-            except db.Error as exc:
-                if not self.conn.in_transaction:
-                    raise  # SQLite took the whole transaction back: commit() reports the writes lost
-                self.conn.execute("ROLLBACK TO fts_compact")
-                log.warning("could not merge the keyword index of %s (searches stay correct, a little "
-                            "slower): %s", printable(str(self.path)), exc)
-            self.conn.execute("RELEASE fts_compact")
 
     def _end_held(self) -> None:
         """No transaction is held any more: nothing waits for its commit."""
@@ -684,12 +631,10 @@ class StoreWriter:
             return st.building_fingerprint
         return None
 
-    def _insert_chunk_rows(self, gen: int, fts_rows: list[tuple], vec_rows: list[tuple],
+    def _insert_chunk_rows(self, ft: str, vt: str, fts_rows: list[tuple], vec_rows: list[tuple],
                            cache_rows: list[tuple]) -> None:
         """The FTS, vector and embedding-cache rows of chunks just inserted (both write paths)."""
-        ft, vt = fts_table(gen), vec_table(gen)
         if self.fts_error is None and fts_rows:
-            self._fts_added[gen] = self._fts_added.get(gen, 0) + len(fts_rows)
             if self.held_since is not None:
                 self._fts_rows += [(ft, rowid, text) for rowid, text in fts_rows]  # see hold()
             else:
@@ -858,7 +803,7 @@ class StoreWriter:
         self.conn.executemany(
             f"INSERT INTO {ct}(rowid, id, source, path, start_line, end_line, hash, kind, text, "
             "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", chunk_rows)
-        self._insert_chunk_rows(gen, fts_rows, vec_rows, cache_rows)
+        self._insert_chunk_rows(ft, vt, fts_rows, vec_rows, cache_rows)
         if used_rows:
             self.conn.executemany(_CACHE_USED, used_rows)
         self.conn.executemany(_file_upsert(ftab), file_rows)
@@ -932,7 +877,7 @@ class StoreWriter:
                     vec_rows.append((rowid, blob))
                 if ch.cacheable and ident is not None:
                     cache_rows.append((ident.provider, model, ident.provider_key, dims, ch.hash, blob, ts, ts))
-        self._insert_chunk_rows(gen, fts_rows, vec_rows, cache_rows)
+        self._insert_chunk_rows(ft, vt, fts_rows, vec_rows, cache_rows)
         hits = rec.cache_hits
         if hits and ident is not None:
             self.conn.executemany(_CACHE_USED, [(ts, ident.provider, model, ident.provider_key, dims, h) for h in hits])

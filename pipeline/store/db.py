@@ -49,9 +49,6 @@ def connect(path: Path | str, *, readonly: bool = False) -> Connection:
     else:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        # Takes effect only on a new, empty file (a no-op on one with tables): the pages a
-        # keyword-index merge frees can then be given back (core.StoreWriter._compact_if_due).
-        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")

@@ -140,9 +140,7 @@ def fts_ddl(gen: int, *, contentless: bool = True) -> str:
 # level-0 segment per writer transaction, and at 4 the merges re-copied the growing index often
 # enough to be ~10% of a 10,000-file cold index's CPU; at 8 that CPU is saved (measured
 # interleaved, 31.8 -> 28.4 s and 33.0 -> 29.6 s) for the same store size and ~0.2 ms more per
-# keyword query (more segments to read; bench/README.md, issue 19). The writer merges them into one
-# when a sync that wrote a share of the store ends (StoreWriter._compact_if_due), so searches after a
-# cold index do not pay for it.
+# keyword query (more segments to read; bench/README.md, issue 19).
 FTS_AUTOMERGE = 8
 
 
