@@ -75,11 +75,21 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out["providerFallbackReason"] = out["providerFallbackReason"] or (
                 f"{out['provider']} failed while indexing; the index holds {fallback}'s vectors")
             out["provider"], out["model"] = live["provider"], live.get("model", out["model"])
+        stale = []
+        if (out.get("indexed") and provider is not None and live.get("provider") is not None
+                and (live["provider"], live.get("model")) != (out["provider"], out["model"])):
+            # The config now selects another provider or model: until a sync rebuilds, searches
+            # cannot embed queries in the index's space and answer by keyword only.
+            stale.append(f"the index holds {live['provider']} / {live.get('model')} vectors, the config now "
+                         f"selects {out['provider']} / {out['model']}: `memindex index` rebuilds it "
+                         "(searches are keyword-only until then)")
         indexed_sources = live.get("sources")
         if out.get("indexed") and indexed_sources is not None and indexed_sources != sorted(settings.sources):
             # Search already serves only the configured sources; the store catches up on the next sync.
-            out["configChanged"] = (f"the index holds sources {indexed_sources}, the config now names "
-                                    f"{sorted(settings.sources)}: run `memindex index`")
+            stale.append(f"the index holds sources {indexed_sources}, the config now names "
+                         f"{sorted(settings.sources)}: run `memindex index`")
+        if stale:
+            out["configChanged"] = "; ".join(stale)
         out["diskFree"] = _disk_free(settings.store_path)
         # Files waiting for their vectors (the provider failed) are keyword-only until a sync retries them.
         out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding") or out.get("configChanged")

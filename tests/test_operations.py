@@ -266,3 +266,23 @@ def test_an_endpoint_that_changes_its_vector_size_is_rebuilt_and_no_file_leaves_
             assert out.returncode == 0 and "skipped" not in out.stdout, out.stdout + out.stderr
     finally:
         server.state.dims.pop("openai", None)
+
+
+def test_status_says_when_the_config_selects_another_model_than_the_index_holds(agent, server):
+    from memindex.pipeline.embeddings.embedder import reset_services
+
+    _notes(agent)
+    remote = {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none", "remote": remote})
+    reset_services()
+    assert _cli(agent, "index").returncode == 0
+    st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert "configChanged" not in st and st["dirty"] is False, st
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-large", "fallback": "none", "remote": remote})
+    st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert st["dirty"] is True and "text-embedding-3-small" in st["configChanged"], st
+    assert "text-embedding-3-large" in st["configChanged"] and "memindex index" in st["configChanged"]
+    assert "stale:" in _cli(agent, "status").stdout
+    assert _cli(agent, "index").returncode == 0  # the rebuild
+    st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert "configChanged" not in st and st["model"] == "text-embedding-3-large", st
