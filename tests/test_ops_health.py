@@ -93,3 +93,26 @@ def test_health_fails_while_a_queue_with_work_has_no_live_consumer(tmp_path, red
             run_cli("health", env=env).stderr
     finally:
         kill_groups(procs)
+
+
+@pytest.mark.redis
+def test_health_fails_while_two_writers_consume_one_write_queue(tmp_path, redis_server):
+    a = Agent(tmp_path / "a")
+    env = a.env(redis_server.url)
+    procs = [subprocess.Popen([sys.executable, "-m", "memindex", "worker", "--writer"], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    try:
+        assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 60, step=0.5)
+        procs.append(subprocess.Popen([sys.executable, "-m", "memindex", "worker", "--writer"], cwd=REPO, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+
+        def two() -> bool:
+            out = run_cli("health", env=env)
+            return out.returncode == 1 and "queue write: 2 writers" in out.stderr and "only one may write" in out.stderr
+
+        assert wait_for(two, 60, step=0.5), run_cli("health", env=env).stderr
+        kill_groups(procs[1:])
+        assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 60, step=0.5), \
+            run_cli("health", env=env).stderr
+    finally:
+        kill_groups(procs)

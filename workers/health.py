@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memindex.workers.broker import is_write_queue
 from memindex.workers.lifecycle import BEAT_S, PROC_TTL_S, processes
 from memindex.workers.queues import ready, unconsumed_queues
 
@@ -45,6 +46,16 @@ def check(client: Any, namespace: str, host: str, stall_s: float | None = None) 
         else:
             lines.append(f"{what}: heartbeat {beat_s:.1f} s ago, {len(p['running'])} message(s) running, "
                          f"last consumed {idle_s:.0f} s ago")
+    writers: dict[str, list[str]] = {}
+    for p in processes(client, namespace):  # every host: one writer per store is global
+        if now - p["beat"] / 1000 <= STALE_S:
+            for q in {q.removesuffix(".DQ") for q in p["queues"] if is_write_queue(q)}:
+                writers.setdefault(q, []).append(f"pid {p['pid']} on {p['host']}")
+    for q, who in sorted(writers.items()):
+        if len(who) > 1:
+            ok = False
+            lines.append(f"queue {q}: {len(who)} writers ({', '.join(who)}); only one may write a store "
+                         "(their transactions would interleave): stop all but one")
     for q in unconsumed_queues():
         ok = False
         lines.append(f"queue {q}: {ready(q)} message(s) ready and no live memindex process consumes it "
