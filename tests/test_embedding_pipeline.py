@@ -351,3 +351,25 @@ def test_one_refused_input_costs_only_its_own_file_its_vectors(agent, server):
     agent.index()
     embedded.wait_idle(timeout=30)
     assert sum(blob is None for blob in live_vectors(agent).values()) == 1
+
+
+def test_embedding_batch_timeout_bounds_a_hung_endpoint(agent, server):
+    """sync.embeddingBatchTimeoutSeconds (later OpenClaw builds): a provider that never answers
+    holds an index for that long per attempt, not the provider's 120 s; the text is keyword-indexed."""
+    import time
+
+    _notes(agent, 2)
+    server.reset()
+    server.always("openai", {"kind": "delay", "seconds": 60})
+    agent.memory_config(openai_cfg(server, fallback="none", sync={"embeddingBatchTimeoutSeconds": 1}))
+    t0 = time.monotonic()
+    agent.index()
+    embedded.wait_idle(timeout=120)
+    took = time.monotonic() - t0
+    server.always("openai", None)
+    assert took < 45, took  # attempts of 1 s with their backoff (the default would be 120 s each)
+    assert agent.search("ERR_SIG_4012")["results"][0]["path"] == "MEMORY.md"
+    from memindex.pipeline.status import index_status
+
+    problems = [p["error"] for p in index_status(agent.settings())["problems"]]
+    assert problems and all("timed out" in p or "Timeout" in p for p in problems), problems

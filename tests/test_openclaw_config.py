@@ -321,8 +321,6 @@ OPENCLAW_ONLY_KEYS = [
     ("agents.defaults.memorySearch", {"store": {"cache": {"enabled": True, "maxEntries": 10}}},
      "memorySearch.store.cache"),
     ("agents.defaults.memorySearch", {"store": {"fts": {"tokenizer": "trigram"}}}, "memorySearch.store.fts"),
-    ("agents.defaults.memorySearch", {"sync": {"embeddingBatchTimeoutSeconds": 600}},
-     "memorySearch.sync.embeddingBatchTimeoutSeconds"),
     ("agents.defaults.memorySearch", {"sync": {"sessions": {"postCompactionForce": True}}},
      "memorySearch.sync.sessions.postCompactionForce"),
     ("agents.defaults.memorySearch", {"qmd": {"extraCollections": [{"path": "x"}]}}, "memorySearch.qmd"),

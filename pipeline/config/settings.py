@@ -322,7 +322,9 @@ MEMORY_SEARCH: dict[str, Any] = {
         "watch": F(True, _bool),
         "watchDebounceMs": F(1500, _int(0)),
         "intervalMinutes": F(0, _num(0)),
-        "embeddingBatchTimeoutSeconds": Ignored(_num(0)),
+        # Later OpenClaw builds' knob: one embedding request's timeout while indexing (default: the
+        # provider's own, 120 s remote, 600 s ollama). A hung endpoint held every `index` that long.
+        "embeddingBatchTimeoutSeconds": F(None, _opt(_num(1, 3600))),
         "sessions": {"deltaBytes": F(DEFAULT_DELTA_BYTES, _int(0)), "deltaMessages": F(DEFAULT_DELTA_MESSAGES, _int(0)),
                      "postCompactionForce": Ignored(_bool)},
     },

@@ -104,10 +104,17 @@ class EmbeddingProvider(ABC):
         """The provider for resolved settings: the registry's factory for providers whose
         constructor takes ``(api_key, model, *, base_url, headers)`` (plus ``output_dimensionality``
         when ``takes_output_dims``); others override it."""
+        extra = cls.configured_timeout(args)
         if cls.takes_output_dims:
             return cls(args.api_key or "", args.model, base_url=args.base_url,  # type: ignore[call-arg]
-                       headers=args.headers, output_dimensionality=cls.configured_dims(args))
-        return cls(args.api_key, args.model, base_url=args.base_url, headers=args.headers)  # type: ignore[call-arg]
+                       headers=args.headers, output_dimensionality=cls.configured_dims(args), **extra)
+        return cls(args.api_key, args.model, base_url=args.base_url, headers=args.headers, **extra)  # type: ignore[call-arg]
+
+    @staticmethod
+    def configured_timeout(args: ProviderArgs) -> dict[str, float]:
+        """``{"timeout": s}`` from ``memorySearch.sync.embeddingBatchTimeoutSeconds``, if set."""
+        s = (args.memory_search.get("sync") or {}).get("embeddingBatchTimeoutSeconds")
+        return {"timeout": float(s)} if s else {}
 
     @staticmethod
     def configured_dims(args: ProviderArgs) -> int | None:

@@ -45,7 +45,8 @@ class OllamaProvider(EmbeddingProvider):
 
     @classmethod
     def from_args(cls, args: ProviderArgs) -> Self:
-        return cls(args.model, base_url=args.base_url, api_key=args.api_key, headers=args.headers)
+        return cls(args.model, base_url=args.base_url, api_key=args.api_key, headers=args.headers,
+                   **cls.configured_timeout(args))
 
     def fingerprint_headers(self) -> Mapping[str, str]:
         return self.headers
