@@ -104,6 +104,10 @@ def test_no_key_at_all_is_one_clear_line_and_keyword_search(agent):
     assert found["results"] and found["mode"] == "fts-only"
     text = _cli(agent, "status", env=env).stdout
     assert "indexed:      3/3 files" in text and "no API key" in text, text
+    # Said by `index` (even with -q), not by every search an agent runs.
+    quiet = _cli(agent, "index", "-q", env=env)
+    assert quiet.returncode == 0 and quiet.stderr.startswith("warning: main: openai: no API key"), quiet.stderr
+    assert _cli(agent, "search", "Omada", env=env).stderr == ""
 
 
 def test_a_custom_endpoint_serving_256_dims_under_an_openai_model_name(agent, server):

@@ -118,7 +118,7 @@ def select_provider(
                     # As OpenClaw (reference 4.4): an explicit provider without a key means keyword
                     # search, said once, never a run that indexes nothing. Any other failure raises.
                     reason = f"{exc}; keyword search only"
-                    log.warning("memory embeddings: %s", reason)
+                    log.info("memory embeddings: %s", reason)  # `index` and `status` say it (every search would)
                     return ProviderChoice(None, None, reason, requested, primary_error=str(exc))
                 raise
             log.warning("memory embeddings: %s; using fallback provider %s", exc, fb.id)

@@ -82,9 +82,22 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(f"{agent}: indexed {counts['to_index']} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged"
                   + (f"; {skipped} skipped (binary, too large, ...: see `memindex status`)" if skipped else ""))
+        _say_keyword_only(settings)
         if not _qmd_index(settings, args.quiet):
             code = max(code, 1)
     return max(code, 1 if print_failures(ran) else 0)
+
+
+def _say_keyword_only(settings: Any) -> None:
+    """A provider named in the config that cannot serve (no API key: keyword search, as in
+    OpenClaw) is said once per `index`, even with -q; searches only carry it in `status`."""
+    if settings.memory_search["provider"] in ("auto", "none"):
+        return
+    from memindex.pipeline.embeddings.embedder import provider_info
+
+    info = provider_info(settings)
+    if info["provider"] == "none" and info.get("reason"):
+        print(f"warning: {settings.agent_id}: {info['reason']}", file=sys.stderr)
 
 
 def _qmd_index(settings: Any, quiet: bool) -> bool:
