@@ -28,7 +28,8 @@ def check(client: Any, namespace: str, host: str, stall_s: float | None = None) 
 
     stall_s = STALL_S if stall_s is None else stall_s
     now = time.time()
-    procs = [p for p in processes(client, namespace) if p["host"] == host]
+    every = processes(client, namespace)
+    procs = [p for p in every if p["host"] == host]
     if not procs:
         return False, [f"no memindex process on {host} has a live heartbeat (none running, or all of them "
                        f"stopped or paused for over {PROC_TTL_S:.0f} s)"]
@@ -47,7 +48,7 @@ def check(client: Any, namespace: str, host: str, stall_s: float | None = None) 
             lines.append(f"{what}: heartbeat {beat_s:.1f} s ago, {len(p['running'])} message(s) running, "
                          f"last consumed {idle_s:.0f} s ago")
     writers: dict[str, list[str]] = {}
-    for p in processes(client, namespace):  # every host: one writer per store is global
+    for p in every:  # every host: one writer per store is global
         if now - p["beat"] / 1000 <= STALE_S:
             for q in {q.removesuffix(".DQ") for q in p["queues"] if is_write_queue(q)}:
                 writers.setdefault(q, []).append(f"pid {p['pid']} on {p['host']}")

@@ -24,7 +24,7 @@ from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.preparers import is_current
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreError
-from memindex.pipeline.store.core import StoreWriter, open_writer, store_full
+from memindex.pipeline.store.core import StoreWriter, open_writer, same_space, store_full
 from memindex.workers import queues
 from memindex.workers.broker import is_write_queue
 from memindex.workers.failures import note_failure, note_record_failures
@@ -311,10 +311,7 @@ def _drop_stale_cache(w: StoreWriter, generation: int, records: list[FileRecord]
 
 
 def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
-    ident = (fp.get("provider"), fp.get("model"), fp.get("providerKey"))
-    return bool(rejected) and all(
-        r.embedding is not None and (r.embedding.provider, r.embedding.model, r.embedding.provider_key) == ident
-        for r in rejected)
+    return bool(rejected) and all(r.embedding is not None and same_space(fp, r.embedding) for r in rejected)
 
 
 @write_actor

@@ -24,9 +24,6 @@ from memindex.pipeline.store.schema import EMBED_PENDING
 
 log = logging.getLogger("memindex.indexer")
 
-# EMBED_PENDING starts the problem of a file indexed without its vectors because the provider
-# failed: its text is keyword-searchable now, and the planner re-plans it until the vectors follow.
-
 
 def embedding_pending(error: str | None) -> bool:
     return error is not None and error.startswith(EMBED_PENDING)

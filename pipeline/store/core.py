@@ -241,7 +241,8 @@ def _record_dims(ident: "VectorSpace | None", chunks: Sequence["ChunkWrite"]) ->
     return None
 
 
-def _same_space(fp: Mapping[str, Any], emb: "VectorSpace") -> bool:
+def same_space(fp: Mapping[str, Any], emb: "VectorSpace") -> bool:
+    """Whether ``emb`` is the provider, model and endpoint of fingerprint ``fp`` (its size aside)."""
     return (fp.get("provider"), fp.get("model"), fp.get("providerKey")) == (emb.provider, emb.model, emb.provider_key)
 
 
@@ -352,7 +353,7 @@ def identity_matches(fp: Mapping[str, Any], emb: VectorSpace | None) -> bool:
         return True
     if emb is None:
         return fp.get("provider") in (None, "none")
-    if (fp.get("provider"), fp.get("model"), fp.get("providerKey")) != (emb.provider, emb.model, emb.provider_key):
+    if not same_space(fp, emb):
         return False
     dims = fp.get("vectorDims")
     return dims is None or emb.dims is None or int(dims) == int(emb.dims)
@@ -531,12 +532,11 @@ class StoreWriter:
 
     def _ensure_vec(self, gen: int, dims: int) -> bool:
         """Create the vec0 table for this generation; refuse a second dimension."""
-        key = vec_dims_key(gen)
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        if row is not None and int(row[0]) != dims:
-            raise StoreError(f"vector dims {dims} do not match this index's {row[0]}; refusing to mix")
-        if row is None:
-            self._set_meta(key, str(dims))
+        have = self.vector_dims(gen)
+        if have is not None and have != dims:
+            raise StoreError(f"vector dims {dims} do not match this index's {have}; refusing to mix")
+        if have is None:
+            self._set_meta(vec_dims_key(gen), str(dims))
         if self.vector_error is None:
             self.conn.execute(vec_ddl(gen, dims))
             return True
@@ -655,9 +655,9 @@ class StoreWriter:
             log.info("dropping write for generation %d: it no longer exists", gen)
             return 0, [r.path for r in records]
         fp = dict(self.generation_fingerprint(gen) or {})
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (vec_dims_key(gen),)).fetchone()
-        if row is not None and fp:
-            fp["vectorDims"] = int(row[0])  # the dims this generation's vectors already have
+        have = self.vector_dims(gen)
+        if have is not None and fp:
+            fp["vectorDims"] = have  # the dims this generation's vectors already have
         written, rejected = 0, []
         with self._lock:
             if self._fts_files and any((gen, r.source, r.path) in self._fts_files for r in records):
@@ -669,7 +669,7 @@ class StoreWriter:
             accepted: dict[FileKey, FileWrite] = {}
             for rec in records:
                 dims = _record_dims(rec.embedding, rec.chunks)
-                if fp and rec.embedding is not None and _same_space(fp, rec.embedding) and dims:
+                if fp and rec.embedding is not None and same_space(fp, rec.embedding) and dims:
                     if fp.get("vectorDims") is None:
                         fp["vectorDims"] = dims  # the batch's first vectors fix the generation's size
                     elif int(fp["vectorDims"]) != dims:

@@ -78,6 +78,7 @@ def check_fields(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]
 # MCP SDK's own validation coerced `true` and "3" to a maxResults and answered in pydantic's words).
 _WIRE_TYPES: dict[str, tuple[type | tuple[type, ...], float | None]] = {
     "query": (str, None), "path": (str, None), "agent": (str, None), "sessionKey": (str, None),
+    # from/lines 0 mean "not given" (from the first line; every line), as in-process and in OpenClaw.
     "maxResults": (int, 1), "minScore": ((int, float), None), "from": (int, 0), "lines": (int, 0)}
 
 
@@ -88,9 +89,14 @@ def check_arguments(data: dict[str, Any], fields: dict[str, str], required: str 
     if required is not None and data.get(required) is None:
         raise OperationError("bad_request", f"{required} is required")
     for name, value in data.items():
-        kind, minimum = _WIRE_TYPES[name]
-        _optional(value, name, kind, minimum=minimum)
+        _wire(name, value)
     return kw
+
+
+def _wire(name: str, value: Any) -> Any:
+    """``value`` if None or of wire argument ``name``'s type and least value (``_WIRE_TYPES``)."""
+    kind, minimum = _WIRE_TYPES[name]
+    return _optional(value, name, kind, minimum=minimum)
 
 
 def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: float | None = None) -> Any:
@@ -143,7 +149,7 @@ class MemoryTools:
         return self.base.agent_id if self.base.agent_id in ids else ids[0]
 
     def settings(self, agent: str | None) -> AgentSettings:
-        agent = _optional(agent, "agent", str)
+        agent = _wire("agent", agent)
         with refusals():
             ids = self.agent_ids()
             if agent and agent.strip():
@@ -176,9 +182,8 @@ class MemoryTools:
                      agent: Any = None, session_key: Any = None) -> dict[str, Any]:
         if not isinstance(query, str):
             raise OperationError("bad_request", "query must be a string")
-        opts = dict(max_results=_optional(max_results, "maxResults", int, minimum=1),
-                    min_score=_optional(min_score, "minScore", (int, float)),
-                    session_key=_optional(session_key, "sessionKey", str))
+        opts = dict(max_results=_wire("maxResults", max_results), min_score=_wire("minScore", min_score),
+                    session_key=_wire("sessionKey", session_key))
         settings = self.settings(agent)
         from memindex.workers.metrics import search_recorders
 
@@ -195,9 +200,7 @@ class MemoryTools:
                   agent: Any = None) -> dict[str, Any]:
         if not isinstance(path, str):
             raise OperationError("bad_request", "path must be a string, e.g. memory/2026-02-10.md")
-        # 0 means "not given" (from the first line; every line), as in-process and in OpenClaw.
-        from_line = _optional(from_line, "from", int, minimum=0)
-        lines = _optional(lines, "lines", int, minimum=0)
+        from_line, lines = _wire("from", from_line), _wire("lines", lines)
         settings = self.settings(agent)
         if not settings.enabled:
             raise OperationError("disabled", f"memory is disabled for agent {settings.agent_id!r}", 403)

@@ -60,21 +60,23 @@ class OpenAIProvider(EmbeddingProvider):
         except ValueError as exc:  # the SDK's "No embedding data received"
             raise InvalidVectorError(f"{self.id}: {exc}") from None
         except (AttributeError, TypeError):  # the SDK's own parser met a body that is not embeddings
-            raise InvalidVectorError(f"{self.id}: the response is not JSON embeddings (an HTML page?): "
-                                     "check memorySearch.remote.baseUrl") from None
+            raise self._not_embeddings() from None
         except openai.OpenAIError as exc:
             raise ProviderError(self.redact(f"{self.id}: {exc}")) from None
         # A 200 that is not JSON (a proxy's or a captive portal's HTML page) reaches us as the
         # body's text; JSON of another shape as a response object with fields missing.
         if isinstance(resp, (str, bytes)):
-            raise InvalidVectorError(f"{self.id}: the response is not JSON embeddings (an HTML page?): "
-                                     "check memorySearch.remote.baseUrl") from None
+            raise self._not_embeddings()
         try:
             data = sorted(resp.data, key=lambda d: d.index)
             return [list(d.embedding) for d in data]
         except (AttributeError, TypeError, KeyError) as exc:
             raise InvalidVectorError(f"{self.id}: malformed response ({type(exc).__name__}): check "
                                      "memorySearch.remote.baseUrl") from None
+
+    def _not_embeddings(self) -> InvalidVectorError:
+        return InvalidVectorError(f"{self.id}: the response is not JSON embeddings (an HTML page?): "
+                                  "check memorySearch.remote.baseUrl")
 
     def status_error(self, exc: openai.APIStatusError) -> ProviderError:
         """Our error type for an SDK status error (shared with the batch client), redacted."""
