@@ -67,6 +67,8 @@ def test_a_404_endpoint_fails_index_visibly_on_the_embedded_broker(agent, server
     _wrong_path_config(agent, server)
     out = _cli(agent, "index")
     _assert_visible_404(agent, out)
+    # Said once, in the summary: the in-process workers' log lines of the same failure need -v.
+    assert sum("model not found" in ln for ln in out.stderr.splitlines()) == 1, out.stderr
     # Each distinct reason is logged once, and no line carries a whole queue message.
     out = _cli(agent, "-v", "index", "--force")
     errors = [ln for ln in out.stderr.splitlines() if " ERROR " in ln]

@@ -19,6 +19,7 @@ from dramatiq.middleware import Middleware
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
+from memindex.pipeline.index.failures import SUMMARISED
 
 log = logging.getLogger("memindex.failures")
 
@@ -136,7 +137,7 @@ def note_failure(settings: Any, reason: str, paths: list[str], what: str) -> Non
         first = (agent, reason) not in _seen
         _seen.add((agent, reason))
     log.log(logging.ERROR if first else logging.DEBUG, "agent %s (provider %s): %s: %s [%d file(s); %s]",
-            agent, provider or "none", what, reason, len(paths), hint)
+            agent, provider or "none", what, reason, len(paths), hint, extra={SUMMARISED: True})
     if settings is not None:
         record_failure(settings.store_path, reason=reason, provider=provider, hint=hint, paths=paths)
 

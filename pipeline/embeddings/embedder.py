@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 from memindex.pipeline import observe
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
+from memindex.pipeline.index.failures import SUMMARISED
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.store.core import StoreReader, open_reader
 from memindex.pipeline.embeddings.base import ProviderUnavailable
@@ -40,7 +41,7 @@ def guarded(breaker: CircuitBreaker, provider_key: str, label: str, call: Callab
         if exc.per_input:
             raise  # about these inputs, not the provider: one bad note must not stop everyone's vectors
         log.warning("embeddings from %s failed (%s); keyword-only until a retry in %gs succeeds",
-                    label, exc, breaker.cooldown_s)
+                    label, exc, breaker.cooldown_s, extra={SUMMARISED: True})
         breaker.failure(provider_key, str(exc))
         raise
     breaker.success(provider_key)

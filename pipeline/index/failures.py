@@ -18,6 +18,11 @@ from typing import Any, ContextManager, Iterable
 
 from memindex.pipeline.store.locks import file_lock
 
+# A log record with this attribute set reports a failure that is also recorded here: a command
+# that prints its run's failures from the record at the end (`index`, its workers in-process on
+# the embedded broker) hides such lines unless -v, so the reason is said once, not three times.
+SUMMARISED = "memindex_summarised"
+
 # Per-file entries kept: enough to list what is stuck, bounded for a huge workspace.
 MAX_FILES = 1000
 MAX_REASONS = 20

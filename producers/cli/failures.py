@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Any, Iterable, TextIO
+
+from memindex.pipeline.index.failures import SUMMARISED
+
+
+class _Summarised(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, SUMMARISED, False)
+
+
+def say_failures_once() -> None:
+    """This command prints its run's failures at the end (``print_failures``). On the embedded
+    broker its workers run in this process and log the same failures as they happen: without -v
+    those lines are hidden, so the user reads each reason once, in the summary."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _Summarised) for f in handler.filters):
+            handler.addFilter(_Summarised())
 
 
 def run_started() -> int:

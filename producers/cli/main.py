@@ -46,9 +46,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
     reported by name and the others are still indexed, as ``openclaw memory index`` does."""
     from memindex.pipeline.index.failures import failures_since
-    from memindex.producers.cli.failures import print_failures, run_started, skipped_files
+    from memindex.producers.cli.failures import print_failures, run_started, say_failures_once, skipped_files
     from memindex.producers.enqueue import sync_and_wait
 
+    if not args.verbose and not args.log_level:
+        say_failures_once()
     agents = _command_agents(args)
     since = run_started()
     code, ran = 0, []
@@ -236,9 +238,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _status_index(args: argparse.Namespace, agent: str) -> str | None:
     """``status --index``: sync and wait, as ``index`` does; the error text, or None."""
     from memindex.pipeline.errors import MemindexError
-    from memindex.producers.cli.failures import report_failures, run_started
+    from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
     from memindex.producers.enqueue import sync_and_wait
 
+    if not args.verbose and not args.log_level:
+        say_failures_once()
     since = run_started()
     try:
         sync_and_wait(_ctx(args, agent), force=args.force)

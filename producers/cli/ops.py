@@ -191,8 +191,10 @@ def _side_loops(ctx: Context, settings: Any) -> list:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from memindex.producers import backfill
-    from memindex.producers.cli.failures import report_failures, run_started
+    from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
 
+    if not args.verbose and not args.log_level:
+        say_failures_once()
     contexts = agent_contexts(args)
     since = run_started()
     bar_on = _tty() and not args.quiet
