@@ -34,6 +34,7 @@ from memindex.pipeline.embeddings import (
     select_provider,
 )
 from memindex.pipeline.embeddings.providers.hf_download import cache_path, ensure_model_file
+from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.http_errors import parse_retry_after, too_many_items
 from memindex.pipeline.embeddings.limits import estimate_tokens, split_to_limit
 from memindex.pipeline.embeddings.providers.local import llama_available
@@ -564,6 +565,19 @@ def test_fallback_from_start_when_primary_has_no_key(server, policy):
     assert choice.primary is None and "no API key" in choice.primary_error
     res = EmbeddingService(choice, retry=policy).embed_documents(["a"])
     assert res.fallback_used and res.provider_id == "voyage" and "no API key" in res.fallback_reason
+
+
+def test_when_the_fallback_fails_too_the_error_names_both(server, policy):
+    server.always("openai", {"status": 401, "message": "bad key one"})
+    server.always("gemini", {"status": 404, "message": "no such model"})
+    svc = service_for(server, policy, "openai", fallback="gemini")
+    for _ in range(2):  # the switch, and later calls that go straight to the fallback
+        with pytest.raises(ProviderError) as err:
+            svc.embed_documents(["alpha"])
+        text = str(err.value)
+        assert text.startswith("gemini") and "bad key one" in text and "no such model" in text, text
+    hint = failure_hint(text, "gemini")
+    assert "GEMINI_API_KEY" not in hint and "remote.baseUrl" in hint and "OPENAI_API_KEY" in hint, hint
 
 
 def test_no_fallback_means_the_error_propagates(server, policy):

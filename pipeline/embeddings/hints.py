@@ -17,8 +17,18 @@ def _key_sources(provider_id: str | None) -> str:
             f"or {' / '.join(spec.env_vars)}")
 
 
+# Joins a fallback's failure to the primary's (``EmbeddingService``): "<fallback's reason>; before
+# it, <primary id> failed: <primary's reason>".
+BEFORE_IT = "; before it, "
+
+
 def failure_hint(reason: str, provider_id: str | None) -> str:
     """A short "check this key" for a failure ``reason`` (an error's text)."""
+    last, both, earlier = reason.partition(BEFORE_IT)
+    if both:  # the fallback failed after the primary: a hint for each
+        first, named, why = earlier.partition(" failed: ")
+        first, why = (first, why) if named else ("the primary", earlier)
+        return f"{failure_hint(last, provider_id)}; for {first}: {failure_hint(why, first)}"
     text = reason.lower()
     if "disk is full" in text:
         return "free space on the state dir's disk (`df` on it), then run `memindex index`"

@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from memindex.pipeline.embeddings.hints import BEFORE_IT
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderError, ProviderTransientError
 from memindex.pipeline import observe
@@ -113,13 +114,20 @@ class EmbeddingService:
         if provider is None:
             raise ProviderError(self.choice.reason)
         try:
-            vectors = self._embed_all(provider, list(texts))
+            try:
+                vectors = self._embed_all(provider, list(texts))
+            except ProviderError as exc:
+                fb = self._switch_to_fallback(provider, exc)
+                if fb is None:
+                    raise
+                provider = fb
+                vectors = self._embed_all(provider, list(texts))
         except ProviderError as exc:
-            fb = self._switch_to_fallback(provider, exc)
-            if fb is None:
-                raise
-            provider = fb
-            vectors = self._embed_all(provider, list(texts))
+            if provider is self.choice.fallback and self._fallback_reason and not exc.per_input:
+                # Both failed: the user must fix both, so the error (index, status, logs) names both.
+                exc.args = (f"{exc.args[0] if exc.args else exc}{BEFORE_IT}{self._fallback_reason}",
+                            *exc.args[1:])
+            raise
         return self._result(provider, vectors)
 
     def _embed_all(self, provider: EmbeddingProvider, texts: list[str]) -> list[list[float]]:
