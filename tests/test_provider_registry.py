@@ -123,6 +123,10 @@ def test_nothing_for_auto_names_what_it_looked_for(tmp_path):
     for s in registry.auto_specs():
         assert s.auto_check is not None or s.env_vars[0] in reason
     assert "OLLAMA_API_KEY" not in reason  # ollama is never auto-selected
+    # A configured model file that is not there is named as such, not as "no local.modelPath".
+    missing = tmp_path / "gone.gguf"
+    reason = select_provider(_ms(local={"modelPath": str(missing)}), {}, {}, tmp_path).reason
+    assert f"no file at local.modelPath {missing}" in reason and "no local.modelPath" not in reason, reason
 
 
 def test_limits_and_timeouts_come_from_the_rows():

@@ -71,6 +71,8 @@ class ProviderSpec:
     # None here means: chosen when it has an API key.
     auto_check: Lazy | None = None
     auto_hint: str = ""  # what "auto" looks for, in messages (default: the first env var)
+    # (memorySearch) -> what "auto" found wanting when auto_check said no (default: "no <auto_hint>").
+    auto_missing: Lazy | None = None
     batch_client: Lazy | None = None  # (EmbeddingProvider) -> BatchClient, for providers with a batch API
     max_concurrency: int | None = None  # requests in flight per process/cluster; None = nonBatchConcurrency
     query_timeout_s: float = 3.0  # a search's query embedding (one attempt): a search never waits longer
@@ -94,6 +96,7 @@ _BUILTIN = (
         env_vars=("HF_TOKEN",),  # only for downloading an hf: model
         needs_key=False, remote=False, takes_model=False,
         auto_order=0, auto_check=f"{_PROVIDERS}.local:auto_reason", auto_hint="local.modelPath",
+        auto_missing=f"{_PROVIDERS}.local:auto_missing",
         max_concurrency=1,  # one machine's CPU/GPU: parallel requests only queue up there
         query_timeout_s=60.0,  # CPU inference, and the first call loads the model
         default_max_input_tokens=512,

@@ -104,7 +104,7 @@ def select_provider(
             reason = f"auto: {spec.id} (first provider with an API key)"
             break
         if primary is None:
-            reason = f"no embedding provider configured: {_auto_missing()}; keyword search only"
+            reason = f"no embedding provider configured: {_auto_missing(ms)}; keyword search only"
             log.info("memory embeddings: %s", reason)
             return ProviderChoice(None, None, reason, requested)
     else:
@@ -129,12 +129,13 @@ def select_provider(
     return ProviderChoice(primary, fallback, reason, requested)
 
 
-def _auto_missing() -> str:
+def _auto_missing(ms: Mapping[str, Any]) -> str:
     """What "auto" looked for: "no local.modelPath and no OPENAI_API_KEY/GEMINI_API_KEY/..."."""
-    checks = [s.auto_hint or s.id for s in registry.auto_specs() if s.auto_check is not None]
+    checks = [registry.load(s.auto_missing)(ms) if s.auto_missing else f"no {s.auto_hint or s.id}"
+              for s in registry.auto_specs() if s.auto_check is not None]
     keys = "/".join(s.auto_hint or s.env_vars[0] for s in registry.auto_specs()
                     if s.auto_check is None and (s.auto_hint or s.env_vars))
-    return " and ".join(f"no {what}" for what in (*checks, keys) if what)
+    return " and ".join((*checks, f"no {keys}") if keys else checks)
 
 
 def _build_fallback(ms: Mapping[str, Any], primary_id: str, build: Any) -> EmbeddingProvider | None:

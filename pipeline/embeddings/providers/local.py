@@ -44,6 +44,16 @@ def auto_reason(ms: Mapping[str, Any]) -> str | None:
     return None
 
 
+def auto_missing(ms: Mapping[str, Any]) -> str:
+    """Why ``auto_reason`` said no, for the keyword-only reason ``index`` and ``status`` show."""
+    path = _local_settings(ms).get("modelPath")
+    if not path:
+        return "no local.modelPath"
+    if is_remote_model(path):
+        return f"local.modelPath {path} is a download (auto takes a model file already on disk)"
+    return f"no file at local.modelPath {path}"
+
+
 @dataclass
 class _Loaded:
     llm: Any
