@@ -79,6 +79,24 @@ def test_log_settings_from_the_environment_and_iso_times(agent):
     assert out.returncode == 0 and "binary" not in out.stderr, out.stderr
 
 
+def test_the_error_line_of_a_failing_command_is_json_under_the_json_format(tmp_path):
+    """A worker or watcher whose stderr feeds a log pipeline: the line saying why it stopped is a
+    record like the others, with the exit code unchanged; the text format keeps `error: ...`."""
+    bad = tmp_path / "openclaw.json"
+    bad.write_text('{"agents": {"defaults": {"memorySearch": {"chunking": {"tokens": "x"}}}}}')
+    common = ["--config", str(bad), "--state-dir", str(tmp_path / "state"), "--workspace", str(tmp_path)]
+    for args, env, code in ((["--log-format", "json", *common, "status"], {}, 2),
+                            ([*common, "worker"], {"MEMINDEX_LOG_FORMAT": "json", "MEMINDEX_BROKER_URL": ""}, 2)):
+        out = run_cli(*args, env=env)
+        lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert out.returncode == code and len(lines) == 1, out
+        record = json.loads(lines[0])
+        assert record["level"] == "ERROR" and record["logger"] == "memindex.cli", record
+        assert "chunking.tokens" in record["message"] or "MEMINDEX_BROKER_URL" in record["message"], record
+    out = run_cli(*common, "status")
+    assert out.returncode == 2 and out.stderr.startswith("error: invalid config:"), out.stderr
+
+
 def test_a_malformed_log_call_never_raises_into_its_caller():
     """The control-character filter formats each record; a record whose arguments do not fit its
     format must stay the handler's problem (logging's handleError), as without the filter. In a

@@ -19,7 +19,9 @@ from memindex.pipeline.errors import MemindexError
 from memindex.producers.cli.agents import agent_contexts, base_context, context_for
 from memindex.producers.cli.argv import command_of
 from memindex.producers.cli.openclaw_format import search_text, status_entry
-from memindex.producers.cli.options import add_global_options, command_parsers, examples, has_option, share_global_options
+from memindex.producers.cli.options import (
+    add_global_options, command_parsers, examples, has_option, say_error, share_global_options,
+)
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex")
@@ -68,7 +70,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         except MemindexError as exc:
             if len(agents) == 1:
                 raise  # one agent: the usual one-line error and exit code
-            print(f"error: memory index failed ({agent}): {exc}", file=sys.stderr)
+            say_error(f"memory index failed ({agent}): {exc}")
             code = max(code, 2 if isinstance(exc, ConfigError) else 1)
             continue
         finally:
@@ -118,8 +120,8 @@ def _qmd_index(settings: Any, quiet: bool) -> bool:
               "index", file=sys.stderr)
         return True
     except QmdError as exc:  # a qmd that runs and fails (exits, hangs, prints garbage): a failed index
-        print(f"error: qmd update failed for {settings.agent_id}: {exc} (searches fall back to the "
-              "built-in index)", file=sys.stderr)
+        say_error(f"qmd update failed for {settings.agent_id}: {exc} (searches fall back to the "
+                  "built-in index)")
         return False
     if not quiet:
         print(f"{settings.agent_id}: qmd index updated (embed: {report.get('embed')})")
@@ -164,7 +166,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 print(json.dumps({"id": qid, **resp}, ensure_ascii=False))
         return 0
     if not args.query:
-        print("error: give a QUERY or --queries FILE", file=sys.stderr)
+        say_error("give a QUERY or --queries FILE")
         return 2
     resp = engine.search(" ".join(args.query), **opts)
     if args.json:
@@ -192,7 +194,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"path": args.path, "text": "", "disabled": True, "error": str(exc)}))  # OpenClaw's tool error
         else:
-            print(f"error: {exc}", file=sys.stderr)
+            say_error(f"{exc}")
         return 1
     if args.json:
         print(json.dumps(res.as_dict(), ensure_ascii=False))
@@ -485,10 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say_error(str(exc))
         return 2
     except MemindexError as exc:  # e.g. no API key for the configured provider: one line, no traceback
-        print(f"error: {exc}", file=sys.stderr)
+        say_error(str(exc))
         return 1
     except BrokenPipeError:  # `memindex status --json | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -497,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = _one_line_error(exc)
         if line is None:
             raise
-        print(f"error: {line}", file=sys.stderr)
+        say_error(line)
         return 1
     except KeyboardInterrupt:
         if args.command in ("index", "backfill"):  # not silent: say what the interruption left

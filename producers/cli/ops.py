@@ -21,7 +21,7 @@ from typing import Any, Callable
 from memindex.pipeline.config.settings import Context
 from memindex.pipeline.errors import MemindexError
 from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
-from memindex.producers.cli.options import examples
+from memindex.producers.cli.options import examples, say_error
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex.ops")
@@ -280,7 +280,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
             try:
                 report = queue_report(contexts)
             except Exception as exc:  # noqa: BLE001 - e.g. redis unreachable: a clear message, exit 1
-                print(f"error: cannot read the queues: {type(exc).__name__}: {exc}", file=sys.stderr)
+                say_error(f"cannot read the queues: {type(exc).__name__}: {exc}")
                 if stop is None:
                     return 1
                 stop.wait(args.interval)
@@ -309,8 +309,8 @@ def cmd_health(args: argparse.Namespace) -> int:
     from memindex.workers.broker import broker, is_embedded
 
     if is_embedded():
-        print("error: health reads the heartbeats on a shared Redis broker; set MEMINDEX_BROKER_URL "
-              "(on the embedded broker the workers live and die with `memindex watch` itself)", file=sys.stderr)
+        say_error("health reads the heartbeats on a shared Redis broker; set MEMINDEX_BROKER_URL "
+                  "(on the embedded broker the workers live and die with `memindex watch` itself)")
         return 2
     host = args.host or socket.gethostname()
     try:
@@ -371,26 +371,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from memindex.workers.broker import BROKER_ENV, QUEUES
 
     if not os.environ.get(BROKER_ENV):
-        print(f"error: a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
-              "`memindex watch` runs the workers in-process.", file=sys.stderr)
+        say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
+                  "`memindex watch` runs the workers in-process.")
         return 2
     if args.shard and not args.writer:
-        print("error: --shard K/N goes with --writer", file=sys.stderr)
+        say_error("--shard K/N goes with --writer")
         return 2
     if args.writer:
         # Exactly one thread consumes the write queue (or one shard of it): each store has one writer.
         try:
             k, n = parse_shard(args.shard or "0/1")
         except ValueError as exc:
-            print(f"error: --shard {args.shard}: {exc}", file=sys.stderr)
+            say_error(f"--shard {args.shard}: {exc}")
             return 2
         from memindex.workers.queues import claim_shard_count
 
         other = claim_shard_count(n)
         if other is not None:
-            print(f"error: this deployment's writers run {other} shard(s) but this one was started with "
-                  f"--shard {k}/{n}; refusing to consume (to change N: stop every writer, drain the write "
-                  "queues, then `redis-cli DEL memindex:write-shards`)", file=sys.stderr)
+            say_error(f"this deployment's writers run {other} shard(s) but this one was started with "
+                      f"--shard {k}/{n}; refusing to consume (to change N: stop every writer, drain the write "
+                      "queues, then `redis-cli DEL memindex:write-shards`)")
             return 2
         from memindex.workers.broker import SHARDS_ENV
 
@@ -400,8 +400,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         processes, threads = args.processes, args.threads
         qs = args.queues or [q for q in QUEUES if q != "write"]
         if "write" in qs and (processes, threads) != (1, 1):
-            print("error: the write queue must be consumed by exactly one thread (use --writer)",
-                  file=sys.stderr)
+            say_error("the write queue must be consumed by exactly one thread (use --writer)")
             return 2
     from memindex.workers.logs import FORMAT_ENV, LEVEL_ENV
 

@@ -10,10 +10,12 @@ given after the command overrides one given before it.
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 import textwrap
 from typing import Any, Iterable
 
-from memindex.workers.logs import FORMATS, LEVELS
+from memindex.workers.logs import FORMATS, LEVELS, JsonFormatter
 
 GLOBAL_TITLE = "global options (before or after the command)"
 
@@ -75,3 +77,15 @@ def command_parsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argp
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             yield from action.choices.items()
+
+
+def say_error(line: str) -> None:
+    """The one line that says why a command failed (``error: ...`` on stderr). Under
+    ``--log-format json`` it is a JSON record like every other line there: a worker or watcher
+    feeding a log pipeline must not emit the one line the pipeline cannot parse."""
+    log = logging.getLogger("memindex.cli")
+    handlers = logging.getLogger().handlers
+    if handlers and all(isinstance(h.formatter, JsonFormatter) for h in handlers) and log.isEnabledFor(logging.ERROR):
+        log.error("%s", line)
+    else:
+        print(f"error: {line}", file=sys.stderr)

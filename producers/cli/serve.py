@@ -14,7 +14,7 @@ import os
 import sys
 
 from memindex.producers.cli.agents import base_context
-from memindex.producers.cli.options import examples
+from memindex.producers.cli.options import examples, say_error
 from memindex.producers.serve import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
 
 EXTRA_HINT = "pip install 'memindex[serve]'"
@@ -23,7 +23,7 @@ EXTRA_HINT = "pip install 'memindex[serve]'"
 def _missing_extra(command: str) -> bool:
     if importlib.util.find_spec("mcp") is not None:
         return False
-    print(f"error: memindex {command} needs the MCP SDK and its web stack: {EXTRA_HINT}", file=sys.stderr)
+    say_error(f"memindex {command} needs the MCP SDK and its web stack: {EXTRA_HINT}")
     return True
 
 
@@ -57,7 +57,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         if http is not None:
             require_token_off_loopback(http[0], _token(args))
     except OperationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say_error(f"{exc}")
         return 2
     tools = _tools(args)
     running = None
@@ -90,7 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host, port = parse_bind(f"{args.host}:{args.port}")
         require_token_off_loopback(host, token)
     except OperationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say_error(f"{exc}")
         return 2
     run_uvicorn(protect(build_app(_tools(args)), token, host), host, port, "memindex serve")
     return 0
