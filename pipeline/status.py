@@ -228,9 +228,6 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
             "issues": [i for sc in scans for i in sc["issues"]]}
 
 
-PROBE_TIMEOUT_S = 15.0
-
-
 def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
     """``status --deep``: one real embedding request (OpenClaw embeds ``"ping"``), with its latency.
 
@@ -238,7 +235,7 @@ def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
     the indexing path's retries and backoff made a refused connection take 19 s and a provider
     that never answers 240 s."""
     from memindex.pipeline.embeddings import registry
-    from memindex.pipeline.embeddings.embedder import chunk_embedder_for, provider_info
+    from memindex.pipeline.embeddings.embedder import PROBE_TIMEOUT_S, chunk_embedder_for, provider_info
 
     try:
         embedder = chunk_embedder_for(settings)
@@ -252,6 +249,20 @@ def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
     return {"ok": True, "provider": result.provider_id, "model": result.model, "fallback": result.fallback_used,
             "dims": len(result.vectors[0]),
             "latencyMs": round((time.monotonic() - started) * 1000, 1)}
+
+
+def note_probe(report: dict[str, Any], probe: dict[str, Any] | None) -> None:
+    """What a ``status --deep`` probe says about the index: vectors of another size than the
+    provider answers now (an endpoint that changed what it serves) make it stale."""
+    held = (report.get("vector") or {}).get("dims")
+    if not probe or not probe.get("ok") or not held or probe.get("dims") in (None, held):
+        return
+    if probe.get("provider") != report.get("provider"):
+        return  # the fallback answered: its size says nothing about the primary's index
+    why = (f"the provider now answers {probe['dims']}-dim vectors and the index holds {held}: "
+           "`memindex index --force` rebuilds it (searches are keyword-only until then)")
+    report["configChanged"] = f"{report['configChanged']}; {why}" if report.get("configChanged") else why
+    report["dirty"] = True
 
 
 def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, index_error: str | None = None,

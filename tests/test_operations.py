@@ -145,6 +145,34 @@ def test_a_custom_endpoint_serving_256_dims_under_an_openai_model_name(agent, se
         reset_services()
 
 
+def test_an_endpoint_that_changes_size_with_no_file_changed_is_seen_and_rebuilt_by_force(agent, server):
+    """Nothing to embed means nothing asked: the size change shows in `status --deep` and
+    `index --force` rebuilds at the new size (its chunks were all in the cache, at the old one)."""
+    server.reset()
+    server.state.dims["openai"] = 256
+    _notes(agent)
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    try:
+        assert _cli(agent, "index").returncode == 0
+        server.state.dims["openai"] = 128
+        found = json.loads(_cli(agent, "search", "--json", "Omada router VLAN 1").stdout)
+        assert found["mode"] == "fts-only" and "memindex index --force" in found["warning"], found
+        deep = _cli(agent, "status", "--deep")
+        assert "answers 128-dim vectors and the index holds 256" in deep.stdout, deep.stdout
+        st = json.loads(_cli(agent, "status", "--deep", "--json").stdout)[0]["status"]
+        assert st["dirty"] is True and "index --force" in st["configChanged"], st
+        out = _cli(agent, "index", "--force")
+        assert out.returncode == 0, out.stdout + out.stderr
+        st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+        assert st["vector"]["dims"] == 128 and st["files"] == 3 and not st.get("vectorsPending"), st
+        found = json.loads(_cli(agent, "search", "--json", "Omada router VLAN 1").stdout)
+        assert found["results"] and found["mode"] == "hybrid" and "warning" not in found, found
+        assert "configChanged" not in json.loads(_cli(agent, "status", "--deep", "--json").stdout)[0]["status"]
+    finally:
+        server.reset()
+
+
 # --- Redis --------------------------------------------------------------------------------
 
 @contextlib.contextmanager

@@ -116,6 +116,26 @@ def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
     return _identity(service.active_provider)
 
 
+# One real request for a size or a health check (`index --force`, `status --deep`): one attempt,
+# bounded (the indexing path's retries and backoff made a refused connection take 19 s).
+PROBE_TIMEOUT_S = 15.0
+
+
+def relearn_vector_size(settings: AgentSettings) -> None:
+    """``index --force``: one request learns the size the provider answers now, so that a
+    changed size re-plans the index (its fingerprint carries the size) and misses the cache of
+    the old one. A provider that fails here is left to the sync itself to report."""
+    service, _ = _service(settings)
+    if service is None or service.active_provider is None:
+        return
+    from memindex.pipeline.embeddings import registry
+
+    try:
+        service.probe_dims(max(PROBE_TIMEOUT_S, registry.query_timeout_s(service.active_provider.id)))
+    except ProviderError as exc:
+        log.debug("vector size probe for %s failed: %s", settings.agent_id, exc)
+
+
 def provider_info(settings: AgentSettings) -> dict[str, Any]:
     """For status: which provider serves this agent, and why."""
     try:

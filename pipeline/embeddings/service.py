@@ -220,6 +220,23 @@ class EmbeddingService:
 
         return call_with_retry(attempt, policy or self.retry, label=f"embeddings ({provider.id})")
 
+    def probe_dims(self, timeout_s: float) -> int | None:
+        """Ask the active provider once what size it answers now, and take that as its size.
+
+        Sizes are learnt from answers, and a run whose chunks are all cached asks nothing: an
+        endpoint that now serves another size would keep its index (and cache) at the old one.
+        """
+        provider = self._active
+        if provider is None:
+            return None
+        old, provider.dims = provider.dims, None
+        try:
+            self.embed_query("ping", timeout_s)
+        finally:
+            if provider.dims is None:  # no answer: keep what was known
+                provider.dims = old
+        return provider.dims
+
     # --- queries ----------------------------------------------------------------
 
     def provider_for(self, fingerprint: str | None = None) -> EmbeddingProvider:

@@ -299,7 +299,7 @@ class MemorySearch(AsyncSearch):
             dims = snap.state.extra.get(vec_dims_key(snap.generation)) if qvec is not None else None
             if dims and len(qvec) != int(dims):  # the provider (or a proxy) now answers another size
                 resp.warning = (f"the query vector has {len(qvec)} dims and the index {dims} (the provider "
-                                "changed; a sync rebuilds the index); keyword-only results")
+                                "changed; `memindex index --force` rebuilds the index); keyword-only results")
                 resp.mode, qvec = "fts-only", None
             kinds: dict[str, str] = {}  # chunk id -> kind, for the image/audio chunks among the candidates
             vector_hits = self._vector_candidates(snap, qvec, n_cand, kinds) if qvec is not None else []

@@ -207,7 +207,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``openclaw memory status``: every configured agent unless ``--agent``; ``--deep`` adds an
     embedding probe, ``--index`` syncs first (and implies ``--deep``)."""
     from memindex.pipeline.embeddings.embedder import provider_info
-    from memindex.pipeline.status import embedding_probe, format_status, index_status, source_scan
+    from memindex.pipeline.status import embedding_probe, format_status, index_status, note_probe, source_scan
     from memindex.producers.cli.batch import batch_report
 
     entries, texts, failed = [], [], False
@@ -219,6 +219,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             failed = failed or index_error is not None
         probe = embedding_probe(settings) if args.deep or args.index else None
         report = index_status(settings, provider_info(settings), invariant=args.deep)
+        note_probe(report, probe)
         if settings.memory["backend"] == "qmd":
             from memindex.pipeline.search.backend import open_search
 
