@@ -7,6 +7,8 @@ so a caller can catch ``memindex.MemindexError`` alone, or one family.
 
 from __future__ import annotations
 
+import re
+
 
 class MemindexError(Exception):
     """Root of every error memindex raises."""
@@ -28,10 +30,23 @@ def require(name: str, value: object, kinds: type | tuple[type, ...], *, optiona
     raise UsageError(f"{name} must be {names}{' or None' if optional else ''}, not {type(value).__name__}")
 
 
+# Keys whose values may be secrets (an API key, a header carrying one, the env block): an error
+# about such a key says what was expected, never the value it got.
+_SECRET_SEGMENT = re.compile(r"(?i)^(api_?key|key|\w*token|\w*secret\w*|password|passwd|headers?|authorization|auth)$")
+_GOT_VALUE = re.compile(r"([,;]?\s*got) .*$", re.S)
+
+
+def _secret_key(key: str) -> bool:
+    parts = [p for p in re.split(r"[.\[\]]", key) if p]
+    return bool(parts) and (parts[0] == "env" or any(_SECRET_SEGMENT.match(p) for p in parts))
+
+
 class ConfigError(MemindexError, ValueError):
     """A bad configuration value; ``key`` is the offending key path."""
 
     def __init__(self, key: str, message: str) -> None:
+        if _secret_key(key):
+            message = _GOT_VALUE.sub(r"\1 a value not shown here (the key may hold a secret)", message)
         super().__init__(f"invalid config: {key}: {message}")
         self.key = key
 

@@ -87,6 +87,34 @@ def test_bad_values_name_the_key(tmp_path, ms, key):
     assert key in str(err.value)
 
 
+@pytest.mark.parametrize("cfg, key", [
+    ({"agents": {"defaults": {"memorySearch": {"remote": {"apiKey": ["sk-LEAK-1234"]}}}}},
+     "agents.defaults.memorySearch.remote.apiKey"),
+    ({"agents": {"defaults": {"memorySearch": {"remote": {"headers": {"Authorization": "Bearer sk-LEAK-1234", "X": 7}}}}}},
+     "agents.defaults.memorySearch.remote.headers"),
+    ({"models": {"providers": {"openai": {"apiKey": 12345678901234}}}}, "models.providers.openai.apiKey"),
+    ({"models": {"providers": {"voyage": {"headers": {"X-Key": ["sk-LEAK-1234"]}}}}}, "models.providers.voyage.headers"),
+    ({"env": {"OPENAI_API_KEY": ["sk-LEAK-1234"]}}, "env.OPENAI_API_KEY"),
+])
+def test_a_bad_secret_value_names_its_key_never_the_value(tmp_path, cfg, key):
+    with pytest.raises(ConfigError) as err:
+        resolve_agent(load_config_dict(cfg, tmp_path), state_dir=tmp_path)
+    assert err.value.key == key and "LEAK" not in str(err.value) and "1234567" not in str(err.value), err.value
+    # Not a secret: the value helps and is shown; other providers' entries (chat models) are not ours.
+    with pytest.raises(ConfigError, match="got 'x'"):
+        resolve_agent({"agents": {"defaults": {"memorySearch": {"chunking": {"tokens": "x"}}}}}, state_dir=tmp_path)
+    assert resolve_agent({"models": {"providers": {"anthropic": {"apiKey": 5}}}}, state_dir=tmp_path).enabled
+
+
+def load_config_dict(cfg: dict, tmp_path: Path) -> dict:
+    """``cfg`` through the real loader (the env block is resolved there)."""
+    import json
+
+    path = tmp_path / "openclaw.json"
+    path.write_text(json.dumps(cfg))
+    return load_config(path, tmp_path, {})
+
+
 def test_a_blank_base_url_is_the_provider_default(tmp_path):
     s = resolve_agent({"agents": {"defaults": {"memorySearch": {"remote": {"baseUrl": "  "}}}}}, state_dir=tmp_path)
     assert s.memory_search["remote"]["baseUrl"] is None

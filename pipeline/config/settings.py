@@ -132,6 +132,18 @@ def _str_list(allowed: tuple[str, ...] | None = None) -> Check:
     return check
 
 
+def _provider_entry(key: str, v: Any) -> Any:
+    """``models.providers.<p>`` of a provider memindex embeds with: the fields it reads are checked
+    like memorySearch.remote's (a numeric apiKey was silently "no API key")."""
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected an object, got {type(v).__name__}")
+    # Types only: the entry also configures OpenClaw's chat models, whose URLs are not ours to judge.
+    for field_, check in (("apiKey", _opt(_str)), ("baseUrl", _opt(_str)), ("headers", _opt(_str_map))):
+        if field_ in v:
+            check(f"{key}.{field_}", v[field_])
+    return v
+
+
 def _str_map(key: str, v: Any) -> dict[str, str]:
     if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
         raise ConfigError(key, f"expected an object of string values, got {v!r}")
@@ -672,8 +684,8 @@ def resolve_agent(
 
     providers = _subtree(_subtree(cfg, "models", "models"), "providers", "models.providers")
     # SecretRefs of the providers memindex can embed with; other providers are none of our business.
-    providers = {p: resolve_secret_refs(v, cfg, env, f"models.providers.{p}") if find_provider(p) else v
-                 for p, v in providers.items()}
+    providers = {p: _provider_entry(f"models.providers.{p}", resolve_secret_refs(v, cfg, env, f"models.providers.{p}"))
+                 if find_provider(p) else v for p, v in providers.items()}
 
     return AgentSettings(
         agent_id=agent_id,
