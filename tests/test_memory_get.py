@@ -87,6 +87,22 @@ def test_absolute_path_to_a_memory_file_is_readable(ws):
     assert (r.text, r.path) == ("a", "memory/2026-02-10.md")
 
 
+def test_a_path_with_two_leading_slashes_is_the_absolute_path(ws):
+    # POSIX normpath keeps "//": it crashed the root check with a ValueError and a traceback.
+    r = memory_get(ws.settings(), "/" + str(ws.workspace / "memory" / "2026-02-10.md"), from_line=1, lines=1)
+    assert (r.text, r.path) == ("a", "memory/2026-02-10.md")
+    with pytest.raises(MemoryGetError, match="outside the memory files"):
+        memory_get(ws.settings(), "//etc/passwd.md")
+
+
+@pytest.mark.parametrize("args", [(None,), ("MEMORY.md", "1"), ("MEMORY.md", None, 2.5), (b"MEMORY.md",)])
+def test_arguments_of_the_wrong_type_are_a_usage_error(ws, args):
+    from memindex import UsageError
+
+    with pytest.raises(UsageError):
+        memory_get(ws.settings(), *args)
+
+
 @pytest.fixture
 def team(ws):
     """An extraPaths directory outside the workspace, plus a sibling that is not configured."""

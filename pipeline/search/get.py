@@ -80,7 +80,10 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     # readFile does), so every path search returns reads back, ``../team/t.md`` from an
     # extraPaths directory outside the workspace included. Normalising first means a
     # ``..`` can only ever land on a path that the root checks below still vet.
-    candidate = Path(os.path.normpath(ws / expand_home(raw)))
+    norm = os.path.normpath(ws / expand_home(raw))
+    if norm.startswith("//"):  # POSIX normpath keeps exactly two leading slashes; here they mean "/"
+        norm = norm[1:]
+    candidate = Path(norm)
     if not is_markdown_name(candidate.name):
         raise MemoryGetError("path rejected: only Markdown (.md) memory files can be read")
     root = _memory_root(settings, candidate)
@@ -145,6 +148,9 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
     """Read a memory file. A missing file is not an error: it returns empty text. An agent
     whose memory search is disabled has no memory tools (OpenClaw registers none): refused."""
     require("settings", settings, AgentSettings)
+    require("path", path, str)
+    require("from_line", from_line, int, optional=True)
+    require("lines", lines, int, optional=True)
     if not settings.enabled:
         raise MemoryGetError(f"memory search is disabled for agent {settings.agent_id!r}")
     try:
