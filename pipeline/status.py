@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from memindex.pipeline.display import escape_controls
 from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError, require
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.index.workspace import MEMORY_DIR, check_roots, iter_discover, resolve_extra_paths
+from memindex.pipeline.index.workspace import (
+    MEMORY_DIR, ListingFacts, check_roots, iter_discover, rel_path, resolve_extra_paths,
+)
 from memindex.pipeline.store.schema import fts_table, vec_dims_key, vec_table
 from memindex.pipeline.index.failures import read_failures
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, nearest_existing, open_reader
@@ -209,7 +212,18 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
         for extra in resolve_extra_paths(settings):
             if not os.path.lexists(extra):
                 issues.append(f"additional memory path missing ({extra})")
-        total = sum(1 for f in iter_discover(settings) if f.kind == "markdown")
+        facts = ListingFacts()
+        total = sum(1 for f in iter_discover(settings, facts=facts) if f.kind == "markdown")
+        for d, why in facts.unreadable[:5]:
+            issues.append(f"cannot read directory {rel_path(ws, Path(d))} ({why}); the files indexed from it are "
+                          "kept as they were")
+        if len(facts.unreadable) > 5:
+            issues.append(f"{len(facts.unreadable) - 5} more unreadable directories")
+        if facts.symlinks:
+            n = len(facts.symlinks)
+            shown = ", ".join(rel_path(ws, Path(s)) for s in facts.symlinks[:3]) + (f" and {n - 3} more" if n > 3 else "")
+            issues.append(f"{n} symlink(s) not followed (memory files are never read through a symlink; "
+                          f"move the files themselves in place): {shown}")
         if total == 0 and not issues:
             issues.append(f"no memory files found in {ws}")
         scans.append({"source": "memory", "totalFiles": total, "issues": issues})

@@ -270,6 +270,44 @@ def test_read_only_state_dir_is_one_error_line(agent):
     _one_line_error(proc, "read-only")
 
 
+def _cli_without_root_override(agent: Agent, *args: str) -> subprocess.CompletedProcess:
+    """The CLI as a user whom file permissions apply to (root reads every directory: its
+    override capabilities are dropped with setpriv)."""
+    if os.geteuid() != 0:
+        return _cli(agent, *args, timeout=INDEX_BOUND_S)
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv not available")
+    caps = "-dac_override,-dac_read_search"
+    return subprocess.run(["setpriv", "--bounding-set", caps, "--inh-caps", caps, sys.executable, "-m", "memindex",
+                           "--config", str(agent.config_path), "--state-dir", str(agent.state),
+                           "--workspace", str(agent.workspace), *args],
+                          capture_output=True, text=True, timeout=INDEX_BOUND_S, cwd=agent.root)
+
+
+def test_an_unreadable_directory_keeps_its_files_and_status_names_it(agent):
+    """It used to look deleted: the writer's check that the files were gone raised EACCES and
+    the sync retried for minutes before dead-lettering; a subdirectory was skipped silently."""
+    agent.write("MEMORY.md", "# Root\nrootword\n")
+    agent.write("memory/2026-01-01.md", "dayword\n")
+    agent.write("memory/sub/a.md", "subword\n")
+    os.symlink(agent.workspace / "memory" / "2026-01-01.md", agent.workspace / "memory" / "link.md")
+    assert _cli(agent, "index").returncode == 0
+    issues = json.loads(_cli(agent, "status", "--json").stdout)[0]["scan"]["issues"]
+    assert any("symlink(s) not followed" in i and "memory/link.md" in i for i in issues), issues
+    for locked in (agent.workspace / "memory" / "sub", agent.workspace / "memory"):
+        os.chmod(locked, 0)
+        try:
+            out = _cli_without_root_override(agent, "index")
+            st = json.loads(_cli_without_root_override(agent, "status", "--json").stdout)[0]
+        finally:
+            os.chmod(locked, 0o755)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        assert "removed 0" in out.stdout, out.stdout
+        rel = locked.relative_to(agent.workspace).as_posix()
+        assert any(f"cannot read directory {rel} (Permission denied)" in i for i in st["scan"]["issues"]), st["scan"]
+        assert _found(agent, "subword") == {"memory/sub/a.md"} and _found(agent, "dayword"), rel
+
+
 # --------------------------------------------------------------------- failing services
 
 def _openai(server, **remote) -> dict:

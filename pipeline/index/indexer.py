@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import stat
 from contextlib import contextmanager
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -20,7 +23,9 @@ from memindex.pipeline.index.media import extra_kind_for
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
-from memindex.pipeline.index.workspace import ListingFacts, MemoryFile, check_roots, iter_discover, listing_roots
+from memindex.pipeline.index.workspace import (
+    ListingFacts, MemoryFile, check_roots, iter_discover, listing_roots, rel_path,
+)
 from memindex.pipeline.errors import StoreCorrupt
 from memindex.pipeline.store.core import FileKey, StoreReader, StoreState, check_writable, open_reader, quarantine
 
@@ -63,18 +68,20 @@ def plan_sync(
     *,
     files: Sequence[MemoryFile] | None = None,
     force: bool = False,
+    facts: ListingFacts | None = None,
 ) -> SyncPlan:
     """Decide the target generation and which files need work.
 
     Raises ``WorkspaceError`` (workspace missing or not a directory) before
     reading the store: a plan from an empty listing would delete every file.
+    ``facts``: what the listing of ``files`` noticed (its unreadable directories).
     """
     with _gc_paused():
-        return _plan_sync(settings, reader, ident, files=files, force=force)
+        return _plan_sync(settings, reader, ident, files=files, force=force, facts=facts or ListingFacts())
 
 
 def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIdentity, *,
-               files: Sequence[MemoryFile] | None, force: bool) -> SyncPlan:
+               files: Sequence[MemoryFile] | None, force: bool, facts: ListingFacts) -> SyncPlan:
     if files is None and "memory" in settings.sources:
         check_roots(settings)
     fp = index_fingerprint(settings, ident)
@@ -91,7 +98,7 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
         gen = max(st.live_generation, st.building_generation or 0) + 1
         role = "building"
     indexed = reader.indexed_files(gen)
-    on_disk = files if files is not None else iter_collect_files(settings)  # streamed, not listed
+    on_disk = files if files is not None else iter_collect_files(settings, facts)  # streamed, not listed
     plan = SyncPlan(gen, fp, role)
     seen: set[FileKey] = set()
     for f in on_disk:
@@ -119,7 +126,9 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
         # A file still waiting for its vectors is re-read, not touched: same bytes, new work.
         plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
                                  prev.hash if prev and not retry_vectors else None))
-    plan.deletes = [k for k in indexed if k not in seen]
+    # A directory the walk could not read has not lost its files: what was indexed from it stays.
+    hidden = tuple(rel_path(settings.workspace, Path(d)) + "/" for d, _ in facts.unreadable)
+    plan.deletes = [k for k in indexed if k not in seen and not (k[0] == "memory" and k[1].startswith(hidden))]
     return plan
 
 
@@ -176,7 +185,7 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
             journal.record(token, disk, len(files))
         if _unchanged(mark, key, disk, reader, st):
             return _nothing_to_do(st, len(files)), True
-    plan = plan_sync(settings, reader, ident, files=files, force=force)
+    plan = plan_sync(settings, reader, ident, files=files, force=force, facts=facts if files is not None else None)
     st = reader.state()
     noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
             and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0
@@ -217,4 +226,10 @@ def still_on_disk(settings: AgentSettings, key: FileKey) -> bool:
     source, path = key
     base = settings.sessions_dir.parent if source == "sessions" else settings.workspace
     candidate = base / path
-    return candidate.is_file() and not candidate.is_symlink()
+    try:
+        st = os.lstat(candidate)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:  # cannot look (a directory without permission): not known to be gone, keep it
+        return True
+    return stat.S_ISREG(st.st_mode)

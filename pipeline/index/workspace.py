@@ -100,10 +100,19 @@ class ListingFacts:
     """What a listing noticed beyond its files: a file with other hard links can change
     through a path outside every watched directory (a change journal must not vouch for it)."""
 
-    __slots__ = ("hard_links",)
+    __slots__ = ("hard_links", "unreadable", "symlinks")
 
     def __init__(self) -> None:
         self.hard_links = False
+        # Directories the walk could not list, with why: their files are not "deleted" (a plan
+        # keeps what it indexed from them) and `status` names them.
+        self.unreadable: list[tuple[str, str]] = []
+        self.symlinks: list[str] = []  # links passed over (never followed), for `status`
+
+    def merge(self, hard_links: bool, unreadable: list, symlinks: list) -> None:
+        self.hard_links |= bool(hard_links)
+        self.unreadable.extend((str(d), str(why)) for d, why in unreadable)
+        self.symlinks.extend(map(str, symlinks))
 
 
 # A walk that has found this many files with at least two directories still to read hands
@@ -159,7 +168,10 @@ def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str],
     try:
         with os.scandir(d) as it:
             entries = sorted(it, key=_entry_name)
-    except OSError:
+    except FileNotFoundError:  # removed while the walk ran: its files are gone
+        return
+    except OSError as exc:
+        facts.unreadable.append((d, exc.strerror or type(exc).__name__))
         return
     subdirs = []
     for e in entries:
@@ -173,8 +185,11 @@ def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str],
                     if st.st_nlink > 1:
                         facts.hard_links = True
                     yield e.path, st.st_size, st.st_mtime_ns, kind
-            elif e.is_dir(follow_symlinks=False) and not is_ignored_dir(e.name):
-                subdirs.append(e.path)
+            elif e.is_dir(follow_symlinks=False):
+                if not is_ignored_dir(e.name):
+                    subdirs.append(e.path)
+            elif e.is_symlink():
+                facts.symlinks.append(e.path)
         except OSError:
             continue
     stack.extend(reversed(subdirs))
@@ -227,7 +242,7 @@ class _SplitWalk:
                 os.close(r)
                 mine = ListingFacts()
                 files = list(_walk_dirs(dirs, keep, mine))
-                view = memoryview(marshal.dumps((len(files), files, mine.hard_links)))
+                view = memoryview(marshal.dumps((len(files), files, mine.hard_links, mine.unreadable, mine.symlinks)))
                 while view:
                     view = view[os.write(w, view):]
                 code = 0
@@ -241,13 +256,13 @@ class _SplitWalk:
         try:
             while chunk := os.read(self.fd, 1 << 20):
                 parts.append(chunk)
-            count, files, hard_links = marshal.loads(b"".join(parts))
+            count, files, hard_links, unreadable, symlinks = marshal.loads(b"".join(parts))
             ok = isinstance(files, list) and len(files) == count
         except (OSError, EOFError, ValueError, TypeError):
             ok = False
         self.close()
         if ok:
-            self.facts.hard_links |= bool(hard_links)
+            self.facts.merge(hard_links, unreadable, symlinks)
         yield from (files if ok else _walk_dirs(self.dirs, self.keep, self.facts))
 
     def close(self) -> None:
@@ -391,12 +406,17 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
         if st is not None:
             facts.hard_links |= st.st_nlink > 1
             yield from found([(p, st.st_size, st.st_mtime_ns, "markdown")])
+        elif p.is_symlink():
+            facts.symlinks.append(str(p))
     mem = ws / MEMORY_DIR
-    if mem.is_dir() and not mem.is_symlink():
+    if mem.is_symlink():
+        facts.symlinks.append(str(mem))
+    elif mem.is_dir():
         yield from found(_walk(mem, _markdown_only, facts), mem)
     keep_extra = extra_kind or _markdown_only
     for extra in resolve_extra_paths(settings):
         if extra.is_symlink():
+            facts.symlinks.append(str(extra))
             continue
         if extra.is_dir():
             yield from found(_walk(extra, keep_extra, facts), extra)
