@@ -466,6 +466,10 @@ def test_former_tracebacks_are_one_line_errors(agent, tmp_path) -> None:
         (["backfill"], down, "cannot reach the broker"),
         (["dead-letters"], down, "cannot reach the broker"),
     ]
+    # Not a Redis URL at all: redis-py's ValueError was a traceback from every command.
+    wrong = {"MEMINDEX_BROKER_URL": "http://:hunter2@127.0.0.1:6392/0"}
+    cases += [([c], wrong, "MEMINDEX_BROKER_URL: expected a redis://") for c in
+              ("index", "status", "health", "dead-letters", "queues", "worker")]
     for argv, env, needle in cases:
         r = run_cli(*args, *argv, env=env, timeout=120)
         assert r.returncode != 0, argv

@@ -467,6 +467,41 @@ def test_a_worker_refuses_messages_for_another_state_dir(tmp_path, redis_server)
     assert not other.settings().store_path.exists()  # and nothing planned or written for the stranger
 
 
+def test_worker_flags_name_what_it_serves_as_the_variables_do(tmp_path, redis_server):
+    """`memindex --state-dir X --config Y worker`: the flags were not passed on to the dramatiq
+    processes, which then served any state dir a message named."""
+    import redis
+
+    prod, other = Agent(tmp_path / "prod"), Agent(tmp_path / "other")
+    for a in (prod, other):
+        a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {"provider": "hash"}}}})
+        a.write("MEMORY.md", "notes\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENCLAW_STATE_DIR", "OPENCLAW_CONFIG_PATH")}
+    env["MEMINDEX_BROKER_URL"] = redis_server.url
+    worker = subprocess.Popen([sys.executable, "-m", "memindex", "--state-dir", str(prod.state), "--config",
+                               str(prod.config_path), "worker", "--queues", "sync", "--processes", "1"],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        code = ("from memindex.producers.enqueue import request_sync\n"
+                "from memindex.pipeline.config.settings import Context\n"
+                f"request_sync(Context(config={str(other.config_path)!r}, state_dir={str(other.state)!r}))\n")
+        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        client = redis.Redis.from_url(redis_server.url)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not client.zcard("memindex:sync.XQ"):
+            assert worker.poll() is None
+            time.sleep(0.1)
+        (raw,) = client.hvals("memindex:sync.XQ.msgs")
+        reason = json.loads(raw)["options"]["error"]
+        assert str(other.state) in reason and str(prod.state) in reason, reason
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(15)
+
+
 def test_several_agents_in_one_config_stay_apart_and_each_failure_is_named(tmp_path):
     """What an OpenClaw user with a multi-agent config saw: a shared store file, a disabled
     agent indexed and readable, one broken agent stopping the rest, one --workspace poured into

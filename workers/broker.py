@@ -64,8 +64,17 @@ def shard_queues() -> tuple[str, ...]:
     return tuple(f"{WRITE_QUEUE}.{k}" for k in range(n)) if n > 1 and broker_url() else ()
 
 
+_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 def broker_url() -> str | None:
+    """The Redis URL (None: the embedded broker). Any other scheme is a config error, said in one
+    line by every command (redis-py's ValueError surfaced as a traceback from each of them)."""
     url = os.environ.get(BROKER_ENV, "").strip()
+    if url and not url.lower().startswith(_SCHEMES):
+        from memindex.pipeline.errors import ConfigError
+
+        raise ConfigError(BROKER_ENV, f"expected a redis://, rediss:// or unix:// URL, got {redact(url)!r}")
     return url or None
 
 

@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable
 
 from memindex.pipeline.config.settings import Context
-from memindex.pipeline.errors import MemindexError
+from memindex.pipeline.errors import ConfigError, MemindexError
 from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
 from memindex.producers.cli.options import examples, say_error
 from memindex.producers.cli.progress import Progress
@@ -279,6 +279,8 @@ def cmd_queues(args: argparse.Namespace) -> int:
         while True:
             try:
                 report = queue_report(contexts)
+            except ConfigError:
+                raise  # the one config line and exit 2, as every command gives
             except Exception as exc:  # noqa: BLE001 - e.g. redis unreachable: a clear message, exit 1
                 say_error(f"cannot read the queues: {type(exc).__name__}: {exc}")
                 if stop is None:
@@ -407,6 +409,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.log_level:
         os.environ[LEVEL_ENV] = args.log_level
     os.environ[FORMAT_ENV] = args.log_format
+    # --state-dir / --config name what this worker serves, as the variables do (its actors read
+    # the variables: the flags alone were ignored, and the worker served the producer's state dir).
+    for flag, var in ((args.state_dir, "OPENCLAW_STATE_DIR"), (args.config, "OPENCLAW_CONFIG_PATH")):
+        if flag:
+            os.environ[var] = os.path.abspath(os.path.expanduser(flag))
     if args.metrics_port:
         from memindex.workers.metrics import worker_env
 
