@@ -478,6 +478,24 @@ def test_former_tracebacks_are_one_line_errors(agent, tmp_path) -> None:
         assert "hunter2" not in r.stderr + r.stdout
 
 
+@pytest.mark.redis
+def test_a_broker_refusing_the_password_says_so_not_start_redis(agent, redis_server) -> None:
+    import redis
+
+    redis.Redis.from_url(redis_server.url).config_set("requirepass", "Right-pw-77")
+    agent.write("memory/a.md", "kiwi notes\n")
+    args = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
+    for url in (f"redis://:Wrong-pw-55@127.0.0.1:{redis_server.port}/0", redis_server.url):
+        r = run_cli(*args, "index", env={"MEMINDEX_BROKER_URL": url}, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "refused the credentials" in lines[0] and "check the password in MEMINDEX_BROKER_URL" in lines[0]
+        assert "start Redis" not in lines[0] and "Wrong-pw-55" not in lines[0], lines[0]
+    # A worker waits for an unreachable Redis (start order), never for a password that will not change.
+    r = run_cli("worker", "--queues", "sync", env={"MEMINDEX_BROKER_URL": redis_server.url}, timeout=60)
+    assert r.returncode == 2 and "refused the credentials" in r.stderr, r.stderr
+
+
 def test_index_on_redis_with_no_worker_says_so_instead_of_waiting(agent, redis_server) -> None:
     agent.write("memory/a.md", "kiwi notes\n")
     args = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]

@@ -78,6 +78,18 @@ def broker_url() -> str | None:
     return url or None
 
 
+def refused_credentials(exc: BaseException) -> str | None:
+    """The one line for a Redis error saying the password is wrong or missing (Redis answers,
+    so "start Redis" would mislead); None for any other error."""
+    text = str(exc)
+    if not (type(exc).__name__.startswith("Authentication")
+            or any(s in text for s in ("WRONGPASS", "NOAUTH", "invalid username-password", "HELLO must be called",
+                                        "Authentication required", "without any password configured"))):
+        return None
+    return (f"the broker at {redact(broker_url() or '?')} refused the credentials ({text}); "
+            "check the password in MEMINDEX_BROKER_URL (redis://:PASSWORD@host:port/db)")
+
+
 def redact(url: str) -> str:
     """Never log a password that rides in a broker URL."""
     if "@" in url and "://" in url:

@@ -368,6 +368,19 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
 
 # --- worker ---------------------------------------------------------------------------------
 
+def _credentials_refused() -> str | None:
+    """The one line when Redis answers but refuses this URL's credentials; None otherwise."""
+    import redis
+
+    from memindex.workers.broker import broker_url, refused_credentials
+
+    try:
+        redis.Redis.from_url(broker_url(), socket_connect_timeout=2, socket_timeout=2).ping()
+    except Exception as exc:  # noqa: BLE001 - only a refusal of the credentials is decided here
+        return refused_credentials(exc)
+    return None
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """exec ``dramatiq memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
     from memindex.workers.broker import BROKER_ENV, QUEUES
@@ -375,6 +388,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not os.environ.get(BROKER_ENV):
         say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
                   "`memindex watch` runs the workers in-process.")
+        return 2
+    refused = _credentials_refused()
+    if refused:  # an unreachable Redis is waited for (Procfile start order); a wrong password never heals
+        say_error(refused)
         return 2
     if args.shard and not args.writer:
         say_error("--shard K/N goes with --writer")
