@@ -116,3 +116,27 @@ def test_health_fails_while_two_writers_consume_one_write_queue(tmp_path, redis_
             run_cli("health", env=env).stderr
     finally:
         kill_groups(procs)
+
+
+def test_a_message_that_ended_while_redis_was_down_stops_counting_as_running(redis_server):
+    """Its HDEL failed and was dropped: `queues` and `health` showed it running for the life of
+    the process. The next heartbeat that gets through clears it."""
+    import redis
+
+    from memindex.workers.lifecycle import Heartbeat, processes
+    from tests.conftest import free_port
+
+    client = redis.Redis.from_url(redis_server.url)
+    hb = Heartbeat(client, "memindex-t", "worker", ["embed"])
+    hb.beat()
+    hb.began("m1", "embed")
+    hb.began("m2", "embed")
+    assert processes(client, "memindex-t")[0]["running"] == ["embed", "embed"]
+    hb.client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)  # Redis unreachable meanwhile
+    hb.ended("m1")
+    hb.client = client
+    hb.ended("m2")
+    assert processes(client, "memindex-t")[0]["running"] == ["embed"]  # m1 still counted
+    hb.beat()
+    assert processes(client, "memindex-t")[0]["running"] == []
+    hb.stop()

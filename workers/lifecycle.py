@@ -69,6 +69,10 @@ class Heartbeat:
         self.last_consume = _now_ms()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memindex-heartbeat", daemon=True)
+        # Messages whose end could not be recorded (Redis was down): cleared by the next beat that
+        # gets through, or they would count as running for the life of the process.
+        self._unended: set[str] = set()
+        self._lock = threading.Lock()
 
     def start(self) -> "Heartbeat":
         self.beat()
@@ -91,16 +95,24 @@ class Heartbeat:
         self.last_consume = _now_ms()
         try:
             self.client.hdel(f"{self.key}:running", message_id)
-        except Exception as exc:  # noqa: BLE001 - a stale entry goes with the process's keys
-            log.debug("could not clear running message %s: %s", message_id, exc)
+        except Exception as exc:  # noqa: BLE001 - the next beat clears it
+            with self._lock:
+                self._unended.add(message_id)
+            log.debug("could not clear running message %s (the next heartbeat will): %s", message_id, exc)
 
     def beat(self) -> None:
         ttl = int(PROC_TTL_S)
+        with self._lock:
+            unended = list(self._unended)
         pipe = self.client.pipeline()
+        if unended:
+            pipe.hdel(f"{self.key}:running", *unended)
         pipe.hset(self.key, mapping={**self.info, "beat": _now_ms(), "last_consume": self.last_consume})
         pipe.expire(self.key, ttl)
         pipe.expire(f"{self.key}:running", ttl)
         pipe.execute()
+        with self._lock:
+            self._unended.difference_update(unended)
 
     def _loop(self) -> None:
         while not self._stop.wait(BEAT_S):
