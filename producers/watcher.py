@@ -24,8 +24,9 @@ every ``MAX_DELAY_FACTOR`` debounce periods.
 stops watching removed ones, each logged at INFO with the agent id.
 
 On Redis, the debounce loop also probes every ``DATA_LOSS_PROBE_S`` whether Redis
-lost its data (``workers.lifecycle.DataLossProbe``); if so every agent is marked
-dirty, and the sync that follows re-plans every file still pending in the store.
+lost its data or was unreachable for a while (``workers.lifecycle.DataLossProbe``); if so
+every agent is marked dirty, and the sync that follows re-plans every file still pending
+in the store.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class Watcher:
 
     def __init__(self, agents: Iterable[tuple[Context, AgentSettings]], *, enqueue: Enqueue | None = None,
                  max_dirs: int = DEFAULT_MAX_DIRS, debounce_s: float | None = None,
-                 lost: Callable[[], bool] | None | str = "auto") -> None:
+                 lost: Callable[[], str | None] | None | str = "auto") -> None:
         self.agents = [AgentWatch.from_settings(c, s) for c, s in agents]
         if debounce_s is not None:
             for a in self.agents:
@@ -194,7 +195,7 @@ class Watcher:
         # syncs go to it (None on the embedded broker, or with a caller's own enqueue).
         if lost == "auto":
             lost = _data_loss_probe() if enqueue is None else None
-        self._lost: Callable[[], bool] | None = lost  # type: ignore[assignment]
+        self._lost: Callable[[], str | None] | None = lost  # type: ignore[assignment]
         self._next_probe = 0.0
 
     # -- directories ------------------------------------------------------------------
@@ -384,10 +385,10 @@ class Watcher:
         if self._lost is None or now < self._next_probe:
             return
         self._next_probe = now + DATA_LOSS_PROBE_S
-        if self._lost():
-            log.warning("watcher: Redis lost its data (flushed or restarted without persistence); "
-                        "re-planning every watched agent (%s) so pending files are queued again",
-                        ", ".join(a.ctx.agent_id or "default" for a in self.agents))
+        reason = self._lost()
+        if reason:
+            log.warning("watcher: %s; re-planning every watched agent (%s) so pending files are queued again",
+                        reason, ", ".join(a.ctx.agent_id or "default" for a in self.agents))
             with self._lock:
                 for idx in range(len(self.agents)):
                     self.mark_dirty(idx)

@@ -144,3 +144,23 @@ def test_a_redis_outage_is_logged_once_then_summarised_then_its_end(tmp_path, re
         assert json.loads(run_cli("search", "--json", "quokka census", env=env).stdout)["results"]
     finally:
         kill_groups(procs)
+
+
+@pytest.mark.redis
+def test_the_loss_probe_also_reports_an_outage_with_the_data_kept(redis_server):
+    """Redis restarted from its AOF: the queues are back, but a message whose retry could not be
+    enqueued during the outage was acknowledged afterwards and is gone. The watcher re-plans on
+    both, so pending files are queued again with no file change."""
+    from memindex.workers.lifecycle import DataLossProbe
+    from tests.conftest import free_port
+
+    client = redis.Redis.from_url(redis_server.url)
+    probe = DataLossProbe(client, "memindex-t")
+    assert probe() is None and probe() is None  # armed; nothing happened
+    probe.client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)  # the outage
+    assert probe() is None  # no verdict while it lasts
+    probe.client = client
+    assert "unreachable" in (probe() or "")
+    assert probe() is None  # said once
+    client.flushall()
+    assert "lost its data" in (probe() or "")

@@ -255,7 +255,11 @@ ALIVE_TTL_S = 120
 
 
 class DataLossProbe:
-    """Calls return True once each time Redis lost its data since the previous call.
+    """Each call says, once, why queued work may have been lost since the previous call (None:
+    no reason): Redis lost its data, or it was unreachable for a while. Work in flight across an
+    outage can vanish with Redis's data kept too: a worker whose retry could not be enqueued
+    (Redis down) still acknowledges the message once Redis answers. Either way the caller
+    re-plans, and the plan queues again every file still pending in the store.
 
     Each process keeps its own key (``memindex:alive:<host>:<pid>:<uuid>``), so every
     watcher of a deployment notices the loss, not only the first one to look.
@@ -265,18 +269,24 @@ class DataLossProbe:
         self.client = client
         self.key = f"{namespace}:alive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._armed = False
+        self._unreachable = False
 
-    def __call__(self) -> bool:
+    def __call__(self) -> str | None:
         try:
             present = self.client.set(self.key, "1", ex=ALIVE_TTL_S, xx=True)  # renew only if still there
             if not present:
                 self.client.set(self.key, "1", ex=ALIVE_TTL_S)
         except Exception as exc:  # noqa: BLE001 - Redis down: no verdict until it answers again
             log.debug("data-loss probe: Redis unreachable (%s)", exc)
-            return False
-        lost = self._armed and not present
-        self._armed = True
-        return lost
+            self._unreachable = self._armed
+            return None
+        armed, unreachable = self._armed, self._unreachable
+        self._armed, self._unreachable = True, False
+        if armed and not present:
+            return "Redis lost its data (flushed or restarted without persistence)"
+        if unreachable:
+            return "Redis was unreachable for a while (work in flight then may have been dropped)"
+        return None
 
 
 class WorkContext(Middleware):
