@@ -190,3 +190,30 @@ def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_tracebac
     assert "redis.exceptions" not in out and out.count("Traceback") == 1  # only the unrelated error's
     assert "an unrelated line" in out and "ValueError: not redis" in out
     assert logs._RedisOutage.held == 19
+
+
+def test_dramatiqs_post_process_retry_lines_are_outage_lines(monkeypatch):
+    """Each message that finished during an outage logged this every 5 s until its ack got through."""
+    import io
+    import logging
+
+    from memindex.workers import logs
+
+    for name, value in (("since", None), ("reported", 0.0), ("held", 0)):
+        monkeypatch.setattr(logs._RedisOutage, name, value)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs._RedisOutage())
+    lg = logging.getLogger("dramatiq.worker.WorkerThread")
+    lg.addHandler(handler)
+    monkeypatch.setattr(lg, "propagate", False)
+    try:
+        for i in range(12):
+            lg.warning("Failed to post_process_message(%s) due to a connection error: %s\n"
+                       "The operation will be retried in %s seconds until the connection recovers.\n",
+                       f"embed_chunks[main] {i}", "Connection refused", 5)
+    finally:
+        lg.removeHandler(handler)
+    out = stream.getvalue()
+    assert out.count("Failed to post_process_message") == 1 and "redis unreachable" in out, out
+    assert logs._RedisOutage.held == 11

@@ -89,11 +89,14 @@ class _HttpAtDebug(logging.Filter):
 # processes, which bury everything else. Each process says it once, then once a minute while it
 # lasts, then when Redis answers again (its heartbeat succeeds), with how many lines it held back.
 OUTAGE_REPORT_S = float(os.environ.get("MEMINDEX_OUTAGE_REPORT_S", "60"))
-# (logger name prefix, message format) of the lines one outage repeats.
+# (logger name prefix, start of the message format) of the lines one outage repeats.
 _OUTAGE_LINES = (
     ("dramatiq.worker.ConsumerThread", "Consumer encountered a connection error: %s"),
     ("dramatiq.worker.ConsumerThread", "Restarting consumer in %0.2f seconds."),
+    # every 5 s for each message that finished during the outage, until its ack gets through
+    ("dramatiq.worker.WorkerThread", "Failed to post_process_message(%s) due to a connection error"),
     ("memindex.lifecycle", "heartbeat to redis failed: %s"),
+    ("memindex.limits", "%s: could not release an embedding slot"),
 )
 _outage_log = logging.getLogger("memindex.redis")
 
@@ -107,7 +110,8 @@ class _RedisOutage(logging.Filter):
     held = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not (any(record.msg == fmt and record.name.startswith(name) for name, fmt in _OUTAGE_LINES)
+        msg = record.msg if isinstance(record.msg, str) else ""
+        if not (any(record.name.startswith(name) and msg.startswith(fmt) for name, fmt in _OUTAGE_LINES)
                 or _redis_down(record)):
             return True
         # A traceback of a refused connection says nothing the line does not (~120 lines each, for
