@@ -101,6 +101,13 @@ def hybrid_agent(agent):
 # ------------------------------------------------------- vector paths (F6)
 
 
+def test_a_vector_index_searched_without_a_query_embedder_says_fts_only(hybrid_agent):
+    # The provider cannot be built now (a model file gone): keyword results, and the mode says so.
+    resp = MemorySearch(hybrid_agent.settings(), query_embedder=None).search("router VLAN")
+    assert resp.results and resp.mode == "fts-only" and "keyword-only" in (resp.warning or ""), resp
+    assert all(r.vectorScore is None for r in resp.results)
+
+
 def test_sqlite_vec_and_in_process_fallback_rank_alike(hybrid_agent):
     base = hybrid_agent.settings()
     vec0 = with_ms(base, **{"store.vector.enabled": True})

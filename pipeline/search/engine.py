@@ -365,6 +365,7 @@ class MemorySearch(AsyncSearch):
         emb = self._embedder()
         if emb is None:
             resp.warning = "no embedding provider available for queries; keyword-only results"
+            resp.mode = "fts-only"  # what answered: the keyword arm alone
             return None
         try:
             vec = emb.embed_query(query, fp)
@@ -376,7 +377,10 @@ class MemorySearch(AsyncSearch):
             return None
         check = getattr(emb, "is_fallback_index", None)
         resp.fallback = bool(check(fp)) if check else bool(getattr(emb, "fallback", False))
-        return None if vec is None or is_zero(vec) else list(vec)
+        if vec is None or is_zero(vec):
+            resp.mode = "fts-only"
+            return None
+        return list(vec)
 
     # -- candidate arms -------------------------------------------------------------
     def _keyword_candidates(self, snap: ReadSnapshot, match: str | None, keys: frozenset[str], limit: int,
