@@ -89,6 +89,10 @@ def test_errors_are_json_with_a_code(local: str, method: str, path: str, body, s
 def test_bad_json_and_oversized_bodies(local: str) -> None:
     r = httpx.post(f"{local}/v1/search", content=b"{not json", timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_json"
+    # Nested thousands deep (still under the size cap): the parser's RecursionError was a 500.
+    deep = b'{"query": "x", "n": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    r = httpx.post(f"{local}/v1/search", content=deep, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_json", r.text
     big = json.dumps({"query": "x" * 200_000}).encode()
     r = httpx.post(f"{local}/v1/search", content=big, timeout=30)
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"

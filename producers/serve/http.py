@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -137,14 +137,18 @@ async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise too_large  # refused before reading a byte
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise too_large
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_bytes:
+                raise too_large
+    except ClientDisconnect:  # the client left mid-body: nobody reads an answer, nothing to log
+        raise OperationError("client_disconnected", "the client closed the connection before its body ended",
+                             400) from None
     try:
         data = json.loads(body or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise OperationError("bad_json", f"request body is not JSON: {exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nesting thousands deep
+        raise OperationError("bad_json", f"request body is not JSON: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict):
         raise OperationError("bad_request", "request body must be a JSON object")
     return data
