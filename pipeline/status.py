@@ -291,7 +291,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         + (f", {s['skipped']} skipped (see problem lines)" if s.get("skipped") else "")
         + (f", {s['vectorsPending']} keyword-only (vectors failed; the next sync retries)" if s.get("vectorsPending")
            else "")
-        + ("" if s.get("indexed") else "  (never indexed: run `memindex index`)"),
+        + ("" if s.get("indexed") else "  (memory search disabled for this agent: not indexed)"
+           if not s.get("enabled", True) else "  (never indexed: run `memindex index`)"),
     ]
     for sc in s["sourceCounts"]:
         lines.append(f"  {sc['source']:<10} {sc['files']} files, {sc['chunks']} chunks")

@@ -342,3 +342,21 @@ def test_search_numbers_out_of_range_are_usage_errors(tmp_path) -> None:
                                 ("--min-score", "inf", "finite"), ("--min-score", "nan", "finite")):
         r = run_cli(*base, flag, value, "kiwi")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (flag, value, r.stderr)
+
+
+def test_disabled_agents_status_and_an_unknown_agent_flag_say_what_is_wrong(tmp_path):
+    """A disabled agent's status told the user to run `memindex index`, which refuses it; an
+    unknown --agent was called an invalid config, though the file is fine."""
+    from tests.conftest import run_cli
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text('{"agents": {"list": [{"id": "main", "default": true, "workspace": "%s"},'
+                   ' {"id": "off", "workspace": "%s", "memorySearch": {"enabled": false}}]}}' % (ws, ws))
+    common = ["--config", str(cfg), "--state-dir", str(tmp_path / "state")]
+    out = run_cli(*common, "status", "--agent", "off")
+    assert out.returncode == 0 and "memory search disabled for this agent" in out.stdout, out.stdout
+    assert "run `memindex index`" not in out.stdout
+    out = run_cli(*common, "search", "--agent", "nope", "x")
+    assert out.returncode == 2 and out.stderr.startswith("error: invalid option: --agent: unknown agent 'nope'"), out.stderr

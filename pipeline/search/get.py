@@ -18,12 +18,13 @@ from pathlib import Path
 from memindex.pipeline.config.paths import expand_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import break_lines
+from memindex.pipeline.index.markdown import MAX_MARKDOWN_BYTES
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
 from memindex.pipeline.errors import MemoryGetError, require
 from memindex.pipeline.search.aio import run_in_pool
 
-MAX_READ_BYTES = 10 * 1024 * 1024
+MAX_READ_BYTES = MAX_MARKDOWN_BYTES  # what indexing reads is what memory_get reads
 
 
 @dataclass
