@@ -104,6 +104,21 @@ def test_amemory_get_matches_memory_get(big: Agent) -> None:
     assert got == want and got.lines == 3
 
 
+@pytest.mark.parametrize("backend", ["builtin", "qmd"])
+def test_a_closed_engine_refuses_calls_and_with_closes_it(agent: Agent, backend: str) -> None:
+    # It answered on after close(), quietly reopening its store.
+    agent.write("memory/a.md", "papaya smoothie recipe\n")
+    if backend == "qmd":
+        agent.write_config({"memory": {"backend": "qmd", "qmd": {"command": str(agent.root / "no-such-qmd")}}})
+    agent.index()
+    with memindex.open_search(agent.settings()) as engine:
+        assert engine.search("papaya").results
+    for call in (lambda: engine.search("papaya"), lambda: asyncio.run(engine.asearch("papaya")), engine.status):
+        with pytest.raises(memindex.UsageError, match="closed"):
+            call()
+    engine.close()  # twice is fine
+
+
 def test_asearch_on_the_qmd_fallback_engine(agent: Agent) -> None:
     agent.write("memory/a.md", "papaya smoothie recipe\n")
     agent.write_config({"memory": {"backend": "qmd", "qmd": {"command": str(agent.root / "no-such-qmd")}}})

@@ -859,3 +859,14 @@ def test_every_hint_names_keys_the_config_accepts():
             node[parts[-1]] = {"baseUrl": "http://x", "nonBatchConcurrency": 2, "model": "m",
                                "outputDimensionality": 8}.get(parts[-1], 2)
             resolve_agent({"agents": {"defaults": {"memorySearch": ms}}}, "main")  # an unknown key raises
+
+
+def test_a_size_is_learnt_only_off_the_models_own_endpoint_or_configured_size():
+    """`index --force` asks a provider its size (one request) only when it is learnt from answers."""
+    native = choose(make_ms(provider="openai"), {"openai": {"apiKey": "k"}}).primary
+    proxy = choose(make_ms(provider="openai"), {"openai": {"apiKey": "k", "baseUrl": "http://127.0.0.1:9/v1"}}).primary
+    sized = choose(make_ms(provider="openai", outputDimensionality=256),
+                   {"openai": {"apiKey": "k", "baseUrl": "http://127.0.0.1:9/v1"}}).primary
+    assert (native.dims, native.dims_learnt) == (1536, False)
+    assert (proxy.dims, proxy.dims_learnt) == (None, True)
+    assert (sized.dims, sized.dims_learnt) == (256, False)

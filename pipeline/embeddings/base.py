@@ -92,6 +92,9 @@ class EmbeddingProvider(ABC):
     base_url: str | None = None
     output_dimensionality: int | None = None  # dims asked of the API, when configurable
     self_truncates: bool = False
+    # The size is learnt from answers (a proxy, a local server, a model file), so it can change
+    # under the same name; False when the model's own endpoint or the config fixes it.
+    dims_learnt: bool = True
 
     def __init__(self) -> None:
         self._secret: str | None = None  # only for redacting error text
@@ -139,6 +142,7 @@ class EmbeddingProvider(ABC):
         native = self.base_url == (spec.default_base_url or "").rstrip("/")
         # Configured output size (memorySearch.dimensions / outputDimensionality) wins everywhere.
         self.dims = self.output_dimensionality or (registry.known_dims(self.id, self.model) if native else None)
+        self.dims_learnt = self.dims is None
         self.max_input_tokens = registry.max_input_tokens(self.id, self.model)
         self.max_batch_items = max_batch_items
         self.max_batch_tokens = max_batch_tokens

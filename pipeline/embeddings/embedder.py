@@ -126,8 +126,8 @@ def relearn_vector_size(settings: AgentSettings) -> None:
     changed size re-plans the index (its fingerprint carries the size) and misses the cache of
     the old one. A provider that fails here is left to the sync itself to report."""
     service, _ = _service(settings)
-    if service is None or service.active_provider is None:
-        return
+    if service is None or service.active_provider is None or not service.active_provider.dims_learnt:
+        return  # no provider, or its size is fixed (the model's own endpoint, a configured size)
     from memindex.pipeline.embeddings import registry
 
     try:

@@ -131,6 +131,7 @@ class FallbackSearch(AsyncSearch):
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+        self._check_open()
         check_search_args(query, max_results, min_score, session_key, chat_type)
         citations = self.settings.memory["citations"]
         resp = SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
@@ -182,6 +183,7 @@ class FallbackSearch(AsyncSearch):
 
     def status(self, *, probe: bool = False) -> dict[str, Any]:
         """``backend`` is what serves now; ``probe`` runs a cheap qmd check first if nothing has yet."""
+        self._check_open()
         if probe and self.served_by is None and self._qmd_due():
             try:
                 self.manager.probe()
@@ -201,6 +203,7 @@ class FallbackSearch(AsyncSearch):
         return out
 
     def close(self) -> None:
+        self._closed = True
         if self._builtin is not None:
             self._builtin.close()
 
@@ -218,7 +221,13 @@ class SearchEngine(Protocol):
 
     def status(self, *, probe: bool = False) -> dict[str, Any]: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store; later calls raise ``UsageError``. ``with open_search(s) as e:`` closes too."""
+        ...
+
+    def __enter__(self) -> "SearchEngine": ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 def open_search(settings: AgentSettings, **kw: Any) -> SearchEngine:

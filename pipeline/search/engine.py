@@ -135,7 +135,19 @@ class _Searches(Protocol):
 
 class AsyncSearch:
     """``await engine.asearch(...)``: ``search`` on the shared thread pool, so an event loop never
-    blocks on it (mixed into every engine)."""
+    blocks on it; ``with engine:`` closes it; a closed engine refuses calls (mixed into every engine)."""
+
+    _closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:  # it would reopen its store quietly and hold it again: a caller's bug, said
+            raise UsageError("this search engine is closed; open another with memindex.open_search")
+
+    def __enter__(self):  # noqa: ANN204 - the engine itself
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]
 
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
                       min_score: float | None = None, session_key: str | None = None,
@@ -240,6 +252,7 @@ class MemorySearch(AsyncSearch):
     ) -> SearchResponse:
         """Never raises for what happens at run time: a store it cannot read answers no results,
         with a warning saying why. Arguments of the wrong type are the caller's bug: ``UsageError``."""
+        self._check_open()
         check_search_args(query, max_results, min_score, session_key, chat_type)
         try:
             return self._search(query, max_results=max_results, min_score=min_score,
@@ -433,9 +446,11 @@ class MemorySearch(AsyncSearch):
         """The index status report (same shape as ``memindex status --json``); ``probe`` is for qmd."""
         from memindex.pipeline.status import index_status
 
+        self._check_open()
         emb = self.query_embedder
         return index_status(self.settings, {"provider": emb.provider, "model": emb.model} if emb else None)
 
     def close(self) -> None:
+        self._closed = True
         self.reader.close()
         self._mirror.drop()

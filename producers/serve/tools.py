@@ -155,8 +155,8 @@ class MemoryTools:
             if agent and agent.strip():
                 try:  # normalised as everywhere else ("Work" is "work"); a path-like id is refused
                     agent_id = validate_agent_id(agent, "agent")
-                except ConfigError as exc:
-                    raise OperationError("bad_request", str(exc)) from None
+                except ConfigError as exc:  # a request argument, not the config: say it as one
+                    raise OperationError("bad_request", str(exc).split(": ", 1)[1]) from None
             else:
                 agent_id = self.default_agent()
             if agent_id not in ids:
