@@ -5,8 +5,12 @@ the embedded broker (its writer thread), JSON log lines parsed from stderr.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import re
+from typing import Iterator
 
 from tests.conftest import Agent, run_cli
 
@@ -153,15 +157,9 @@ def test_a_handed_back_or_retried_message_logs_no_traceback_when_a_secret_is_reg
     assert "Traceback" not in text and "sk-test-secret-123" not in text, text
 
 
-def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_traceback(monkeypatch):
-    """Work in flight when Redis went away: dramatiq's ack, retry and post-processing of each
-    message logged a CRITICAL with a ~120-line redis traceback. They are outage lines now: the
-    first is said once, without its traceback, the rest held back and counted."""
-    import io
-    import logging
-
-    import redis
-
+@contextlib.contextmanager
+def _outage_filtered(monkeypatch, logger: str) -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    """``logger`` writing to a string through a fresh outage filter (its class state reset)."""
     from memindex.workers import logs
 
     for name, value in (("since", None), ("reported", 0.0), ("held", 0)):
@@ -169,10 +167,24 @@ def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_tracebac
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.addFilter(logs._RedisOutage())
-    lg = logging.getLogger("dramatiq.test-outage")
+    lg = logging.getLogger(logger)
     lg.addHandler(handler)
     monkeypatch.setattr(lg, "propagate", False)
     try:
+        yield lg, stream
+    finally:
+        lg.removeHandler(handler)
+
+
+def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_traceback(monkeypatch):
+    """Work in flight when Redis went away: dramatiq's ack, retry and post-processing of each
+    message logged a CRITICAL with a ~120-line redis traceback. They are outage lines now: the
+    first is said once, without its traceback, the rest held back and counted."""
+    import redis
+
+    from memindex.workers import logs
+
+    with _outage_filtered(monkeypatch, "dramatiq.test-outage") as (lg, stream):
         for i in range(20):
             try:
                 raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6391. Connection refused.")
@@ -183,8 +195,6 @@ def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_tracebac
             raise ValueError("not redis")
         except ValueError:
             lg.error("a real failure", exc_info=True)
-    finally:
-        lg.removeHandler(handler)
     out = stream.getvalue()
     assert out.count("Unexpected failure") == 1 and "redis unreachable" in out, out
     assert "redis.exceptions" not in out and out.count("Traceback") == 1  # only the unrelated error's
@@ -194,26 +204,13 @@ def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_tracebac
 
 def test_dramatiqs_post_process_retry_lines_are_outage_lines(monkeypatch):
     """Each message that finished during an outage logged this every 5 s until its ack got through."""
-    import io
-    import logging
-
     from memindex.workers import logs
 
-    for name, value in (("since", None), ("reported", 0.0), ("held", 0)):
-        monkeypatch.setattr(logs._RedisOutage, name, value)
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.addFilter(logs._RedisOutage())
-    lg = logging.getLogger("dramatiq.worker.WorkerThread")
-    lg.addHandler(handler)
-    monkeypatch.setattr(lg, "propagate", False)
-    try:
+    with _outage_filtered(monkeypatch, "dramatiq.worker.WorkerThread") as (lg, stream):
         for i in range(12):
             lg.warning("Failed to post_process_message(%s) due to a connection error: %s\n"
                        "The operation will be retried in %s seconds until the connection recovers.\n",
                        f"embed_chunks[main] {i}", "Connection refused", 5)
-    finally:
-        lg.removeHandler(handler)
     out = stream.getvalue()
     assert out.count("Failed to post_process_message") == 1 and "redis unreachable" in out, out
     assert logs._RedisOutage.held == 11
