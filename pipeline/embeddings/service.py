@@ -202,7 +202,7 @@ class EmbeddingService:
             provider.max_batch_items = new
 
     def _request(self, provider: EmbeddingProvider, texts: list[str], policy: RetryPolicy | None = None,
-                 query: bool = False) -> list[list[float]]:
+                 query: bool = False, any_size: bool = False) -> list[list[float]]:
         attempts = 0
 
         def attempt() -> list[list[float]]:
@@ -212,9 +212,9 @@ class EmbeddingService:
                 observe.hooks.embedding_retry(provider.id)
             with self.limiter.acquire(provider.id), observe.embedding_request(provider.id):
                 vecs = [provider.embed_query(texts[0])] if query else provider.embed_documents(texts)
-            dims = validate_vectors(vecs, expected_count=len(texts), expected_dims=provider.dims,
+            dims = validate_vectors(vecs, expected_count=len(texts), expected_dims=None if any_size else provider.dims,
                                     provider_id=provider.id)
-            if provider.dims is None:
+            if provider.dims is None and not any_size:
                 provider.dims = dims
             return vecs
 
@@ -229,12 +229,11 @@ class EmbeddingService:
         provider = self._active
         if provider is None:
             return None
-        old, provider.dims = provider.dims, None
-        try:
-            self.embed_query("ping", timeout_s)
-        finally:
-            if provider.dims is None:  # no answer: keep what was known
-                provider.dims = old
+        # Asked with no size check, and the size swapped in only once answered: other threads
+        # keep using the provider meanwhile (a provider may build its vectors from ``dims``).
+        answered = len(self.embed_query("ping", timeout_s, any_size=True).vectors[0])
+        if answered and provider.dims_learnt and provider.dims != answered:
+            provider.dims = answered
         return provider.dims
 
     # --- queries ----------------------------------------------------------------
@@ -250,9 +249,11 @@ class EmbeddingService:
                 return p
         raise ProviderError("no configured embedding provider matches the index fingerprint; reindex needed")
 
-    def embed_query(self, text: str, timeout_s: float | None = None, *, fingerprint: str | None = None) -> EmbedResult:
+    def embed_query(self, text: str, timeout_s: float | None = None, *, fingerprint: str | None = None,
+                    any_size: bool = False) -> EmbedResult:
         """The query vector within timeout_s (retries included; default: the provider's
-        registry.query_timeout_s); raises ProviderError on failure."""
+        registry.query_timeout_s); raises ProviderError on failure. ``any_size``: accept (and
+        learn nothing from) a vector of another size than the provider's (``probe_dims``)."""
         provider = self.provider_for(fingerprint)
         if not text.strip():
             return self._result(provider, [[]])
@@ -267,7 +268,7 @@ class EmbeddingService:
 
         def run() -> None:
             try:
-                box["v"] = self._request(provider, [text], policy, query=True)[0]
+                box["v"] = self._request(provider, [text], policy, query=True, any_size=any_size)[0]
             except BaseException as exc:  # handed to the caller's thread
                 box["e"] = exc
 
