@@ -214,3 +214,29 @@ def test_dramatiqs_post_process_retry_lines_are_outage_lines(monkeypatch):
     out = stream.getvalue()
     assert out.count("Failed to post_process_message") == 1 and "redis unreachable" in out, out
     assert logs._RedisOutage.held == 11
+
+
+def test_the_writer_summary_reports_the_last_burst_when_its_period_ends():
+    """It was logged only when a later write came: a backfill's last burst was never summarised."""
+    import time
+
+    from memindex.workers.logs import WriteSummary
+
+    stream = io.StringIO()
+    lg = logging.getLogger("memindex.test-write-summary")
+    handler = logging.StreamHandler(stream)
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    lg.propagate = False
+    try:
+        summary = WriteSummary(lg, every_s=0.3)
+        summary.record("main", 2, 5, 0.01, "memory/a.md")
+        summary.record("main", 1, 3, 0.01, "memory/b.md")
+        assert stream.getvalue() == ""  # within the period: held
+        deadline = time.monotonic() + 10
+        while "transaction(s)" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = stream.getvalue()
+        assert out.count("writer main: 3 file(s), 8 chunk(s) in 2 transaction(s)") == 1, out
+    finally:
+        lg.removeHandler(handler)

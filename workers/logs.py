@@ -198,18 +198,17 @@ WRITE_SUMMARY_S = float(os.environ.get("MEMINDEX_WRITE_SUMMARY_S", "10"))
 
 
 class WriteSummary:
-    """Per-agent totals of the writer's transactions, logged at INFO once per period."""
+    """Per-agent totals of the writer's transactions, logged at INFO once per period: when the
+    period ends (a timer), so the last burst of a backfill is reported without waiting for the
+    next one."""
 
     def __init__(self, logger: logging.Logger, every_s: float = WRITE_SUMMARY_S) -> None:
-        import threading
-
         self.log, self.every_s = logger, every_s
         self._lock = threading.Lock()
         self._totals: dict[str, list[float]] = {}  # agent -> [transactions, files, chunks, seconds, since]
+        self._timers: dict[str, threading.Timer] = {}
 
     def record(self, agent: str, files: int, chunks: int, seconds: float, first_path: str = "") -> None:
-        import time
-
         self.log.debug("writer %s: wrote %d file(s), %d chunk(s) in %.0f ms (first: %s)", agent, files, chunks,
                        seconds * 1000, first_path or "-")
         now = time.monotonic()
@@ -220,7 +219,24 @@ class WriteSummary:
             t[2] += chunks
             t[3] += seconds
             if now - t[4] < self.every_s:
+                if agent not in self._timers:
+                    timer = threading.Timer(self.every_s - (now - t[4]), self._flush, (agent,))
+                    timer.daemon = True
+                    self._timers[agent] = timer
+                    timer.start()
                 return
-            n, f, c, s, since = self._totals.pop(agent)
+            totals = self._totals.pop(agent)
+        self._emit(agent, totals, now)
+
+    def _flush(self, agent: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._timers.pop(agent, None)
+            totals = self._totals.pop(agent, None)
+        if totals is not None:
+            self._emit(agent, totals, now)
+
+    def _emit(self, agent: str, totals: list[float], now: float) -> None:
+        n, f, c, s, since = totals
         self.log.info("writer %s: %d file(s), %d chunk(s) in %d transaction(s), %.0f ms writing, over the last "
                       "%.0f s", agent, f, c, n, s * 1000, now - since)
