@@ -33,7 +33,7 @@ def require(name: str, value: object, kinds: type | tuple[type, ...], *, optiona
 # Keys whose values may be secrets (an API key, a header carrying one, the env block): an error
 # about such a key says what was expected, never the value it got.
 _SECRET_SEGMENT = re.compile(r"(?i)^(api_?key|key|\w*token|\w*secret\w*|password|passwd|headers?|authorization|auth)$")
-_GOT_VALUE = re.compile(r"([,;]?\s*got) .*$", re.S)
+_GOT_VALUE = re.compile(r"([,;]?\s*\bgot) .*$", re.S)
 
 
 def _secret_key(key: str) -> bool:
