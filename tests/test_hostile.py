@@ -494,6 +494,9 @@ def test_a_broker_refusing_the_password_says_so_not_start_redis(agent, redis_ser
     # A worker waits for an unreachable Redis (start order), never for a password that will not change.
     r = run_cli("worker", "--queues", "sync", env={"MEMINDEX_BROKER_URL": redis_server.url}, timeout=60)
     assert r.returncode == 2 and "refused the credentials" in r.stderr, r.stderr
+    for command in ("queues", "health"):
+        r = run_cli(*args, command, env={"MEMINDEX_BROKER_URL": redis_server.url}, timeout=60)
+        assert r.returncode != 0 and "refused the credentials" in r.stderr, (command, r.stderr)
 
 
 def test_index_on_redis_with_no_worker_says_so_instead_of_waiting(agent, redis_server) -> None:

@@ -206,7 +206,7 @@ def test_dramatiqs_post_process_retry_lines_are_outage_lines(monkeypatch):
     """Each message that finished during an outage logged this every 5 s until its ack got through."""
     from memindex.workers import logs
 
-    with _outage_filtered(monkeypatch, "dramatiq.worker.WorkerThread") as (lg, stream):
+    with _outage_filtered(monkeypatch, "dramatiq.worker.ConsumerThread(embed)") as (lg, stream):
         for i in range(12):
             lg.warning("Failed to post_process_message(%s) due to a connection error: %s\n"
                        "The operation will be retried in %s seconds until the connection recovers.\n",
@@ -214,6 +214,11 @@ def test_dramatiqs_post_process_retry_lines_are_outage_lines(monkeypatch):
     out = stream.getvalue()
     assert out.count("Failed to post_process_message") == 1 and "redis unreachable" in out, out
     assert logs._RedisOutage.held == 11
+    # The watcher's retry of a sync it could not enqueue (every 2 s per changed agent) likewise.
+    with _outage_filtered(monkeypatch, "memindex.watcher") as (lg, stream):
+        for _ in range(10):
+            lg.warning("watcher: could not enqueue a sync for %s (%s); retrying in %.0f s", "main", "Error 111", 2.0)
+    assert stream.getvalue().count("could not enqueue") == 1, stream.getvalue()
 
 
 def test_the_writer_summary_reports_the_last_burst_when_its_period_ends():

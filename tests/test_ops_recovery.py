@@ -9,6 +9,7 @@ worker only after the flush), the ``memindex watch`` subprocess, the stores.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -164,3 +165,29 @@ def test_the_loss_probe_also_reports_an_outage_with_the_data_kept(redis_server):
     assert probe() is None  # said once
     client.flushall()
     assert "lost its data" in (probe() or "")
+    assert probe() is None
+
+
+@pytest.mark.redis
+def test_an_outage_too_short_for_the_watcher_to_see_is_counted_by_the_workers(redis_server, monkeypatch):
+    """A Redis restarted within a second falls between two probes of the watcher (every 2 s), yet a
+    worker's retry may have been dropped in it: the worker's heartbeat counts the outage it saw,
+    and the watcher's probe re-plans on the count."""
+    from memindex.workers import logs
+    from memindex.workers.lifecycle import DataLossProbe, Heartbeat
+    from tests.conftest import free_port
+
+    client = redis.Redis.from_url(redis_server.url)
+    probe = DataLossProbe(client, "memindex-t")
+    hb = Heartbeat(client, "memindex-t", "worker", ["embed"])
+    assert probe() is None and probe() is None
+    monkeypatch.setattr(logs._RedisOutage, "since", None)
+    hb.client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    hb.beat_and_report()  # fails: an outage line, noted by the log filter of this process
+    logs._RedisOutage().filter(logging.LogRecord("memindex.lifecycle", logging.WARNING, __file__, 0,
+                                                 "heartbeat to redis failed: %s", ("refused",), None))
+    hb.client = client
+    hb.beat_and_report()  # Redis answers again: the outage is counted
+    assert "lost its connection to Redis" in (probe() or "")
+    assert probe() is None
+    hb.stop()

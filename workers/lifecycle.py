@@ -116,12 +116,25 @@ class Heartbeat:
 
     def _loop(self) -> None:
         while not self._stop.wait(BEAT_S):
-            try:
-                self.beat()
-            except Exception as exc:  # noqa: BLE001 - retried on the next beat
-                log.warning("heartbeat to redis failed: %s", exc)
-            else:
-                redis_answered()
+            self.beat_and_report()
+
+    def beat_and_report(self) -> None:
+        """One beat of the loop: a failure is an outage line; the first beat after an outage ends it."""
+        try:
+            self.beat()
+        except Exception as exc:  # noqa: BLE001 - retried on the next beat
+            log.warning("heartbeat to redis failed: %s", exc)
+        else:
+            if redis_answered():
+                self._tell_watchers()
+
+    def _tell_watchers(self) -> None:
+        """This process lost Redis for a while, however briefly (a watcher probing every 2 s can
+        miss a sub-second restart): count it where every watcher's probe looks (DataLossProbe)."""
+        try:
+            self.client.incr(outages_key(self.namespace))
+        except Exception as exc:  # noqa: BLE001 - the next outage is counted again
+            log.debug("could not count the outage: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()
@@ -268,25 +281,35 @@ class DataLossProbe:
     def __init__(self, client: Any, namespace: str = "memindex") -> None:
         self.client = client
         self.key = f"{namespace}:alive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.outages_key = outages_key(namespace)
         self._armed = False
         self._unreachable = False
+        self._outages: bytes | None = None
 
     def __call__(self) -> str | None:
         try:
             present = self.client.set(self.key, "1", ex=ALIVE_TTL_S, xx=True)  # renew only if still there
             if not present:
                 self.client.set(self.key, "1", ex=ALIVE_TTL_S)
+            outages = self.client.get(self.outages_key)  # what the workers' heartbeats counted
         except Exception as exc:  # noqa: BLE001 - Redis down: no verdict until it answers again
             log.debug("data-loss probe: Redis unreachable (%s)", exc)
             self._unreachable = self._armed
             return None
-        armed, unreachable = self._armed, self._unreachable
-        self._armed, self._unreachable = True, False
+        armed, unreachable, seen = self._armed, self._unreachable, self._outages
+        self._armed, self._unreachable, self._outages = True, False, outages
         if armed and not present:
             return "Redis lost its data (flushed or restarted without persistence)"
         if unreachable:
             return "Redis was unreachable for a while (work in flight then may have been dropped)"
+        if armed and outages != seen:
+            return "a worker lost its connection to Redis for a moment (work in flight then may have been dropped)"
         return None
+
+
+def outages_key(namespace: str) -> str:
+    """A counter of the Redis outages worker processes lived through (their heartbeats add one)."""
+    return f"{namespace}:outages"
 
 
 class WorkContext(Middleware):

@@ -107,7 +107,7 @@ class RedisConcurrencyLimiter:
                 ok, reclaimed = self._acquire_script(keys=[key], args=[self.cap(provider_id), holder, LEASE_MS])
                 if reclaimed:
                     log.warning("%s: reclaimed %d embedding slot(s) whose holder stopped renewing its lease "
-                                "(a worker died or was killed)", provider_id, reclaimed)
+                                "(a worker died or was killed, or Redis was unreachable meanwhile)", provider_id, reclaimed)
                 if ok:
                     break
                 time.sleep(delay * (1 + random.random()))

@@ -94,9 +94,11 @@ _OUTAGE_LINES = (
     ("dramatiq.worker.ConsumerThread", "Consumer encountered a connection error: %s"),
     ("dramatiq.worker.ConsumerThread", "Restarting consumer in %0.2f seconds."),
     # every 5 s for each message that finished during the outage, until its ack gets through
-    ("dramatiq.worker.WorkerThread", "Failed to post_process_message(%s) due to a connection error"),
+    # (logged by the consumer thread: "dramatiq.worker.ConsumerThread(embed)")
+    ("dramatiq.worker.", "Failed to post_process_message(%s) due to a connection error"),
     ("memindex.lifecycle", "heartbeat to redis failed: %s"),
     ("memindex.limits", "%s: could not release an embedding slot"),
+    ("memindex.watcher", "watcher: could not enqueue a sync for %s"),  # every 2 s per changed agent
 )
 _outage_log = logging.getLogger("memindex.redis")
 
@@ -148,14 +150,16 @@ def _redis_down(record: logging.LogRecord) -> bool:
     return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
 
 
-def redis_answered() -> None:
-    """Redis answered this process (its heartbeat): ends an outage the logs are holding back."""
+def redis_answered() -> bool:
+    """Redis answered this process (its heartbeat): ends an outage the logs are holding back.
+    True when one ended (however short: the heartbeat then tells the watchers, see lifecycle)."""
     with _RedisOutage.lock:
         since, held = _RedisOutage.since, _RedisOutage.held
         _RedisOutage.since = None
     if since is not None:
         _outage_log.warning("redis answers again after %.0f s (%d line(s) about it held back)",
                             time.monotonic() - since, held)
+    return since is not None
 
 
 def configure(level: str | int, fmt: str = "text") -> None:

@@ -282,7 +282,9 @@ def cmd_queues(args: argparse.Namespace) -> int:
             except ConfigError:
                 raise  # the one config line and exit 2, as every command gives
             except Exception as exc:  # noqa: BLE001 - e.g. redis unreachable: a clear message, exit 1
-                say_error(f"cannot read the queues: {type(exc).__name__}: {exc}")
+                from memindex.workers.broker import refused_credentials
+
+                say_error(refused_credentials(exc) or f"cannot read the queues: {type(exc).__name__}: {exc}")
                 if stop is None:
                     return 1
                 stop.wait(args.interval)
@@ -318,7 +320,10 @@ def cmd_health(args: argparse.Namespace) -> int:
     try:
         ok, lines = health.check(broker.client, broker.namespace, host, stall_s=args.stall_seconds)
     except Exception as exc:  # noqa: BLE001 - redis unreachable: unhealthy, one line
-        print(f"unhealthy: cannot read the heartbeats: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from memindex.workers.broker import refused_credentials
+
+        print(f"unhealthy: {refused_credentials(exc) or f'cannot read the heartbeats: {type(exc).__name__}: {exc}'}",
+              file=sys.stderr)
         return 1
     print(f"{'healthy' if ok else 'unhealthy'}: {host}", file=sys.stdout if ok else sys.stderr)
     for line in lines:
