@@ -245,3 +245,37 @@ def test_the_writer_summary_reports_the_last_burst_when_its_period_ends():
         assert out.count("writer main: 3 file(s), 8 chunk(s) in 2 transaction(s)") == 1, out
     finally:
         lg.removeHandler(handler)
+
+
+def test_outage_lines_are_held_back_through_the_configured_handlers():
+    """The real chain of a worker process (configure() + the record factory): the post_process
+    line holds a newline, which the work-fields filter escaped before the outage filter could
+    recognise its format, and a failed message's line loses its exception to the factory."""
+    import subprocess
+    import sys
+
+    code = r'''
+import logging, dramatiq, redis
+from memindex.workers.logs import configure
+from memindex.workers.failures import install_log_filters
+configure("info")
+install_log_filters()
+msg = dramatiq.Message(queue_name="embed", actor_name="embed_chunks", args=({"agent_id": "main"},),
+                       kwargs={}, options={})
+consumer = logging.getLogger("dramatiq.worker.ConsumerThread(embed)")
+worker = logging.getLogger("dramatiq.worker.WorkerThread")
+for i in range(5):
+    consumer.warning("Failed to post_process_message(%s) due to a connection error: %s\n"
+                     "The operation will be retried in %s seconds until the connection recovers.\n",
+                     msg, "Connection refused", 5)
+    try:
+        raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6391. Connection refused.")
+    except redis.exceptions.ConnectionError:
+        worker.error("Failed to process message %s with unhandled exception.", msg, exc_info=True)
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert sum("Failed to post_process_message" in ln for ln in lines) <= 1, out.stderr
+    assert sum("Failed to process message" in ln for ln in lines) <= 1, out.stderr
+    assert sum("redis unreachable" in ln for ln in lines) == 1 and "Traceback" not in out.stderr, out.stderr

@@ -20,6 +20,7 @@ from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
 from memindex.pipeline.index.failures import SUMMARISED
+from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
 log = logging.getLogger("memindex.failures")
 
@@ -187,6 +188,8 @@ def _short_records(make: Any) -> Any:
             elif record.levelno >= logging.ERROR and exc is not None:
                 record.msg = f"{record.msg} %s"
                 record.args = (*record.args, reason_of(exc))
+                if is_redis_down(exc):  # an outage line, once its exception is gone (workers/logs.py)
+                    setattr(record, REDIS_DOWN_ATTR, True)
                 if not logging.getLogger("memindex").isEnabledFor(logging.DEBUG):
                     record.exc_info = record.exc_text = None  # the traceback is kept for --log-level debug
                 record.levelno, record.levelname = logging.WARNING, "WARNING"

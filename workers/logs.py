@@ -136,10 +136,20 @@ class _RedisOutage(logging.Filter):
             return True
 
 
+# Set on a record whose exception was taken off it (workers/failures.py shortens a failed message's
+# line to its reason) when that exception was Redis being unreachable.
+REDIS_DOWN_ATTR = "memindex_redis_down"
+
+
 def _redis_down(record: logging.LogRecord) -> bool:
     """A line whose exception is Redis being unreachable (dramatiq's ack, retry or post-processing
     of a message that finished during the outage)."""
-    exc = record.exc_info[1] if record.exc_info else None
+    if getattr(record, REDIS_DOWN_ATTR, False):
+        return True
+    return is_redis_down(record.exc_info[1] if record.exc_info else None)
+
+
+def is_redis_down(exc: BaseException | None) -> bool:
     if exc is None:
         return False
     try:
@@ -169,10 +179,12 @@ def configure(level: str | int, fmt: str = "text") -> None:
         logging.basicConfig(format=TEXT_FORMAT)
     root.setLevel(level if isinstance(level, int) else level.upper())
     for handler in root.handlers:
+        # The outage filter first: it recognises lines by their message format, which _WorkFields
+        # replaces with the escaped text when a line holds a control character (dramatiq's "\n").
+        if not any(isinstance(f, _RedisOutage) for f in handler.filters):
+            handler.filters.insert(0, _RedisOutage())
         if not any(isinstance(f, _WorkFields) for f in handler.filters):
             handler.addFilter(_WorkFields())
-        if not any(isinstance(f, _RedisOutage) for f in handler.filters):
-            handler.addFilter(_RedisOutage())
         if fmt == "json":
             handler.setFormatter(JsonFormatter())
         elif not isinstance(handler.formatter, JsonFormatter):
