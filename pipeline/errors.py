@@ -47,9 +47,10 @@ class ConfigError(MemindexError, ValueError):
     def __init__(self, key: str, message: str) -> None:
         if _secret_key(key):
             message = _GOT_VALUE.sub(r"\1 a value not shown here (the key may hold a secret)", message)
-        # A command-line flag (--agent) is an option, not the config file.
-        super().__init__(f"{'invalid option' if key.startswith('-') else 'invalid config'}: {key}: {message}")
         self.key = key
+        self.detail = f"{key}: {message}"  # without the "invalid config" label (a request argument's error)
+        # A command-line flag (--agent) is an option, not the config file.
+        super().__init__(f"{'invalid option' if key.startswith('-') else 'invalid config'}: {self.detail}")
 
 
 class StoreError(MemindexError, RuntimeError):

@@ -248,8 +248,7 @@ def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
     One attempt, bounded by ``PROBE_TIMEOUT_S`` (or the provider's own query budget, if longer):
     the indexing path's retries and backoff made a refused connection take 19 s and a provider
     that never answers 240 s."""
-    from memindex.pipeline.embeddings import registry
-    from memindex.pipeline.embeddings.embedder import PROBE_TIMEOUT_S, chunk_embedder_for, provider_info
+    from memindex.pipeline.embeddings.embedder import chunk_embedder_for, probe_timeout_s, provider_info
 
     try:
         embedder = chunk_embedder_for(settings)
@@ -257,7 +256,7 @@ def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
             return {"ok": False, "error": provider_info(settings).get("reason") or "no embedding provider"}
         started = time.monotonic()
         pid = embedder.service.choice.primary.id if embedder.service.choice.primary else None
-        result = embedder.service.embed_query("ping", timeout_s=max(PROBE_TIMEOUT_S, registry.query_timeout_s(pid)))
+        result = embedder.service.embed_query("ping", timeout_s=probe_timeout_s(pid))
     except Exception as exc:  # noqa: BLE001 - the probe reports any failure, it never raises
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     return {"ok": True, "provider": result.provider_id, "model": result.model, "fallback": result.fallback_used,

@@ -121,6 +121,13 @@ def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
 PROBE_TIMEOUT_S = 15.0
 
 
+def probe_timeout_s(provider_id: str | None) -> float:
+    """A probe's bound: ``PROBE_TIMEOUT_S``, or the provider's own query budget if longer (local)."""
+    from memindex.pipeline.embeddings import registry
+
+    return max(PROBE_TIMEOUT_S, registry.query_timeout_s(provider_id))
+
+
 def relearn_vector_size(settings: AgentSettings) -> None:
     """``index --force``: one request learns the size the provider answers now, so that a
     changed size re-plans the index (its fingerprint carries the size) and misses the cache of
@@ -128,10 +135,8 @@ def relearn_vector_size(settings: AgentSettings) -> None:
     service, _ = _service(settings)
     if service is None or service.active_provider is None or not service.active_provider.dims_learnt:
         return  # no provider, or its size is fixed (the model's own endpoint, a configured size)
-    from memindex.pipeline.embeddings import registry
-
     try:
-        service.probe_dims(max(PROBE_TIMEOUT_S, registry.query_timeout_s(service.active_provider.id)))
+        service.probe_dims(probe_timeout_s(service.active_provider.id))
     except ProviderError as exc:
         log.debug("vector size probe for %s failed: %s", settings.agent_id, exc)
 

@@ -15,10 +15,12 @@ class _Summarised(logging.Filter):
         return not getattr(record, SUMMARISED, False)
 
 
-def say_failures_once() -> None:
+def say_failures_once(args: Any) -> None:
     """This command prints its run's failures at the end (``print_failures``). On the embedded
     broker its workers run in this process and log the same failures as they happen: without -v
-    those lines are hidden, so the user reads each reason once, in the summary."""
+    (or a --log-level) those lines are hidden, so the user reads each reason once, in the summary."""
+    if args.verbose or args.log_level:
+        return
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _Summarised) for f in handler.filters):
             handler.addFilter(_Summarised())

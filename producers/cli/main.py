@@ -51,8 +51,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from memindex.producers.cli.failures import print_failures, run_started, say_failures_once, skipped_files
     from memindex.producers.enqueue import sync_and_wait
 
-    if not args.verbose and not args.log_level:
-        say_failures_once()
+    say_failures_once(args)
     agents = _command_agents(args)
     since = run_started()
     code, ran = 0, []
@@ -244,8 +243,7 @@ def _status_index(args: argparse.Namespace, agent: str) -> str | None:
     from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
     from memindex.producers.enqueue import sync_and_wait
 
-    if not args.verbose and not args.log_level:
-        say_failures_once()
+    say_failures_once(args)
     since = run_started()
     try:
         sync_and_wait(_ctx(args, agent), force=args.force)

@@ -193,8 +193,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     from memindex.producers import backfill
     from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
 
-    if not args.verbose and not args.log_level:
-        say_failures_once()
+    say_failures_once(args)
     contexts = agent_contexts(args)
     since = run_started()
     bar_on = _tty() and not args.quiet

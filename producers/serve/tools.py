@@ -156,7 +156,7 @@ class MemoryTools:
                 try:  # normalised as everywhere else ("Work" is "work"); a path-like id is refused
                     agent_id = validate_agent_id(agent, "agent")
                 except ConfigError as exc:  # a request argument, not the config: say it as one
-                    raise OperationError("bad_request", str(exc).split(": ", 1)[1]) from None
+                    raise OperationError("bad_request", exc.detail) from None
             else:
                 agent_id = self.default_agent()
             if agent_id not in ids:
