@@ -502,6 +502,38 @@ def test_worker_flags_name_what_it_serves_as_the_variables_do(tmp_path, redis_se
         worker.wait(15)
 
 
+def test_a_sync_whose_provider_cannot_be_built_is_dead_lettered_at_once(tmp_path, redis_server):
+    """A watcher's sync of an agent whose provider cannot be built (here: its model file is missing)
+    was retried eight times with backoff, minutes of the same failure, before it was dead-lettered."""
+    import redis
+
+    a = Agent(tmp_path / "a")
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {
+        "provider": "local", "fallback": "none", "local": {"modelPath": str(tmp_path / "gone.gguf")}}}}})
+    a.write("MEMORY.md", "notes\n")
+    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url)
+    worker = start_workers(redis_server.url, queues=("sync",),
+                           extra_env={"OPENCLAW_STATE_DIR": str(a.state), "OPENCLAW_CONFIG_PATH": str(a.config_path)})
+    try:
+        code = ("from memindex.producers.enqueue import request_sync\n"
+                "from memindex.pipeline.config.settings import Context\n"
+                f"request_sync(Context(config={str(a.config_path)!r}, state_dir={str(a.state)!r}))\n")
+        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        client = redis.Redis.from_url(redis_server.url)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not client.zcard("memindex:sync.XQ"):
+            assert worker.poll() is None
+            time.sleep(0.1)
+        (raw,) = client.hvals("memindex:sync.XQ.msgs")
+        options = json.loads(raw)["options"]
+        assert options.get("retries") == 1 and "model file not found" in options.get("error", ""), options
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(15)
+
+
 def test_several_agents_in_one_config_stay_apart_and_each_failure_is_named(tmp_path):
     """What an OpenClaw user with a multi-agent config saw: a shared store file, a disabled
     agent indexed and readable, one broken agent stopping the rest, one --workspace poured into

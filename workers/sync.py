@@ -17,7 +17,7 @@ import dramatiq
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context, pinned
 from memindex.pipeline.embeddings.embedder import identity_for
-from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError
+from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
 from memindex.pipeline.index.records import FileJob
 from memindex.workers import flags
@@ -83,9 +83,17 @@ def _groups(jobs: list[FileJob]) -> Iterator[list[FileJob]]:
         yield group
 
 
+def _retry_sync(retries: int, exc: BaseException) -> bool:
+    """A provider that cannot be built (its package or model file missing) stays so until someone
+    acts, as the errors ``throws`` names do: never retried. Anything else: ``RETRY``'s count."""
+    if isinstance(exc, ProviderError) and not exc.retryable:
+        return False
+    return retries < RETRY["max_retries"]
+
+
 # A missing workspace, a bad extraPaths entry or an unwritable store stay so until someone acts.
 @dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=10 * 60_000, throws=(WorkspaceError, ConfigError, StoreError),
-                **RETRY)
+                retry_when=_retry_sync, **RETRY)
 def sync_agent(ctx: dict[str, Any], force: bool = False, reason: str = "manual") -> None:
     log.debug("sync %s requested (%s)", ctx.get("agent_id"), reason)
     context = Context.from_dict(ctx)
