@@ -467,11 +467,27 @@ def test_a_worker_refuses_messages_for_another_state_dir(tmp_path, redis_server)
     assert not other.settings().store_path.exists()  # and nothing planned or written for the stranger
 
 
+def _dead_lettered_sync(sender: Agent, worker: subprocess.Popen, env: dict, cwd: Path, wait_s: float) -> dict:
+    """Send ``sender``'s sync as a watcher would; the options of the one dead letter it becomes."""
+    import redis
+
+    code = ("from memindex.producers.enqueue import request_sync\n"
+            "from memindex.pipeline.config.settings import Context\n"
+            f"request_sync(Context(config={str(sender.config_path)!r}, state_dir={str(sender.state)!r}))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    client = redis.Redis.from_url(env["MEMINDEX_BROKER_URL"])
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not client.zcard("memindex:sync.XQ"):
+        assert worker.poll() is None
+        time.sleep(0.1)
+    (raw,) = client.hvals("memindex:sync.XQ.msgs")
+    return json.loads(raw)["options"]
+
+
 def test_worker_flags_name_what_it_serves_as_the_variables_do(tmp_path, redis_server):
     """`memindex --state-dir X --config Y worker`: the flags were not passed on to the dramatiq
     processes, which then served any state dir a message named."""
-    import redis
-
     prod, other = Agent(tmp_path / "prod"), Agent(tmp_path / "other")
     for a in (prod, other):
         a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {"provider": "hash"}}}})
@@ -483,19 +499,7 @@ def test_worker_flags_name_what_it_serves_as_the_variables_do(tmp_path, redis_se
                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        code = ("from memindex.producers.enqueue import request_sync\n"
-                "from memindex.pipeline.config.settings import Context\n"
-                f"request_sync(Context(config={str(other.config_path)!r}, state_dir={str(other.state)!r}))\n")
-        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                             env=env)
-        assert out.returncode == 0, out.stderr
-        client = redis.Redis.from_url(redis_server.url)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not client.zcard("memindex:sync.XQ"):
-            assert worker.poll() is None
-            time.sleep(0.1)
-        (raw,) = client.hvals("memindex:sync.XQ.msgs")
-        reason = json.loads(raw)["options"]["error"]
+        reason = _dead_lettered_sync(other, worker, env, tmp_path, 30)["error"]
         assert str(other.state) in reason and str(prod.state) in reason, reason
     finally:
         os.killpg(worker.pid, 15)
@@ -505,8 +509,6 @@ def test_worker_flags_name_what_it_serves_as_the_variables_do(tmp_path, redis_se
 def test_a_sync_whose_provider_cannot_be_built_is_dead_lettered_at_once(tmp_path, redis_server):
     """A watcher's sync of an agent whose provider cannot be built (here: its model file is missing)
     was retried eight times with backoff, minutes of the same failure, before it was dead-lettered."""
-    import redis
-
     a = Agent(tmp_path / "a")
     a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {
         "provider": "local", "fallback": "none", "local": {"modelPath": str(tmp_path / "gone.gguf")}}}}})
@@ -515,19 +517,7 @@ def test_a_sync_whose_provider_cannot_be_built_is_dead_lettered_at_once(tmp_path
     worker = start_workers(redis_server.url, queues=("sync",),
                            extra_env={"OPENCLAW_STATE_DIR": str(a.state), "OPENCLAW_CONFIG_PATH": str(a.config_path)})
     try:
-        code = ("from memindex.producers.enqueue import request_sync\n"
-                "from memindex.pipeline.config.settings import Context\n"
-                f"request_sync(Context(config={str(a.config_path)!r}, state_dir={str(a.state)!r}))\n")
-        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                             env=env)
-        assert out.returncode == 0, out.stderr
-        client = redis.Redis.from_url(redis_server.url)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not client.zcard("memindex:sync.XQ"):
-            assert worker.poll() is None
-            time.sleep(0.1)
-        (raw,) = client.hvals("memindex:sync.XQ.msgs")
-        options = json.loads(raw)["options"]
+        options = _dead_lettered_sync(a, worker, env, tmp_path, 60)
         assert options.get("retries") == 1 and "model file not found" in options.get("error", ""), options
     finally:
         os.killpg(worker.pid, 15)
