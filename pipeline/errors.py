@@ -57,6 +57,10 @@ class StoreError(MemindexError, RuntimeError):
     """The per-agent store refused an operation (mixed vector dims, a corrupt file, ...)."""
 
 
+class StoreBusy(StoreError):
+    """Another process kept writing the store for the whole wait (its writer lock)."""
+
+
 class StoreCorrupt(StoreError):
     """The store file is damaged (not a database, malformed pages, failed integrity check)."""
 

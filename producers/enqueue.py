@@ -71,10 +71,15 @@ def _check_dead_letters(agent: str | None, new: int) -> None:
     mine = [d for d in queues.dead_letters(limit=max(new, 10), newest=True) if agent is None or d["agent"] == agent]
     if not mine:
         return  # another agent's (a concurrent sync): its own run reports it
+    from memindex.workers.broker import is_embedded
+
     reasons = list(dict.fromkeys(d["error"] or "no error recorded" for d in mine))
+    # In-process (no Redis) a failed message ends with this process: the next sync plans its files again.
+    after = ("; the next sync (or `memindex index`) plans the files again" if is_embedded()
+             else "; see `memindex dead-letters`, replay with `memindex dead-letters --replay`")
     raise DeadLettered(f"{len(mine)} message(s) of this sync were dead-lettered, so it did not finish: "
                        f"{reasons[0]}" + (f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else "")
-                       + "; see `memindex dead-letters`, replay with `memindex dead-letters --replay`")
+                       + after)
 
 
 def plan_now(ctx: Context, *, force: bool = False):

@@ -23,7 +23,7 @@ from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.preparers import is_current
 from memindex.pipeline.index.records import FileRecord, TouchRecord
-from memindex.pipeline.errors import StoreError
+from memindex.pipeline.errors import StoreBusy, StoreError
 from memindex.pipeline.store.core import StoreWriter, open_writer, same_space, store_full
 from memindex.workers import queues
 from memindex.workers.broker import is_write_queue
@@ -149,6 +149,7 @@ def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001 - reported below; the next sync re-plans the files
         if not w.full:
             log.warning("could not commit the writes held for %s: %s", w.path, exc)
+    _last_used[str(w.path)] = time.monotonic()
     if w.lost_held:
         # Writes already acknowledged are not in the store: plan again from the Markdown on disk.
         w.lost_held = False
@@ -175,7 +176,8 @@ GONE_RESYNC_S = 5.0
 
 def _commit_late_groups() -> None:
     """Safety net: a held transaction whose next message never came to this thread (another
-    consumer took it, middleware skipped it) is committed after 2 x GROUP_COMMIT_S anyway."""
+    consumer took it, middleware skipped it) is committed after 2 x GROUP_COMMIT_S anyway.
+    It also closes the stores idle for IDLE_CLOSE_S (their writer lock goes with them)."""
     while True:
         time.sleep(GROUP_COMMIT_S)
         with _writers_lock:
@@ -184,6 +186,28 @@ def _commit_late_groups() -> None:
             since = w.held_since
             if since is not None and time.monotonic() - since >= 2 * GROUP_COMMIT_S:
                 _commit(w, ctx)
+        close_idle_writers()
+
+
+# A store this process has not written for this long is closed, which gives up its writer lock
+# (pipeline/store/locks.py): another process's writer of the same store (an `index` run while
+# `watch` is idle) waits at most about this long. Reopening costs a few milliseconds.
+IDLE_CLOSE_S = 3.0
+_last_used: dict[str, float] = {}  # store -> when its writer was last handed out or committed
+
+
+def close_idle_writers(idle_s: float = IDLE_CLOSE_S) -> None:
+    """Close each store with nothing held that no write has used for ``idle_s`` seconds."""
+    now = time.monotonic()
+    with _writers_lock:
+        for key, w in list(_writers.items()):
+            if w.held_since is not None or w.lost_held or now - _last_used.get(key, now) < idle_s:
+                continue
+            _forget(key)
+            try:
+                w.close()
+            except Exception as exc:  # noqa: BLE001 - nothing was held; the next write reopens
+                log.warning("could not close the idle store %s: %s", key, exc)
 
 
 def _hold(key: str, w: StoreWriter, ctx: Context) -> None:
@@ -204,22 +228,59 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
             # The store was deleted or replaced under us (a manual reset): writing on
             # would go into an unlinked file nobody reads. Open the new one.
             log.info("store %s was replaced; reopening", key)
-            w.close()
+            _forget(key).close()
             w = None
         lost = w is not None and w.wal_lost()
         if lost:
             # Its WAL was deleted under it: writes since the last checkpoint may be gone
             # although they were reported done. Reopen, and have a sync re-plan from disk.
             log.warning("store %s lost its WAL; reopening and re-planning", key)
-            w.close()
+            _forget(key).close()
             w = None
-        if w is None:
-            w = _writers[key] = open_writer(settings)
-            _writer_inodes[key] = _inode(key)
-        _hold(key, w, ctx)
+        if w is not None:
+            _hold(key, w, ctx)
+            _last_used[key] = time.monotonic()
+    if w is None:
+        # Opened outside the lock: it may wait for another process's writer of this store
+        # (the writer lock), and this process's other stores keep committing meanwhile.
+        # After one wait ran out, the next messages for the store fail at once while it stays
+        # held: a sync's plan and each of its writes waited the whole WRITER_WAIT_S in turn.
+        busy = _busy.get(key)
+        if busy is not None and time.monotonic() - busy[0] >= BUSY_MEMO_S:
+            busy = None
+        try:
+            opened = open_writer(settings, wait_s=0 if busy else None)
+        except StoreBusy as exc:
+            if busy is not None:
+                raise busy[1] from None  # the same reason, which names the whole wait
+            _busy[key] = (time.monotonic(), exc)
+            raise
+        _busy.pop(key, None)
+        with _writers_lock:
+            w = _writers.get(key)
+            if w is None:
+                w = _writers[key] = opened
+                _writer_inodes[key] = _inode(key)
+            else:  # another thread of this process opened it first (one writer thread per store: rare)
+                opened.close()
+            _hold(key, w, ctx)
+            _last_used[key] = time.monotonic()
     if lost:
         request_resync(ctx.as_dict(), "wal-lost")
     return settings, w
+
+
+# Store -> when its writer lock last ran out of waiting (above). The next message after this
+# long waits the whole wait again.
+BUSY_MEMO_S = 60.0
+_busy: dict[str, tuple[float, StoreBusy]] = {}
+
+
+def _forget(key: str) -> StoreWriter:
+    """Take ``key``'s writer out of this module's tables (under ``_writers_lock``); the caller closes it."""
+    _held.pop(key, None)
+    _writer_inodes.pop(key, None)
+    return _writers.pop(key)
 
 
 def _inode(path: Any) -> int | None:

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from memindex.pipeline.display import printable
-from memindex.pipeline.errors import StoreCorrupt, StoreError
+from memindex.pipeline.errors import StoreBusy, StoreCorrupt, StoreError
 from memindex.pipeline.store import db
 from memindex.pipeline.store.fts_text import index_text
+from memindex.pipeline.store.locks import WriterLockTimeout, acquire_writer_lock, release_writer_lock
 from memindex.pipeline.store.schema import (
     BASE_DDL,
     BUILDING_KEY,
@@ -54,6 +55,11 @@ FileKey = tuple[str, str]  # (source, path)
 # What makes one record unstorable however often it is retried (unlike a locked or full
 # disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
 # (surrogates), a constraint the record breaks, a number out of range.
+# How long a writer waits for another process's writer of the same store before its write fails
+# (StoreError; the next sync plans it again). Writers close a store after a few idle seconds
+# (workers/writer.py), so this is reached only behind one that keeps writing, or is stuck.
+WRITER_WAIT_S = float(os.environ.get("MEMINDEX_WRITER_WAIT_S", "600"))
+
 UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
 
 
@@ -362,8 +368,33 @@ def identity_matches(fp: Mapping[str, Any], emb: VectorSpace | None) -> bool:
 class StoreWriter:
     """Applies index changes. One instance per store in the one writer thread."""
 
-    def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None):
+    def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None,
+                 wait_s: float | None = None):
         self.path = Path(path)
+        self._lock_file = self._take_writer_lock(WRITER_WAIT_S if wait_s is None else wait_s)
+        try:
+            self._open(vector_enabled, extension_path)
+        except BaseException:
+            release_writer_lock(self._lock_file)
+            raise
+
+    def _take_writer_lock(self, wait_s: float) -> Path:
+        """One writing process per store (pipeline/store/locks.py): wait for another one to close it."""
+        where = printable(str(self.path))
+
+        def waiting(holder: str) -> None:
+            log.warning("waiting for %s to finish writing %s (one process writes a store at a time)",
+                        holder, where)
+        try:
+            lock = acquire_writer_lock(self.path, wait_s=wait_s, on_wait=waiting)
+        except WriterLockTimeout as exc:
+            raise StoreBusy(f"cannot write the store {where}: {exc.holder} kept it for {wait_s:.0f} s "
+                             "(is another memindex process stuck? it is retried on the next sync)") from None
+        except OSError as exc:
+            raise StoreError(f"cannot write the store {where}: {exc} (is the state dir read-only?)") from None
+        return lock
+
+    def _open(self, vector_enabled: bool, extension_path: str | None) -> None:
         self.conn = self._open_checked()
         _run_script(self.conn, BASE_DDL)
         self.conn.execute(
@@ -414,7 +445,10 @@ class StoreWriter:
             self.commit()  # a held transaction's writes were reported done: keep them
         except (db.Error, StoreError) as exc:  # (a full disk is a StoreError)
             log.warning("could not commit the held writes to %s on close: %s", printable(str(self.path)), exc)
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            release_writer_lock(self._lock_file)
 
     # -- group commit (issue 19) -------------------------------------------------
     def hold(self) -> None:
@@ -1387,9 +1421,10 @@ class ReadSnapshot:
         return self._conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
 
 
-def open_writer(settings: Any) -> StoreWriter:
+def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:
     vec = settings.memory_search["store"]["vector"]
-    return StoreWriter(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"])
+    return StoreWriter(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"],
+                       wait_s=wait_s)
 
 
 def open_reader(settings: Any) -> StoreReader:

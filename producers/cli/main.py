@@ -486,6 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _check_usage(parser, args)
     _setup_logging(args)
+    from memindex.pipeline.store.locks import set_process_label
+
+    set_process_label(f"memindex {args.command}")  # who holds a store, in another writer's wait line
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
