@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from memindex.pipeline.errors import require
 from memindex.pipeline.config.settings import DEFAULT_RESERVE_TOKENS_FLOOR, DEFAULT_SOFT_THRESHOLD_TOKENS
 
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -142,6 +143,12 @@ def flush_decision(
     ``workspace_access`` is the sandbox's "rw"/"ro"/"none"; ``None`` means not
     sandboxed (writable). Anything but "rw" skips: the turn exists to write files.
     """
+    # A runtime's wrong argument is a UsageError naming it, not a TypeError from deep inside.
+    require("context_window", context_window, (int, float))
+    require("cfg", cfg, Mapping, optional=True)
+    require("session_entry", session_entry, Mapping, optional=True)
+    require("workspace_access", workspace_access, str, optional=True)
+    require("now", now, datetime)
     settings = resolve_settings(cfg)
     threshold = flush_threshold(context_window, settings)
 

@@ -6,6 +6,7 @@ the workers run elsewhere (Procfile / compose) and waiting polls queue depth.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -30,15 +31,20 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
                   timeout: float | None = None) -> dict[str, int]:
     """Plan now, then block until every queued job for it is written.
 
+    Returns the plan's counts (``generation``, ``to_index``, ``to_delete``, ``unchanged``),
+    plus ``vanished``: planned files deleted on disk before they were written (when any).
+
     A sync with nothing to do returns without touching the broker: no dramatiq
     import, no worker threads, no writer message - just the stats. An agent whose memory
     search is disabled is not indexed (``"disabled": 1``, nothing else).
     """
     from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.errors import require
+    from memindex.pipeline.errors import UsageError, require
 
     require("ctx", ctx, Context)
     require("timeout", timeout, (int, float), optional=True)
+    if timeout is not None and not timeout >= 0:  # (NaN too)
+        raise UsageError(f"timeout must be a number of seconds >= 0 or None, not {timeout!r}")
     if not settings_for(ctx).enabled:
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, noop = plan_now(ctx, force=force)
@@ -54,7 +60,10 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     counts = dispatch_plan(ctx, plan)
     wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout)
     _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
-    return counts
+    # Planned files deleted before they were written: their writes were dropped (stale), and
+    # the re-plan that asked for removes what the store had of them. Not "indexed".
+    gone = sum(1 for job in plan.jobs if not os.path.lexists(job.abs_path))
+    return {**counts, "vanished": gone} if gone else counts
 
 
 class DeadLettered(MemindexError):

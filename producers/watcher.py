@@ -60,6 +60,7 @@ DEFAULT_MAX_DIRS = int(os.environ.get("MEMINDEX_WATCH_MAX_DIRS", "512"))
 MAX_DELAY_FACTOR = 10  # a steady stream of edits still syncs every 10 debounce periods
 CAPPED_RESYNC_S = 300.0  # agents with unwatched directories (cap hit) resync this often
 RETRY_S = 2.0  # enqueue failed (broker down): try again after this long
+ENQUEUE_REPEAT_S = 60.0  # the same enqueue failure (not Redis: a broken config) is said again after this long
 # How often ConfigReload stats the config: a stat is cheap, and an operator who edits
 # openclaw.json expects the new agent to be watched within seconds, not on restart.
 CONFIG_POLL_S = float(os.environ.get("MEMINDEX_CONFIG_POLL_S", "2"))
@@ -197,6 +198,7 @@ class Watcher:
             lost = _data_loss_probe() if enqueue is None else None
         self._lost: Callable[[], str | None] | None = lost  # type: ignore[assignment]
         self._next_probe = 0.0
+        self._enqueue_said: dict[str, tuple[str, float]] = {}  # agent -> (last failure said, when)
 
     # -- directories ------------------------------------------------------------------
     @property
@@ -264,8 +266,27 @@ class Watcher:
                         "MEMINDEX_WATCH_MAX_DIRS / --max-watch-dirs, or narrow extraPaths.",
                         self.max_dirs, where, self.agents[idx].ctx.agent_id, CAPPED_RESYNC_S)
 
+    def _watch_towards(self, top: str) -> None:
+        """A top that is not there (a workspace not created yet, deleted, or unmounted): watch its
+        nearest existing ancestor, so its creation is an event (``handle``). Re-checked after each
+        watch is added: ``mkdir -p`` may create the next level in between."""
+        seen = None
+        while True:
+            anc = top
+            while not os.path.isdir(anc) or os.path.islink(anc):
+                parent = os.path.dirname(anc)
+                if parent == anc:
+                    return
+                anc = parent
+            if anc == top or anc == seen:
+                return
+            self._watch_dir(anc)
+            seen = anc
+
     def _watch_agent(self, idx: int) -> None:
         a = self.agents[idx]
+        for top in a.tops:
+            self._watch_towards(top)
         for top in a.tops:
             if os.path.isdir(top) and not os.path.islink(top) and not self._watch_dir(top):
                 self._cap_hit(idx, top)
@@ -330,6 +351,8 @@ class Watcher:
             return  # symlinks are never memory
         if is_dir and event.event_type in ("deleted", "moved"):
             self._unwatch_under(src)
+        if is_dir:
+            self._top_events(event.event_type, src, dest)
         with self._lock:  # reconfigure swaps the agents list: indices must not change under us
             for idx, a in enumerate(self.agents):
                 hit = False
@@ -343,6 +366,20 @@ class Watcher:
                             self._cap_hit(idx, path)
                 if hit:
                     self.mark_dirty(idx, dest or src)
+
+    def _top_events(self, kind: str, src: str, dest: str) -> None:
+        """An agent's workspace (or a directory above it) created, deleted or moved: watch what is
+        there now, and sync the agent when its workspace appeared (it was refused while missing)."""
+        with self._lock:
+            for idx, a in enumerate(self.agents):
+                gone = kind in ("deleted", "moved") and any(_under(t, src) for t in a.tops)
+                came = kind in ("created", "moved") and any(_under(t, dest or src) for t in a.tops)
+                if not (gone or came):
+                    continue
+                self._watch_agent(idx)
+                if came and all(os.path.isdir(t) for t in a.tops[:1]):
+                    log.info("watcher: %s appeared; syncing agent %s", a.tops[0], a.ctx.agent_id)
+                    self.mark_dirty(idx, a.tops[0])
 
     def mark_dirty(self, idx: int, path: str | None = None) -> None:
         now = time.monotonic()
@@ -369,9 +406,8 @@ class Watcher:
             log.info("watcher: sync enqueued for %s: %d changed path(s)%s", a.ctx.agent_id, len(changed),
                      (": " + ", ".join(os.path.basename(p) for p in changed[:3])
                       + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")) if changed else "")
-        except Exception as exc:  # noqa: BLE001 - broker unreachable: keep the agent dirty
-            log.warning("watcher: could not enqueue a sync for %s (%s); retrying in %.0f s",
-                        a.ctx.agent_id, exc, RETRY_S)
+        except Exception as exc:  # noqa: BLE001 - broker unreachable, config broken: keep the agent dirty
+            self._say_enqueue_failed(a.ctx.agent_id, exc)
             with self._cond:
                 if a not in self.agents:
                     return  # removed from the config meanwhile
@@ -379,6 +415,21 @@ class Watcher:
                 self._changed.setdefault(idx, set()).update(changed)
                 self._first.setdefault(idx, time.monotonic())
                 self._due[idx] = time.monotonic() + RETRY_S
+
+    def _say_enqueue_failed(self, agent_id: str, exc: Exception) -> None:
+        """Redis away: the process-wide outage filter words and spaces the line (workers/logs.py).
+        Anything else (a broken openclaw.json while it is being edited): said when it changes,
+        else once per ENQUEUE_REPEAT_S, not every RETRY_S."""
+        from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
+
+        down = is_redis_down(exc)
+        now, why = time.monotonic(), str(exc)
+        last = self._enqueue_said.get(agent_id)
+        if not down and last is not None and last[0] == why and now - last[1] < ENQUEUE_REPEAT_S:
+            return
+        self._enqueue_said[agent_id] = (why, now)
+        log.warning("watcher: could not enqueue a sync for %s (%s); retrying every %.0f s",
+                    agent_id, why, RETRY_S, extra={REDIS_DOWN_ATTR: down})
 
     def _probe_data_loss(self) -> None:
         now = time.monotonic()

@@ -342,6 +342,11 @@ def test_search_numbers_out_of_range_are_usage_errors(tmp_path) -> None:
                                 ("--min-score", "inf", "finite"), ("--min-score", "nan", "finite")):
         r = run_cli(*base, flag, value, "kiwi")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (flag, value, r.stderr)
+    # get's numbers likewise (a negative --from exited 1 with memory_get's error, unlike search's)
+    base = ("--workspace", str(tmp_path / "ws"), "--state-dir", str(tmp_path / "state"), "get", "MEMORY.md")
+    for flag in ("--from", "--lines"):
+        r = run_cli(*base, flag, "-1")
+        assert r.returncode == 2 and "must be 0 or more, got -1" in r.stderr, (flag, r.stderr)
 
 
 def test_disabled_agents_status_and_an_unknown_agent_flag_say_what_is_wrong(tmp_path):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from memindex.pipeline.embeddings.embedder import reset_services
-from tests.conftest import GGUF, errors_in_threads, live_vectors, module_server
+from tests.conftest import GGUF, errors_in_threads, live_vectors, module_server, wait_for
 from tests.provider_server import ProviderServer
 from memindex.workers import embedded
 
@@ -275,7 +275,7 @@ def test_killed_rebuild_leaves_live_index_and_resumes(agent, tmp_path):
     assert st.live_generation == 1 and st.building_generation == 2  # killed mid-rebuild
     res = agent.search("Omada router")
     assert res["results"] and res["model"] == "hash-v1"  # the live index is intact
-    files = sorted(p.name for p in (agent.state / "memory").iterdir())
+    files = sorted(p.name for p in (agent.state / "memory").iterdir() if p.name != "main.sqlite.writer")
     assert files == ["main.sqlite", "main.sqlite-shm", "main.sqlite-wal"] or files == ["main.sqlite"]
     reset_services()
     counts = agent.index()  # the next run resumes the same generation
@@ -376,3 +376,38 @@ def test_embedding_batch_timeout_bounds_a_hung_endpoint(agent, server):
 
     problems = [p["error"] for p in index_status(agent.settings())["problems"]]
     assert problems and all("timed out" in p or "Timeout" in p for p in problems), problems
+
+
+def test_files_deleted_while_indexing_are_not_counted_as_indexed(agent, server):
+    """`index` said "indexed 100 file(s)" when half of them were deleted mid-run (their writes
+    dropped as stale): the count is of files written; the deleted ones are named as such."""
+    import threading
+
+    for i in range(8):
+        agent.write(f"memory/2026-02-{i + 1:02d}.md", f"# Day {i}\nlychee note {i}\n")
+    agent.memory_config(openai_cfg(server, fallback="none"))
+    server.always("openai", {"kind": "delay", "seconds": 0.4})
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(agent.index()))
+    t.start()
+    try:
+        assert wait_for(lambda: server.count("openai") >= 1, timeout=30)
+        for i in range(4, 8):
+            (agent.workspace / f"memory/2026-02-{i + 1:02d}.md").unlink()
+    finally:
+        t.join(120)
+        server.always("openai", None)
+    assert out["to_index"] == 8 and out.get("vanished") == 4, out
+    assert sorted({r[1] for r in agent.store_rows()}) == [f"memory/2026-02-0{i + 1}.md" for i in range(4)]
+
+
+def test_an_empty_query_answers_nothing_and_names_the_indexs_provider(agent, server):
+    """It said provider "none" / mode "fts-only" for an index of openai vectors."""
+    _notes(agent, 2)
+    agent.memory_config(openai_cfg(server))
+    agent.index()
+    before = server.count("openai")
+    for q in ("", "   "):
+        out = agent.search(q)
+        assert out["results"] == [] and out["provider"] == "openai" and out["mode"] == "hybrid", out
+    assert server.count("openai") == before  # nothing embedded for it

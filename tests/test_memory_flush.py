@@ -200,3 +200,17 @@ def test_decision_from_resolved_agent_config(agent):
     assert d.run and d.threshold == WINDOW - 12_000 and "NO_REPLY" in d.prompt
     agent.write_config({"agents": {"defaults": {"compaction": {"memoryFlush": {"enabled": False}}}}})
     assert flush_decision(10**6, WINDOW, agent.settings().memory_flush, {}, None, NOW).reason == "disabled"
+
+
+def test_wrong_arguments_are_usage_errors_naming_them():
+    """A runtime passing None for the window got a bare TypeError from deep inside."""
+    import pytest
+
+    from memindex import UsageError
+
+    with pytest.raises(UsageError, match="context_window"):
+        flush_decision(None, None, None, None, None, None)
+    with pytest.raises(UsageError, match="now"):
+        flush_decision(10, WINDOW, {}, {}, "rw", "2026-01-01")
+    with pytest.raises(UsageError, match="session_entry"):
+        flush_decision(10, WINDOW, {}, [], "rw", NOW)

@@ -215,10 +215,24 @@ def test_dramatiqs_post_process_retry_lines_are_outage_lines(monkeypatch):
     assert out.count("Failed to post_process_message") == 1 and "redis unreachable" in out, out
     assert logs._RedisOutage.held == 11
     # The watcher's retry of a sync it could not enqueue (every 2 s per changed agent) likewise.
+    import redis
+
+    from memindex.pipeline.errors import ConfigError
+    from memindex.producers.watcher import Watcher
+
+    w = Watcher([], enqueue=lambda *a: None, lost=None)
     with _outage_filtered(monkeypatch, "memindex.watcher") as (lg, stream):
         for _ in range(10):
-            lg.warning("watcher: could not enqueue a sync for %s (%s); retrying in %.0f s", "main", "Error 111", 2.0)
-    assert stream.getvalue().count("could not enqueue") == 1, stream.getvalue()
+            w._say_enqueue_failed("main", redis.ConnectionError("Error 111 connecting to localhost:6379"))
+    assert stream.getvalue().count("could not enqueue") == 1 and "redis unreachable" in stream.getvalue()
+    # Not Redis (openclaw.json broken while the user edits it, embedded broker): no "redis
+    # unreachable" in it, said once until the reason changes, not every 2 s.
+    with _outage_filtered(monkeypatch, "memindex.watcher") as (lg, stream):
+        for _ in range(10):
+            w._say_enqueue_failed("main", ConfigError("openclaw.json", "not valid JSON5"))
+        w._say_enqueue_failed("main", ConfigError("openclaw.json", "agents.list[0].id: missing"))
+    out = stream.getvalue()
+    assert out.count("could not enqueue") == 2 and "redis" not in out, out
 
 
 def test_the_writer_summary_reports_the_last_burst_when_its_period_ends():

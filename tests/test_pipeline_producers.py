@@ -148,6 +148,63 @@ def test_new_directories_are_watched(agent):
         w.stop()
 
 
+def test_a_workspace_created_or_recreated_while_watched_is_synced(agent):
+    """A workspace deleted and created again, or not there yet when the watch started (an agent
+    added to the config first): nothing watched its parent, so it was never indexed."""
+    import shutil
+
+    shutil.rmtree(agent.workspace)
+    rec = Recorder()
+    w = _watcher(agent, rec, debounce_s=0.1)
+    try:
+        assert str(agent.root) in w.watched_dirs  # the nearest directory that exists
+        (agent.workspace / "memory").mkdir(parents=True)
+        assert _wait(lambda: len(rec.calls) >= 1)
+        agent.write("MEMORY.md", "quagga facts")
+        n = len(rec.calls)
+        assert _wait(lambda: len(rec.calls) > n)  # the new workspace itself is watched now
+        shutil.rmtree(agent.workspace)
+        agent.write("memory/2026-01-01.md", "gnu facts")  # re-created, with a note in it
+        n = len(rec.calls)
+        assert _wait(lambda: len(rec.calls) > n)
+        assert _wait(lambda: str(agent.workspace / "memory") in w.watched_dirs)
+    finally:
+        w.stop()
+
+
+def test_watch_with_no_workspace_at_all_exits_naming_it(agent, tmp_path):
+    """The README promises a non-zero exit, under `watch` too: it printed "watching 1 agent(s),
+    0 directories" and ran on. With another agent's workspace there, it waits for the missing one."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    gone = tmp_path / "nowhere"
+    agent.write_config({"agents": {"list": [{"id": "main", "workspace": str(gone)}]}})
+    out = run_cli("watch", env=agent.env(), timeout=60)
+    assert out.returncode == 1
+    assert f"main: workspace {gone} does not exist" in out.stderr and "nothing to watch" in out.stderr
+    agent.write_config({"agents": {"list": [{"id": "main", "workspace": str(agent.workspace)},
+                                            {"id": "late", "workspace": str(gone)}]}})
+    p = subprocess.Popen([sys.executable, "-m", "memindex", "watch", "--all", "--debounce-ms", "100"], cwd=REPO,
+                         env=agent.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        (gone / "memory").mkdir(parents=True)
+        (gone / "memory" / "2026-01-01.md").write_text("okapi sighting\n", encoding="utf-8")
+        late = Agent.__new__(Agent)
+        late.root, late.workspace, late.state, late.config_path, late.agent_id = (
+            tmp_path, gone, agent.state, agent.config_path, "late")
+        assert wait_for(lambda: any("okapi" in r[5] for r in late.store_rows()), timeout=60)
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=60)
+    assert f"late: workspace {gone} does not exist; indexed once it appears" in err, err
+    assert json.dumps(err).count("failed for good") == 0, err
+
+
 def test_failed_enqueue_is_retried(agent, monkeypatch):
     import memindex.producers.watcher as wmod
 

@@ -98,7 +98,6 @@ _OUTAGE_LINES = (
     ("dramatiq.worker.", "Failed to post_process_message(%s) due to a connection error"),
     ("memindex.lifecycle", "heartbeat to redis failed: %s"),
     ("memindex.limits", "%s: could not release an embedding slot"),
-    ("memindex.watcher", "watcher: could not enqueue a sync for %s"),  # every 2 s per changed agent
 )
 _outage_log = logging.getLogger("memindex.redis")
 

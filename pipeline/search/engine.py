@@ -285,8 +285,6 @@ class MemorySearch(AsyncSearch):
         # No scope check (``chat_type`` is only part of the shared backend signature): OpenClaw
         # applies ``scope`` to the QMD backend only (backend.py), never to the builtin store.
         query = (query or "").strip()
-        if not query:
-            return resp
         q = ms["query"]
         max_results = int(q["maxResults"] if max_results is None else max_results)
         min_score = float(q["minScore"] if min_score is None else min_score)
@@ -305,6 +303,8 @@ class MemorySearch(AsyncSearch):
                 resp.indexing = "pending"
 
             self._describe_index(resp, snap.fingerprint)
+            if not query:  # nothing to look for; provider/model still say what the index holds
+                return resp
             hybrid = q["hybrid"]
             vw, tw = normalize_weights(hybrid["vectorWeight"], hybrid["textWeight"])
             # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.

@@ -82,8 +82,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             # Not "indexed 99 file(s)" above "99 file(s) failed": the line says what the errors below mean.
             note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
             skipped = skipped_files(settings)
-            print(f"{agent}: indexed {counts['to_index']} file(s){note}, removed {counts['to_delete']}, "
-                  f"{counts['unchanged']} unchanged"
+            gone = counts.get("vanished", 0)
+            print(f"{agent}: indexed {counts['to_index'] - gone} file(s){note}, removed {counts['to_delete']}, "
+                  f"{counts['unchanged']} unchanged" + (f", {gone} deleted while indexing" if gone else "")
                   + (f"; {skipped} skipped (binary, too large, ...: see `memindex status`)" if skipped else ""))
         _say_keyword_only(settings)
         if not _qmd_index(settings, args.quiet):
@@ -309,6 +310,14 @@ def _at_least_one(text: str) -> int:
     return n
 
 
+def _non_negative(text: str) -> int:
+    """``get --from/--lines``: a usage error like the other numbers (memory_get refuses it anyway)."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
 def _finite(text: str) -> float:
     """``--min-score``: a number (inf and nan made every or no result pass, silently)."""
     import math
@@ -326,9 +335,9 @@ def _add_get(sub: argparse._SubParsersAction) -> None:
         description="Read a memory Markdown file the way the memory_get tool does: MEMORY.md, "
                     "memory/**.md and extraPaths only; symlinks and traversal are refused."))
     s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
-    s.add_argument("--from", dest="from_line", metavar="LINE", type=int, default=None,
+    s.add_argument("--from", dest="from_line", metavar="LINE", type=_non_negative, default=None,
                    help="1-based start line")
-    s.add_argument("--lines", metavar="N", type=int, default=None, help="number of lines to return")
+    s.add_argument("--lines", metavar="N", type=_non_negative, default=None, help="number of lines to return")
     s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
     s.set_defaults(func=cmd_get)
 

@@ -19,7 +19,8 @@ import time
 from typing import Any, Callable
 
 from memindex.pipeline.config.settings import Context
-from memindex.pipeline.errors import ConfigError, MemindexError
+from memindex.pipeline.index.workspace import display_path
+from memindex.pipeline.errors import ConfigError, MemindexError, WorkspaceError
 from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
 from memindex.producers.cli.options import examples, say_error
 from memindex.producers.cli.progress import Progress
@@ -73,21 +74,33 @@ class Producers:
 
 
 def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_dirs: int | None = None,
-                    debounce_ms: int | None = None, reload: Callable[[], list[Context]] | None = None) -> Producers:
+                    debounce_ms: int | None = None, reload: Callable[[], list[Context]] | None = None,
+                    need_a_workspace: bool = False) -> Producers:
+    """Start watching ``contexts``. ``need_a_workspace`` (``memindex watch``): refuse, with the
+    paths, when no enabled agent's workspace exists (a server keeps serving instead)."""
     from memindex.pipeline.config.agents import settings_for
     from memindex.producers.interval import IntervalSync
     from memindex.producers.enqueue import request_sync
     from memindex.producers.watcher import DEFAULT_MAX_DIRS, Watcher
     from memindex.workers import embedded
 
+    enabled = [(ctx, settings_for(ctx)) for ctx in contexts]
+    missing = {ctx.agent_id: f"workspace {display_path(str(s.workspace))} does not exist"
+               for ctx, s in enabled if s.enabled and not s.workspace.is_dir()}
+    if need_a_workspace and missing and len(missing) == sum(1 for _, s in enabled if s.enabled):
+        # Nothing to watch at all: most likely a wrong path in the config (or an unmounted disk).
+        raise WorkspaceError("; ".join(f"{aid}: {why}" for aid, why in missing.items())
+                             + "; nothing to watch (fix the path, or create the workspace first)")
     embedded.start()  # no-op on Redis: the Procfile / compose run the workers
     pairs, loops = [], []
-    for ctx in contexts:
-        settings = settings_for(ctx)
+    for ctx, settings in enabled:
         if not settings.enabled:
             print(f"{ctx.agent_id}: memory search disabled; not watched", file=sys.stderr)
             continue
-        if initial_sync:
+        if ctx.agent_id in missing:
+            # Watched all the same (its nearest existing parent): indexed once the workspace appears.
+            print(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", file=sys.stderr)
+        elif initial_sync:
             request_sync(ctx, reason="watch-start")  # catch up on what changed while nobody watched
         if settings.memory_search["sync"]["watch"]:
             pairs.append((ctx, settings))
@@ -132,7 +145,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     contexts = agent_contexts(args)
     running = start_producers(contexts, initial_sync=not args.no_initial_sync,
                               max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
-                              reload=lambda: agent_contexts(args))
+                              reload=lambda: agent_contexts(args), need_a_workspace=True)
     if args.metrics_port:
         from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
