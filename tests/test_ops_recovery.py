@@ -190,4 +190,5 @@ def test_an_outage_too_short_for_the_watcher_to_see_is_counted_by_the_workers(re
     hb.beat_and_report()  # Redis answers again: the outage is counted
     assert "lost its connection to Redis" in (probe() or "")
     assert probe() is None
+    assert 0 < client.ttl("memindex-t:outages") <= 7 * 86400  # not kept forever
     hb.stop()

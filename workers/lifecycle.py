@@ -132,7 +132,12 @@ class Heartbeat:
         """This process lost Redis for a while, however briefly (a watcher probing every 2 s can
         miss a sub-second restart): count it where every watcher's probe looks (DataLossProbe)."""
         try:
-            self.client.incr(outages_key(self.namespace))
+            pipe = self.client.pipeline()
+            pipe.incr(outages_key(self.namespace))
+            # Not kept forever: a key of a deployment long gone. Its expiry reads as one more
+            # change to each watcher's probe (one extra re-plan, harmless), at most once a week.
+            pipe.expire(outages_key(self.namespace), OUTAGES_TTL_S)
+            pipe.execute()
         except Exception as exc:  # noqa: BLE001 - the next outage is counted again
             log.debug("could not count the outage: %s", exc)
 
@@ -305,6 +310,9 @@ class DataLossProbe:
         if armed and outages != seen:
             return "a worker lost its connection to Redis for a moment (work in flight then may have been dropped)"
         return None
+
+
+OUTAGES_TTL_S = 7 * 86400
 
 
 def outages_key(namespace: str) -> str:
