@@ -411,3 +411,33 @@ def test_an_empty_query_answers_nothing_and_names_the_indexs_provider(agent, ser
         out = agent.search(q)
         assert out["results"] == [] and out["provider"] == "openai" and out["mode"] == "hybrid", out
     assert server.count("openai") == before  # nothing embedded for it
+
+
+def test_stale_write_groups_ask_for_one_resync_not_one_each(agent, server, caplog):
+    """Every write group dropped as stale (its files edited while they were embedded) sent its own
+    sync: an edit burst over 199 files ran 37 syncs on Redis. One queued sync covers them all."""
+    import threading
+
+    n = 6 * 32  # six write groups (GROUP_FILES)
+    for i in range(n):
+        agent.write(f"memory/2026-03-{i:03d}.md", f"# Day {i}\nmangosteen note {i}\n")
+    agent.memory_config(openai_cfg(server, fallback="none"))
+    server.always("openai", {"kind": "delay", "seconds": 0.3})
+    done: dict = {}
+    with caplog.at_level("INFO", logger="memindex"):
+        t = threading.Thread(target=lambda: done.update(agent.index()))
+        t.start()
+        try:
+            assert wait_for(lambda: server.count("openai") >= 1, timeout=30)
+            for i in range(n):  # edited while the first groups are being embedded
+                agent.write(f"memory/2026-03-{i:03d}.md", f"# Day {i}\nmangosteen note {i}, edited\n")
+        finally:
+            t.join(180)
+            server.always("openai", None)
+    assert not t.is_alive() and done
+    stale = [r for r in caplog.records if "stale write(s)" in r.getMessage()]
+    syncs = [r for r in caplog.records if r.name == "memindex.sync" and "to index" in r.getMessage()]
+    assert len(stale) >= 3, [r.getMessage() for r in stale]  # several groups were dropped ...
+    assert len(syncs) <= 3, [r.getMessage() for r in syncs]  # ... yet re-planned once or twice, not once each
+    rows = agent.store_rows()
+    assert len({r[1] for r in rows}) == n and all("edited" in r[5] for r in rows)

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zlib
 
 import pytest
@@ -110,3 +111,79 @@ def test_writer_with_the_wrong_shard_count_refuses(tmp_path, redis_server):
     bad = run_cli("worker", "--shard", "0/2", env=env)
     assert bad.returncode == 2 and "--shard K/N goes with --writer" in bad.stderr
     assert run_cli("worker", "--writer", "--shard", "2/2", env=env).returncode == 2
+
+
+def test_the_shard_count_survives_redis_losing_it(tmp_path, redis_server):
+    """Redis restarted without its data lost `memindex:write-shards`: it was recorded only when a
+    writer started, and a process routing by it sent writes to `write`, which no writer reads."""
+    import redis as redis_lib
+
+    url = redis_server.url
+    client = redis_lib.Redis.from_url(url)
+    w = _spawn(url, tmp_path, "w0of2", "worker", "--writer", "--shard", "0/2")
+    try:
+        assert _wait(lambda: client.get("memindex:write-shards") == b"2", timeout=30)
+        client.delete("memindex:write-shards")  # what FLUSHALL / a restart without persistence does
+        assert _wait(lambda: client.get("memindex:write-shards") == b"2", timeout=30)  # a heartbeat put it back
+    finally:
+        _kill(w)
+    # A process without MEMINDEX_WRITE_SHARDS keeps the N it read while the key is missing.
+    code = ("import redis, sys\nfrom memindex.workers import broker as b\n"
+            "c = redis.Redis.from_url(sys.argv[1]); c.set(b.SHARDS_KEY, 2)\n"
+            "first = b.write_shards(); c.delete(b.SHARDS_KEY); b._shards_seen[0] = 0.0\n"
+            "print(first, b.write_shards())\n")
+    env = {k: v for k, v in os.environ.items() if k != "MEMINDEX_WRITE_SHARDS"}
+    out = subprocess.run([sys.executable, "-c", code, url], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env=dict(env, MEMINDEX_BROKER_URL=url))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "2"], out.stdout
+
+
+def test_a_writer_and_the_watcher_started_before_redis_wait_for_it(agent, tmp_path, redis_server):
+    """The Procfile starts every process at once: the writers and `watch` exited on a Redis not
+    up yet ("cannot reach the broker"), and honcho took the whole deployment down with them."""
+    from tests.conftest import RedisServer, free_port
+
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace)}}})
+    agent.write("memory/a.md", "the heron flies over the quarry\n")
+    late = RedisServer(free_port())
+    env = dict(agent.env(late.url))
+    env.pop("MEMINDEX_WRITE_SHARDS", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "memindex", *argv], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for argv in (["worker", "--writer"], ["watch"])]
+    try:
+        time.sleep(4)
+        assert [p.poll() for p in procs] == [None, None]  # still there, waiting
+        late.start()
+        assert _wait(lambda: {w["kind"] for w in _queues(late.url)["workers"]} >= {"writer"}, timeout=60)
+    finally:
+        for p in procs:
+            _kill(p)
+        late.stop()
+    for p in procs:
+        err = p.stderr.read()
+        assert "does not answer" in err and "waiting for it" in err and "redis answers after" in err, err
+        assert "cannot reach the broker" not in err and "Traceback" not in err, err
+
+
+def test_a_second_writer_for_a_shard_refuses_and_a_restarted_one_starts(tmp_path, redis_server):
+    """A second `worker --writer --shard 0/2` started silently beside the first (only `health`
+    saw two writers); a writer restarted after a kill must not be refused by its own last heartbeat."""
+    url = redis_server.url
+    env = {"MEMINDEX_BROKER_URL": url}
+    first = _spawn(url, tmp_path, "w0", "worker", "--writer", "--shard", "0/2")
+    try:
+        assert _wait(lambda: any(w["kind"] == "writer" for w in _queues(url)["workers"]), timeout=30)
+        second = run_cli("worker", "--writer", "--shard", "0/2", env=env, timeout=60)
+        assert second.returncode == 2 and "queue write.0 already has a writer (pid " in second.stderr, second.stderr
+        other = _spawn(url, tmp_path, "w1", "worker", "--writer", "--shard", "1/2")  # another shard: fine
+        assert _wait(lambda: sum(w["kind"] == "writer" for w in _queues(url)["workers"]) >= 2, timeout=30)
+        _kill(other)
+        _kill(first, signal.SIGKILL)  # its heartbeat stays behind for a few seconds
+        first = _spawn(url, tmp_path, "w0-again", "worker", "--writer", "--shard", "0/2")
+        time.sleep(8)  # past its check of the old heartbeat
+        assert first.poll() is None  # consuming, not refused
+        assert any("write.0" in w["queues"] for w in _queues(url)["workers"] if w["kind"] == "writer")
+    finally:
+        _kill(first)

@@ -96,3 +96,18 @@ def test_index_beside_a_running_watch_takes_its_turn(agent):
     rows = agent.store_rows()
     assert len(rows) == 8 and len({r[1] for r in rows}) == 8
     assert "Traceback" not in err and "database is locked" not in err, err[-2000:]
+
+
+@pytest.mark.redis
+def test_a_redis_writer_is_named_by_its_command(agent, tmp_path, redis_server):
+    """The Redis writer's lock named it "__main__.py" (dramatiq's child of `memindex worker`)."""
+    import json
+
+    from tests.test_pipeline_redis import _cli, _workers
+
+    agent.write("memory/a.md", "the heron flies over the quarry\n")
+    with _workers(redis_server.url, tmp_path):
+        _cli(agent, redis_server.url, "index")
+        lock = agent.settings().store_path.with_name("main.sqlite.writer")
+        assert wait_for(lambda: lock.exists() and lock.read_text(), timeout=30)
+        assert json.loads(lock.read_text())["cmd"] == "memindex worker --writer"

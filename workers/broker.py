@@ -46,10 +46,19 @@ def write_shards() -> int:
     if now - _shards_seen[0] > 5.0:
         try:
             raw = broker.client.get(SHARDS_KEY)  # type: ignore[attr-defined]
-            _shards_seen[:] = [now, float(int(raw)) if raw else 1.0]
+            # A missing key keeps the last N seen: Redis restarted without its data loses it until
+            # a writer's heartbeat records it again, and N = 1 meanwhile routed writes to `write`,
+            # which no sharded writer consumes. (To change N, restart every process: README.)
+            _shards_seen[:] = [now, float(int(raw)) if raw else _shards_seen[1]]
         except Exception:  # noqa: BLE001 - Redis down: sends fail anyway; keep the last value
             _shards_seen[0] = now
     return int(_shards_seen[1])
+
+
+def _shard_record(queues) -> tuple[str, int] | None:
+    """A writer's N, for its heartbeat to record again and again (workers/lifecycle.py)."""
+    n = os.environ.get(SHARDS_ENV, "").strip()
+    return (SHARDS_KEY, int(n)) if n.isdigit() and any(map(is_write_queue, queues)) else None
 
 
 def is_write_queue(queue_name: str) -> bool:
@@ -150,7 +159,7 @@ def make_broker() -> dramatiq.Broker:
         client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
                                       socket_timeout=REDIS_SOCKET_TIMEOUT_S)
         extra = metrics.middleware(is_write_queue) if metrics.enabled() else []
-        broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES),
+        broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES, _shard_record),
                                                                   *extra],
                                        namespace="memindex",
                                        heartbeat_timeout=HEARTBEAT_TIMEOUT_MS,

@@ -61,8 +61,13 @@ def _now_ms() -> int:
 class Heartbeat:
     """One process's presence on Redis, renewed by a daemon thread until ``stop``."""
 
-    def __init__(self, client: Any, namespace: str, kind: str, queues: Iterable[str]) -> None:
+    def __init__(self, client: Any, namespace: str, kind: str, queues: Iterable[str],
+                 record: tuple[str, int] | None = None) -> None:
         self.client, self.namespace = client, namespace
+        # (key, value) set again on every beat (SET NX): a writer's shard count. Redis restarted
+        # without its data lost it, and the processes routing by it sent writes to the unsharded
+        # queue nobody reads.
+        self.record = record
         self.key = proc_key(namespace, uuid.uuid4().hex)
         self.info = {"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
                      "queues": json.dumps(sorted(queues)), "started": _now_ms()}
@@ -108,6 +113,8 @@ class Heartbeat:
         if unended:
             pipe.hdel(f"{self.key}:running", *unended)
         pipe.hset(self.key, mapping={**self.info, "beat": _now_ms(), "last_consume": self.last_consume})
+        if self.record is not None:
+            pipe.set(self.record[0], self.record[1], nx=True)
         pipe.expire(self.key, ttl)
         pipe.expire(f"{self.key}:running", ttl)
         pipe.execute()
@@ -211,8 +218,10 @@ class GroupCommit(Middleware):
 class Lifecycle(Middleware):
     """Worker processes on Redis: one stop per stop signal, heartbeat, running messages, slots released on stop."""
 
-    def __init__(self, queues: Iterable[str]) -> None:
+    def __init__(self, queues: Iterable[str],
+                 record: Callable[[Iterable[str]], tuple[str, int] | None] = lambda queues: None) -> None:
         self.queues = tuple(queues)  # what a worker consumes when not told (dramatiq: every queue)
+        self.record = record  # what a process consuming these queues keeps recorded (Heartbeat.record)
         self.heartbeat: Heartbeat | None = None
 
     def after_process_boot(self, broker: Any) -> None:
@@ -236,7 +245,7 @@ class Lifecycle(Middleware):
 
     def after_worker_boot(self, broker: Any, worker: Any) -> None:
         queues = worker.consumer_whitelist or self.queues
-        self.heartbeat = Heartbeat(broker.client, broker.namespace, "worker", queues).start()
+        self.heartbeat = Heartbeat(broker.client, broker.namespace, "worker", queues, self.record(queues)).start()
 
     def before_process_message(self, broker: Any, message: Any) -> None:
         if self.heartbeat is not None:

@@ -167,6 +167,11 @@ def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
         request_resync(ctx, "rolled-back")
 
 
+# A write group dropped as stale (its files edited while they were embedded) asks for a re-plan
+# this much later: the groups of one edit burst are dropped one after another, and each found
+# the previous re-plan already started (it clears the request flag) and asked for one more.
+STALE_RESYNC_DELAY_MS = 1000
+
 # Store path -> the files written in its held transaction so far (named if the commit is lost).
 _held_paths: dict[str, list[str]] = {}
 # Store path -> when writes for a missing generation last asked for a re-plan (_write_files).
@@ -358,7 +363,7 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         # The file changed after it was chunked: drop the write, re-plan from disk.
         log.info("dropped %d stale write(s) for %s: %s", len(stale), context.agent_id,
                  ", ".join(r.path for r in stale[:5]))
-        request_resync(ctx, "stale-write")
+        request_resync(ctx, "stale-write", delay_ms=STALE_RESYNC_DELAY_MS)
 
 
 def _drop_stale_cache(w: StoreWriter, generation: int, records: list[FileRecord], space: Any) -> None:

@@ -74,14 +74,19 @@ def writer_lock_path(store: Path | str) -> Path:
 _label: list[str] = []  # what this process is, for other writers' wait lines (set_process_label)
 
 
+LABEL_ENV = "MEMINDEX_PROCESS_LABEL"  # the label of a process started by exec (`memindex worker` runs dramatiq)
+
+
 def set_process_label(label: str) -> None:
-    """Name this process in the lock file (the CLI: ``memindex watch``); the default is its argv[0]."""
+    """Name this process in the lock file (the CLI: ``memindex watch``); the default is
+    ``$MEMINDEX_PROCESS_LABEL``, else its argv[0]."""
     _label[:] = [label[:80]]
 
 
 def _me() -> str:
     argv0 = sys.argv[0] if sys.argv else ""
-    label = _label[0] if _label else ("python" if argv0 in ("", "-c", "-m") else os.path.basename(argv0))
+    label = (_label[0] if _label else os.environ.get(LABEL_ENV, "")[:80]
+             or ("python" if argv0 in ("", "-c", "-m") or argv0.endswith("__main__.py") else os.path.basename(argv0)))
     return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "cmd": label})
 
 

@@ -143,6 +143,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memindex.workers.broker import broker_url, is_embedded, redact
 
     contexts = agent_contexts(args)
+    if not is_embedded():
+        refused = _credentials_refused(wait=True)  # started before Redis (Procfile order): wait
+        if refused:
+            say_error(refused)
+            return 2
     running = start_producers(contexts, initial_sync=not args.no_initial_sync,
                               max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
                               reload=lambda: agent_contexts(args), need_a_workspace=True)
@@ -385,17 +390,77 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
 
 # --- worker ---------------------------------------------------------------------------------
 
-def _credentials_refused() -> str | None:
-    """The one line when Redis answers but refuses this URL's credentials; None otherwise."""
+def _credentials_refused(wait: bool = False) -> str | None:
+    """The one line when Redis answers but refuses this URL's credentials; None otherwise.
+
+    ``wait``: while Redis does not answer at all, wait for it (saying so once): the Procfile
+    starts every process at once, Redis may come up later, and a writer or watcher that
+    exited on it took the whole Procfile down (dramatiq's own consumers already wait)."""
     import redis
 
-    from memindex.workers.broker import broker_url, refused_credentials
+    from memindex.workers.broker import broker_url, redact, refused_credentials
 
-    try:
-        redis.Redis.from_url(broker_url(), socket_connect_timeout=2, socket_timeout=2).ping()
-    except Exception as exc:  # noqa: BLE001 - only a refusal of the credentials is decided here
-        return refused_credentials(exc)
+    client = redis.Redis.from_url(broker_url(), socket_connect_timeout=2, socket_timeout=2)
+    said = 0.0
+    while True:
+        try:
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - only a refusal of the credentials is decided here
+            refused = refused_credentials(exc)
+            if refused or not wait:
+                return refused
+            if not said:
+                said = time.monotonic()
+                print(f"redis at {redact(broker_url() or '?')} does not answer ({exc}); waiting for it "
+                      "(Ctrl-C to stop)", file=sys.stderr, flush=True)
+            time.sleep(REDIS_WAIT_POLL_S)
+            continue
+        if said:
+            print(f"redis answers after {time.monotonic() - said:.0f} s; starting", file=sys.stderr, flush=True)
+        return None
+
+
+REDIS_WAIT_POLL_S = 1.0  # how often a starting writer or watcher looks for Redis again
+
+
+def _other_writer(queue: str) -> str | None:
+    """A live process already consuming ``queue``, as ``pid N on host H``; None when there is none.
+    Live = its heartbeat (workers/lifecycle.py) moves on within two beats. A writer being restarted
+    leaves a heartbeat that outlives it by up to PROC_TTL_S and no longer moves: not counted (nor
+    one of a pid gone from this host, at once)."""
+    import socket
+
+    from memindex.workers.broker import broker
+    from memindex.workers.lifecycle import BEAT_S, processes
+
+    def seen() -> dict[str, int]:
+        out = {}
+        for proc in processes(broker.client, broker.namespace):
+            if queue not in {q.removesuffix(".DQ") for q in proc["queues"]}:
+                continue
+            if proc["host"] == socket.gethostname() and not _pid_alive(proc["pid"]):
+                continue
+            out[f"pid {proc['pid']} on host {proc['host']}"] = proc["beat"]
+        return out
+
+    first = seen()
+    deadline = time.monotonic() + 2 * BEAT_S + 0.5
+    while first and time.monotonic() < deadline:
+        time.sleep(0.25)
+        live = [who for who, beat in seen().items() if beat > first.get(who, beat)]
+        if live:
+            return ", ".join(live)
     return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -406,7 +471,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
                   "`memindex watch` runs the workers in-process.")
         return 2
-    refused = _credentials_refused()
+    refused = _credentials_refused(wait=True)
     if refused:  # an unreachable Redis is waited for (Procfile start order); a wrong password never heals
         say_error(refused)
         return 2
@@ -432,6 +497,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         os.environ[SHARDS_ENV] = str(n)  # the dramatiq process declares write.0 .. write.<N-1>
         processes, threads, qs = 1, 1, ["write" if n == 1 else f"write.{k}"]
+        holder = _other_writer(qs[0])
+        if holder is not None:
+            say_error(f"queue {qs[0]} already has a writer ({holder}); one writer per shard: a second one "
+                      "would only take turns with it on each store. Stop that one first, or start this "
+                      "one with another --shard K/N")
+            return 2
     else:
         processes, threads = args.processes, args.threads
         qs = args.queues or [q for q in QUEUES if q != "write"]
@@ -452,6 +523,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from memindex.workers.metrics import worker_env
 
         os.environ.update(worker_env(args.metrics_port))
+    from memindex.pipeline.store.locks import LABEL_ENV
+
+    # What another writer of the same store names while it waits for this one (dramatiq's child
+    # would say "__main__.py").
+    os.environ[LABEL_ENV] = ("memindex worker --writer" + (f" --shard {args.shard}" if args.shard else "")
+                             if args.writer else "memindex worker --queues " + " ".join(qs))
     argv = [sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()
