@@ -95,7 +95,7 @@ def test_twenty_agents_four_writer_shards_converge_with_a_writer_killed(tmp_path
         assert a.store_rows() == clean.store_rows(), a.root.name
 
 
-def test_writer_with_the_wrong_shard_count_refuses(tmp_path, redis_server):
+def test_a_writer_refuses_a_wrong_shard_count_or_a_live_writers_queue(tmp_path, redis_server):
     url = redis_server.url
     env = {"MEMINDEX_BROKER_URL": url}
     first = _spawn(url, tmp_path, "w0of2", "worker", "--writer", "--shard", "0/2")
@@ -106,6 +106,16 @@ def test_writer_with_the_wrong_shard_count_refuses(tmp_path, redis_server):
         assert "run 2 shard(s)" in wrong.stderr and "refusing to consume" in wrong.stderr
         plain = run_cli("worker", "--writer", env=env, timeout=30)  # N = 1 is a wrong N too
         assert plain.returncode == 2 and "refusing" in plain.stderr
+        # The right N, but the queue of a live writer: it started silently beside the first (only
+        # `health` saw two writers). A writer restarted after a kill is not refused by its own
+        # last heartbeat.
+        second = run_cli("worker", "--writer", "--shard", "0/2", env=env, timeout=60)
+        assert second.returncode == 2 and "queue write.0 already has a writer (pid " in second.stderr, second.stderr
+        _kill(first, signal.SIGKILL)  # its heartbeat stays behind for a few seconds
+        first = _spawn(url, tmp_path, "w0-again", "worker", "--writer", "--shard", "0/2")
+        time.sleep(8)  # past its check of the old heartbeat
+        assert first.poll() is None  # consuming, not refused
+        assert any("write.0" in w["queues"] for w in _queues(url)["workers"] if w["kind"] == "writer")
     finally:
         _kill(first)
     bad = run_cli("worker", "--shard", "0/2", env=env)
@@ -165,25 +175,3 @@ def test_a_writer_and_the_watcher_started_before_redis_wait_for_it(agent, tmp_pa
         err = p.stderr.read()
         assert "does not answer" in err and "waiting for it" in err and "redis answers after" in err, err
         assert "cannot reach the broker" not in err and "Traceback" not in err, err
-
-
-def test_a_second_writer_for_a_shard_refuses_and_a_restarted_one_starts(tmp_path, redis_server):
-    """A second `worker --writer --shard 0/2` started silently beside the first (only `health`
-    saw two writers); a writer restarted after a kill must not be refused by its own last heartbeat."""
-    url = redis_server.url
-    env = {"MEMINDEX_BROKER_URL": url}
-    first = _spawn(url, tmp_path, "w0", "worker", "--writer", "--shard", "0/2")
-    try:
-        assert _wait(lambda: any(w["kind"] == "writer" for w in _queues(url)["workers"]), timeout=30)
-        second = run_cli("worker", "--writer", "--shard", "0/2", env=env, timeout=60)
-        assert second.returncode == 2 and "queue write.0 already has a writer (pid " in second.stderr, second.stderr
-        other = _spawn(url, tmp_path, "w1", "worker", "--writer", "--shard", "1/2")  # another shard: fine
-        assert _wait(lambda: sum(w["kind"] == "writer" for w in _queues(url)["workers"]) >= 2, timeout=30)
-        _kill(other)
-        _kill(first, signal.SIGKILL)  # its heartbeat stays behind for a few seconds
-        first = _spawn(url, tmp_path, "w0-again", "worker", "--writer", "--shard", "0/2")
-        time.sleep(8)  # past its check of the old heartbeat
-        assert first.poll() is None  # consuming, not refused
-        assert any("write.0" in w["queues"] for w in _queues(url)["workers"] if w["kind"] == "writer")
-    finally:
-        _kill(first)
