@@ -185,6 +185,7 @@ def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_tracebac
     from memindex.workers import logs
 
     with _outage_filtered(monkeypatch, "dramatiq.test-outage") as (lg, stream):
+        lg.handlers[-1].setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         for i in range(20):
             try:
                 raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6391. Connection refused.")
@@ -197,6 +198,7 @@ def test_a_message_finishing_during_a_redis_outage_logs_one_line_and_no_tracebac
             lg.error("a real failure", exc_info=True)
     out = stream.getvalue()
     assert out.count("Unexpected failure") == 1 and "redis unreachable" in out, out
+    assert "WARNING Unexpected failure" in out and "CRITICAL" not in out  # a process that waits: a warning
     assert "redis.exceptions" not in out and out.count("Traceback") == 1  # only the unrelated error's
     assert "an unrelated line" in out and "ValueError: not redis" in out
     assert logs._RedisOutage.held == 19

@@ -124,6 +124,9 @@ class _RedisOutage(logging.Filter):
                 cls.since, cls.reported, cls.held = now, now, 0
                 record.msg = (f"{record.msg} (redis unreachable: this process waits for it, and says so once "
                               f"every {OUTAGE_REPORT_S:.0f} s until redis answers)")
+                # dramatiq's consumer says it at CRITICAL; a process that waits for Redis is not in
+                # a critical state (an operator's alerting keys on the level).
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
                 return True
             if now - cls.reported < OUTAGE_REPORT_S:
                 cls.held += 1
