@@ -76,6 +76,8 @@ async def exercise(client: Client, a: Agent) -> None:
 
     res = await client.call_tool("memory_get", {"path": "notes/secret.md"})
     assert res.is_error and "outside the memory files" in res.content[0].text
+    # Every tool error reads "<tool>: <why>" (raised in the tool, the SDK prefixed "Error executing tool")
+    assert res.content[0].text.startswith("memory_get: "), res.content[0].text
 
     res = await client.call_tool("memory_search", {"query": "VLAN", "agent": "nobody"})
     assert res.is_error and "unknown agent 'nobody'" in res.content[0].text and "main" in res.content[0].text
@@ -94,6 +96,7 @@ async def exercise(client: Client, a: Agent) -> None:
                       ({"maxResults": 3}, "query is required")):
         res = await client.call_tool("memory_search", bad)
         assert res.is_error and said in res.content[0].text and "pydantic" not in res.content[0].text, bad
+        assert res.content[0].text.startswith("memory_search: "), res.content[0].text
 
     # A misspelt argument is refused with the names expected, not dropped (it would mean the default).
     res = await client.call_tool("memory_search", {"query": "VLAN", "maxresults": 1})

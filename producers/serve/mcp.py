@@ -77,7 +77,16 @@ class _StrictServer(MCPServer):
                 check_arguments(arguments, *spec)
             except OperationError as exc:
                 raise ToolError(f"{name}: {exc}") from None
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            # One shape for every error of a tool: "<tool>: <why>" (the SDK says "Error executing
+            # tool <tool>: <why>" for the ones raised inside the tool, ours the shorter form).
+            text = str(exc)
+            sdk = f"Error executing tool {name}: "
+            if text.startswith(sdk):
+                raise ToolError(f"{name}: {text[len(sdk):]}") from None
+            raise
 
 
 def build_server(tools: MemoryTools) -> MCPServer:
