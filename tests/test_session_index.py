@@ -272,3 +272,26 @@ def test_deleted_transcript_is_removed(sess):
     p.unlink()
     assert sess.index()["to_delete"] == 1
     assert session_rows(sess) == []
+
+
+def test_a_lone_surrogate_or_a_non_utf8_name_does_not_block_the_transcripts(sess):
+    """A JSON string holding half an emoji ("\\ud83d", as a JS writer may cut one) failed the whole
+    transcript on every retry (UnicodeEncodeError), and a transcript whose name is not valid UTF-8
+    could not even record its problem: `index` retried for minutes, then exited 1, every run."""
+    transcript(sess, "surr.jsonl", msg("user", "vultureword first"),
+               '{"type": "message", "message": {"role": "assistant", "content": "half \\ud83d condorword"}}\n',
+               msg("user", "falconword last"))
+    d = sess.state / "agents" / "main" / "sessions"
+    bad = os.path.join(os.fsencode(d), b"bad\xffname.jsonl")
+    with open(bad, "wb") as fh:
+        fh.write(msg("user", "ibisword in a badly named file").encode())
+    counts = sess.index()
+    assert counts["to_index"] == 3
+    for word in ("vultureword", "condorword", "falconword"):
+        hits = sess.search(word)["results"]
+        assert hits and hits[0]["path"] == "sessions/surr.jsonl", word
+    assert any("half \ufffd condorword" in r[5] for r in session_rows(sess))  # as undecodable bytes are
+    problems = index_status(sess.settings())["problems"]
+    assert {"path": "sessions/bad\\xffname.jsonl", "error": "file name is not valid UTF-8; skipped (rename it "
+            "to index it)"} in problems, problems
+    assert sess.index()["to_index"] == 0  # not planned again by every sync

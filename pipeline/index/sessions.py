@@ -32,7 +32,7 @@ from typing import Any, Union
 from memindex.pipeline.index.chunking import chunk_markdown
 from memindex.pipeline.config.settings import AgentSettings
 # embed_into_record: the exact Markdown record shape, so the writer needs nothing new.
-from memindex.pipeline.index.prepare import ChunkEmbedder, Prepared, embed_into_record
+from memindex.pipeline.index.prepare import ChunkEmbedder, Prepared, build_record, embed_into_record
 from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta
 from memindex.pipeline.index.transcripts import (
     HEAD_BYTES,
@@ -47,7 +47,7 @@ from memindex.pipeline.index.transcripts import (
     transcript_lines,
 )
 from memindex.pipeline.store.core import IndexedFile
-from memindex.pipeline.index.workspace import ListingFacts, MemoryFile
+from memindex.pipeline.index.workspace import ListingFacts, MemoryFile, display_path, name_problem
 
 log = logging.getLogger("memindex.sessions")
 
@@ -86,7 +86,11 @@ def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None
         if stat.S_ISREG(st.st_mode):
             if facts is not None and st.st_nlink > 1:
                 facts.hard_links = True
-            out.append(MemoryFile(f"{SOURCE}/{e.name}", Path(e.path), SOURCE, st.st_size, st.st_mtime_ns, KIND))
+            # The stored and shown path: a name that is not valid UTF-8 has its bytes escaped
+            # (display_path), as for Markdown files; the job then fails on name_problem with a
+            # problem row. With the raw name, even that row could not be stored: retried forever.
+            out.append(MemoryFile(f"{SOURCE}/{display_path(e.name)}", Path(e.path), SOURCE, st.st_size,
+                                  st.st_mtime_ns, KIND))
     return out
 
 
@@ -186,6 +190,12 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
     path = Path(job.abs_path)
     if not _regular(path):
         return Prepared(None, vanished=True)
+    bad_name = name_problem(job.abs_path)
+    if bad_name:  # skipped with a problem row, as a Markdown file (not retried by every sync)
+        log.warning("%s: %s", job.path, bad_name)
+        st = os.lstat(path)
+        return Prepared(build_record(replace(job, kind=KIND), st, f"size:{st.st_size}:{st.st_mtime_ns}", [], None,
+                                     bad_name))
     try:
         with open(path, "rb") as fh:
             ino = os.fstat(fh.fileno()).st_ino
@@ -288,6 +298,14 @@ def is_current_session(record: FileRecord) -> bool:
     """
     state = state_from_extra(record.path, record.extra)
     path = Path(record.abs_path)
+    if state is None and record.error and not record.chunks:
+        # A problem row with nothing read (a name that is not valid UTF-8): current while the
+        # file is the one it describes (else it was dropped as stale and re-planned forever).
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and (st.st_size, st.st_mtime_ns) == (record.size, record.mtime_ns)
     if state is None or not _regular(path):
         return False
     try:

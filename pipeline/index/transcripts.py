@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -58,9 +59,15 @@ class Transcript:
     next_start_line: int = 1
 
 
+# A lone UTF-16 surrogate: JSON may hold one ("\ud83d", half an emoji cut by a JS writer) and
+# json.loads keeps it, but no UTF-8 text (a queue message, the store) can: the whole transcript
+# failed on every retry. It becomes U+FFFD, as undecodable bytes do.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def normalize_text(text: str) -> str:
-    """Collapse every whitespace run (newlines included) to one space."""
-    return " ".join(text.split())
+    """Collapse every whitespace run (newlines included) to one space; lone surrogates -> U+FFFD."""
+    return _LONE_SURROGATE.sub("\ufffd", " ".join(text.split()))
 
 
 def _content_text(content: Any) -> str | None:
