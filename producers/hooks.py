@@ -22,7 +22,7 @@ import time
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.pipeline.errors import require
-from memindex.workers.flags import clear_sync_requested, mark_sync_requested
+from memindex.workers.flags import send_once
 
 log = logging.getLogger("memindex.hooks")
 
@@ -35,14 +35,7 @@ def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None 
     settings = settings or settings_for(ctx)
     if not settings.enabled:
         return False
-    if not mark_sync_requested(settings.store_path):
-        return False
-    try:
-        request_sync(ctx, reason=reason)
-    except Exception:
-        clear_sync_requested(settings.store_path)  # nothing was queued: let the next call retry
-        raise
-    return True
+    return send_once(settings.store_path, lambda: request_sync(ctx, reason=reason))
 
 
 def on_session_start(ctx: Context, session_key: str | None = None) -> bool:

@@ -377,7 +377,7 @@ class Watcher:
                 if not (gone or came):
                     continue
                 self._watch_agent(idx)
-                if came and all(os.path.isdir(t) for t in a.tops[:1]):
+                if came and os.path.isdir(a.tops[0]):  # tops[0]: the workspace (watch_roots)
                     log.info("watcher: %s appeared; syncing agent %s", a.tops[0], a.ctx.agent_id)
                     self.mark_dirty(idx, a.tops[0])
 

@@ -14,7 +14,7 @@ import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # Long enough to cover a queued sync under normal load, short enough that a
 # lost message only delays freshness briefly.
@@ -59,3 +59,17 @@ def clear_sync_requested(store_path: Path | str) -> None:
         return
     with _local_lock:
         _local_flags.pop(key, None)
+
+
+def send_once(store_path: Path | str, send: Callable[[], None]) -> bool:
+    """``send()`` unless a sync for this store is already requested and not started. True if
+    sent. A send that fails clears the flag again: nothing was queued, so the next request
+    must not be swallowed."""
+    if not mark_sync_requested(store_path):
+        return False
+    try:
+        send()
+    except Exception:
+        clear_sync_requested(store_path)
+        raise
+    return True

@@ -29,25 +29,25 @@ def request_resync(ctx: dict[str, Any], reason: str, *, force: bool = False, del
     as it starts, so a request made after that still gets its own sync). Each stale write group
     asked for its own: one edit burst over 199 files ran 37 syncs and wrote 5x the files.
     ``delay_ms`` holds the sync back that long, so the requests of one burst find it queued."""
+    def send() -> None:
+        broker.enqueue(dramatiq.Message(queue_name=SYNC_QUEUE, actor_name="sync_agent", args=(ctx,),
+                                        kwargs={"force": force, "reason": reason}, options={}), delay=delay_ms)
+
     store = None
     if not force:
         try:
             from memindex.pipeline.config.agents import settings_for
             from memindex.pipeline.config.settings import Context
-            from memindex.workers.flags import clear_sync_requested, mark_sync_requested
 
             store = settings_for(Context.from_dict(ctx)).store_path
-            if not mark_sync_requested(store):
-                return
-        except Exception:  # noqa: BLE001 - no config here (a compute host), Redis away: just send
+        except Exception:  # noqa: BLE001 - no config here (a compute host): just send
             store = None
-    try:
-        broker.enqueue(dramatiq.Message(queue_name=SYNC_QUEUE, actor_name="sync_agent", args=(ctx,),
-                                        kwargs={"force": force, "reason": reason}, options={}), delay=delay_ms)
-    except Exception:
-        if store is not None:
-            clear_sync_requested(store)  # nothing was queued: the next request must not be swallowed
-        raise
+    if store is None:
+        send()
+        return
+    from memindex.workers.flags import send_once
+
+    send_once(store, send)
 
 
 def write_queue_for(store_key: str) -> str:

@@ -217,6 +217,7 @@ def close_idle_writers(idle_s: float = IDLE_CLOSE_S) -> None:
 
 def _hold(key: str, w: StoreWriter, ctx: Context) -> None:
     w.hold()
+    _last_used[key] = time.monotonic()
     _held[key] = (w, write_queue_for(key), ctx.as_dict())
     if not (_committer and _committer[0].is_alive()):  # (not alive in a forked child)
         t = threading.Thread(target=_commit_late_groups, name="memindex-group-commit", daemon=True)
@@ -244,7 +245,6 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
             w = None
         if w is not None:
             _hold(key, w, ctx)
-            _last_used[key] = time.monotonic()
     if w is None:
         # Opened outside the lock: it may wait for another process's writer of this store
         # (the writer lock), and this process's other stores keep committing meanwhile.
@@ -269,7 +269,6 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
             else:  # another thread of this process opened it first (one writer thread per store: rare)
                 opened.close()
             _hold(key, w, ctx)
-            _last_used[key] = time.monotonic()
     if lost:
         request_resync(ctx.as_dict(), "wal-lost")
     return settings, w

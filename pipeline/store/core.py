@@ -52,14 +52,14 @@ log = logging.getLogger("memindex.store")
 
 FileKey = tuple[str, str]  # (source, path)
 
-# What makes one record unstorable however often it is retried (unlike a locked or full
-# disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
-# (surrogates), a constraint the record breaks, a number out of range.
 # How long a writer waits for another process's writer of the same store before its write fails
 # (StoreError; the next sync plans it again). Writers close a store after a few idle seconds
 # (workers/writer.py), so this is reached only behind one that keeps writing, or is stuck.
 WRITER_WAIT_S = float(os.environ.get("MEMINDEX_WRITER_WAIT_S", "600"))
 
+# What makes one record unstorable however often it is retried (unlike a locked or full
+# disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
+# (surrogates), a constraint the record breaks, a number out of range.
 UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
 
 

@@ -71,7 +71,10 @@ def writer_lock_path(store: Path | str) -> Path:
     return store.with_name(store.name + LOCK_SUFFIX)
 
 
-_label: list[str] = []  # what this process is, for other writers' wait lines (set_process_label)
+# What this process is, for other writers' wait lines (set_process_label). Not kept in the
+# environment: a CLI call then starts the resident process (producers/cli/resident.py) with that
+# environment, and the resident serves only callers whose environment equals its own.
+_label: list[str] = []
 
 
 LABEL_ENV = "MEMINDEX_PROCESS_LABEL"  # the label of a process started by exec (`memindex worker` runs dramatiq)
