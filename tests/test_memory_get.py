@@ -52,6 +52,8 @@ def test_missing_file_is_empty_not_an_error(ws):
     ("   ", "path required"),
     ("memory/a\x00.md", "NUL"),
     ("~/secret.md", "outside the memory files"),
+    ("MEMORY.md/", "names a directory"),  # normpath alone drops the slash and read MEMORY.md
+    ("memory/2026-02-10.md/", "names a directory"),
 ])
 def test_rejections_say_which_rule(ws, path, rule):
     with pytest.raises(MemoryGetError) as err:

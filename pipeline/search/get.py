@@ -68,6 +68,8 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
         raw.encode("utf-8")
     except UnicodeEncodeError:
         raise MemoryGetError("path rejected: not valid UTF-8") from None
+    if raw.endswith(("/", os.sep)):  # normpath would drop the slash and read the file of that name
+        raise MemoryGetError(f"path rejected: {raw!r} names a directory (ends with '/'); give a .md file")
     ws = settings.workspace
     if raw.startswith("qmd/"):
         return _resolve_qmd_path(settings, raw)
