@@ -76,6 +76,10 @@ def test_status_and_health(local: str) -> None:
     ("POST", "/v1/search", '{"query": "x", "minScore": NaN}', 400, "bad_request"),
     ("POST", "/v1/search", {"query": "x", "bogus": 1}, 400, "bad_request"),
     ("POST", "/v1/search", [1, 2], 400, "bad_request"),
+    # json keeps the last of a key given twice: a proxy vetting the first would be bypassed
+    ("POST", "/v1/search", '{"query": "x", "agent": "main", "agent": "nobody"}', 400, "bad_json"),
+    ("POST", "/v1/get", '{"path": "MEMORY.md", "opts": {"a": 1, "a": 2}}', 400, "bad_json"),
+    ("GET", "/v1/status?agent=main&agent=other", None, 400, "bad_request"),
     ("GET", "/v1/search", None, 405, "method_not_allowed"),
     ("GET", "/nope", None, 404, "not_found"),
 ])

@@ -131,6 +131,28 @@ def protect(app: ASGIApp, token: str | None, bind_host: str) -> ASGIApp:
     return LoopbackHosts(app) if is_loopback(bind_host) else app
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object with a key twice is refused: a proxy that vets the first ``agent`` while
+    we took the last (json's default) would let a caller choose another agent's memory."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(f"request body has the key {key!r} twice")
+        data[key] = value
+    return data
+
+
+def _one_query_param(request: Request, name: str) -> str | None:
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise OperationError("bad_request", f"query parameter {name!r} given {len(values)} times")
+    return values[0] if values else None
+
+
 async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
     too_large = OperationError("too_large", f"request body over {max_bytes} bytes", 413)
     declared = request.headers.get("content-length")
@@ -146,7 +168,9 @@ async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         raise OperationError("client_disconnected", "the client closed the connection before its body ended",
                              400) from None
     try:
-        data = json.loads(body or b"{}")
+        data = json.loads(body or b"{}", object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise OperationError("bad_json", str(exc)) from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nesting thousands deep
         raise OperationError("bad_json", f"request body is not JSON: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict):
@@ -164,7 +188,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
         return JSONResponse(await tools.get(kw.pop("path"), **kw))
 
     async def status(request: Request) -> Response:
-        return JSONResponse(await tools.status(agent=request.query_params.get("agent")))
+        return JSONResponse(await tools.status(agent=_one_query_param(request, "agent")))
 
     async def healthz(request: Request) -> Response:
         # "up" means able to answer: with an unreadable or invalid config every request fails, so a
