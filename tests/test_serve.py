@@ -221,3 +221,22 @@ def test_two_agents_workspace_override_confinement_ids_and_a_broken_config(tmp_p
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp-http"])
+def test_sigterm_stops_cleanly_with_exit_0(indexed: Agent, tmp_path: Path, command: str) -> None:
+    # uvicorn re-raises the SIGTERM it drained for; with the default handler the process died
+    # with 143 after a clean stop (docker/honcho/systemd read that as a crash of the service).
+    import signal
+
+    if command == "serve":
+        proc, url = serve(indexed, tmp_path)
+    else:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, *cli_args(indexed), "mcp", "--http", str(port)],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_port(port, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err

@@ -17,7 +17,9 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import signal
 import sys
+import threading
 from typing import Any, Awaitable, Callable
 
 import uvicorn
@@ -237,4 +239,14 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str) -> None:
     """Serve until Ctrl-C / SIGTERM (uvicorn handles both and drains open requests)."""
     shown = f"[{host}]" if ":" in host else host
     print(f"{what} listening on http://{shown}:{port}", file=sys.stderr, flush=True)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)).run()
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    # uvicorn drains, restores the handlers it found, then raises the signal it caught again; with
+    # the default SIGTERM handler that kills the process (exit 143 after a clean stop). A handler
+    # that ignores it makes a SIGTERM stop exit 0, as `memindex watch` and the workers do.
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, lambda *_: None) if main else None
+    try:
+        server.run()
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, old)
