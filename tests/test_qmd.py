@@ -609,8 +609,13 @@ def test_cli_search_and_status_use_qmd(ws):
     assert st["backend"] == "builtin" and st["fallback"]["kind"] == "missing"
     res = run_cli(*base, "status", timeout=60)
     assert "fallback:" in res.stdout and "qmd unavailable" in res.stdout
+    assert res.stderr == "", res.stderr  # the stdout line says it; the backend's log line repeated it
     out = json.loads(run_cli(*base, "search", "--json", "kafka", timeout=60).stdout)
     assert out["backend"] == "builtin" and out["backendFallback"]["kind"] == "missing"
+    # One stderr line, and it says why (the kind alone, "missing", did not name the command).
+    res = run_cli(*base, "search", "kafka", timeout=60)
+    assert res.returncode == 0 and res.stdout.strip()
+    assert res.stderr.splitlines() == [res.stderr.strip()] and "no-such-qmd" in res.stderr, res.stderr
 
 
 def test_shared_models_dir_is_linked_into_agent_cache(ws, tmp_path, monkeypatch):

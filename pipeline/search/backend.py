@@ -177,8 +177,11 @@ class FallbackSearch(AsyncSearch):
         resp.backend = "builtin"
         resp.extra["backendFallback"] = {"from": "qmd", "reason": self.fallback_reason,
                                          "kind": self.fallback_kind}
-        if not resp.warning:
-            resp.warning = f"qmd unavailable ({self.fallback_kind}); answered from the built-in index"
+        why = (self.fallback_reason or self.fallback_kind or "").strip().splitlines() or ["?"]
+        # The built-in index's own warning (e.g. "no index yet") is kept after it: hiding that qmd
+        # failed behind it left the user with "run `memindex index`" and no word about qmd.
+        resp.warning = (f"qmd unavailable ({why[0][:200]}); answered from the built-in index"
+                        + (f" ({resp.warning})" if resp.warning else ""))
         return resp
 
     def status(self, *, probe: bool = False) -> dict[str, Any]:

@@ -462,6 +462,10 @@ def _setup_logging(args: argparse.Namespace) -> None:
     if level > logging.DEBUG:
         for noisy in ("dramatiq", "watchdog", *HTTP_LOGGERS):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command not in LONG_RUNNING and level >= logging.WARNING:
+        # A one-shot command says "qmd unavailable" itself (search's note:, status' fallback:,
+        # index's warning:); the backend's log line for long-running processes repeated it.
+        logging.getLogger("memindex.backend").setLevel(logging.ERROR)
 
 
 def _one_line_error(exc: BaseException) -> str | None:
