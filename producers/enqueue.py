@@ -31,8 +31,9 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
                   timeout: float | None = None) -> dict[str, int]:
     """Plan now, then block until every queued job for it is written.
 
-    Returns the plan's counts (``generation``, ``to_index``, ``to_delete``, ``unchanged``),
-    plus ``vanished``: planned files deleted on disk before they were written (when any).
+    Returns the plan's counts (``generation``, ``to_index``, ``to_delete``, ``unchanged``), plus,
+    when any, ``pending_sessions`` (of the unchanged, transcripts grown below the delta
+    thresholds) and ``vanished`` (planned files deleted on disk before they were written).
 
     A sync with nothing to do returns without touching the broker: no dramatiq
     import, no worker threads, no writer message - just the stats. An agent whose memory
@@ -50,6 +51,8 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     plan, noop = plan_now(ctx, force=force)
     counts = {"generation": plan.generation, "to_index": len(plan.jobs) + len(plan.session_deltas),
               "to_delete": len(plan.deletes), "unchanged": plan.unchanged}
+    if plan.pending_sessions:
+        counts["pending_sessions"] = plan.pending_sessions
     if noop:
         return counts
     from memindex.workers import embedded, queues

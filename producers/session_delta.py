@@ -75,7 +75,7 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
     for f in discover_sessions(settings):
         prev = indexed.get((f.source, f.path))
         step = next_step(settings, f, prev, flush=flush)
-        if step == "unchanged":
+        if step in ("unchanged", "pending"):
             continue
         base = prev.hash if prev is not None else None
         if isinstance(step, SessionDelta):

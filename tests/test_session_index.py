@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Agent
+from tests.conftest import Agent, run_cli
 from memindex.pipeline.search.get import MemoryGetError, memory_get
 from memindex.pipeline.search.engine import MemorySearch
 from memindex.pipeline.index.sessions import discover_sessions, parse_extra
@@ -243,7 +243,14 @@ def test_sync_leaves_small_growth_to_the_detector_and_indexes_new_transcripts(se
         fh.write(msg("assistant", "a second turn about lanterns"))
     counts = sess.index()
     assert counts["to_index"] == 0 and counts["unchanged"] == 2
+    assert counts["pending_sessions"] == 1  # `index` says why the new turn is not searchable yet
     assert session_rows(sess) == before
+    assert sess.index()["pending_sessions"] == 1  # the no-op plan (unchanged mark) remembers it
+    from tests.test_mcp import cli_args
+
+    out = run_cli(*cli_args(sess)[2:], "index")
+    assert out.returncode == 0, out.stderr
+    assert "1 transcript(s) with new lines below the delta threshold, indexed once 50 lines" in out.stdout, out.stdout
     # A transcript never indexed is indexed in full, however small.
     transcript(sess, "new.jsonl", msg("user", "brand new topic: walruses"))
     assert sess.index()["to_index"] == 1

@@ -66,8 +66,9 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
     log.info("sync %s: generation %d (%s), %d to index (%d session deltas), %d to delete, %d unchanged",
              msg["agent_id"], plan.generation, plan.role, to_index, len(plan.session_deltas), len(plan.deletes),
              plan.unchanged)
-    return {"generation": plan.generation, "to_index": to_index, "to_delete": len(plan.deletes),
-            "unchanged": plan.unchanged}
+    counts = {"generation": plan.generation, "to_index": to_index, "to_delete": len(plan.deletes),
+              "unchanged": plan.unchanged}
+    return {**counts, "pending_sessions": plan.pending_sessions} if plan.pending_sessions else counts
 
 
 def _groups(jobs: list[FileJob]) -> Iterator[list[FileJob]]:

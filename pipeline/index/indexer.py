@@ -40,6 +40,7 @@ class SyncPlan:
     jobs: list[FileJob] = field(default_factory=list)
     deletes: list[FileKey] = field(default_factory=list)
     unchanged: int = 0
+    pending_sessions: int = 0  # of the unchanged: transcripts grown below the delta thresholds
     session_deltas: list[SessionDelta] = field(default_factory=list)  # append only
 
 
@@ -111,8 +112,9 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
             # Growth below the delta thresholds is left to accumulate (the
             # session-delta detector owns it); past them only the new part is indexed.
             step = next_step(settings, f, prev)
-            if step == "unchanged":
+            if step in ("unchanged", "pending"):
                 plan.unchanged += 1
+                plan.pending_sessions += step == "pending"
                 continue
             if step != "full":
                 plan.session_deltas.append(step)
@@ -175,7 +177,7 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
             if listing_key is not None:
                 known = journal.listing(listing_key)
                 if known is not None and _unchanged(mark, key, known[0], reader, st):
-                    return _nothing_to_do(st, known[1]), True
+                    return _nothing_to_do(st, known[1], mark), True
                 token = journal.arm(listing_key, roots)  # before the walk: a change during it is seen
         facts = ListingFacts()
         with _gc_paused():
@@ -184,14 +186,14 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
         if token is not None and not facts.hard_links:
             journal.record(token, disk, len(files))
         if _unchanged(mark, key, disk, reader, st):
-            return _nothing_to_do(st, len(files)), True
+            return _nothing_to_do(st, len(files), mark), True
     plan = plan_sync(settings, reader, ident, files=files, force=force, facts=facts if files is not None else None)
     st = reader.state()
     noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
             and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0
             and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
     if noop and files is not None and key is not None:
-        unchanged.write(settings.store_path, key, disk, len(files))
+        unchanged.write(settings.store_path, key, disk, len(files), plan.pending_sessions)
     return plan, noop
 
 
@@ -200,9 +202,11 @@ def _unchanged(mark: dict[str, Any] | None, key: str, disk: str, reader: StoreRe
             and reader.pending_count(st.live_generation) == 0)
 
 
-def _nothing_to_do(st: StoreState, files: int) -> SyncPlan:
+def _nothing_to_do(st: StoreState, files: int, mark: dict[str, Any] | None) -> SyncPlan:
     assert st.live_generation is not None and st.live_fingerprint is not None  # store_key checked
-    return SyncPlan(st.live_generation, dict(st.live_fingerprint), "live", unchanged=files)
+    pending = mark.get("pendingSessions", 0) if mark else 0
+    return SyncPlan(st.live_generation, dict(st.live_fingerprint), "live", unchanged=files,
+                    pending_sessions=pending if isinstance(pending, int) else 0)
 
 
 def collect_files(settings: AgentSettings) -> list[MemoryFile]:

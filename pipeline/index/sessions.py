@@ -57,7 +57,7 @@ KIND = "session"
 # consecutive deltas (the unread rest is simply "pending growth").
 MAX_READ_BYTES = 32 * 1024 * 1024
 
-Step = Union[str, SessionDelta]  # "unchanged" | "full" | a delta to append
+Step = Union[str, SessionDelta]  # "unchanged" | "pending" | "full" | a delta to append
 
 
 # --- discovery -------------------------------------------------------------------
@@ -145,8 +145,8 @@ def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, 
     """Shared by ``plan_sync`` and the delta detector so they never disagree.
 
     Never indexed -> "full". Same size and mtime -> "unchanged" (no I/O).
-    Grown below both thresholds -> "unchanged": small appends accumulate until
-    a threshold is reached. Grown past one -> a :class:`SessionDelta`.
+    Grown below both thresholds -> "pending": small appends accumulate until
+    a threshold is reached (nothing to do yet, but `index` says why it was not indexed). Grown past one -> a :class:`SessionDelta`.
     Truncated, replaced or rewritten -> "full". ``flush`` treats any growth as
     past the threshold (a final catch-up).
     """
@@ -172,7 +172,7 @@ def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, 
         log.info("%s: %s; reindexing from scratch", f.path, d.reason)
         return "full"
     if d.action == "none":
-        return "unchanged"
+        return "pending" if d.reason == "below-threshold" else "unchanged"
     return SessionDelta(f.source, f.path, str(f.abs_path), d.start_byte, d.start_line, prev.hash, extra or {})
 
 

@@ -102,12 +102,14 @@ class ListingJournal(Protocol):
         """The listing made after :meth:`arm` returned ``token``."""
 
 
-def write(store_path: Path, store: str, disk: str, count: int) -> None:
-    """Record an unchanged listing (best effort: a mark that cannot be written is only a cache miss)."""
+def write(store_path: Path, store: str, disk: str, count: int, pending_sessions: int = 0) -> None:
+    """Record an unchanged listing (best effort: a mark that cannot be written is only a cache miss).
+    ``pending_sessions``: transcripts below the delta thresholds, which the next no-op plan reports."""
     path = mark_path(store_path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # per writer thread
     try:
-        tmp.write_text(json.dumps({"store": store, "disk": disk, "files": count}), encoding="utf-8")
+        tmp.write_text(json.dumps({"store": store, "disk": disk, "files": count,
+                                    **({"pendingSessions": pending_sessions} if pending_sessions else {})}), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         try:

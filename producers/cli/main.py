@@ -84,12 +84,25 @@ def cmd_index(args: argparse.Namespace) -> int:
             skipped = skipped_files(settings)
             gone = counts.get("vanished", 0)
             print(f"{agent}: indexed {counts['to_index'] - gone} file(s){note}, removed {counts['to_delete']}, "
-                  f"{counts['unchanged']} unchanged" + (f", {gone} deleted while indexing" if gone else "")
+                  f"{counts['unchanged']} unchanged" + _below_delta(settings, counts.get("pending_sessions", 0))
+                  + (f", {gone} deleted while indexing" if gone else "")
                   + (f"; {skipped} skipped (binary, too large, ...: see `memindex status`)" if skipped else ""))
         _say_keyword_only(settings)
         if not _qmd_index(settings, args.quiet):
             code = max(code, 1)
     return max(code, 1 if print_failures(ran) else 0)
+
+
+def _below_delta(settings: Any, pending: int) -> str:
+    """Transcripts that grew too little to index yet (as OpenClaw's `memory index`: a sync takes
+    a transcript's new lines once they pass a delta threshold), so "unchanged" is not all it says."""
+    if not pending:
+        return ""
+    from memindex.pipeline.index.sessions import thresholds
+
+    size, lines = thresholds(settings)
+    return (f" (of which {pending} transcript(s) with new lines below the delta threshold, indexed "
+            f"once {lines} lines or {size:,} bytes accumulate; `--force` now)")
 
 
 def _say_keyword_only(settings: Any) -> None:
