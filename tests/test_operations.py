@@ -173,6 +173,33 @@ def test_an_endpoint_that_changes_size_with_no_file_changed_is_seen_and_rebuilt_
         server.reset()
 
 
+def test_a_long_lived_process_plans_at_the_size_another_process_found(agent, server):
+    """`watch` (or a worker) learnt 256 dims; the endpoint moved to 128 and `index --force` in
+    another process rebuilt at 128. The long-lived process's next plan rebuilt the index at 256
+    again, from the old vectors in its cache (and searches, embedding at 128, went keyword-only)."""
+    from memindex.pipeline.embeddings.embedder import identity_for, reset_services
+    from memindex.producers.enqueue import plan_now
+
+    server.reset()
+    server.state.dims["openai"] = 256
+    _notes(agent)
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    reset_services()
+    try:
+        agent.index()
+        assert identity_for(agent.settings()).dims == 256
+        server.state.dims["openai"] = 128
+        out = _cli(agent, "index", "--force")
+        assert out.returncode == 0, out.stdout + out.stderr
+        plan, noop = plan_now(agent.ctx)
+        assert noop and plan.fingerprint["vectorDims"] == 128, plan.fingerprint
+        assert identity_for(agent.settings()).dims == 128
+    finally:
+        server.reset()
+        reset_services()
+
+
 # --- Redis --------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -221,6 +248,37 @@ def test_a_404_endpoint_fails_index_visibly_on_redis(agent, server, redis_server
         while not dead and time.monotonic() < deadline:
             dead = json.loads(_cli(agent, "dead-letters", "--json", env=env).stdout)
     assert len(dead) == 1 and "outputDimensionality" in (dead[0]["error"] or ""), dead
+
+
+@pytest.mark.redis
+def test_a_running_compute_worker_follows_an_endpoint_that_changed_size(agent, server, redis_server, tmp_path):
+    """The worker learnt 256 dims at its first answer; the endpoint then served 128 and
+    `index --force` (which asks the endpoint) re-planned at 128. The worker kept 256 and refused
+    every vector ("expected 256-dim vectors, got 128"): all files keyword-only until restarted."""
+    server.reset()
+    server.state.dims["openai"] = 256
+    _notes(agent)
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    env = {"MEMINDEX_BROKER_URL": redis_server.url}
+    try:
+        with _redis_workers(redis_server.url, tmp_path):
+            out = _cli(agent, "index", env=env)
+            assert out.returncode == 0, out.stdout + out.stderr
+            st = json.loads(_cli(agent, "status", "--json", env=env).stdout)[0]["status"]
+            assert st["vector"]["dims"] == 256 and not st.get("vectorsPending"), st
+            server.state.dims["openai"] = 128
+            out = _cli(agent, "index", "--force", env=env)
+            assert out.returncode == 0, out.stdout + out.stderr
+            st = json.loads(_cli(agent, "status", "--json", env=env).stdout)[0]["status"]
+            assert st["vector"]["dims"] == 128 and st["files"] == 3 and not st.get("vectorsPending"), st
+            assert not [p for p in st["problems"] if "dim" in p["error"]], st["problems"]
+            found = json.loads(_cli(agent, "search", "--json", "Omada router VLAN 1", env=env).stdout)
+            assert found["results"] and found["mode"] == "hybrid", found
+        logs = "\n".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
+        assert "now answers 128-dim vectors (was 256)" in logs, logs
+    finally:
+        server.reset()
 
 
 @pytest.mark.redis

@@ -218,6 +218,7 @@ def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], ite
     else:
         records = [FileRecord.from_message(item["record"]) for item in items]
         planned = [r.embedding for r in records]
+        embedder.follow_planned_size(next((p.dims for p in planned if p is not None and p.dims), None))
         try:
             embed_missing(records, embedder)
         except FallbackSwitched as exc:

@@ -33,10 +33,14 @@ log = logging.getLogger("memindex.index")
 
 
 @dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
-def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]) -> None:
+def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]],
+                dims: int | None = None) -> None:
+    """``dims``: the vector size the plan was made at (None: not known yet, or keyword-only)."""
     context = Context.from_dict(ctx)
     settings = settings_for(context)
     full = chunk_embedder_for(settings)
+    if full is not None:  # before the cache lookup: a size learnt long ago finds the old vectors
+        full.follow_planned_size(dims)
     embedder = CacheOnlyEmbedder(full) if full is not None else None
     deferring = batch_embedder_for(settings, full)  # batch mode: cache hits now, misses to a batch job
     records: list[FileRecord] = []
@@ -70,11 +74,14 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
 
 
 @dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=30 * 60_000, **RETRY)
-def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, Any]) -> None:
+def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, Any],
+                        dims: int | None = None) -> None:
     """Chunk only a transcript's new turns; the compute side embeds them, the writer appends them."""
     settings = settings_for(Context.from_dict(ctx))
     d = SessionDelta.from_message(delta)
     full = chunk_embedder_for(settings)
+    if full is not None:
+        full.follow_planned_size(dims)
     prepared = prepare_session_delta(settings, d, CacheOnlyEmbedder(full) if full is not None else None)
     rec = prepared.record
     if prepared.vanished:

@@ -16,7 +16,7 @@ import dramatiq
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context, pinned
-from memindex.pipeline.embeddings.embedder import identity_for
+from memindex.pipeline.embeddings.embedder import planning_identity
 from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
 from memindex.pipeline.index.records import FileJob
@@ -40,7 +40,7 @@ def run_sync(ctx: Context, *, force: bool = False,
     if not settings.enabled:  # a request queued before the config turned memory search off
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
-    plan, _ = plan_agent(settings, identity_for(settings), force=force)
+    plan, _ = plan_agent(settings, planning_identity(settings), force=force)
     return dispatch_plan(ctx, plan, progress)
 
 
@@ -56,12 +56,12 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
                     planned_at=time.time_ns())
     sent = 0
     for group in _groups(plan.jobs):
-        index_files.send(msg, plan.generation, [j.to_message() for j in group])
+        index_files.send(msg, plan.generation, [j.to_message() for j in group], plan.fingerprint.get("vectorDims"))
         sent += len(group)
         if progress is not None:
             progress(sent, len(plan.jobs))
     for delta in plan.session_deltas:
-        index_session_delta.send(msg, plan.generation, delta.to_message())
+        index_session_delta.send(msg, plan.generation, delta.to_message(), plan.fingerprint.get("vectorDims"))
     to_index = len(plan.jobs) + len(plan.session_deltas)
     log.info("sync %s: generation %d (%s), %d to index (%d session deltas), %d to delete, %d unchanged",
              msg["agent_id"], plan.generation, plan.role, to_index, len(plan.session_deltas), len(plan.deletes),

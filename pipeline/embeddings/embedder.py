@@ -116,6 +116,45 @@ def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
     return _identity(service.active_provider)
 
 
+def follow_vector_size(settings: AgentSettings, planned: int | None) -> bool:
+    """Take ``planned`` as the provider's size if the endpoint answers it now (see
+    ``EmbeddingService.follow_size``); True if this process's size changed."""
+    service, _ = _service(settings)
+    p = service.active_provider if service is not None else None
+    if not planned or p is None or p.dims == planned:
+        return False
+    old = p.dims
+    try:
+        service.follow_size(planned, probe_timeout_s(p.id))
+    except ProviderError as exc:  # the embedding itself then says what is wrong
+        log.debug("vector size probe for %s failed: %s", settings.agent_id, exc)
+    return p.dims != old
+
+
+def planning_identity(settings: AgentSettings) -> EmbeddingIdentity:
+    """``identity_for``, for a plan made by a long-lived process (a worker, `watch`).
+
+    Such a process learnt its provider's vector size from its first answer. When the endpoint
+    changed size and `index --force` (which asks it) rebuilt the index at the new size, this
+    process's plans would otherwise rebuild it at the old size again, from the old vectors in
+    the cache. A live index of the same provider at another size makes it ask the endpoint.
+    """
+    ident = identity_for(settings)
+    if ident.dims is None or ident.provider == KEYWORD_ONLY.provider:
+        return ident
+    try:
+        st = _cache_readers.get(settings, lambda: open_reader(settings)).state()
+    except Exception as exc:  # noqa: BLE001 - the plan reads the store itself and reports it
+        log.debug("store state for %s unreadable: %s", settings.agent_id, exc)
+        return ident
+    fp = st.live_fingerprint or {}
+    live = fp.get("vectorDims")
+    if fp.get("providerKey") == ident.provider_key and isinstance(live, int) and live != ident.dims:
+        if follow_vector_size(settings, live):
+            return identity_for(settings)
+    return ident
+
+
 # One real request for a size or a health check (`index --force`, `status --deep`): one attempt,
 # bounded (the indexing path's retries and backoff made a refused connection take 19 s).
 PROBE_TIMEOUT_S = 15.0
@@ -211,6 +250,13 @@ class ChunkEmbedder:
             result = self._accept(self._guarded(lambda: self.service.embed_media(list(missing.values()))))
             fresh = {h: v for h, v in zip(missing, result.vectors) if v}
         return [cached.get(h) or fresh.get(h) for h in hashes], set(cached)
+
+    def follow_planned_size(self, planned: int | None) -> None:
+        """Embed (and look the cache up) at the size the index was planned at, when the
+        endpoint answers it now (``follow_vector_size``): the file and compute sides of a
+        long-lived worker after `index --force` re-planned at an endpoint's new size."""
+        if planned and planned != self.identity.dims and follow_vector_size(self.settings, planned):
+            self.identity = _identity(self.service.active_provider)
 
     def _guarded(self, call: Callable[[], T]) -> T:
         return guarded(breaker_for(self.settings), self.identity.provider_key, self.identity.provider, call)

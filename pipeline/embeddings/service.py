@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -42,6 +43,9 @@ from memindex.pipeline.embeddings.select import ProviderChoice
 from memindex.pipeline.embeddings.validate import l2_normalize, validate_vectors, weighted_mean
 
 log = logging.getLogger(__name__)
+
+# How often a plan at another vector size makes a worker ask its endpoint's size again (follow_size).
+SIZE_RECHECK_S = 60.0
 
 
 @dataclass
@@ -78,6 +82,7 @@ class EmbeddingService:
         self._lock = threading.Lock()
         self._active = choice.primary or choice.fallback
         self._fallback_reason = choice.primary_error if choice.primary is None and choice.fallback else None
+        self._size_checked_at: float | None = None
 
     # --- state ----------------------------------------------------------------
 
@@ -235,6 +240,27 @@ class EmbeddingService:
         if answered and provider.dims_learnt and provider.dims != answered:
             provider.dims = answered
         return provider.dims
+
+    def follow_size(self, planned: int, timeout_s: float) -> None:
+        """A plan made at another vector size than the one learnt here: ask the endpoint again.
+
+        A size is learnt once, from the first answer. A long-lived compute worker (issue 18)
+        kept it after its endpoint changed size, and refused every vector of the `index --force`
+        that re-planned at the new size ("expected 256-dim vectors, got 128") until restarted.
+        At most once per SIZE_RECHECK_S: the old plan's messages still queued carry the old size.
+        """
+        provider = self._active
+        if provider is None or not provider.dims_learnt or provider.dims in (None, planned):
+            return
+        with self._lock:
+            now = time.monotonic()
+            if self._size_checked_at is not None and now - self._size_checked_at < SIZE_RECHECK_S:
+                return
+            self._size_checked_at = now
+        old = provider.dims
+        if self.probe_dims(timeout_s) != old:
+            log.info("memory embeddings: %s now answers %s-dim vectors (was %s), as the index was planned",
+                     provider.id, provider.dims, old)
 
     # --- queries ----------------------------------------------------------------
 
