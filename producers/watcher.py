@@ -52,7 +52,8 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from memindex.pipeline.config.settings import AgentSettings, Context
-from memindex.pipeline.index.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, resolve_extra_paths, watch_roots
+from memindex.pipeline.index.workspace import (MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_markdown_name,
+                                              resolve_extra_paths, watch_roots)
 
 log = logging.getLogger("memindex.watcher")
 
@@ -119,7 +120,7 @@ class AgentWatch:
                 continue
             if extra.is_dir():
                 w.trees.append(_norm(extra))
-            elif extra.suffix == ".md" or not extra.exists() or (w.extra_keep and w.extra_keep(extra.name)):
+            elif is_markdown_name(extra.name) or not extra.exists() or (w.extra_keep and w.extra_keep(extra.name)):
                 # A missing path may become a file or a directory: accept both.
                 w.files.add(_norm(extra))
                 if not extra.exists():
@@ -137,7 +138,7 @@ class AgentWatch:
                 rel = path[len(t):].strip(os.sep)
                 if rel and any(is_ignored_dir(part) for part in rel.split(os.sep)[:-1 if not is_dir else None]):
                     return False
-                if is_dir or path.endswith(".md"):
+                if is_dir or is_markdown_name(path):  # discovery's rule: UPPER.MD is Markdown too
                     return True
                 # trees[0] is memory/: media count only under extraPaths (F17).
                 return i > 0 and self.extra_keep is not None and self.extra_keep(os.path.basename(path)) is not None

@@ -47,6 +47,7 @@ def test_relevance_rules(agent):
     assert not w.relevant(j(ws, "README.md"), False)
     assert w.relevant(j(ws, "memory", "2026-01-01.md"), False)
     assert w.relevant(j(ws, "memory", "deep", "x.md"), False)
+    assert w.relevant(j(ws, "memory", "UPPER.MD"), False) and w.relevant(j(ws, "team", "T.Md"), False)
     assert not w.relevant(j(ws, "memory", "x.txt"), False)
     assert not w.relevant(j(ws, "memory", "node_modules", "x.md"), False)
     assert not w.relevant(j(ws, "memory", ".git"), True)
@@ -240,6 +241,11 @@ def test_watcher_keeps_the_embedded_index_fresh(agent):
                      timeout=10)
         (agent.workspace / "memory/c.md").unlink()
         assert _wait(lambda: agent.search("kumquat")["results"] == [], timeout=10)
+        # Discovery indexes UPPER.MD (README): the watcher took only ".md" (found by a user trial).
+        agent.write("memory/NOTES.MD", "upper case pangolin\n")
+        assert _wait(lambda: agent.search("pangolin")["results"], timeout=10)
+        (agent.workspace / "memory/NOTES.MD").unlink()
+        assert _wait(lambda: agent.search("pangolin")["results"] == [], timeout=10)
     finally:
         w.stop()
     from memindex.workers import embedded

@@ -85,7 +85,7 @@ def extra_kind_for(settings: AgentSettings) -> Callable[[str], str | None] | Non
     kinds = allowed_kinds(settings.memory_search["multimodal"]["modalities"])
 
     def keep(name: str) -> str | None:
-        if name.endswith(".md"):
+        if name.lower().endswith(".md"):  # is_markdown_name (index layer above media)
             return "markdown"
         t = media_type(name)
         return t[0] if t and t[0] in kinds else None
