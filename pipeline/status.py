@@ -17,6 +17,7 @@ from memindex.pipeline.index.workspace import (
 )
 from memindex.pipeline.store.schema import fts_table, vec_dims_key, vec_table
 from memindex.pipeline.index.failures import read_failures
+from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, nearest_existing, open_reader
 
 
@@ -91,6 +92,10 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             # Search already serves only the configured sources; the store catches up on the next sync.
             stale.append(f"the index holds sources {indexed_sources}, the config now names "
                          f"{sorted(settings.sources)}: run `memindex index`")
+        held = other_workspace(live, settings)
+        if out.get("indexed") and held is not None:
+            stale.append(f"the index holds the files of workspace {held}, not {settings.workspace}: "
+                         "`memindex index` rebuilds it (searches answer nothing until then)")
         if stale:
             out["configChanged"] = "; ".join(stale)
         out["diskFree"] = _disk_free(settings.store_path)

@@ -138,6 +138,33 @@ def test_two_agents_without_workspace_index_two_workspaces(tmp_path):
     assert not (state / "memory" / "nosuch.sqlite").exists()
 
 
+def test_an_index_built_from_another_workspace_is_never_served_under_the_agents_name(tmp_path):
+    """`--agent main --workspace <ops' workspace> index` filled main's store with ops' files, and
+    a plain `--agent main search` then answered ops' secrets as main's MEMORY.md; `status` said
+    nothing (found by a user trial; `mcp --workspace` did the same)."""
+    home, state = tmp_path / "home", tmp_path / "state"
+    cfg = _write(state / "openclaw.json", {"agents": {"defaults": {"memorySearch": {"provider": "none"}},
+                                                      "list": [{"id": "main"}, {"id": "ops"}]}})
+    _write(home / ".openclaw" / "workspace" / "MEMORY.md", "main keeps the quokka runbook\n")
+    ops_ws = state / "workspace-ops"
+    _write(ops_ws / "MEMORY.md", "ops keeps the ZANZIBAR codeword\n")
+    env = {"HOME": str(home)}
+    base = ("--config", str(cfg), "--state-dir", str(state), "--agent", "main")
+    assert _cli(tmp_path, env, *base, "index").returncode == 0
+    out = _cli(tmp_path, env, *base, "--workspace", str(ops_ws), "index")
+    assert out.returncode == 0, out.stderr
+    out = _cli(tmp_path, env, *base, "search", "--json", "ZANZIBAR")
+    assert out.returncode == 0 and json.loads(out.stdout)["results"] == [], out.stdout
+    assert str(ops_ws) in json.loads(out.stdout)["warning"]
+    st = json.loads(_cli(tmp_path, env, *base, "status", "--json").stdout)[0]["status"]
+    assert st["dirty"] is True and str(ops_ws) in st["configChanged"], st
+    # The next sync with the agent's own workspace rebuilds; its own notes answer again.
+    assert _cli(tmp_path, env, *base, "index").returncode == 0
+    out = json.loads(_cli(tmp_path, env, *base, "search", "--json", "quokka").stdout)
+    assert [r["path"] for r in out["results"]] == ["MEMORY.md"] and "warning" not in out, out
+    assert json.loads(_cli(tmp_path, env, *base, "search", "--json", "ZANZIBAR").stdout)["results"] == []
+
+
 def test_default_true_picks_the_default_agent(tmp_path):
     home, state = tmp_path / "home", tmp_path / "state"
     cfg = _write(state / "openclaw.json", {"agents": {"list": [{"id": "a"}, {"id": "b", "default": True}]}})

@@ -1,10 +1,11 @@
 """The index fingerprint (F7): what the stored vectors and chunks depend on.
 
 When it changes the index is rebuilt. It holds the provider id, model,
-endpoint key (never an API key), chunking params and chunker version, sources, FTS tokenizer and
-schema version. ``vectorDims`` is learnt from the first vector, so it is only
-compared when both sides know it: a restart with unchanged config must never
-look like a change (the reference wiped indexes on every restart that way).
+endpoint key (never an API key), chunking params and chunker version, sources, FTS tokenizer,
+schema version and the workspace whose files it holds. ``vectorDims`` is learnt from the first
+vector, so it is only compared when both sides know it: a restart with unchanged config must
+never look like a change (the reference wiped indexes on every restart that way). ``workspace``
+likewise (stores written before it was recorded take it on their next sync, not a rebuild).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def index_fingerprint(settings: AgentSettings, ident: EmbeddingIdentity) -> dict
         "chunker": CHUNKER_VERSION,
         "ftsTokenizer": FTS_TOKENIZER,
         "schemaVersion": SCHEMA_VERSION,
+        # An agent's store is named by its id alone: `--workspace` (or a moved workspace) would
+        # otherwise fill it with other files that its searches then serve under its name.
+        "workspace": str(settings.workspace),
     }
     if settings.memory_search["multimodal"]["enabled"]:
         mm = settings.memory_search["multimodal"]
@@ -51,14 +55,22 @@ def index_fingerprint(settings: AgentSettings, ident: EmbeddingIdentity) -> dict
     return fp
 
 
+LEARNT_KEYS = ("vectorDims", "workspace")  # compared only when both fingerprints have them
+
+
 def same_index(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     if not a or not b:
         return False
-    keys = (set(a) | set(b)) - {"vectorDims"}
+    keys = (set(a) | set(b)) - set(LEARNT_KEYS)
     if any(a.get(k) != b.get(k) for k in keys):
         return False
-    da, db = a.get("vectorDims"), b.get("vectorDims")
-    return da is None or db is None or da == db
+    return all(a.get(k) is None or b.get(k) is None or a[k] == b[k] for k in LEARNT_KEYS)
+
+
+def other_workspace(fp: Mapping[str, Any] | None, settings: AgentSettings) -> str | None:
+    """The workspace an index holds the files of, when it is not ``settings``' own (else None)."""
+    held = (fp or {}).get("workspace")
+    return held if isinstance(held, str) and held != str(settings.workspace) else None
 
 
 def dumps(fp: Mapping[str, Any]) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, match_query_and_keywords
 from memindex.pipeline.search.ranking import (
@@ -301,6 +302,14 @@ class MemorySearch(AsyncSearch):
                 return resp
             if snap.pending_count():
                 resp.indexing = "pending"
+            held = other_workspace(snap.fingerprint, self.settings)
+            if held is not None:  # another workspace's files: never served under this agent's name
+                resp.warning = (f"agent {self.settings.agent_id!r}'s index holds the files of workspace {held}, "
+                                f"not {self.settings.workspace} (given with --workspace, or moved); no results "
+                                "until a sync rebuilds it" + ("" if self.schedule_sync else " (`memindex index`)"))
+                if self.schedule_sync is not None:
+                    resp.indexing = "pending"
+                return resp
 
             self._describe_index(resp, snap.fingerprint)
             if not query:  # nothing to look for; provider/model still say what the index holds
