@@ -66,6 +66,11 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out["problems"].append({"path": str(settings.store_path), "error": str(exc)})
             if invariant:
                 out["invariant"] = {"ok": False, "problems": [str(exc)]}
+        if "memory" in settings.sources:  # cheap (the walk is `scan`'s): no sync can run while this holds
+            try:
+                check_roots(settings)
+            except (WorkspaceError, ConfigError) as exc:
+                out["indexRefused"] = str(exc)
         # OpenClaw's "dirty": the index does not yet reflect the disk (never built, files
         # waiting for their write, or a rebuild in progress).
         live = out.get("fingerprint") or {}

@@ -151,6 +151,26 @@ def test_first_search_on_never_indexed_agent_says_pending_or_what_to_run(agent):
     assert res["results"] == [] and res["indexing"] == "pending" and "being built" in res["warning"]
 
 
+def test_an_agent_whose_workspace_is_missing_is_not_being_built_forever(agent, tmp_path):
+    """MCP answered an agent with a missing workspace "the memory index is being built; results
+    will appear shortly" on every call while each scheduled sync failed for good; memory_status
+    had no word of it (found by a user trial)."""
+    import shutil
+
+    from memindex.pipeline.search.engine import MemorySearch
+    from memindex.pipeline.status import index_status
+
+    shutil.rmtree(agent.workspace)
+    eng = MemorySearch(agent.settings(), schedule_sync=lambda settings, reason: None)
+    try:
+        res = eng.search("hello").as_dict()
+    finally:
+        eng.close()
+    assert res["results"] == [] and "indexing" not in res, res
+    assert f"workspace {agent.workspace} does not exist" in res["warning"], res
+    assert "does not exist" in index_status(agent.settings())["indexRefused"]
+
+
 def test_changing_chunk_params_rebuilds_into_a_new_generation(agent):
     agent.write("memory/a.md", "\n".join(f"line {i} mango" for i in range(200)))
     agent.index()

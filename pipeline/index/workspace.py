@@ -316,14 +316,17 @@ def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
     return out
 
 
+LEFT_UNCHANGED = "; index left unchanged"
+
+
 def check_roots(settings: AgentSettings) -> None:
     """Refuse to sync from a workspace that is not there (an unmounted or renamed workspace
     must not look like "every file deleted") or with a too-broad extraPaths entry."""
     ws = settings.workspace
     if not os.path.lexists(ws):
-        raise WorkspaceError(f"workspace {display_path(str(ws))} does not exist; index left unchanged")
+        raise WorkspaceError(f"workspace {display_path(str(ws))} does not exist{LEFT_UNCHANGED}")
     if not ws.is_dir():
-        raise WorkspaceError(f"workspace {display_path(str(ws))} is not a directory; index left unchanged")
+        raise WorkspaceError(f"workspace {display_path(str(ws))} is not a directory{LEFT_UNCHANGED}")
     if _allow_broad():
         return
     for raw in settings.memory_search["extraPaths"]:

@@ -29,7 +29,7 @@ from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.schema import vec_dims_key
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero
-from memindex.pipeline.errors import ProviderError, UsageError, require
+from memindex.pipeline.errors import ConfigError, ProviderError, UsageError, WorkspaceError, require
 
 log = logging.getLogger("memindex.search")
 
@@ -293,6 +293,10 @@ class MemorySearch(AsyncSearch):
 
         with self.reader.snapshot() as snap:
             if snap.generation is None:
+                refused = self._index_refused() if snap.state.building_generation is None else None
+                if refused is not None:  # no sync will ever build it: not "being built" forever
+                    resp.warning = f"agent {self.settings.agent_id!r} has no index: {refused}"
+                    return resp
                 if snap.state.building_generation is None and self.schedule_sync is None:
                     # Nothing is building it and this engine asks for no sync (the CLI): say so.
                     resp.warning = f"agent {self.settings.agent_id!r} has no index yet; run `memindex index`"
@@ -365,6 +369,18 @@ class MemorySearch(AsyncSearch):
             textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
             snippetStartLine=snip.start_line, snippetEndLine=snip.end_line,
         )
+
+    def _index_refused(self) -> str | None:
+        """Why no sync can index this agent (its workspace is missing), else None."""
+        if "memory" not in self.settings.sources:
+            return None
+        from memindex.pipeline.index.workspace import LEFT_UNCHANGED, check_roots
+
+        try:
+            check_roots(self.settings)
+        except (WorkspaceError, ConfigError) as exc:
+            return str(exc).replace(LEFT_UNCHANGED, "")
+        return None
 
     def _describe_index(self, resp: SearchResponse, fp: dict[str, Any] | None) -> None:
         """provider/model in results are those of the vectors in the live index."""
