@@ -327,6 +327,10 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         lines.append(f"rebuilding:   generation {s['rebuilding']['generation']} in progress")
     if s.get("configChanged"):
         lines.append(f"stale:        {s['configChanged']}")
+    if s.get("diskChanges"):
+        d = s["diskChanges"]
+        lines.append(f"changed:      {d['toIndex']} file(s) new or changed on disk, {d['toDelete']} deleted since the "
+                     "last sync (`memindex index`, or a running `memindex watch`, takes them)")
     if s.get("lastSyncAt"):
         import datetime as _dt
 

@@ -365,3 +365,31 @@ def test_disabled_agents_status_and_an_unknown_agent_flag_say_what_is_wrong(tmp_
     assert "run `memindex index`" not in out.stdout
     out = run_cli(*common, "search", "--agent", "nope", "x")
     assert out.returncode == 2 and out.stderr.startswith("error: invalid option: --agent: unknown agent 'nope'"), out.stderr
+
+
+def test_status_is_dirty_when_the_disk_changed_since_the_last_sync(agent):
+    """With no watcher running, `status` said dirty: false (OpenClaw's status manager is dirty
+    only before the first index) while a new note and an edit were not searchable."""
+    from tests.test_mcp import cli_args
+
+    args = cli_args(agent)[2:]
+    agent.write("MEMORY.md", "# Memory\nfirst\n")
+    agent.write("memory/2026-01-01.md", "a day\n")
+    assert run_cli(*args, "index").returncode == 0
+
+    def status() -> dict:
+        out = run_cli(*args, "status", "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)[0]["status"]
+
+    assert status()["dirty"] is False and "diskChanges" not in status()
+    agent.write("memory/2026-01-02.md", "a new note\n")
+    agent.write("MEMORY.md", "# Memory\nfirst, edited\n")
+    (agent.workspace / "memory" / "2026-01-01.md").unlink()
+    st = status()
+    assert st["dirty"] is True and st["diskChanges"] == {"toIndex": 2, "toDelete": 1}, st
+    text = run_cli(*args, "status").stdout
+    assert "changed:      2 file(s) new or changed on disk, 1 deleted since the last sync" in text, text
+    assert run_cli(*args, "index").returncode == 0
+    st = status()
+    assert st["dirty"] is False and "diskChanges" not in st, st

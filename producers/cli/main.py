@@ -238,6 +238,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
             report.update(open_search(settings).status(probe=True))
         scan = source_scan(settings)
+        _note_disk_changes(args, agent, report)
         try:
             jobs = batch_report(settings, limit=50)["jobs"]
         except Exception as exc:  # noqa: BLE001 - Redis down: the store's view is what an operator needs now
@@ -249,6 +250,28 @@ def cmd_status(args: argparse.Namespace) -> int:
         texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan))
     print(json.dumps(entries, indent=2, default=str) if args.json else "\n\n".join(texts))
     return 1 if failed else 0
+
+
+def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, Any]) -> None:
+    """Files changed on disk since the last sync make the index dirty. OpenClaw's status says
+    "dirty: no" then (its status manager is dirty only before the first index); with no watcher
+    running, that read as "fresh" while searches missed the new notes. The plan a sync would
+    make answers it (the listing `scan` also walks; nothing is sent)."""
+    if not report.get("indexed") or not report.get("enabled", True) or report.get("indexRefused"):
+        return
+    from memindex.producers.enqueue import plan_now
+
+    try:
+        plan, noop = plan_now(_ctx(args, agent))
+    except Exception as exc:  # noqa: BLE001 - status reports; the sync itself says what is wrong
+        log.debug("dry plan for %s failed: %s", agent, exc)
+        return
+    if noop or plan.role != "live":  # a rebuild is already said (configChanged / rebuilding)
+        return
+    changed, deleted = len(plan.jobs) + len(plan.session_deltas), len(plan.deletes)
+    if changed or deleted:
+        report["diskChanges"] = {"toIndex": changed, "toDelete": deleted}
+        report["dirty"] = True
 
 
 def _status_index(args: argparse.Namespace, agent: str) -> str | None:
