@@ -36,6 +36,15 @@ def _cli(agent: Agent, *args: str, env: dict | None = None, timeout: float = 90)
                    "--workspace", str(agent.workspace), *args, env=env, timeout=timeout, cwd=agent.root)
 
 
+def _openai_serving(agent: Agent, server: ProviderServer, dims: int) -> None:
+    """Three notes; the config's OpenAI model served by an endpoint that answers ``dims``."""
+    server.reset()
+    server.state.dims["openai"] = dims
+    _notes(agent)
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+
+
 def _wrong_path_config(agent: Agent, server: ProviderServer) -> None:
     agent.memory_config({"provider": "openai", "fallback": "none",
                          "remote": {"baseUrl": f"{server.url}/wrong/v1", "apiKey": "sk-test-123"}})
@@ -116,11 +125,7 @@ def test_a_custom_endpoint_serving_256_dims_under_an_openai_model_name(agent, se
     from memindex.pipeline.embeddings.embedder import reset_services
     from memindex.pipeline.status import index_status
 
-    server.reset()
-    server.state.dims["openai"] = 256
-    _notes(agent)
-    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
-                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    _openai_serving(agent, server, 256)
     reset_services()
     try:
         agent.index()
@@ -148,11 +153,7 @@ def test_a_custom_endpoint_serving_256_dims_under_an_openai_model_name(agent, se
 def test_an_endpoint_that_changes_size_with_no_file_changed_is_seen_and_rebuilt_by_force(agent, server):
     """Nothing to embed means nothing asked: the size change shows in `status --deep` and
     `index --force` rebuilds at the new size (its chunks were all in the cache, at the old one)."""
-    server.reset()
-    server.state.dims["openai"] = 256
-    _notes(agent)
-    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
-                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    _openai_serving(agent, server, 256)
     try:
         assert _cli(agent, "index").returncode == 0
         server.state.dims["openai"] = 128
@@ -180,11 +181,7 @@ def test_a_long_lived_process_plans_at_the_size_another_process_found(agent, ser
     from memindex.pipeline.embeddings.embedder import identity_for, reset_services
     from memindex.producers.enqueue import plan_now
 
-    server.reset()
-    server.state.dims["openai"] = 256
-    _notes(agent)
-    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
-                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    _openai_serving(agent, server, 256)
     reset_services()
     try:
         agent.index()
@@ -255,11 +252,7 @@ def test_a_running_compute_worker_follows_an_endpoint_that_changed_size(agent, s
     """The worker learnt 256 dims at its first answer; the endpoint then served 128 and
     `index --force` (which asks the endpoint) re-planned at 128. The worker kept 256 and refused
     every vector ("expected 256-dim vectors, got 128"): all files keyword-only until restarted."""
-    server.reset()
-    server.state.dims["openai"] = 256
-    _notes(agent)
-    agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
-                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    _openai_serving(agent, server, 256)
     env = {"MEMINDEX_BROKER_URL": redis_server.url}
     try:
         with _redis_workers(redis_server.url, tmp_path):
