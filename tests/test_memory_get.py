@@ -37,7 +37,16 @@ def test_a_final_line_end_does_not_count_as_a_line(ws):
 
 
 def test_missing_file_is_empty_not_an_error(ws):
-    assert memory_get(ws.settings(), "memory/2030-01-01.md").text == ""
+    res = memory_get(ws.settings(), "memory/2030-01-01.md")
+    assert res.text == "" and res.missing and res.as_dict() == {"path": "memory/2030-01-01.md", "text": ""}
+    assert not memory_get(ws.settings(), "memory/2026-02-10.md").missing
+    # The CLI prints nothing on stdout (as OpenClaw) and says why on stderr (it printed nothing at all).
+    from tests.conftest import run_cli
+
+    out = run_cli("--config", str(ws.config_path), "--state-dir", str(ws.state), "--workspace", str(ws.workspace),
+                  "get", "memory/2030-01-01.md")
+    assert out.returncode == 0 and out.stdout == "", out
+    assert out.stderr == "note: memory/2030-01-01.md does not exist (nothing recorded yet)\n", out.stderr
 
 
 @pytest.mark.parametrize("path, rule", [

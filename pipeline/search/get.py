@@ -34,6 +34,7 @@ class MemoryGetResult:
     from_line: int | None = None
     lines: int | None = None
     total_lines: int | None = None
+    missing: bool = False  # no such file (not in the payload: OpenClaw answers {text: "", path})
 
     def as_dict(self) -> dict[str, object]:
         d: dict[str, object] = {"path": self.path, "text": self.text}
@@ -170,7 +171,7 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     try:
         st = os.lstat(target)
     except (FileNotFoundError, NotADirectoryError):
-        return MemoryGetResult(display, "")
+        return MemoryGetResult(display, "", missing=True)
     if not stat.S_ISREG(st.st_mode):
         raise MemoryGetError("path rejected: not a regular file (directories and symlinks are refused)")
     if st.st_size > MAX_READ_BYTES:
