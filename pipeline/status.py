@@ -66,7 +66,7 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out["problems"].append({"path": str(settings.store_path), "error": str(exc)})
             if invariant:
                 out["invariant"] = {"ok": False, "problems": [str(exc)]}
-        if "memory" in settings.sources:  # cheap (the walk is `scan`'s): no sync can run while this holds
+        if settings.enabled and "memory" in settings.sources:  # cheap (the walk is `scan`'s): no sync runs while it holds
             try:
                 check_roots(settings)
             except (WorkspaceError, ConfigError) as exc:
@@ -214,7 +214,8 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
         issues: list[str] = []
         ws = settings.workspace
         try:  # what makes `index` refuse this agent (a missing workspace, a too-broad extraPaths entry)
-            check_roots(settings)
+            if settings.enabled:  # a disabled agent is never indexed: nothing is refused
+                check_roots(settings)
         except (WorkspaceError, ConfigError) as exc:
             issues.append(f"index refused: {exc}")
         if ws.is_dir() and not (ws / MEMORY_DIR).is_dir():

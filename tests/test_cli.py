@@ -339,7 +339,10 @@ def test_search_numbers_out_of_range_are_usage_errors(tmp_path) -> None:
     """--max-results 0 printed "No matches." and --min-score inf/nan passed every result or none."""
     base = ("--workspace", str(tmp_path / "ws"), "--state-dir", str(tmp_path / "state"), "search")
     for flag, value, needle in (("--max-results", "0", "at least 1"), ("--max-results", "-1", "at least 1"),
-                                ("--min-score", "inf", "finite"), ("--min-score", "nan", "finite")):
+                                ("--min-score", "inf", "finite"), ("--min-score", "nan", "finite"),
+                                # not "invalid _at_least_one value" (argparse names the type's function)
+                                ("--max-results", "abc", "--max-results: not a whole number: 'abc'"),
+                                ("--min-score", "high", "--min-score: not a number: 'high'")):
         r = run_cli(*base, flag, value, "kiwi")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (flag, value, r.stderr)
     # get's numbers likewise (a negative --from exited 1 with memory_get's error, unlike search's)
@@ -358,11 +361,12 @@ def test_disabled_agents_status_and_an_unknown_agent_flag_say_what_is_wrong(tmp_
     ws.mkdir()
     cfg = tmp_path / "openclaw.json"
     cfg.write_text('{"agents": {"list": [{"id": "main", "default": true, "workspace": "%s"},'
-                   ' {"id": "off", "workspace": "%s", "memorySearch": {"enabled": false}}]}}' % (ws, ws))
+                   ' {"id": "off", "workspace": "%s", "memorySearch": {"enabled": false}}]}}' % (ws, tmp_path / "gone"))
     common = ["--config", str(cfg), "--state-dir", str(tmp_path / "state")]
     out = run_cli(*common, "status", "--agent", "off")
     assert out.returncode == 0 and "memory search disabled for this agent" in out.stdout, out.stdout
     assert "run `memindex index`" not in out.stdout
+    assert "index refused" not in out.stdout, out.stdout  # its workspace is missing, but it is never indexed
     out = run_cli(*common, "search", "--agent", "nope", "x")
     assert out.returncode == 2 and out.stderr.startswith("error: invalid option: --agent: unknown agent 'nope'"), out.stderr
 

@@ -67,6 +67,7 @@ def _assert_visible_404(agent: Agent, out: subprocess.CompletedProcess, env: dic
     assert "last error:" in text and "model not found" in text
     # Total failure of the vectors does not look healthy: keyword-only files, dirty, one count per file.
     assert st["vectorsPending"] == 3 and st["dirty"] is True
+    assert "diskChanges" not in st, st  # re-planned for their vectors, not changed on disk
     assert "3 keyword-only (vectors failed" in text
     assert st["lastError"]["count"] == 3
 

@@ -308,7 +308,7 @@ class MemorySearch(AsyncSearch):
                 resp.indexing = "pending"
             held = other_workspace(snap.fingerprint, self.settings)
             if held is not None:  # another workspace's files: never served under this agent's name
-                resp.warning = (f"agent {self.settings.agent_id!r}'s index holds the files of workspace {held}, "
+                resp.warning = (f"the index of agent {self.settings.agent_id!r} holds the files of workspace {held}, "
                                 f"not {self.settings.workspace} (given with --workspace, or moved); no results "
                                 "until a sync rebuilds it" + ("" if self.schedule_sync else " (`memindex index`)"))
                 if self.schedule_sync is not None:

@@ -270,7 +270,9 @@ def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, A
         return
     if noop or plan.role != "live":  # a rebuild is already said (configChanged / rebuilding)
         return
-    changed, deleted = len(plan.jobs) + len(plan.session_deltas), len(plan.deletes)
+    # Files re-planned only for their vectors did not change: status says "keyword-only" for them.
+    changed = len(plan.jobs) - plan.vector_retries + len(plan.session_deltas)
+    deleted = len(plan.deletes)
     if changed or deleted:
         report["diskChanges"] = {"toIndex": changed, "toDelete": deleted}
         report["dirty"] = True
@@ -340,9 +342,17 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_search)
 
 
+def _whole_number(text: str) -> int:
+    # argparse names a type's function when it raises ValueError ("invalid _at_least_one value").
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
 def _at_least_one(text: str) -> int:
     """``--max-results``: what the MCP and HTTP tools accept (0 would answer "No matches.")."""
-    n = int(text)
+    n = _whole_number(text)
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
@@ -350,7 +360,7 @@ def _at_least_one(text: str) -> int:
 
 def _non_negative(text: str) -> int:
     """``get --from/--lines``: a usage error like the other numbers (memory_get refuses it anyway)."""
-    n = int(text)
+    n = _whole_number(text)
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
     return n
@@ -360,7 +370,10 @@ def _finite(text: str) -> float:
     """``--min-score``: a number (inf and nan made every or no result pass, silently)."""
     import math
 
-    x = float(text)
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(x):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return x
