@@ -365,3 +365,15 @@ def test_disabled_agents_status_and_an_unknown_agent_flag_say_what_is_wrong(tmp_
     assert "run `memindex index`" not in out.stdout
     out = run_cli(*common, "search", "--agent", "nope", "x")
     assert out.returncode == 2 and out.stderr.startswith("error: invalid option: --agent: unknown agent 'nope'"), out.stderr
+
+
+def test_an_empty_path_option_is_a_one_line_usage_error(tmp_path):
+    """`--config ""` (an unset shell variable) ran on the defaults with exit 0, as if no config file
+    were meant; an empty --state-dir/--workspace exited 1 with the library's Context wording."""
+    env = {"HOME": str(tmp_path), "OPENCLAW_STATE_DIR": str(tmp_path / "state")}
+    for flag in ("--config", "--state-dir", "--workspace"):
+        for argv in ([flag, "", "status"], ["status", flag, " "]):
+            out = run_cli(*argv, cwd=tmp_path, env=env)
+            assert out.returncode == 2, (argv, out.returncode, out.stdout, out.stderr)
+            assert out.stderr == f"error: {flag} must name a path, not an empty string\n", (argv, out.stderr)
+            assert out.stdout == ""

@@ -22,7 +22,11 @@ CONFIG_FILENAME = "openclaw.json"
 LEGACY_STATE_DIRNAMES = (".clawdbot",)
 LEGACY_CONFIG_FILENAMES = ("clawdbot.json",)
 # A queue message's config when its sender had no config file: the receiver must not pick one.
-NO_CONFIG = ""
+# Not "" (what it once was): an empty --config or Context(config="") is a caller's mistake, refused,
+# never a silent "no config". A NUL can be in no path a user gives, so this can be no real file.
+NO_CONFIG = "\0no-config"
+# What senders before that change put in a message for "no config file" (read, never written).
+LEGACY_NO_CONFIG = ""
 
 _VALID_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.I)
 _INVALID_CHARS = re.compile(r"[^a-z0-9_-]+")

@@ -451,6 +451,17 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("give --agent ID or --all, not both")
 
 
+def _blank_path(args: argparse.Namespace) -> str | None:
+    """The one-line usage error for an empty --config/--state-dir/--workspace (None: none is). An
+    empty --config read as "no config file" and ran on defaults, silently (the shell's unset
+    variable in `--config "$CFG"`); the others failed with the library's Context wording."""
+    for dest in ("config", "state_dir", "workspace"):
+        value = getattr(args, dest, None)
+        if value is not None and not value.strip():
+            return f"--{dest.replace('_', '-')} must name a path, not an empty string"
+    return None
+
+
 # Processes an operator runs for hours log what they do (a sync enqueued, an agent added) at INFO,
 # as the dramatiq workers beside them do; one-shot commands stay quiet unless -v.
 LONG_RUNNING = frozenset(("watch", "worker", "serve", "mcp"))
@@ -511,6 +522,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _check_usage(parser, args)
+    blank = _blank_path(args)
+    if blank:
+        say_error(blank)
+        return 2
     _setup_logging(args)
     from memindex.pipeline.store.locks import set_process_label
 
