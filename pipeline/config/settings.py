@@ -747,7 +747,9 @@ class Context:
         # user's real ~/.openclaw, or for config no config file at all): refuse it at once.
         for name in ("agent_id", "config", "state_dir", "workspace"):
             value = getattr(self, name)
-            require(f"Context.{name}", value, (str, os.PathLike), optional=True)
+            # An id is a name, not a path: a Path("vault") was taken here and refused later by
+            # load_settings as an unknown agent, the two disagreeing about what an id is.
+            require(f"Context.{name}", value, str if name == "agent_id" else (str, os.PathLike), optional=True)
             text = os.fspath(value) if value is not None else None
             if name == "agent_id" or (name == "config" and text == NO_CONFIG):
                 continue  # an id is checked where it is resolved; NO_CONFIG is the pinned "no config file" marker
@@ -782,7 +784,19 @@ def context_paths(ctx: Context, env: Mapping[str, str] | None = None) -> tuple[P
     return state_dir, config_path_for(ctx.config, state_dir, env)
 
 
+def _check_env(env: Mapping[str, str] | None) -> None:
+    """``env`` replaces os.environ: str names to str values, or every lookup in it fails deep inside
+    (a str env: ValueError from dict(); an int value: AttributeError from .strip())."""
+    require("env", env, Mapping, optional=True)
+    for key, value in (env or {}).items():
+        if not isinstance(key, str):
+            raise UsageError(f"env names must be str, not {type(key).__name__}")
+        if not isinstance(value, str):  # its type only, never the value: env holds API keys
+            raise UsageError(f"env[{key!r}] must be str, not {type(value).__name__}")
+
+
 def _load(ctx: Context, env: Mapping[str, str] | None) -> tuple[dict[str, Any], Path, Path | None, Mapping[str, str]]:
+    _check_env(env)
     # The process environment receives <state>/.env and the env block, as OpenClaw's does;
     # an explicit ``env`` (tests, embedding callers) is copied and left untouched.
     target: MutableMapping[str, str] = os.environ if env is None else dict(env)
