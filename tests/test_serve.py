@@ -240,3 +240,31 @@ def test_sigterm_stops_cleanly_with_exit_0(indexed: Agent, tmp_path: Path, comma
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp-http"])
+def test_a_busy_port_is_one_line_and_no_listening_claim(indexed: Agent, tmp_path: Path, command: str) -> None:
+    """The "listening on http://..." line came before the bind, then uvicorn's own
+    "ERROR: [Errno 98] address already in use" and exit 3."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["serve", "--port", str(port)] if command == "serve" else ["mcp", "--http", f"127.0.0.1:{port}"]
+        r = subprocess.run([sys.executable, *cli_args(indexed), *argv], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (1, ""), r.stderr
+    assert r.stderr == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    # Free, the same command binds and only then says it listens.
+    proc, url = serve(indexed, tmp_path) if command == "serve" else (None, None)
+    if proc is None:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, *cli_args(indexed), "mcp", "--http", str(port)],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert f"listening on {url}" in err and "ERROR" not in err, err
