@@ -268,3 +268,26 @@ def test_a_busy_port_is_one_line_and_no_listening_claim(indexed: Agent, tmp_path
     proc.terminate()
     _, err = proc.communicate(timeout=30)
     assert f"listening on {url}" in err and "ERROR" not in err, err
+
+
+def test_a_blank_token_is_no_token(indexed: Agent, tmp_path: Path) -> None:
+    """MEMINDEX_TOKEN=" " with --host 0.0.0.0 started a server no request could authenticate to
+    (the request's token is compared stripped); it is refused like no token, and a padded token
+    is the token."""
+    import os
+
+    for extra, env in ((["--token", "  "], {}), ([], {"MEMINDEX_TOKEN": " "}), ([], {"MEMINDEX_TOKEN": "\t\n"})):
+        for argv in (["serve", "--host", "0.0.0.0", "--port", str(free_port()), *extra],
+                     ["mcp", "--http", f"0.0.0.0:{free_port()}", *extra]):
+            r = subprocess.run([sys.executable, *cli_args(indexed), *argv], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=30, env={**os.environ, **env})
+            assert r.returncode == 2, (argv, env, r.stderr)
+            assert r.stderr.startswith("error: binding 0.0.0.0 exposes memory") and "MEMINDEX_TOKEN" in r.stderr
+    proc, url = serve(indexed, tmp_path, "--host", "0.0.0.0", env=dict(os.environ, MEMINDEX_TOKEN=" s3cret "))
+    try:
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, headers={"Authorization": "Bearer s3cret"},
+                       timeout=30)
+        assert r.status_code == 200 and r.json()["results"]
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -50,7 +50,7 @@ def is_loopback(host: str) -> bool:
 
 def require_token_off_loopback(host: str, token: str | None) -> None:
     """Refuse to expose memory beyond this machine without a token."""
-    if not token and not is_loopback(host):
+    if not (token or "").strip() and not is_loopback(host):  # blank: no request could match it
         raise OperationError("token_required", f"binding {host} exposes memory beyond this machine: "
                              f"give --token or set {TOKEN_ENV} (or bind 127.0.0.1)")
 
