@@ -80,6 +80,8 @@ def test_status_and_health(local: str) -> None:
     ("POST", "/v1/search", '{"query": "x", "agent": "main", "agent": "nobody"}', 400, "bad_json"),
     ("POST", "/v1/get", '{"path": "MEMORY.md", "opts": {"a": 1, "a": 2}}', 400, "bad_json"),
     ("GET", "/v1/status?agent=main&agent=other", None, 400, "bad_request"),
+    ("GET", "/v1/status?bogus=1", None, 400, "bad_request"),  # was answered, as POST's unknown fields are not
+    ("GET", "/v1/status?agent=main&agnet=ops", None, 400, "bad_request"),
     ("GET", "/v1/search", None, 405, "method_not_allowed"),
     ("GET", "/nope", None, 404, "not_found"),
 ])
@@ -88,6 +90,9 @@ def test_errors_are_json_with_a_code(local: str, method: str, path: str, body, s
     r = httpx.request(method, f"{local}{path}", timeout=30, **send)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
+    if "bogus" in path or "agnet" in path:
+        assert r.json()["error"]["message"] == \
+            f"unknown query parameter(s) {'bogus' if 'bogus' in path else 'agnet'}; expected agent"
 
 
 def test_bad_json_and_oversized_bodies(local: str) -> None:

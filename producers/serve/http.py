@@ -33,7 +33,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memindex.pipeline.errors import MemindexError
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
-from memindex.producers.serve.tools import GET_FIELDS, SEARCH_FIELDS, MemoryTools, OperationError, check_arguments
+from memindex.producers.serve.tools import (
+    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
+)
 
 MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
@@ -150,6 +152,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
+def _known_query_params(request: Request, fields: dict[str, str]) -> None:
+    """Refuse a parameter the route does not take, as the POST routes refuse an unknown field: a
+    misspelt ``?agnet=ops`` answered the default agent's status, as if it were ops'."""
+    unknown = sorted(set(request.query_params.keys()) - set(fields))
+    if unknown:
+        raise OperationError("bad_request", f"unknown query parameter(s) {', '.join(unknown)}; "
+                                            f"expected {', '.join(fields)}")
+
+
 def _one_query_param(request: Request, name: str) -> str | None:
     values = request.query_params.getlist(name)
     if len(values) > 1:
@@ -192,6 +203,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
         return JSONResponse(await tools.get(kw.pop("path"), **kw))
 
     async def status(request: Request) -> Response:
+        _known_query_params(request, STATUS_FIELDS)
         return JSONResponse(await tools.status(agent=_one_query_param(request, "agent")))
 
     async def healthz(request: Request) -> Response:
