@@ -377,3 +377,13 @@ def test_an_empty_path_option_is_a_one_line_usage_error(tmp_path):
             assert out.returncode == 2, (argv, out.returncode, out.stdout, out.stderr)
             assert out.stderr == f"error: {flag} must name a path, not an empty string\n", (argv, out.stderr)
             assert out.stdout == ""
+
+
+def test_status_force_without_index_is_a_usage_error(tmp_path):
+    """`status --force` alone was ignored (the old index's status, exit 0): --force only rebuilds with --index."""
+    env = {"HOME": str(tmp_path), "OPENCLAW_STATE_DIR": str(tmp_path / "state")}
+    for argv in (["status", "--force"], ["--json", "status", "--force"]):
+        out = run_cli(*argv, cwd=tmp_path, env=env)
+        assert out.returncode == 2 and "status --force goes with --index" in out.stderr, (argv, out.stderr)
+        assert out.stdout == "" and "Traceback" not in out.stderr
+    assert build_parser().parse_args(["status", "--index", "--force"]).force  # together: still taken

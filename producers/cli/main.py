@@ -443,12 +443,16 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """What argparse cannot express: a --json or --all that the command does not take."""
+    """What argparse cannot express: a --json or --all that the command does not take, an option
+    that means something only with another."""
     command = dict(command_parsers(parser))[args.command]
     if args.json and not has_option(command, "--json"):
         parser.error(f"--json does not apply to {args.command}")
     if getattr(args, "all", False) and args.agent:
         parser.error("give --agent ID or --all, not both")
+    if args.command == "status" and args.force and not args.index:
+        # It was ignored: a user asking for a rebuild got the status of the old index, exit 0.
+        parser.error("status --force goes with --index (re-index every file, then show the status)")
 
 
 def _blank_path(args: argparse.Namespace) -> str | None:
