@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from memindex.pipeline.errors import ConfigError
+from memindex.pipeline.errors import ConfigError, UnknownAgent
 
 DEFAULT_AGENT = "main"  # DEFAULT_AGENT_ID
 STATE_DIRNAME = ".openclaw"
@@ -191,7 +191,7 @@ def resolve_agent_id(cfg: Mapping[str, Any], requested: str | None, key: str = "
     agent_id = validate_agent_id(requested, key)
     known = list_agent_ids(cfg)
     if agent_id not in known:
-        raise ConfigError(key, f"unknown agent {requested!r}; configured: {', '.join(known)}")
+        raise UnknownAgent(key, f"unknown agent {requested!r}; configured: {', '.join(known)}")
     return agent_id
 
 
