@@ -53,6 +53,16 @@ class ConfigError(MemindexError, ValueError):
         super().__init__(f"{'invalid option' if key.startswith('-') else 'invalid config'}: {self.detail}")
 
 
+class UnknownAgent(ConfigError):
+    """An agent id the config does not list (any more): no retry or wait makes it one, so queued
+    work for an agent removed from the config fails at once, never retried. ``why`` is the message
+    without the "invalid config: <key>:" label (the config itself is fine)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(key, message)
+        self.why = message
+
+
 class StoreError(MemindexError, RuntimeError):
     """The per-agent store refused an operation (mixed vector dims, a corrupt file, ...)."""
 

@@ -144,6 +144,10 @@ def flush_decision(
     sandboxed (writable). Anything but "rw" skips: the turn exists to write files.
     """
     # A runtime's wrong argument is a UsageError naming it, not a TypeError from deep inside.
+    # A token estimate of the wrong type ('lots') is such a bug, not "no estimate"; None, NaN and a
+    # bool stay the documented "unknown" (never flushes).
+    if not isinstance(token_estimate, bool):
+        require("token_estimate", token_estimate, (int, float), optional=True)
     require("context_window", context_window, (int, float))
     require("cfg", cfg, Mapping, optional=True)
     require("session_entry", session_entry, Mapping, optional=True)

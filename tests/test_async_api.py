@@ -200,3 +200,34 @@ def test_wrong_arguments_are_a_usage_error_at_the_call(agent: Agent) -> None:
         assert memindex.Context(state_dir=Path("/tmp")).state_dir == Path("/tmp")
     finally:
         engine.close()
+
+
+def test_wrong_environment_keywords_and_values_are_usage_errors_too(agent: Agent) -> None:
+    """These escaped the MemindexError root (ValueError, AttributeError, a TypeError naming the
+    internal MemorySearch.search()) or were accepted and failed later: open_search(schedule_sync=5)
+    logged "'int' object is not callable" on every search; flush_decision('lots', ...) answered
+    'no-token-estimate'; Context(agent_id=Path(...)) was taken, then refused by load_settings."""
+    from datetime import datetime
+    from pathlib import Path
+
+    s = agent.settings()
+    with pytest.raises(memindex.UsageError, match="env must be Mapping"):
+        memindex.load_settings(agent.ctx, env="x")
+    with pytest.raises(memindex.UsageError, match=r"env\['OPENCLAW_STATE_DIR'\] must be str, not int"):
+        memindex.load_settings(memindex.Context(), env={"OPENCLAW_STATE_DIR": 5})
+    with pytest.raises(memindex.UsageError, match=r"'maxResults'.*max_results"):
+        memindex.memory_search(s, "q", maxResults=1)
+    with pytest.raises(memindex.UsageError, match="'bogus'"):
+        memindex.open_search(s, bogus=1)
+    with pytest.raises(memindex.UsageError, match="schedule_sync must be callable"):
+        memindex.open_search(s, schedule_sync=5)
+    with pytest.raises(memindex.UsageError, match="token_estimate"):
+        memindex.flush_decision("lots", 200_000, {}, {"compactionCount": 0}, "rw", datetime.now())
+    with pytest.raises(memindex.UsageError, match="Context.agent_id must be str"):
+        memindex.Context(agent_id=Path("vault"))
+    # the right arguments still work
+    assert memindex.load_settings(agent.ctx, env={"HOME": str(agent.root)}).agent_id == "main"
+    assert memindex.memory_search(s, "q", max_results=1)["results"] == []
+    memindex.open_search(s, schedule_sync=None).close()
+    assert memindex.flush_decision(None, 200_000, {}, {"compactionCount": 0}, "rw", datetime.now()).reason == \
+        "no-token-estimate"

@@ -397,3 +397,25 @@ def test_status_is_dirty_when_the_disk_changed_since_the_last_sync(agent):
     assert run_cli(*args, "index").returncode == 0
     st = status()
     assert st["dirty"] is False and "diskChanges" not in st, st
+
+
+def test_an_empty_path_option_is_a_one_line_usage_error(tmp_path):
+    """`--config ""` (an unset shell variable) ran on the defaults with exit 0, as if no config file
+    were meant; an empty --state-dir/--workspace exited 1 with the library's Context wording."""
+    env = {"HOME": str(tmp_path), "OPENCLAW_STATE_DIR": str(tmp_path / "state")}
+    for flag in ("--config", "--state-dir", "--workspace"):
+        for argv in ([flag, "", "status"], ["status", flag, " "]):
+            out = run_cli(*argv, cwd=tmp_path, env=env)
+            assert out.returncode == 2, (argv, out.returncode, out.stdout, out.stderr)
+            assert out.stderr == f"error: {flag} must name a path, not an empty string\n", (argv, out.stderr)
+            assert out.stdout == ""
+
+
+def test_status_force_without_index_is_a_usage_error(tmp_path):
+    """`status --force` alone was ignored (the old index's status, exit 0): --force only rebuilds with --index."""
+    env = {"HOME": str(tmp_path), "OPENCLAW_STATE_DIR": str(tmp_path / "state")}
+    for argv in (["status", "--force"], ["--json", "status", "--force"]):
+        out = run_cli(*argv, cwd=tmp_path, env=env)
+        assert out.returncode == 2 and "status --force goes with --index" in out.stderr, (argv, out.stderr)
+        assert out.stdout == "" and "Traceback" not in out.stderr
+    assert build_parser().parse_args(["status", "--index", "--force"]).force  # together: still taken

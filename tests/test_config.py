@@ -169,3 +169,20 @@ def test_broken_config_file_is_one_clear_error(tmp_path):
         load_config(p, tmp_path, {})
     with pytest.raises(ConfigError, match="directory"):
         load_config(tmp_path, tmp_path, {})
+
+
+def test_an_empty_config_path_is_a_usage_error_not_no_config(tmp_path):
+    """Context(config="") was taken as "no config file" and load_settings answered the defaults;
+    the pinned "no config" of a queue message (and an older sender's "") still means none."""
+    import memindex
+    from memindex.pipeline.config.settings import NO_CONFIG, Context, load_settings, pinned
+
+    for bad in ("", "  "):
+        with pytest.raises(memindex.UsageError, match="Context.config"):
+            memindex.Context(config=bad)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    s = load_settings(Context(state_dir=str(tmp_path / "state"), workspace=str(ws)), env={"HOME": str(tmp_path)})
+    assert s.config_path is None and pinned(s).config == NO_CONFIG
+    for wire in (pinned(s).as_dict(), {**pinned(s).as_dict(), "config": ""}):
+        assert load_settings(Context.from_dict(wire), env={"HOME": str(tmp_path)}).config_path is None

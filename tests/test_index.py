@@ -344,3 +344,42 @@ def test_force_and_a_rebuilt_store_ignore_the_mark(agent):
     assert agent.index()["to_index"] == 2  # a new store, whatever the old mark says
     assert store_id() != first
     assert agent.index() == _unchanged(2)
+
+
+@pytest.mark.parametrize("actor", ["index_files", "index_session_delta", "write_deletes"])
+def test_work_for_an_agent_removed_from_the_config_fails_once_at_once(tmp_path, caplog, actor):
+    """Agent `late` was removed from openclaw.json while its work was queued: index_files failed
+    with "unknown agent 'late'" 9 times over ~2.5 minutes (retried), then the reporter logged
+    "could not record the failure" (it looked for the agent's store through its settings)."""
+    import logging
+    import time
+
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.config.settings import Context, pinned
+    from memindex.workers import embedded
+    from tests.conftest import Agent
+
+    a = Agent(tmp_path)
+    late_ws = tmp_path / "late-ws"
+    (late_ws / "memory").mkdir(parents=True)
+    (late_ws / "memory" / "a.md").write_text("papaya notes\n")
+    main = {"id": "main", "default": True, "workspace": str(a.workspace)}
+    a.write_config({"agents": {"list": [main, {"id": "late", "workspace": str(late_ws)}]}})
+    ctx = pinned(settings_for(Context("late", str(a.config_path), str(a.state)))).as_dict()
+    a.write_config({"agents": {"list": [main]}})  # removed while its work is queued
+    args = {"index_files": (1, [{"source": "memory", "path": "memory/a.md"}]),
+            "index_session_delta": (1, {"source": "sessions", "path": "s.jsonl"}),
+            "write_deletes": (1, [["memory", "memory/a.md"]])}[actor]
+    embedded.start()
+    caplog.set_level(logging.INFO)
+    t0 = time.monotonic()
+    sent = getattr(actors, actor).send(ctx, *args)
+    assert embedded.wait_idle(timeout=30), "still retrying after 30 s"
+    assert time.monotonic() - t0 < 30
+    (dead,) = [m for m in embedded.dead_letters() if m.message_id == sent.message_id]
+    assert dead.options.get("retries", 0) == 0  # failed for good at its first attempt
+    assert "could not record the failure" not in caplog.text
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING and "late" in r.getMessage()
+             and r.name.startswith("memindex")]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING, [r.getMessage() for r in lines]
+    assert "no longer configured" in lines[0].getMessage() and actor in lines[0].getMessage()

@@ -80,6 +80,8 @@ def test_status_and_health(local: str) -> None:
     ("POST", "/v1/search", '{"query": "x", "agent": "main", "agent": "nobody"}', 400, "bad_json"),
     ("POST", "/v1/get", '{"path": "MEMORY.md", "opts": {"a": 1, "a": 2}}', 400, "bad_json"),
     ("GET", "/v1/status?agent=main&agent=other", None, 400, "bad_request"),
+    ("GET", "/v1/status?bogus=1", None, 400, "bad_request"),  # was answered, as POST's unknown fields are not
+    ("GET", "/v1/status?agent=main&agnet=ops", None, 400, "bad_request"),
     ("GET", "/v1/search", None, 405, "method_not_allowed"),
     ("GET", "/nope", None, 404, "not_found"),
 ])
@@ -88,6 +90,9 @@ def test_errors_are_json_with_a_code(local: str, method: str, path: str, body, s
     r = httpx.request(method, f"{local}{path}", timeout=30, **send)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
+    if "bogus" in path or "agnet" in path:
+        assert r.json()["error"]["message"] == \
+            f"unknown query parameter(s) {'bogus' if 'bogus' in path else 'agnet'}; expected agent"
 
 
 def test_bad_json_and_oversized_bodies(local: str) -> None:
@@ -240,3 +245,54 @@ def test_sigterm_stops_cleanly_with_exit_0(indexed: Agent, tmp_path: Path, comma
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp-http"])
+def test_a_busy_port_is_one_line_and_no_listening_claim(indexed: Agent, tmp_path: Path, command: str) -> None:
+    """The "listening on http://..." line came before the bind, then uvicorn's own
+    "ERROR: [Errno 98] address already in use" and exit 3."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["serve", "--port", str(port)] if command == "serve" else ["mcp", "--http", f"127.0.0.1:{port}"]
+        r = subprocess.run([sys.executable, *cli_args(indexed), *argv], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (1, ""), r.stderr
+    assert r.stderr == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    # Free, the same command binds and only then says it listens.
+    proc, url = serve(indexed, tmp_path) if command == "serve" else (None, None)
+    if proc is None:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, *cli_args(indexed), "mcp", "--http", str(port)],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert f"listening on {url}" in err and "ERROR" not in err, err
+
+
+def test_a_blank_token_is_no_token(indexed: Agent, tmp_path: Path) -> None:
+    """MEMINDEX_TOKEN=" " with --host 0.0.0.0 started a server no request could authenticate to
+    (the request's token is compared stripped); it is refused like no token, and a padded token
+    is the token."""
+    import os
+
+    for extra, env in ((["--token", "  "], {}), ([], {"MEMINDEX_TOKEN": " "}), ([], {"MEMINDEX_TOKEN": "\t\n"})):
+        for argv in (["serve", "--host", "0.0.0.0", "--port", str(free_port()), *extra],
+                     ["mcp", "--http", f"0.0.0.0:{free_port()}", *extra]):
+            r = subprocess.run([sys.executable, *cli_args(indexed), *argv], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=30, env={**os.environ, **env})
+            assert r.returncode == 2, (argv, env, r.stderr)
+            assert r.stderr.startswith("error: binding 0.0.0.0 exposes memory") and "MEMINDEX_TOKEN" in r.stderr
+    proc, url = serve(indexed, tmp_path, "--host", "0.0.0.0", env=dict(os.environ, MEMINDEX_TOKEN=" s3cret "))
+    try:
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, headers={"Authorization": "Bearer s3cret"},
+                       timeout=30)
+        assert r.status_code == 200 and r.json()["results"]
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -37,6 +37,7 @@ import dramatiq
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.embeddings.base import InvalidVectorError, ProviderAuthError
 from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
+from memindex.pipeline.errors import UnknownAgent
 from memindex.pipeline.index.prepare import embed_missing
 from memindex.pipeline.index.preparers import needs_embedding
 from memindex.pipeline.index.records import FileRecord
@@ -47,8 +48,10 @@ from memindex.workers.writer import send_write_to, wait_for_writer, write_files,
 
 log = logging.getLogger("memindex.compute")
 
-# A rejected key or a malformed vector will not get better by retrying the message.
-NOT_RETRIED = (ProviderAuthError, InvalidVectorError)
+# A rejected key, a malformed vector or an agent no longer in the config (its work was queued
+# before it was removed: 9 attempts over minutes, each "unknown agent") will not get better by
+# retrying the message.
+NOT_RETRIED = (ProviderAuthError, InvalidVectorError, UnknownAgent)
 
 # Message bounds: one embed (or write) message holds at most this many chunks and about this many
 # bytes (texts + vectors, base64, counting the vectors the compute side will add). 256 chunks of

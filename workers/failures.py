@@ -19,6 +19,7 @@ from dramatiq.middleware import Middleware
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
+from memindex.pipeline.errors import UnknownAgent
 from memindex.pipeline.index.failures import SUMMARISED
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
@@ -109,6 +110,10 @@ class FailureReporter(Middleware):
         message.options["error"] = reason
         try:
             self._record(message, reason)
+        except UnknownAgent as exc:
+            # The agent was removed from the config while its work was queued: it has no settings,
+            # so no store to record the failure beside, and nobody to tell but the log - once.
+            log.warning("%s dropped: its agent is no longer configured (%s)", describe(message), exc.why)
         except Exception as exc:  # noqa: BLE001 - reporting must never turn one failure into two
             log.warning("could not record the failure of %s: %s", describe(message), exc)
         _keep_error_on_dead_letter(broker, message)

@@ -73,7 +73,7 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
         send_write(write_deletes, ctx, generation, vanished)
 
 
-@dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=30 * 60_000, **RETRY)
+@dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
 def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, Any],
                         dims: int | None = None) -> None:
     """Chunk only a transcript's new turns; the compute side embeds them, the writer appends them."""

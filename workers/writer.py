@@ -23,7 +23,7 @@ from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.preparers import is_current
 from memindex.pipeline.index.records import FileRecord, TouchRecord
-from memindex.pipeline.errors import StoreBusy, StoreError
+from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
 from memindex.pipeline.store.core import StoreWriter, open_writer, same_space, store_full
 from memindex.workers import queues
 from memindex.workers.broker import is_write_queue
@@ -75,11 +75,12 @@ def send_write_to(queue: str, actor: Any, ctx: dict[str, Any], *args: Any, **kwa
     actor.broker.enqueue(actor.message(ctx, *args, **kwargs).copy(queue_name=queue))
 
 
-# Every write actor: the write queue (or its shard: send_write_to), not retried on StoreError (above),
-# and taken before other messages by a thread that consumes more than writes (WRITE_PRIORITY).
+# Every write actor: the write queue (or its shard: send_write_to), not retried on StoreError (above)
+# nor for an agent no longer in the config, and taken before other messages by a thread that consumes
+# more than writes (WRITE_PRIORITY).
 # (A partial, not dramatiq.actor(...) once: its decorator keeps the first function's name.)
-write_actor = functools.partial(dramatiq.actor, queue_name=WRITE_QUEUE, time_limit=10 * 60_000, throws=StoreError,
-                                priority=WRITE_PRIORITY, **RETRY)
+write_actor = functools.partial(dramatiq.actor, queue_name=WRITE_QUEUE, time_limit=10 * 60_000,
+                                throws=(StoreError, UnknownAgent), priority=WRITE_PRIORITY, **RETRY)
 
 _writers: dict[str, StoreWriter] = {}
 _writer_inodes: dict[str, int | None] = {}  # the store file each writer opened

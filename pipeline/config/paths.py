@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from memindex.pipeline.errors import ConfigError
+from memindex.pipeline.errors import ConfigError, UnknownAgent
 
 DEFAULT_AGENT = "main"  # DEFAULT_AGENT_ID
 STATE_DIRNAME = ".openclaw"
@@ -22,7 +22,11 @@ CONFIG_FILENAME = "openclaw.json"
 LEGACY_STATE_DIRNAMES = (".clawdbot",)
 LEGACY_CONFIG_FILENAMES = ("clawdbot.json",)
 # A queue message's config when its sender had no config file: the receiver must not pick one.
-NO_CONFIG = ""
+# Not "" (what it once was): an empty --config or Context(config="") is a caller's mistake, refused,
+# never a silent "no config". A NUL can be in no path a user gives, so this can be no real file.
+NO_CONFIG = "\0no-config"
+# What senders before that change put in a message for "no config file" (read, never written).
+LEGACY_NO_CONFIG = ""
 
 _VALID_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.I)
 _INVALID_CHARS = re.compile(r"[^a-z0-9_-]+")
@@ -187,7 +191,7 @@ def resolve_agent_id(cfg: Mapping[str, Any], requested: str | None, key: str = "
     agent_id = validate_agent_id(requested, key)
     known = list_agent_ids(cfg)
     if agent_id not in known:
-        raise ConfigError(key, f"unknown agent {requested!r}; configured: {', '.join(known)}")
+        raise UnknownAgent(key, f"unknown agent {requested!r}; configured: {', '.join(known)}")
     return agent_id
 
 

@@ -27,7 +27,7 @@ from memindex.pipeline.embeddings.registry import get as provider_spec
 from memindex.pipeline.embeddings.registry import ids as provider_ids
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
-from memindex.pipeline.config.paths import NO_CONFIG as NO_CONFIG
+from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
 from memindex.pipeline.config.paths import config_path_for as config_path_for
 from memindex.pipeline.config.paths import default_state_dir as default_state_dir
 from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
@@ -744,13 +744,15 @@ class Context:
 
     def __post_init__(self) -> None:
         # A wrong value here picks another directory silently (7 -> "./7", b"x" -> "./b'x'", "" -> the
-        # user's real ~/.openclaw): refuse it at once.
+        # user's real ~/.openclaw, or for config no config file at all): refuse it at once.
         for name in ("agent_id", "config", "state_dir", "workspace"):
             value = getattr(self, name)
-            require(f"Context.{name}", value, (str, os.PathLike), optional=True)
+            # An id is a name, not a path: a Path("vault") was taken here and refused later by
+            # load_settings as an unknown agent, the two disagreeing about what an id is.
+            require(f"Context.{name}", value, str if name == "agent_id" else (str, os.PathLike), optional=True)
             text = os.fspath(value) if value is not None else None
             if name == "agent_id" or (name == "config" and text == NO_CONFIG):
-                continue  # an id is checked where it is resolved; "" is the pinned "no config file" marker
+                continue  # an id is checked where it is resolved; NO_CONFIG is the pinned "no config file" marker
             if text is not None and (not str(text).strip() or "\x00" in str(text)):
                 raise UsageError(f"Context.{name} must be a non-empty path without NUL bytes, not {text!r}")
 
@@ -760,7 +762,10 @@ class Context:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Context":
-        return cls(**{k: d.get(k) for k in ("agent_id", "config", "state_dir", "workspace")})
+        fields = {k: d.get(k) for k in ("agent_id", "config", "state_dir", "workspace")}
+        if fields["config"] == LEGACY_NO_CONFIG:  # a message queued by an older sender: its "no config file"
+            fields["config"] = NO_CONFIG
+        return cls(**fields)
 
     def with_agent(self, agent_id: str | None) -> "Context":
         return Context(agent_id, self.config, self.state_dir, self.workspace)
@@ -779,7 +784,19 @@ def context_paths(ctx: Context, env: Mapping[str, str] | None = None) -> tuple[P
     return state_dir, config_path_for(ctx.config, state_dir, env)
 
 
+def _check_env(env: Mapping[str, str] | None) -> None:
+    """``env`` replaces os.environ: str names to str values, or every lookup in it fails deep inside
+    (a str env: ValueError from dict(); an int value: AttributeError from .strip())."""
+    require("env", env, Mapping, optional=True)
+    for key, value in (env or {}).items():
+        if not isinstance(key, str):
+            raise UsageError(f"env names must be str, not {type(key).__name__}")
+        if not isinstance(value, str):  # its type only, never the value: env holds API keys
+            raise UsageError(f"env[{key!r}] must be str, not {type(value).__name__}")
+
+
 def _load(ctx: Context, env: Mapping[str, str] | None) -> tuple[dict[str, Any], Path, Path | None, Mapping[str, str]]:
+    _check_env(env)
     # The process environment receives <state>/.env and the env block, as OpenClaw's does;
     # an explicit ``env`` (tests, embedding callers) is copied and left untouched.
     target: MutableMapping[str, str] = os.environ if env is None else dict(env)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.errors import QmdError, require
+from memindex.pipeline.errors import QmdError, UsageError, require
 from memindex.pipeline.search.scope import check_scope
 from memindex.pipeline.search.engine import (
     AsyncSearch, MemorySearch, SearchResponse, SearchResult, check_search_args, citation_for, citations_on,
@@ -233,6 +233,19 @@ class SearchEngine(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+# What open_search passes on: MemorySearch's options, and FallbackSearch's for the qmd backend.
+OPEN_SEARCH_KEYWORDS = ("query_embedder", "schedule_sync", "clock", "manager", "builtin", "retry_after_s")
+SEARCH_KEYWORDS = ("max_results", "min_score", "session_key", "chat_type")
+
+
+def check_keywords(call: str, given: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
+    """``UsageError`` naming the unknown keyword arguments and the accepted ones."""
+    unknown = [k for k in given if k not in accepted]
+    if unknown:
+        raise UsageError(f"{call}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                         f"it takes {', '.join(accepted)}")
+
+
 def open_search(settings: AgentSettings, **kw: Any) -> SearchEngine:
     """The engine for ``memory.backend`` (builtin, or qmd with builtin fallback).
 
@@ -240,6 +253,12 @@ def open_search(settings: AgentSettings, **kw: Any) -> SearchEngine:
     and, for qmd, to ``FallbackSearch`` (``manager``, ``builtin``, ``retry_after_s``).
     """
     require("settings", settings, AgentSettings)
+    check_keywords("open_search", kw, OPEN_SEARCH_KEYWORDS)
+    # Called on every search's thread, long after this call: a non-callable failed there, once per
+    # search, as a logged "'int' object is not callable" - refuse it here, where the caller is.
+    for name in ("schedule_sync", "clock"):
+        if kw.get(name) is not None and not callable(kw[name]):
+            raise UsageError(f"{name} must be callable or None, not {type(kw[name]).__name__}")
     if settings.memory["backend"] == "qmd":
         return FallbackSearch(settings, **kw)
     for k in ("manager", "builtin", "retry_after_s"):  # qmd-only options
@@ -257,4 +276,7 @@ def engine_for(settings: AgentSettings, **kwargs: Any) -> SearchEngine:
 
 def memory_search(settings: AgentSettings, query: str, **kwargs: Any) -> dict[str, Any]:
     """The ``memory_search`` tool payload as a dict, from the agent's cached engine."""
+    # The tool's JSON names (maxResults) are what a caller coming from OpenClaw types: say which
+    # names this call takes, not a TypeError naming an internal method.
+    check_keywords("memory_search", kwargs, SEARCH_KEYWORDS)
     return engine_for(settings).search(query, **kwargs).as_dict()

@@ -481,12 +481,27 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """What argparse cannot express: a --json or --all that the command does not take."""
+    """What argparse cannot express: a --json or --all that the command does not take, an option
+    that means something only with another."""
     command = dict(command_parsers(parser))[args.command]
     if args.json and not has_option(command, "--json"):
         parser.error(f"--json does not apply to {args.command}")
     if getattr(args, "all", False) and args.agent:
         parser.error("give --agent ID or --all, not both")
+    if args.command == "status" and args.force and not args.index:
+        # It was ignored: a user asking for a rebuild got the status of the old index, exit 0.
+        parser.error("status --force goes with --index (re-index every file, then show the status)")
+
+
+def _blank_path(args: argparse.Namespace) -> str | None:
+    """The one-line usage error for an empty --config/--state-dir/--workspace (None: none is). An
+    empty --config read as "no config file" and ran on defaults, silently (the shell's unset
+    variable in `--config "$CFG"`); the others failed with the library's Context wording."""
+    for dest in ("config", "state_dir", "workspace"):
+        value = getattr(args, dest, None)
+        if value is not None and not value.strip():
+            return f"--{dest.replace('_', '-')} must name a path, not an empty string"
+    return None
 
 
 # Processes an operator runs for hours log what they do (a sync enqueued, an agent added) at INFO,
@@ -549,6 +564,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _check_usage(parser, args)
+    blank = _blank_path(args)
+    if blank:
+        say_error(blank)
+        return 2
     _setup_logging(args)
     from memindex.pipeline.store.locks import set_process_label
 

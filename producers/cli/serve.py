@@ -28,7 +28,14 @@ def _missing_extra(command: str) -> bool:
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    return args.token or os.environ.get(TOKEN_ENV) or None
+    """--token, else $MEMINDEX_TOKEN; blank is none. A request's token is compared stripped, so a
+    blank one (MEMINDEX_TOKEN=" ") was taken as a token that no request could ever match, and let
+    a 0.0.0.0 bind start; a padded one (" s3cret") likewise locked everyone out."""
+    for raw in (args.token, os.environ.get(TOKEN_ENV)):
+        token = (raw or "").strip()
+        if token:
+            return token
+    return None
 
 
 def _tools(args: argparse.Namespace):  # -> MemoryTools, checked to serve at least one agent

@@ -18,6 +18,7 @@ import hmac
 import ipaddress
 import json
 import signal
+import socket
 import sys
 import threading
 from typing import Any, Awaitable, Callable
@@ -30,8 +31,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memindex.pipeline.errors import MemindexError
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
-from memindex.producers.serve.tools import GET_FIELDS, SEARCH_FIELDS, MemoryTools, OperationError, check_arguments
+from memindex.producers.serve.tools import (
+    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
+)
 
 MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
@@ -48,7 +52,7 @@ def is_loopback(host: str) -> bool:
 
 def require_token_off_loopback(host: str, token: str | None) -> None:
     """Refuse to expose memory beyond this machine without a token."""
-    if not token and not is_loopback(host):
+    if not (token or "").strip() and not is_loopback(host):  # blank: no request could match it
         raise OperationError("token_required", f"binding {host} exposes memory beyond this machine: "
                              f"give --token or set {TOKEN_ENV} (or bind 127.0.0.1)")
 
@@ -148,6 +152,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
+def _known_query_params(request: Request, fields: dict[str, str]) -> None:
+    """Refuse a parameter the route does not take, as the POST routes refuse an unknown field: a
+    misspelt ``?agnet=ops`` answered the default agent's status, as if it were ops'."""
+    unknown = sorted(set(request.query_params.keys()) - set(fields))
+    if unknown:
+        raise OperationError("bad_request", f"unknown query parameter(s) {', '.join(unknown)}; "
+                                            f"expected {', '.join(fields)}")
+
+
 def _one_query_param(request: Request, name: str) -> str | None:
     values = request.query_params.getlist(name)
     if len(values) > 1:
@@ -190,6 +203,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
         return JSONResponse(await tools.get(kw.pop("path"), **kw))
 
     async def status(request: Request) -> Response:
+        _known_query_params(request, STATUS_FIELDS)
         return JSONResponse(await tools.status(agent=_one_query_param(request, "agent")))
 
     async def healthz(request: Request) -> Response:
@@ -235,10 +249,37 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
     ], exception_handlers=handlers)
 
 
+class CannotListen(MemindexError):
+    """The address to serve on cannot be bound (a port in use, a host not of this machine)."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on (host, port), made here rather than by uvicorn: uvicorn binds
+    only inside ``run``, after our "listening on" line, so a busy port showed that line and then its
+    own ``ERROR: [Errno 98]`` (exit 3). The same socket uvicorn makes (``Config.bind_socket``)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # As uvicorn and asyncio do: a restart may take a port whose old connections are in TIME_WAIT.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog; it listens again on it, which is harmless
+    except OSError as exc:
+        sock.close()
+        reason = (exc.strerror or str(exc)).lower()  # "address already in use", not "[Errno 98] ..."
+        raise CannotListen(f"cannot listen on {_shown(host)}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def run_uvicorn(app: ASGIApp, host: str, port: int, what: str) -> None:
-    """Serve until Ctrl-C / SIGTERM (uvicorn handles both and drains open requests)."""
-    shown = f"[{host}]" if ":" in host else host
-    print(f"{what} listening on http://{shown}:{port}", file=sys.stderr, flush=True)
+    """Serve until Ctrl-C / SIGTERM (uvicorn handles both and drains open requests); ``CannotListen``
+    before anything is served or said when the address cannot be bound."""
+    sock = listen_socket(host, port)
+    print(f"{what} listening on http://{_shown(host)}:{port}", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     # uvicorn drains, restores the handlers it found, then raises the signal it caught again; with
     # the default SIGTERM handler that kills the process (exit 143 after a clean stop). A handler
@@ -246,7 +287,8 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str) -> None:
     main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, lambda *_: None) if main else None
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()  # uvicorn closes it on a clean stop, not when its start-up fails
         if main:
             signal.signal(signal.SIGTERM, old)
