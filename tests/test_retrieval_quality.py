@@ -66,6 +66,31 @@ def test_snippet_of_one_long_line_is_cut_around_the_match() -> None:
     assert (snip.start_line, snip.end_line) == (3, 3)
 
 
+def test_snippet_cap_counts_utf16_units_as_openclaw() -> None:
+    """800 emoji and a word: the snippet was 700 code points, 1,391 UTF-16 units (OpenClaw's 700
+    counts a JavaScript string's length)."""
+    from memindex.pipeline.search.snippet import units
+
+    line = "\U0001F600" * 800 + " marzipan"
+    snip = centred_snippet(line, 1, 1, query_keywords("marzipan"))
+    assert "marzipan" in snip.text and units(snip.text) <= SNIPPET_MAX_CHARS and units(snip.text) >= SNIPPET_MAX_CHARS - 1
+    lines = ["\U0001F600" * 100 + f" filler {i}" for i in range(10)] + ["the lemur line"]
+    snip = centred_snippet("\n".join(lines), 1, len(lines), query_keywords("lemur"))
+    assert "lemur" in snip.text and units(snip.text) <= SNIPPET_MAX_CHARS
+
+
+def test_transcript_snippet_is_whole_messages_around_the_match() -> None:
+    """A transcript chunk has one text line per message and a range in JSONL lines with tool
+    records between: its snippet was its first 700 characters, cut mid-message, so it neither
+    showed the match nor the lines it cited."""
+    msgs = [f"Assistant: small talk message {i} " + "blah " * 20 for i in range(12)]
+    msgs[9] = "User: the cabin wifi password is hunter2"
+    snip = centred_snippet("\n".join(msgs), 2, 30, query_keywords("cabin wifi password"))
+    assert "hunter2" in snip.text and len(snip.text) <= SNIPPET_MAX_CHARS
+    assert all(line in msgs for line in snip.text.split("\n"))  # whole messages only
+    assert (snip.start_line, snip.end_line) == (2, 30)  # the chunk's JSONL range holds the lines shown
+
+
 def test_snippet_prefers_the_line_with_the_rarer_term() -> None:
     lines = [f"Rod note {i}" for i in range(12)] + ["Rod moved the standup to 14:15"] + ["pad " * 40] * 20
     snip = centred_snippet("\n".join(lines), 1, len(lines), query_keywords("Rod's standup"))

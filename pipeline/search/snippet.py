@@ -43,35 +43,57 @@ def _line_scores(text: str, n: int, keys: frozenset[str]) -> list[float]:
     return scores
 
 
+def units(text: str) -> int:
+    """JavaScript's string length (UTF-16 code units), which OpenClaw's 700-character cap counts:
+    an emoji is 2, so a snippet of emoji capped by code points was up to twice OpenClaw's."""
+    return len(text) if text.isascii() else len(text) + sum(ord(ch) > 0xFFFF for ch in text)
+
+
+def _head(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` within ``limit`` UTF-16 units."""
+    cut = text[:limit]
+    while units(cut) > limit:
+        cut = cut[: len(cut) - max(1, (units(cut) - limit) // 2)]
+    return cut
+
+
 def _cut_line(line: str, keys: frozenset[str], limit: int) -> str:
-    """``limit`` characters of one over-long line, around its first matching token."""
+    """``limit`` units of one over-long line, around its first matching token."""
     low, pos = line.lower(), 0
     for tok in keyword_tokens(line):
         if match_key(tok) in keys:
             pos = max(0, low.find(tok))
             break
-    start = min(max(0, pos - limit // 2), len(line) - limit)
-    return line[start : start + limit]
+    # Start half the cap (in units) before the match, or earlier when the line ends sooner.
+    start, room = pos, max(limit // 2, limit - units(line[pos:]))
+    while start > 0:
+        need = 2 if ord(line[start - 1]) > 0xFFFF else 1
+        if need > room:
+            break
+        start, room = start - 1, room - need
+    return _head(line[start:], limit)
 
 
 def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[str],
                     limit: int = SNIPPET_MAX_CHARS) -> Snippet:
-    """The ≤ ``limit``-character window of whole lines of a chunk around its best-matching line.
+    """The ≤ ``limit``-unit window of whole lines of a chunk around its best-matching line.
 
     ``keys``: the query's content tokens (:func:`~memindex.pipeline.store.fts_text.query_keywords`).
-    With no matching line the window starts at the chunk's first line. A chunk whose text does not
-    map line for line onto its range (a piece of an over-long line) keeps its own range.
+    With no matching line the window starts at the chunk's first line. A chunk whose text lines
+    do not map one for one onto its range (a transcript's chunk: one text line per message, its
+    range in JSONL lines with tool records between; or a piece of an over-long line) gets the same
+    window of whole lines, and keeps its own range, which holds the lines shown.
     """
     lines = text.split("\n")
-    if len(lines) != end_line - start_line + 1:
-        return Snippet(text[:limit] if len(text) > limit else text, start_line, end_line)
-    if len(text) <= limit:  # the whole chunk fits: every line is in the window, whichever is best
+    mapped = len(lines) == end_line - start_line + 1
+    if units(text) <= limit:  # the whole chunk fits: every line is in the window, whichever is best
         return Snippet(text, start_line, end_line)
     scores = _line_scores(text, len(lines), keys) if keys else [0.0] * len(lines)
     best = scores.index(max(scores))  # the first of the best-scoring lines
-    lens = list(map(len, lines))
+    lens = list(map(units, lines))
     if lens[best] >= limit:
-        return Snippet(_cut_line(lines[best], keys, limit), start_line + best, start_line + best)
+        cut = _cut_line(lines[best], keys, limit)
+        return Snippet(cut, start_line + best, start_line + best) if mapped else Snippet(cut, start_line, end_line)
     lo = hi = best
     size, last = lens[best], len(lines) - 1
     while True:
@@ -91,4 +113,5 @@ def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[s
             size += 1 + lens[hi]
         else:
             break
-    return Snippet("\n".join(lines[lo : hi + 1]), start_line + lo, start_line + hi)
+    shown = "\n".join(lines[lo : hi + 1])
+    return Snippet(shown, start_line + lo, start_line + hi) if mapped else Snippet(shown, start_line, end_line)
