@@ -393,6 +393,24 @@ def test_transient_errors_stop_after_configured_attempts(server, policy):
 
 
 @pytest.mark.parametrize("flavor", ["openai", "gemini", "voyage", "mistral", "ollama"])
+def test_nothing_listening_is_tried_three_times_as_openclaw(policy, sleeps, flavor):
+    """A closed port (a wrong remote.baseUrl) was retried as a 5xx: 6 attempts, ~18 s of WARNING
+    lines before the one error line; OpenClaw's HTTP layer makes 3 attempts."""
+    from memindex.pipeline.embeddings.base import ProviderUnreachable
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    cfg = {name: {"baseUrl": url + ("/v1" if name != "google" else ""), "apiKey": "k"}
+           for name in ("openai", "google", "voyage", "mistral", "ollama")}
+    provider = {"gemini": "gemini"}.get(flavor, flavor)
+    svc = EmbeddingService(choose(make_ms(provider=provider, fallback="none"), cfg), ConcurrencyLimiter(),
+                           retry=policy)
+    with pytest.raises(ProviderUnreachable, match="connection failed"):
+        svc.embed_documents(["a"])
+    assert len(sleeps) == policy.unreachable_attempts - 1 == 2
+
+
+@pytest.mark.parametrize("flavor", ["openai", "gemini", "voyage", "mistral", "ollama"])
 def test_connection_reset_is_retried(server, policy, flavor):
     server.script(flavor, {"kind": "reset"})
     res = service_for(server, policy, flavor).embed_documents(["a"])

@@ -57,6 +57,12 @@ class ProviderTransientError(ProviderError):
     retryable = True
 
 
+class ProviderUnreachable(ProviderTransientError):
+    """Nothing answered at the endpoint (connection refused, no such host): retried as
+    OpenClaw's HTTP layer does (3 attempts), not as a 5xx is - a wrong port or URL took 18 s of
+    retry lines before its one error line."""
+
+
 class ProviderTooManyItems(ProviderError):
     """The provider refused the request's number of inputs (or their total size).
 

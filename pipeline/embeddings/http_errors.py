@@ -19,6 +19,7 @@ from memindex.pipeline.embeddings.base import (
     ProviderRateLimited,
     ProviderTooManyItems,
     ProviderTransientError,
+    ProviderUnreachable,
 )
 
 # Wordings of "too many inputs / batch too big" seen from OpenAI(-compatible),
@@ -157,9 +158,22 @@ def _transport_types() -> tuple[type[BaseException], ...]:
 TRANSPORT_ERRORS = _transport_types()
 
 
+def _never_connected(exc: BaseException) -> bool:
+    """Refused or unresolvable (in the exception's chain): no server took the request."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 10:
+        if isinstance(cur, ConnectionRefusedError) or type(cur).__name__ in ("ConnectError", "NewConnectionError",
+                                                                             "NameResolutionError", "gaierror"):
+            return True
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
+    return False
+
+
 def from_transport(provider_id: str, exc: BaseException) -> ProviderTransientError:
     kind = "timed out" if "timeout" in type(exc).__name__.lower() else "connection failed"
-    return ProviderTransientError(f"{provider_id}: request {kind}: {type(exc).__name__}: {exc}")
+    cls = ProviderUnreachable if kind != "timed out" and _never_connected(exc) else ProviderTransientError
+    return cls(f"{provider_id}: request {kind}: {type(exc).__name__}: {exc}")
 
 
 # An error body is cut to this many characters for a message, after the secrets are redacted:

@@ -18,7 +18,8 @@ from typing import Callable, Sequence, TypeVar
 
 import tenacity
 
-from memindex.pipeline.embeddings.base import ProviderError, ProviderRateLimited, ProviderTooManyItems, ProviderTransientError
+from memindex.pipeline.embeddings.base import (ProviderError, ProviderRateLimited, ProviderTooManyItems,
+                                              ProviderTransientError, ProviderUnreachable)
 from memindex.pipeline.embeddings.limiter import ConcurrencyLimiter, Limiter, default_limiter  # re-exported for callers
 
 __all__ = [
@@ -41,6 +42,7 @@ class RetryPolicy:
 
     budget_s: float = 180.0  # total time (waits + calls) before giving up
     transient_attempts: int = 6  # attempts for 5xx/timeouts (rate limits are bounded by the budget)
+    unreachable_attempts: int = 3  # nothing listening / no such host: OpenClaw's HTTP layer tries 3 times
     max_attempts: int = 50  # hard stop for anything
     base_delay_s: float = 0.5  # first 5xx backoff
     max_delay_s: float = 30.0  # 5xx backoff cap
@@ -82,6 +84,8 @@ def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None, *, l
         if rs.attempt_number >= policy.max_attempts:
             return True
         if isinstance(exc, ProviderTransientError) and rs.attempt_number >= policy.transient_attempts:
+            return True
+        if isinstance(exc, ProviderUnreachable) and rs.attempt_number >= policy.unreachable_attempts:
             return True
         spent = max(rs.idle_for, policy.clock() - started)
         return spent + rs.upcoming_sleep > policy.budget_s
