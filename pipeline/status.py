@@ -235,6 +235,10 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
             shown = ", ".join(rel_path(ws, Path(s)) for s in facts.symlinks[:3]) + (f" and {n - 3} more" if n > 3 else "")
             issues.append(f"{n} symlink(s) not followed (memory files are never read through a symlink; "
                           f"move the files themselves in place): {shown}")
+        if facts.specials:
+            n = len(facts.specials)
+            shown = ", ".join(rel_path(ws, Path(s)) for s in facts.specials[:3]) + (f" and {n - 3} more" if n > 3 else "")
+            issues.append(f"{n} special file(s) (FIFO, socket or device) with a memory file's name not read: {shown}")
         if total == 0 and not issues:
             issues.append(f"no memory files found in {ws}")
         scans.append({"source": "memory", "totalFiles": total, "issues": issues})

@@ -598,3 +598,19 @@ def test_status_deep_makes_one_attempt_at_a_provider_that_refuses_connections(ag
     assert probe["ok"] is False and "onnect" in probe["error"], probe
     assert "retry" not in r.stderr.lower(), r.stderr  # no retry lines: one attempt
     assert took < 15, took  # generous for a loaded CI; the retries took ~19 s
+
+
+def test_special_files_with_memory_names_are_named_by_status(agent):
+    """A FIFO named memory/note.md (or MEMORY.md) was never opened - right - but passed over
+    without a word: status listed it nowhere (found by a user trial)."""
+    from memindex.pipeline.status import source_scan
+
+    agent.write("memory/ok.md", "a regular note\n")
+    os.mkfifo(agent.workspace / "memory" / "note.md")
+    os.mkfifo(agent.workspace / "MEMORY.md")
+    os.mkfifo(agent.workspace / "memory" / "pipe.txt")  # not a memory name: not ours to report
+    agent.index()
+    issues = source_scan(agent.settings())["issues"]
+    line = [i for i in issues if "special file" in i]
+    assert line == ["2 special file(s) (FIFO, socket or device) with a memory file's name not read: "
+                    "MEMORY.md, memory/note.md"], issues

@@ -100,7 +100,7 @@ class ListingFacts:
     """What a listing noticed beyond its files: a file with other hard links can change
     through a path outside every watched directory (a change journal must not vouch for it)."""
 
-    __slots__ = ("hard_links", "unreadable", "symlinks")
+    __slots__ = ("hard_links", "unreadable", "symlinks", "specials")
 
     def __init__(self) -> None:
         self.hard_links = False
@@ -108,11 +108,15 @@ class ListingFacts:
         # keeps what it indexed from them) and `status` names them.
         self.unreadable: list[tuple[str, str]] = []
         self.symlinks: list[str] = []  # links passed over (never followed), for `status`
+        # FIFOs, sockets, devices with a memory file's name: never opened (a FIFO would block
+        # the reader), and named by `status` rather than passed over without a word.
+        self.specials: list[str] = []
 
-    def merge(self, hard_links: bool, unreadable: list, symlinks: list) -> None:
+    def merge(self, hard_links: bool, unreadable: list, symlinks: list, specials: list = ()) -> None:
         self.hard_links |= bool(hard_links)
         self.unreadable.extend((str(d), str(why)) for d, why in unreadable)
         self.symlinks.extend(map(str, symlinks))
+        self.specials.extend(map(str, specials))
 
 
 # A walk that has found this many files with at least two directories still to read hands
@@ -190,6 +194,8 @@ def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str],
                     subdirs.append(e.path)
             elif e.is_symlink():
                 facts.symlinks.append(e.path)
+            elif keep(e.name) is not None:
+                facts.specials.append(e.path)
         except OSError:
             continue
     stack.extend(reversed(subdirs))
@@ -242,7 +248,8 @@ class _SplitWalk:
                 os.close(r)
                 mine = ListingFacts()
                 files = list(_walk_dirs(dirs, keep, mine))
-                view = memoryview(marshal.dumps((len(files), files, mine.hard_links, mine.unreadable, mine.symlinks)))
+                view = memoryview(marshal.dumps((len(files), files, mine.hard_links, mine.unreadable, mine.symlinks,
+                                                    mine.specials)))
                 while view:
                     view = view[os.write(w, view):]
                 code = 0
@@ -256,13 +263,13 @@ class _SplitWalk:
         try:
             while chunk := os.read(self.fd, 1 << 20):
                 parts.append(chunk)
-            count, files, hard_links, unreadable, symlinks = marshal.loads(b"".join(parts))
+            count, files, hard_links, unreadable, symlinks, specials = marshal.loads(b"".join(parts))
             ok = isinstance(files, list) and len(files) == count
         except (OSError, EOFError, ValueError, TypeError):
             ok = False
         self.close()
         if ok:
-            self.facts.merge(hard_links, unreadable, symlinks)
+            self.facts.merge(hard_links, unreadable, symlinks, specials)
         yield from (files if ok else _walk_dirs(self.dirs, self.keep, self.facts))
 
     def close(self) -> None:
@@ -411,6 +418,8 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
             yield from found([(p, st.st_size, st.st_mtime_ns, "markdown")])
         elif p.is_symlink():
             facts.symlinks.append(str(p))
+        elif os.path.lexists(p) and not p.is_dir():
+            facts.specials.append(str(p))
     mem = ws / MEMORY_DIR
     if mem.is_symlink():
         facts.symlinks.append(str(mem))
