@@ -367,6 +367,10 @@ def test_disabled_agents_status_and_an_unknown_agent_flag_say_what_is_wrong(tmp_
     assert out.returncode == 0 and "memory search disabled for this agent" in out.stdout, out.stdout
     assert "run `memindex index`" not in out.stdout
     assert "index refused" not in out.stdout, out.stdout  # its workspace is missing, but it is never indexed
+    # OpenClaw's CLI prints this line for an agent with no memory manager; "No matches." read as a
+    # search that ran and found nothing.
+    out = run_cli(*common, "search", "--agent", "off", "anything")
+    assert (out.returncode, out.stdout) == (0, "Memory search disabled.\n"), out
     out = run_cli(*common, "search", "--agent", "nope", "x")
     assert out.returncode == 2 and out.stderr.startswith("error: invalid option: --agent: unknown agent 'nope'"), out.stderr
 

@@ -186,6 +186,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(json.dumps(resp.as_dict(), ensure_ascii=False, indent=2))
         return 0
     # stdout is OpenClaw's shape exactly; what it does not print goes to stderr.
+    if resp.extra.get("disabled"):  # OpenClaw's CLI line when the agent has no memory manager
+        print("Memory search disabled.")
+        return 0
     if resp.warning:
         print(f"note: {resp.warning}", file=sys.stderr)
     if resp.indexing:
