@@ -46,7 +46,9 @@ def _line_scores(text: str, n: int, keys: frozenset[str]) -> list[float]:
 def units(text: str) -> int:
     """JavaScript's string length (UTF-16 code units), which OpenClaw's 700-character cap counts:
     an emoji is 2, so a snippet of emoji capped by code points was up to twice OpenClaw's."""
-    return len(text) if text.isascii() else len(text) + sum(ord(ch) > 0xFFFF for ch in text)
+    if text.isascii() or max(text, default="\0") < "\U00010000":  # C-speed checks: the usual case
+        return len(text)
+    return len(text) + sum(ord(ch) > 0xFFFF for ch in text)
 
 
 def _head(text: str, limit: int) -> str:
