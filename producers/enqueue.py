@@ -97,15 +97,13 @@ def _check_dead_letters(agent: str | None, new: int) -> None:
 def plan_now(ctx: Context, *, force: bool = False):
     """(plan, nothing-to-do) for one agent, computed in this process."""
     from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.embeddings.embedder import identity_for, planning_identity, relearn_vector_size
+    from memindex.pipeline.embeddings.embedder import planning_identity
     from memindex.pipeline.index.indexer import plan_agent
     from memindex.producers.journal import active
 
     settings = settings_for(ctx)
-    if force:  # re-index all: with the provider's vectors as they are now (their size included)
-        relearn_vector_size(settings)
-    ident = identity_for(settings) if force else planning_identity(settings)
-    return plan_agent(settings, ident, force=force, journal=active())
+    # re-index all (force): with the provider's vectors as they are now, their size included
+    return plan_agent(settings, planning_identity(settings, force=force), force=force, journal=active())
 
 
 # How long queued work may wait with no live worker consuming its queue before

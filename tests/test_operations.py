@@ -36,11 +36,11 @@ def _cli(agent: Agent, *args: str, env: dict | None = None, timeout: float = 90)
                    "--workspace", str(agent.workspace), *args, env=env, timeout=timeout, cwd=agent.root)
 
 
-def _openai_serving(agent: Agent, server: ProviderServer, dims: int) -> None:
-    """Three notes; the config's OpenAI model served by an endpoint that answers ``dims``."""
+def _openai_serving(agent: Agent, server: ProviderServer, dims: int, notes: int = 3) -> None:
+    """``notes`` notes; the config's OpenAI model served by an endpoint that answers ``dims``."""
     server.reset()
     server.state.dims["openai"] = dims
-    _notes(agent)
+    _notes(agent, notes)
     agent.memory_config({"provider": "openai", "model": "text-embedding-3-small", "fallback": "none",
                          "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
 
@@ -201,9 +201,14 @@ def test_a_long_lived_process_plans_at_the_size_another_process_found(agent, ser
 # --- Redis --------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _redis_workers(url: str, logdir: Path):
+def _redis_workers(url: str, logdir: Path, split: bool = False):
+    """A worker for every queue and a writer; ``split``: the Procfile's file side (sync), compute
+    (embed, two processes) and writer, each process with its own learnt provider state."""
+    roles = ((("sync", ("--queues", "sync", "--processes", "1", "--threads", "2")),
+              ("compute", ("--queues", "embed", "--processes", "2", "--threads", "2"))) if split else
+             (("worker", ("--processes", "1", "--threads", "2")),))
     procs = []
-    for name, args in (("worker", ("--processes", "1", "--threads", "2")), ("writer", ("--writer",))):
+    for name, args in (*roles, ("writer", ("--writer",))):
         log = open(logdir / f"{name}.log", "ab")
         procs.append(subprocess.Popen([sys.executable, "-m", "memindex", "worker", *args], cwd=REPO,
                                       env=dict(os.environ, MEMINDEX_BROKER_URL=url), stdout=log,
@@ -249,28 +254,33 @@ def test_a_404_endpoint_fails_index_visibly_on_redis(agent, server, redis_server
 
 
 @pytest.mark.redis
-def test_a_running_compute_worker_follows_an_endpoint_that_changed_size(agent, server, redis_server, tmp_path):
-    """The worker learnt 256 dims at its first answer; the endpoint then served 128 and
-    `index --force` (which asks the endpoint) re-planned at 128. The worker kept 256 and refused
-    every vector ("expected 256-dim vectors, got 128"): all files keyword-only until restarted."""
-    _openai_serving(agent, server, 256)
+def test_a_running_compute_worker_follows_an_endpoint_that_changed_size(agent, server, redis_server, tmp_path,
+                                                                         monkeypatch):
+    """The Procfile's workers learnt 256 dims; the endpoint then served 128 and `index --force`
+    (which asks the endpoint) re-planned at 128. The file side (which never embeds, so knew no
+    size) took the old vectors from the cache, the writer dropped them and the cache, and the
+    compute side, still at 256, refused every vector: all files keyword-only until a restart.
+    Then 128 -> 64 at once: compute threads racing one size probe failed their messages."""
+    monkeypatch.setenv("MEMINDEX_EMBED_MSG_CHUNKS", "2")  # many compute messages: threads in parallel
+    _openai_serving(agent, server, 256, notes=24)
     env = {"MEMINDEX_BROKER_URL": redis_server.url}
     try:
-        with _redis_workers(redis_server.url, tmp_path):
+        with _redis_workers(redis_server.url, tmp_path, split=True):
             out = _cli(agent, "index", env=env)
             assert out.returncode == 0, out.stdout + out.stderr
             st = json.loads(_cli(agent, "status", "--json", env=env).stdout)[0]["status"]
             assert st["vector"]["dims"] == 256 and not st.get("vectorsPending"), st
-            server.state.dims["openai"] = 128
-            out = _cli(agent, "index", "--force", env=env)
-            assert out.returncode == 0, out.stdout + out.stderr
-            st = json.loads(_cli(agent, "status", "--json", env=env).stdout)[0]["status"]
-            assert st["vector"]["dims"] == 128 and st["files"] == 3 and not st.get("vectorsPending"), st
-            assert not [p for p in st["problems"] if "dim" in p["error"]], st["problems"]
-            found = json.loads(_cli(agent, "search", "--json", "Omada router VLAN 1", env=env).stdout)
-            assert found["results"] and found["mode"] == "hybrid", found
+            for dims in (128, 64):
+                server.state.dims["openai"] = dims
+                out = _cli(agent, "index", "--force", env=env)
+                assert out.returncode == 0, out.stdout + out.stderr
+                st = json.loads(_cli(agent, "status", "--json", env=env).stdout)[0]["status"]
+                assert st["vector"]["dims"] == dims and st["files"] == 24 and not st.get("vectorsPending"), st
+                assert not [p for p in st["problems"] if "dim" in p["error"]], st["problems"]
+                found = json.loads(_cli(agent, "search", "--json", "Omada router VLAN 1", env=env).stdout)
+                assert found["results"] and found["mode"] == "hybrid", found
         logs = "\n".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
-        assert "now answers 128-dim vectors (was 256)" in logs, logs
+        assert "now answers 128-dim vectors (was 256)" in logs and "now answers 64-dim vectors (was 128)" in logs, logs
     finally:
         server.reset()
 

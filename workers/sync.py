@@ -40,7 +40,7 @@ def run_sync(ctx: Context, *, force: bool = False,
     if not settings.enabled:  # a request queued before the config turned memory search off
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
-    plan, _ = plan_agent(settings, planning_identity(settings), force=force)
+    plan, _ = plan_agent(settings, planning_identity(settings, force=force), force=force)
     return dispatch_plan(ctx, plan, progress)
 
 

@@ -371,9 +371,13 @@ def _drop_stale_cache(w: StoreWriter, generation: int, records: list[FileRecord]
     provider answers now (the size of the vectors it just sent, else the generation's)."""
     answered = {int(r.embedding.dims) for r in records if r.embedding is not None and r.embedding.dims}
     keep = answered.pop() if len(answered) == 1 else w.vector_dims(generation)
+    if keep is None:  # which size is right is not known here: the forced re-plan asks the provider
+        log.warning("vectors of another size than generation %d's arrived; the index is rebuilt at the size "
+                    "the provider answers", generation)
+        return
     n = w.drop_cached_vectors(space, keep)
     log.warning("the provider's vectors changed size (now %s dims): dropped %d cached vector(s) of another "
-                "size; the index is rebuilt", keep if keep is not None else "?", n)
+                "size; the index is rebuilt", keep, n)
 
 
 def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:

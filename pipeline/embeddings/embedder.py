@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
@@ -131,14 +132,19 @@ def follow_vector_size(settings: AgentSettings, planned: int | None) -> bool:
     return p.dims != old
 
 
-def planning_identity(settings: AgentSettings) -> EmbeddingIdentity:
-    """``identity_for``, for a plan made by a long-lived process (a worker, `watch`).
+def planning_identity(settings: AgentSettings, *, force: bool = False) -> EmbeddingIdentity:
+    """The identity a sync plans with (its fingerprint carries the vector size).
 
-    Such a process learnt its provider's vector size from its first answer. When the endpoint
-    changed size and `index --force` (which asks it) rebuilt the index at the new size, this
-    process's plans would otherwise rebuild it at the old size again, from the old vectors in
-    the cache. A live index of the same provider at another size makes it ask the endpoint.
+    ``force`` (`index --force`, or the rebuild a writer asks for when vectors came at another
+    size): first ask the provider the size it answers now (``relearn_vector_size``).
+    Otherwise a process that learnt its size long ago (a worker, `watch`) could plan at a size
+    the endpoint no longer answers: when `index --force` elsewhere rebuilt at the new size, its
+    plans would rebuild at the old one again, from the old vectors in the cache. A live index of
+    the same provider at another size makes it ask the endpoint.
     """
+    if force:
+        relearn_vector_size(settings)
+        return identity_for(settings)
     ident = identity_for(settings)
     if ident.dims is None or ident.provider == KEYWORD_ONLY.provider:
         return ident
@@ -252,10 +258,16 @@ class ChunkEmbedder:
         return [cached.get(h) or fresh.get(h) for h in hashes], set(cached)
 
     def follow_planned_size(self, planned: int | None) -> None:
-        """Embed (and look the cache up) at the size the index was planned at, when the
-        endpoint answers it now (``follow_vector_size``): the file and compute sides of a
-        long-lived worker after `index --force` re-planned at an endpoint's new size."""
-        if planned and planned != self.identity.dims and follow_vector_size(self.settings, planned):
+        """Embed (and look the cache up) at the size the index was planned at: the file and
+        compute sides of a long-lived worker after `index --force` re-planned at an endpoint's
+        new size. A process that learnt another size asks the endpoint (``follow_vector_size``);
+        one that never embedded (the file side) takes the plan's, so its cache lookups do not
+        return the old size's vectors (the lookup filters by size only when it knows one)."""
+        if not planned or planned == self.identity.dims:
+            return
+        if self.identity.dims is None:
+            self.identity = replace(self.identity, dims=planned)
+        elif follow_vector_size(self.settings, planned):
             self.identity = _identity(self.service.active_provider)
 
     def _guarded(self, call: Callable[[], T]) -> T:

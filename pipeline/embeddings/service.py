@@ -82,7 +82,8 @@ class EmbeddingService:
         self._lock = threading.Lock()
         self._active = choice.primary or choice.fallback
         self._fallback_reason = choice.primary_error if choice.primary is None and choice.fallback else None
-        self._size_checked_at: float | None = None
+        self._size_lock = threading.Lock()  # held across a size probe (follow_size)
+        self._size_checked: tuple[int, float] | None = None  # (planned size, when it was asked)
 
     # --- state ----------------------------------------------------------------
 
@@ -247,20 +248,25 @@ class EmbeddingService:
         A size is learnt once, from the first answer. A long-lived compute worker (issue 18)
         kept it after its endpoint changed size, and refused every vector of the `index --force`
         that re-planned at the new size ("expected 256-dim vectors, got 128") until restarted.
-        At most once per SIZE_RECHECK_S: the old plan's messages still queued carry the old size.
+        At most once per planned size and SIZE_RECHECK_S (the old plan's messages still queued
+        carry the old size). One thread asks; the others wait for its answer rather than embed at
+        the size it is replacing (four compute threads each failed a message that way).
         """
         provider = self._active
         if provider is None or not provider.dims_learnt or provider.dims in (None, planned):
             return
-        with self._lock:
+        with self._size_lock:
+            if provider.dims in (None, planned):
+                return  # another thread's probe just answered it
             now = time.monotonic()
-            if self._size_checked_at is not None and now - self._size_checked_at < SIZE_RECHECK_S:
+            last = self._size_checked
+            if last is not None and last[0] == planned and now - last[1] < SIZE_RECHECK_S:
                 return
-            self._size_checked_at = now
-        old = provider.dims
-        if self.probe_dims(timeout_s) != old:
-            log.info("memory embeddings: %s now answers %s-dim vectors (was %s), as the index was planned",
-                     provider.id, provider.dims, old)
+            self._size_checked = (planned, now)
+            old = provider.dims
+            if self.probe_dims(timeout_s) != old:
+                log.info("memory embeddings: %s now answers %s-dim vectors (was %s), as the index was planned",
+                         provider.id, provider.dims, old)
 
     # --- queries ----------------------------------------------------------------
 
