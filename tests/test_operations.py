@@ -382,3 +382,41 @@ def test_status_says_when_the_config_selects_another_model_than_the_index_holds(
     assert _cli(agent, "index").returncode == 0  # the rebuild
     st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
     assert "configChanged" not in st and st["model"] == "text-embedding-3-large", st
+
+
+@pytest.mark.redis
+def test_a_file_side_worker_held_by_backpressure_stops_within_the_grace_period(agent, server, redis_server,
+                                                                              tmp_path, monkeypatch):
+    """Ctrl-C mid-backfill: the file-side worker sat in the embed queue's backpressure wait (up to
+    120 s per message while the compute side drains slowly; 5 s per send with no consumer) and
+    honcho SIGKILLed it after its 5 s grace ("Shutting down..." never finished)."""
+    monkeypatch.setenv("MEMINDEX_EMBED_MSG_CHUNKS", "1")  # one embed message per file: many waits
+    _openai_serving(agent, server, 64, notes=12)
+    url = redis_server.url
+    # A backlog over the limit that nobody consumes: every send waits until "stuck" (5 s).
+    filler = ("from memindex.workers.compute import embed_chunks\n"
+              "for i in range(70): embed_chunks.send({}, 0, {}, [])\n")
+    subprocess.run([sys.executable, "-c", filler], cwd=REPO, check=True, timeout=60,
+                   env=dict(os.environ, MEMINDEX_BROKER_URL=url))
+    log = open(tmp_path / "sync.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", "worker", "--queues", "sync", "--processes", "1",
+                             "--threads", "2"], cwd=REPO, env=dict(os.environ, MEMINDEX_BROKER_URL=url),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        send = f"from memindex.workers.sync import sync_agent; sync_agent.send({agent.ctx.as_dict()!r})"
+        subprocess.run([sys.executable, "-c", send], cwd=REPO, check=True, timeout=60,
+                       env=dict(os.environ, MEMINDEX_BROKER_URL=url))
+        deadline = time.monotonic() + 60
+        while "sync main: generation" not in (tmp_path / "sync.log").read_text(errors="replace"):
+            assert time.monotonic() < deadline, (tmp_path / "sync.log").read_text(errors="replace")
+            time.sleep(0.2)
+        time.sleep(3)  # its index_files message is now waiting on the embed backlog
+        os.killpg(proc.pid, signal.SIGTERM)
+        t0 = time.monotonic()
+        proc.wait(30)
+        took = time.monotonic() - t0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        server.reset()
+    assert took < 5, (took, (tmp_path / "sync.log").read_text(errors="replace")[-3000:])

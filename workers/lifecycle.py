@@ -43,6 +43,9 @@ from memindex.workers.logs import clear_work, redis_answered, set_work
 
 log = logging.getLogger("memindex.lifecycle")
 
+# Set when this worker process is asked to stop (its first SIGTERM).
+STOPPING = threading.Event()
+
 # Heartbeat period, and how long a silent process's entries live on.
 BEAT_S = float(os.environ.get("MEMINDEX_HEARTBEAT_S", "2"))
 PROC_TTL_S = float(os.environ.get("MEMINDEX_PROC_TTL_S", "10"))
@@ -239,6 +242,7 @@ class Lifecycle(Middleware):
             if stopping_since and now - stopping_since[0] < REPEAT_WINDOW_S:
                 return
             stopping_since[:] = [now]
+            STOPPING.set()  # messages waiting on backpressure (queues.wait_below) send and finish
             first(signum, frame)
 
         signal.signal(signal.SIGTERM, once)

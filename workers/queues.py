@@ -76,11 +76,15 @@ def ready(queue: str) -> int:
 def wait_below(queue: str, limit: int, wait_s: float, poll_s: float, stuck_s: float | None = None) -> None:
     """Backpressure: block, at most ``wait_s``, while ``queue`` holds more than ``limit`` ready
     messages; with ``stuck_s``, stop waiting once the backlog has not shrunk for that long (no
-    consumer runs). A broker that cannot say its depth ends the wait: the caller just sends."""
+    consumer runs). A broker that cannot say its depth ends the wait: the caller just sends.
+    A stopping worker stops waiting too: a file-side message held here (up to 120 s behind a
+    full embed queue) outlived honcho's 5 s grace and got the process SIGKILLed."""
+    from memindex.workers.lifecycle import STOPPING
+
     deadline = time.monotonic() + wait_s
     best, since = None, time.monotonic()
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not STOPPING.is_set():
             n = ready(queue)
             if n <= limit:
                 return
@@ -89,7 +93,7 @@ def wait_below(queue: str, limit: int, wait_s: float, poll_s: float, stuck_s: fl
                     best, since = n, time.monotonic()
                 elif time.monotonic() - since > stuck_s:
                     return
-            time.sleep(poll_s)
+            STOPPING.wait(poll_s)
     except Exception as exc:  # noqa: BLE001 - depth unknown (broker hiccup)
         log.debug("backlog check of %s failed: %s", queue, exc)
 
