@@ -97,6 +97,11 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             # Search already serves only the configured sources; the store catches up on the next sync.
             stale.append(f"the index holds sources {indexed_sources}, the config now names "
                          f"{sorted(settings.sources)}: run `memindex index`")
+        for key, want in (("chunkTokens", settings.chunk_tokens), ("chunkOverlap", settings.chunk_overlap)):
+            have = live.get(key)
+            if out.get("indexed") and have is not None and have != want:
+                stale.append(f"the index was chunked with {key} {have}, the config now says {want}: "
+                             "`memindex index` rebuilds it")
         held = other_workspace(live, settings)
         if out.get("indexed") and held is not None:
             stale.append(f"the index holds the files of workspace {held}, not {settings.workspace}: "

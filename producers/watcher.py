@@ -107,11 +107,12 @@ class AgentWatch:
     trees: list[str] = field(default_factory=list)  # memory/ and extra dirs: *.md anywhere below
     tops: list[str] = field(default_factory=list)  # directories watched non-recursively for the above
     extra_keep: Callable[[str], str | None] | None = None  # F17: media files count under extraPaths
+    digest: str = ""  # of the settings it was made from: a config edit that changes them syncs
 
     @classmethod
     def from_settings(cls, ctx: Context, settings: AgentSettings) -> "AgentWatch":
         ws = settings.workspace
-        w = cls(ctx, settings.memory_search["sync"]["watchDebounceMs"] / 1000.0)
+        w = cls(ctx, settings.memory_search["sync"]["watchDebounceMs"] / 1000.0, digest=settings.digest())
         w.files = {_norm(ws / name) for name in ROOT_FILES}
         w.trees = [_norm(ws / MEMORY_DIR)]
         w.extra_keep = _media_filter(settings)
@@ -304,6 +305,7 @@ class Watcher:
                 for a in new:
                     a.debounce_s = self._debounce_override
             old_ids = [a.ctx.agent_id for a in self.agents]
+            old_digests = {a.ctx.agent_id: a.digest for a in self.agents}
             new_ids = [a.ctx.agent_id for a in new]
             added = [i for i in new_ids if i not in old_ids]
             removed = [i for i in old_ids if i not in new_ids]
@@ -337,6 +339,12 @@ class Watcher:
             log.info("watcher: agent %s added to the config; watching %s", aid,
                      ", ".join(new[pos[aid]].tops) or "nothing yet")
             self.mark_dirty(pos[aid])  # what it already has gets indexed without waiting for an edit
+        for a in new:
+            if a.ctx.agent_id not in added and old_digests.get(a.ctx.agent_id) != a.digest:
+                # Chunking, sources, provider...: the sync re-plans (a rebuild if the index depends
+                # on what changed). An edit that changed nothing else waited for the next file edit.
+                log.info("watcher: agent %s's settings changed; syncing it", a.ctx.agent_id)
+                self.mark_dirty(pos[a.ctx.agent_id])
         if added or removed:
             log.info("watcher: %d agent(s), %d directories watched", len(new), len(self._watches))
         return added, removed

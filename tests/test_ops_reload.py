@@ -139,3 +139,46 @@ def test_a_broken_config_is_reported_once_per_version_not_every_poll(tmp_path, c
     assert warnings() == 2
     broken["on"] = False
     assert reload.check() is True and applied == [[ctx]]
+
+
+def test_a_settings_edit_in_the_config_syncs_the_agent(tmp_path):
+    """Changing an agent's chunking in openclaw.json under a running watch was neither applied nor
+    reported ("config changed; agents now ..." and nothing else) until a file edit or a backfill."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("# One\n" + "The kumquat orchard grows. " * 200 + "\n")
+    config, state = tmp_path / "openclaw.json", tmp_path / "state"
+    state.mkdir()
+    _write_config(config, [("one", ws)])
+    env = dict(os.environ, OPENCLAW_CONFIG_PATH=str(config), OPENCLAW_STATE_DIR=str(state),
+               MEMINDEX_CONFIG_POLL_S="0.5")
+    env.pop("MEMINDEX_BROKER_URL", None)
+
+    def chunk_tokens() -> int | None:
+        out = run_cli("--agent", "one", "status", "--json", env=env)
+        fp = json.loads(out.stdout)[0]["status"].get("fingerprint") or {}
+        return fp.get("chunkTokens")
+
+    log_path = tmp_path / "watch.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "memindex", "--log-level", "info", "watch", "--all"],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            assert wait_for(lambda: chunk_tokens() == 400, 60), log_path.read_text()
+            cfg = json.loads(config.read_text())
+            cfg["agents"]["list"][0]["memorySearch"] = {"chunking": {"tokens": 120, "overlap": 20}}
+            config.write_text(json.dumps(cfg), encoding="utf-8")
+            stale = json.loads(run_cli("--agent", "one", "status", "--json", env=env).stdout)[0]["status"]
+            if stale.get("fingerprint", {}).get("chunkTokens") == 400:  # not rebuilt yet: status says so
+                assert "chunkTokens 400, the config now says 120" in stale["configChanged"], stale
+                assert stale["dirty"] is True
+            st = config.stat()
+            os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+            assert wait_for(lambda: chunk_tokens() == 120, 60), log_path.read_text()
+            assert "agent one's settings changed; syncing it" in log_path.read_text()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
