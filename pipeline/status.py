@@ -374,8 +374,16 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         inv = s["invariant"]
         lines.append("store check:  ok (integrity, no orphan rows)" if inv["ok"]
                      else f"store check:  FAILED: {'; '.join(inv['problems'])}")
+    # One line per distinct error once three files share it (a provider failure printed 50
+    # identical lines per agent).
+    by_error: dict[str, list[str]] = {}
     for p in s.get("problems", []):
-        lines.append(f"problem:      {p['path']}: {p['error']}")
+        by_error.setdefault(p["error"], []).append(p["path"])
+    for error, paths in by_error.items():
+        if len(paths) < 3:
+            lines.extend(f"problem:      {path}: {error}" for path in paths)
+        else:
+            lines.append(f"problem:      {len(paths)} file(s) ({', '.join(paths[:2])}, ...): {error}")
     more = s.get("problemCount", 0) - sum(1 for p in s.get("problems", []) if "hint" not in p)
     if more > 0:
         lines.append(f"problem:      ... and {more} more file(s) (status --json lists 50)")

@@ -65,6 +65,9 @@ def _assert_visible_404(agent: Agent, out: subprocess.CompletedProcess, env: dic
     assert failing == {f"memory/2026-01-0{i}.md" for i in (1, 2, 3)}
     text = _cli(agent, "status", env=env).stdout
     assert "last error:" in text and "model not found" in text
+    # One line for the three files that share the error (it was one line per file, up to 50).
+    grouped = [ln for ln in text.splitlines() if ln.startswith("problem:") and "model not found" in ln]
+    assert len(grouped) == 1 and grouped[0].startswith("problem:      3 file(s) (memory/2026-01-0"), text
     # Total failure of the vectors does not look healthy: keyword-only files, dirty, one count per file.
     assert st["vectorsPending"] == 3 and st["dirty"] is True
     assert "diskChanges" not in st, st  # re-planned for their vectors, not changed on disk
