@@ -288,6 +288,7 @@ def test_a_blank_token_is_no_token(indexed: Agent, tmp_path: Path) -> None:
                                text=True, timeout=30, env={**os.environ, **env})
             assert r.returncode == 2, (argv, env, r.stderr)
             assert r.stderr.startswith("error: binding 0.0.0.0 exposes memory") and "MEMINDEX_TOKEN" in r.stderr
+            assert "the token given is blank" in r.stderr, r.stderr  # it said "set MEMINDEX_TOKEN", which was set
     proc, url = serve(indexed, tmp_path, "--host", "0.0.0.0", env=dict(os.environ, MEMINDEX_TOKEN=" s3cret "))
     try:
         r = httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, headers={"Authorization": "Bearer s3cret"},

@@ -31,11 +31,11 @@ def _token(args: argparse.Namespace) -> str | None:
     """--token, else $MEMINDEX_TOKEN; blank is none. A request's token is compared stripped, so a
     blank one (MEMINDEX_TOKEN=" ") was taken as a token that no request could ever match, and let
     a 0.0.0.0 bind start; a padded one (" s3cret") likewise locked everyone out."""
-    for raw in (args.token, os.environ.get(TOKEN_ENV)):
-        token = (raw or "").strip()
-        if token:
-            return token
-    return None
+    given = [raw for raw in (args.token, os.environ.get(TOKEN_ENV)) if raw is not None]
+    for raw in given:
+        if raw.strip():
+            return raw.strip()
+    return "" if given else None  # "": one was given, blank (refused off loopback, and said so)
 
 
 def _tools(args: argparse.Namespace):  # -> MemoryTools, checked to serve at least one agent

@@ -54,7 +54,8 @@ def require_token_off_loopback(host: str, token: str | None) -> None:
     """Refuse to expose memory beyond this machine without a token."""
     if not (token or "").strip() and not is_loopback(host):  # blank: no request could match it
         raise OperationError("token_required", f"binding {host} exposes memory beyond this machine: "
-                             f"give --token or set {TOKEN_ENV} (or bind 127.0.0.1)")
+                             f"give --token or set {TOKEN_ENV} (or bind 127.0.0.1)"
+                             + (" - the token given is blank" if token is not None else ""))
 
 
 def parse_bind(value: str, default_host: str = DEFAULT_HOST) -> tuple[str, int]:
