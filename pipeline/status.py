@@ -141,7 +141,10 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     out["generation"] = gen
     out["fingerprint"] = st.live_fingerprint
     if st.building_generation is not None:
-        out["rebuilding"] = {"generation": st.building_generation, "fingerprint": st.building_fingerprint}
+        # Its files still to write: `pending` counts the live generation's only, and read 0 while
+        # `memindex queues` showed 215 files of the rebuild waiting.
+        out["rebuilding"] = {"generation": st.building_generation, "fingerprint": st.building_fingerprint,
+                             "pending": reader.pending_count(st.building_generation)}
     last = st.extra.get("last_sync_at")
     out["lastSyncAt"] = int(last) if last else None
     vec_dims = st.extra.get(vec_dims_key(gen)) if gen else None
@@ -334,7 +337,9 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     if s.get("fingerprint"):
         lines.append(f"fingerprint:  {json.dumps(s['fingerprint'], sort_keys=True)}")
     if s.get("rebuilding"):
-        lines.append(f"rebuilding:   generation {s['rebuilding']['generation']} in progress")
+        r = s["rebuilding"]
+        lines.append(f"rebuilding:   generation {r['generation']} in progress"
+                     + (f", {r['pending']} file(s) still to write" if r.get("pending") else ""))
     if s.get("configChanged"):
         lines.append(f"stale:        {s['configChanged']}")
     if s.get("diskChanges"):

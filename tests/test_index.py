@@ -383,3 +383,23 @@ def test_work_for_an_agent_removed_from_the_config_fails_once_at_once(tmp_path, 
              and r.name.startswith("memindex")]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING, [r.getMessage() for r in lines]
     assert "no longer configured" in lines[0].getMessage() and actor in lines[0].getMessage()
+
+
+def test_status_counts_a_rebuilds_files_still_to_write(agent):
+    """During a rebuild `pending` (the live generation's) read 0 while the rebuild's files waited."""
+    from memindex.pipeline.status import format_status, index_status
+    from memindex.pipeline.store.core import open_writer
+
+    agent.write("memory/a.md", "alpha\n")
+    agent.write("memory/b.md", "beta\n")
+    agent.index()
+    st = index_status(agent.settings())
+    w = open_writer(agent.settings())
+    try:  # what a sync does first when the config changed: plan generation 2 beside the live one
+        fp = dict(st["fingerprint"], chunkTokens=100)
+        assert w.plan(2, fp, [("memory", "memory/a.md"), ("memory", "memory/b.md")], []) == "building"
+    finally:
+        w.close()
+    st = index_status(agent.settings())
+    assert st["rebuilding"]["generation"] == 2 and st["rebuilding"]["pending"] == 2, st["rebuilding"]
+    assert "rebuilding:   generation 2 in progress, 2 file(s) still to write" in format_status(st)
