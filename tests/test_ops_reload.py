@@ -7,6 +7,7 @@ the CLI's ``search`` against the real store. No embedding provider: keyword sear
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 from tests.conftest import REPO, run_cli, wait_for
 
@@ -31,14 +33,13 @@ def _found(env: dict, agent: str, word: str) -> bool:
     return out.returncode == 0 and any(word in r.get("snippet", "") for r in json.loads(out.stdout)["results"])
 
 
-def test_watch_picks_up_added_agents_and_drops_removed_ones(tmp_path):
-    one, two = tmp_path / "ws-one", tmp_path / "ws-two"
-    for ws in (one, two):
-        (ws / "memory").mkdir(parents=True)
-    (one / "memory" / "a.md").write_text("# One\nThe kumquat orchard is agent one's.\n")
+@contextlib.contextmanager
+def _watch_all(tmp_path: Path, agents: list[tuple[str, Path]]) -> Iterator[tuple[Path, dict, Path]]:
+    """`memindex watch --all` (embedded, config polled every 0.5 s) over a config of ``agents``:
+    yields (config path, the environment, the watch log); stopped with SIGINT afterwards."""
     config, state = tmp_path / "openclaw.json", tmp_path / "state"
     state.mkdir()
-    _write_config(config, [("one", one)])
+    _write_config(config, agents)
     env = dict(os.environ, OPENCLAW_CONFIG_PATH=str(config), OPENCLAW_STATE_DIR=str(state),
                MEMINDEX_CONFIG_POLL_S="0.5")
     env.pop("MEMINDEX_BROKER_URL", None)
@@ -47,29 +48,38 @@ def test_watch_picks_up_added_agents_and_drops_removed_ones(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "memindex", "--log-level", "info", "watch", "--all"],
                                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            assert wait_for(lambda: _found(env, "one", "kumquat"), 60), log_path.read_text()
-            # A second agent appears in the config: its existing file and a new one get indexed.
-            (two / "memory" / "b.md").write_text("# Two\nThe persimmon ledger is agent two's.\n")
-            _write_config(config, [("one", one), ("two", two)])
-            assert wait_for(lambda: "agent two added" in log_path.read_text(), 30), log_path.read_text()
-            assert wait_for(lambda: _found(env, "two", "persimmon"), 60), log_path.read_text()
-            (two / "memory" / "c.md").write_text("# Later\nThe quince cellar came after the reload.\n")
-            assert wait_for(lambda: _found(env, "two", "quince"), 60), log_path.read_text()
-            # Agent one is removed: the watcher says so and stops enqueueing its changes.
-            _write_config(config, [("two", two)])
-            assert wait_for(lambda: "agent one removed" in log_path.read_text(), 30), log_path.read_text()
-            before = log_path.read_text().count("sync enqueued for one")
-            (one / "memory" / "d.md").write_text("# Gone\nThe damson press is not watched any more.\n")
-            (two / "memory" / "e.md").write_text("# Still\nThe loquat tree is still watched.\n")
-            assert wait_for(lambda: _found(env, "two", "loquat"), 60), log_path.read_text()
-            time.sleep(1.0)  # five debounce periods: a sync for one would have been enqueued by now
-            assert log_path.read_text().count("sync enqueued for one") == before, log_path.read_text()
+            yield config, env, log_path
         finally:
             proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_watch_picks_up_added_agents_and_drops_removed_ones(tmp_path):
+    one, two = tmp_path / "ws-one", tmp_path / "ws-two"
+    for ws in (one, two):
+        (ws / "memory").mkdir(parents=True)
+    (one / "memory" / "a.md").write_text("# One\nThe kumquat orchard is agent one's.\n")
+    with _watch_all(tmp_path, [("one", one)]) as (config, env, log_path):
+        assert wait_for(lambda: _found(env, "one", "kumquat"), 60), log_path.read_text()
+        # A second agent appears in the config: its existing file and a new one get indexed.
+        (two / "memory" / "b.md").write_text("# Two\nThe persimmon ledger is agent two's.\n")
+        _write_config(config, [("one", one), ("two", two)])
+        assert wait_for(lambda: "agent two added" in log_path.read_text(), 30), log_path.read_text()
+        assert wait_for(lambda: _found(env, "two", "persimmon"), 60), log_path.read_text()
+        (two / "memory" / "c.md").write_text("# Later\nThe quince cellar came after the reload.\n")
+        assert wait_for(lambda: _found(env, "two", "quince"), 60), log_path.read_text()
+        # Agent one is removed: the watcher says so and stops enqueueing its changes.
+        _write_config(config, [("two", two)])
+        assert wait_for(lambda: "agent one removed" in log_path.read_text(), 30), log_path.read_text()
+        before = log_path.read_text().count("sync enqueued for one")
+        (one / "memory" / "d.md").write_text("# Gone\nThe damson press is not watched any more.\n")
+        (two / "memory" / "e.md").write_text("# Still\nThe loquat tree is still watched.\n")
+        assert wait_for(lambda: _found(env, "two", "loquat"), 60), log_path.read_text()
+        time.sleep(1.0)  # five debounce periods: a sync for one would have been enqueued by now
+        assert log_path.read_text().count("sync enqueued for one") == before, log_path.read_text()
     text = log_path.read_text()
     assert "Traceback" not in text, text
     # Each enqueued batch is logged with its agent and how many paths changed.
@@ -147,38 +157,22 @@ def test_a_settings_edit_in_the_config_syncs_the_agent(tmp_path):
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "a.md").write_text("# One\n" + "The kumquat orchard grows. " * 200 + "\n")
-    config, state = tmp_path / "openclaw.json", tmp_path / "state"
-    state.mkdir()
-    _write_config(config, [("one", ws)])
-    env = dict(os.environ, OPENCLAW_CONFIG_PATH=str(config), OPENCLAW_STATE_DIR=str(state),
-               MEMINDEX_CONFIG_POLL_S="0.5")
-    env.pop("MEMINDEX_BROKER_URL", None)
+    with _watch_all(tmp_path, [("one", ws)]) as (config, env, log_path):
 
-    def chunk_tokens() -> int | None:
-        out = run_cli("--agent", "one", "status", "--json", env=env)
-        fp = json.loads(out.stdout)[0]["status"].get("fingerprint") or {}
-        return fp.get("chunkTokens")
+        def chunk_tokens() -> int | None:
+            out = run_cli("--agent", "one", "status", "--json", env=env)
+            fp = json.loads(out.stdout)[0]["status"].get("fingerprint") or {}
+            return fp.get("chunkTokens")
 
-    log_path = tmp_path / "watch.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "memindex", "--log-level", "info", "watch", "--all"],
-                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            assert wait_for(lambda: chunk_tokens() == 400, 60), log_path.read_text()
-            cfg = json.loads(config.read_text())
-            cfg["agents"]["list"][0]["memorySearch"] = {"chunking": {"tokens": 120, "overlap": 20}}
-            config.write_text(json.dumps(cfg), encoding="utf-8")
-            stale = json.loads(run_cli("--agent", "one", "status", "--json", env=env).stdout)[0]["status"]
-            if stale.get("fingerprint", {}).get("chunkTokens") == 400:  # not rebuilt yet: status says so
-                assert "chunkTokens 400, the config now says 120" in stale["configChanged"], stale
-                assert stale["dirty"] is True
-            st = config.stat()
-            os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-            assert wait_for(lambda: chunk_tokens() == 120, 60), log_path.read_text()
-            assert "agent one's settings changed; syncing it" in log_path.read_text()
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        assert wait_for(lambda: chunk_tokens() == 400, 60), log_path.read_text()
+        cfg = json.loads(config.read_text())
+        cfg["agents"]["list"][0]["memorySearch"] = {"chunking": {"tokens": 120, "overlap": 20}}
+        config.write_text(json.dumps(cfg), encoding="utf-8")
+        stale = json.loads(run_cli("--agent", "one", "status", "--json", env=env).stdout)[0]["status"]
+        if stale.get("fingerprint", {}).get("chunkTokens") == 400:  # not rebuilt yet: status says so
+            assert "chunkTokens 400, the config now says 120" in stale["configChanged"], stale
+            assert stale["dirty"] is True
+        st = config.stat()
+        os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        assert wait_for(lambda: chunk_tokens() == 120, 60), log_path.read_text()
+        assert "agent one's settings changed; syncing it" in log_path.read_text()
