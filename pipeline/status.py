@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from memindex.pipeline.display import escape_controls
-from memindex.pipeline.errors import ConfigError, StoreError, WorkspaceError, require
+from memindex.pipeline.errors import StoreError, require
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.workspace import (
-    MEMORY_DIR, ListingFacts, check_roots, iter_discover, rel_path, resolve_extra_paths,
+    MEMORY_DIR, ListingFacts, iter_discover, rel_path, resolve_extra_paths, roots_refusal,
 )
 from memindex.pipeline.store.schema import fts_table, vec_dims_key, vec_table
 from memindex.pipeline.index.failures import read_failures
@@ -66,11 +66,9 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out["problems"].append({"path": str(settings.store_path), "error": str(exc)})
             if invariant:
                 out["invariant"] = {"ok": False, "problems": [str(exc)]}
-        if settings.enabled and "memory" in settings.sources:  # cheap (the walk is `scan`'s): no sync runs while it holds
-            try:
-                check_roots(settings)
-            except (WorkspaceError, ConfigError) as exc:
-                out["indexRefused"] = str(exc)
+        refused = roots_refusal(settings) if settings.enabled and "memory" in settings.sources else None
+        if refused:  # cheap (the walk is `scan`'s): no sync runs while it holds
+            out["indexRefused"] = refused
         # OpenClaw's "dirty": the index does not yet reflect the disk (never built, files
         # waiting for their write, or a rebuild in progress).
         live = out.get("fingerprint") or {}
@@ -215,17 +213,23 @@ def _batch_settings(settings: AgentSettings) -> dict[str, Any]:
             "pollIntervalMs": b["pollIntervalMs"], "timeoutMs": int(b["timeoutMinutes"] * 60_000)}
 
 
+def _first_few(ws: Path, paths: list[str]) -> str:
+    """Three workspace-relative paths, and how many more."""
+    n = len(paths)
+    return ", ".join(rel_path(ws, Path(s)) for s in paths[:3]) + (f" and {n - 3} more" if n > 3 else "")
+
+
 def source_scan(settings: AgentSettings) -> dict[str, Any]:
     """Files on disk per source and what looks wrong (OpenClaw's ``scan`` in ``status --json``)."""
     scans = []
     if "memory" in settings.sources:
         issues: list[str] = []
         ws = settings.workspace
-        try:  # what makes `index` refuse this agent (a missing workspace, a too-broad extraPaths entry)
-            if settings.enabled:  # a disabled agent is never indexed: nothing is refused
-                check_roots(settings)
-        except (WorkspaceError, ConfigError) as exc:
-            issues.append(f"index refused: {exc}")
+        # What makes `index` refuse this agent (a missing workspace, a too-broad extraPaths entry);
+        # a disabled agent is never indexed: nothing is refused.
+        refused = roots_refusal(settings) if settings.enabled else None
+        if refused:
+            issues.append(f"index refused: {refused}")
         if ws.is_dir() and not (ws / MEMORY_DIR).is_dir():
             issues.append(f"memory directory missing ({ws / MEMORY_DIR})")
         for extra in resolve_extra_paths(settings):
@@ -239,14 +243,11 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
         if len(facts.unreadable) > 5:
             issues.append(f"{len(facts.unreadable) - 5} more unreadable directories")
         if facts.symlinks:
-            n = len(facts.symlinks)
-            shown = ", ".join(rel_path(ws, Path(s)) for s in facts.symlinks[:3]) + (f" and {n - 3} more" if n > 3 else "")
-            issues.append(f"{n} symlink(s) not followed (memory files are never read through a symlink; "
-                          f"move the files themselves in place): {shown}")
+            issues.append(f"{len(facts.symlinks)} symlink(s) not followed (memory files are never read through a "
+                          f"symlink; move the files themselves in place): {_first_few(ws, facts.symlinks)}")
         if facts.specials:
-            n = len(facts.specials)
-            shown = ", ".join(rel_path(ws, Path(s)) for s in facts.specials[:3]) + (f" and {n - 3} more" if n > 3 else "")
-            issues.append(f"{n} special file(s) (FIFO, socket or device) with a memory file's name not read: {shown}")
+            issues.append(f"{len(facts.specials)} special file(s) (FIFO, socket or device) with a memory file's name "
+                          f"not read: {_first_few(ws, facts.specials)}")
         if total == 0 and not issues:
             issues.append(f"no memory files found in {ws}")
         scans.append({"source": "memory", "totalFiles": total, "issues": issues})

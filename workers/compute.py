@@ -214,14 +214,14 @@ def forward(ctx: dict[str, Any], queue: str, generation: int, items: list[dict[s
 def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], items: list[dict[str, Any]]) -> None:
     """Embed the chunks without a vector in ``items`` and hand them to the store's writer."""
     settings = settings_from_spec(spec, ctx)
-    embedder = chunk_embedder_for(settings, cache=False)
+    records = [FileRecord.from_message(item["record"]) for item in items]
+    planned = [r.embedding for r in records]
+    embedder = chunk_embedder_for(settings, cache=False,
+                                  planned_dims=next((p.dims for p in planned if p is not None and p.dims), None))
     if embedder is None:
         log.warning("%s: no embedding provider on this compute host (%s); writing the chunks without vectors",
                     ctx.get("agent_id"), spec["memory_search"].get("provider"))
     else:
-        records = [FileRecord.from_message(item["record"]) for item in items]
-        planned = [r.embedding for r in records]
-        embedder.follow_planned_size(next((p.dims for p in planned if p is not None and p.dims), None))
         try:
             embed_missing(records, embedder)
         except FallbackSwitched as exc:

@@ -38,9 +38,8 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
     """``dims``: the vector size the plan was made at (None: not known yet, or keyword-only)."""
     context = Context.from_dict(ctx)
     settings = settings_for(context)
-    full = chunk_embedder_for(settings)
-    if full is not None:  # before the cache lookup: a size learnt long ago finds the old vectors
-        full.follow_planned_size(dims)
+    # At the plan's size before any cache lookup: a size learnt long ago finds the old vectors.
+    full = chunk_embedder_for(settings, planned_dims=dims)
     embedder = CacheOnlyEmbedder(full) if full is not None else None
     deferring = batch_embedder_for(settings, full)  # batch mode: cache hits now, misses to a batch job
     records: list[FileRecord] = []
@@ -79,9 +78,7 @@ def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, A
     """Chunk only a transcript's new turns; the compute side embeds them, the writer appends them."""
     settings = settings_for(Context.from_dict(ctx))
     d = SessionDelta.from_message(delta)
-    full = chunk_embedder_for(settings)
-    if full is not None:
-        full.follow_planned_size(dims)
+    full = chunk_embedder_for(settings, planned_dims=dims)
     prepared = prepare_session_delta(settings, d, CacheOnlyEmbedder(full) if full is not None else None)
     rec = prepared.record
     if prepared.vanished:

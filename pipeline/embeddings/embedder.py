@@ -285,12 +285,16 @@ class ChunkEmbedder:
         return result
 
 
-def chunk_embedder_for(settings: AgentSettings, *, cache: bool = True) -> ChunkEmbedder | None:
-    """The agent's chunk embedder, or None for a keyword-only index; ``cache=False``: see ChunkEmbedder."""
+def chunk_embedder_for(settings: AgentSettings, *, cache: bool = True,
+                       planned_dims: int | None = None) -> ChunkEmbedder | None:
+    """The agent's chunk embedder, or None for a keyword-only index; ``cache=False``: see
+    ChunkEmbedder; ``planned_dims``: the vector size the work was planned at (``follow_planned_size``)."""
     service, _ = _service(settings)
     if service is None or service.active_provider is None:
         return None
-    return ChunkEmbedder(settings, service, cache=cache)
+    embedder = ChunkEmbedder(settings, service, cache=cache)
+    embedder.follow_planned_size(planned_dims)
+    return embedder
 
 
 class CacheOnlyEmbedder:

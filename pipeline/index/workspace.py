@@ -344,6 +344,15 @@ def check_roots(settings: AgentSettings) -> None:
                               f"state dir); name a narrower directory, or set {ALLOW_BROAD_ENV}=1")
 
 
+def roots_refusal(settings: AgentSettings) -> str | None:
+    """Why ``check_roots`` refuses this agent (a sync cannot run), else None."""
+    try:
+        check_roots(settings)
+    except (WorkspaceError, ConfigError) as exc:
+        return str(exc)
+    return None
+
+
 def discover(settings: AgentSettings, *, extra_kind=None) -> list[MemoryFile]:
     """All memory Markdown files of the agent, de-duplicated by real path.
 

@@ -29,7 +29,7 @@ from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.schema import vec_dims_key
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero
-from memindex.pipeline.errors import ConfigError, ProviderError, UsageError, WorkspaceError, require
+from memindex.pipeline.errors import ProviderError, UsageError, require
 
 log = logging.getLogger("memindex.search")
 
@@ -374,13 +374,10 @@ class MemorySearch(AsyncSearch):
         """Why no sync can index this agent (its workspace is missing), else None."""
         if "memory" not in self.settings.sources:
             return None
-        from memindex.pipeline.index.workspace import LEFT_UNCHANGED, check_roots
+        from memindex.pipeline.index.workspace import LEFT_UNCHANGED, roots_refusal
 
-        try:
-            check_roots(self.settings)
-        except (WorkspaceError, ConfigError) as exc:
-            return str(exc).replace(LEFT_UNCHANGED, "")
-        return None
+        refused = roots_refusal(self.settings)
+        return refused.replace(LEFT_UNCHANGED, "") if refused else None
 
     def _describe_index(self, resp: SearchResponse, fp: dict[str, Any] | None) -> None:
         """provider/model in results are those of the vectors in the live index."""
