@@ -127,7 +127,7 @@ def test_index_and_status_cover_every_configured_agent(two):
 def test_index_line_counts_the_files_it_had_to_skip(two):
     """A binary or oversized note used to vanish behind "indexed N file(s)" and exit 0: the line
     now says how many files the index holds nothing of."""
-    (two["root"] / "main" / "memory" / "scan.md").write_bytes(b"PNG\x00\x01 not text")
+    (two["root"] / "main" / "memory" / "scan.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10")
     out = _cli(two, *two["base"], "index")
     main_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("main: "))
     assert main_line.endswith("; 1 skipped (binary, too large, ...: see `memindex status`)"), out.stdout

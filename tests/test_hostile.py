@@ -50,7 +50,7 @@ def _one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
 # --------------------------------------------------------------------- hostile workspaces
 
 NAME_KINDS = ("plain", "non_utf8", "odd", "upper", "deep")
-BODY_KINDS = ("text", "huge_line", "cr_only", "mixed", "nul", "binary", "empty")
+BODY_KINDS = ("text", "huge_line", "cr_only", "mixed", "nul", "utf16", "binary", "empty")
 
 
 def _name(kind: str, i: int) -> tuple[bytes, str]:
@@ -75,7 +75,8 @@ def _body(kind: str, token: str) -> bytes:
         "huge_line": (f"{token} " + "kiwi banana " * 4000).encode(),
         "cr_only": f"first\r{token} second\rthird\r".encode(),
         "mixed": f"a\r\n{token} b\rc\nd".encode(),
-        "nul": f"{token}\x00binary".encode(),
+        "nul": f"{token}\x00 stray".encode(),  # one NUL in text: indexed, reported
+        "utf16": f"{token} wide".encode("utf-16-le"),  # NUL every other byte: binary
         "binary": b"\xff\xfe" + token.encode() + b" \x80\x81 text",
         "empty": b"",
     }[kind]
@@ -93,11 +94,11 @@ class Spec:
 
     @property
     def searchable(self) -> bool:
-        return self.name_kind != "non_utf8" and self.body_kind not in ("nul", "empty")
+        return self.name_kind != "non_utf8" and self.body_kind not in ("utf16", "empty")
 
     @property
     def reported(self) -> bool:
-        return self.name_kind == "non_utf8" or self.body_kind in ("nul", "binary")
+        return self.name_kind == "non_utf8" or self.body_kind in ("nul", "utf16", "binary")
 
     def write(self, ws: Path) -> None:
         p = os.path.join(os.fsencode(ws), self.raw)

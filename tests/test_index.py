@@ -113,7 +113,8 @@ def test_bad_files_are_reported_and_the_rest_indexed(agent):
     agent.write("memory/good.md", "pineapple pizza decision\n")
     agent.write("memory/latin1.md", "caf\xe9 au lait".encode("latin-1"))
     agent.write("memory/empty.md", "")
-    agent.write("memory/nul.md", b"binary\x00stuff")
+    agent.write("memory/nul.md", "binary\x00stuff".encode("utf-16-le"))  # UTF-16: every other byte NUL
+    agent.write("memory/stray.md", b"# note\nthe quokka plan\x00 stays\n")
     big = agent.write("memory/huge.md", b"")
     with open(big, "wb") as fh:
         fh.write((b"x" * 1023 + b"\n") * (20 * 1024))
@@ -127,7 +128,15 @@ def test_bad_files_are_reported_and_the_rest_indexed(agent):
     assert "binary" in problems["memory/nul.md"]
     assert "too large" in problems["memory/huge.md"]
     assert "invalid UTF-8" in problems["memory/latin1.md"]
-    assert status["files"] == 5 and status["pending"] == 0
+    # One stray NUL does not make a note binary (OpenClaw indexes it): indexed, the NUL shown as
+    # U+FFFD in the snippet and in memory_get alike, and reported.
+    assert problems["memory/stray.md"] == "1 NUL byte replaced with U+FFFD"
+    (hit,) = agent.search("quokka")["results"]
+    assert hit["path"] == "memory/stray.md" and "plan\ufffd stays" in hit["snippet"]
+    from memindex.pipeline.search.get import memory_get
+
+    assert memory_get(agent.settings(), "memory/stray.md", 2, 1).text == "the quokka plan\ufffd stays"
+    assert status["files"] == 6 and status["pending"] == 0
     assert status["skipped"] == 2  # nul.md and huge.md: listed, nothing indexed (latin1.md is, with a problem)
     # A problem file is not retried on every sync (stat unchanged).
     assert agent.index()["to_index"] == 0

@@ -271,7 +271,7 @@ def test_skipped_markdown_in_a_vector_index_does_not_block_the_sync(agent, serve
     # Skipped records used to carry no embedding identity, which the writer rejects in a
     # vector index: the file looped through re-syncs and the index never settled.
     agent.write("memory/ok.md", "fine\n")
-    agent.write("memory/binary.md", b"\x00\x01 not text")
+    agent.write("memory/binary.md", b"\x00\x01\x00\x02\x00 not text")
     agent.memory_config(mm_cfg(server))
     agent.index()
     assert "binary file" in _problems(agent)["memory/binary.md"]

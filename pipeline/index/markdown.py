@@ -14,16 +14,40 @@ log = logging.getLogger("memindex.indexer")
 MAX_MARKDOWN_BYTES = 10 * 1024 * 1024
 
 
+# A note is binary when its NUL bytes are more than stray ones: UTF-16 text or a renamed image
+# is full of them (and rarely valid UTF-8), while a note an editor or an agent left one NUL in is
+# still text, and OpenClaw indexes it (git's "any NUL is binary" rule lost such notes whole).
+MAX_NUL_SHARE = 0.01
+
+
 def read_text(data: bytes) -> tuple[str | None, str | None]:
-    """Decode a Markdown file: (text, problem). Text is None when it must be skipped."""
-    if b"\x00" in data:
+    """Decode a Markdown file: (text, problem). Text is None when it must be skipped.
+
+    Indexing and ``memory_get`` both read notes through this, so a snippet and the lines
+    ``memory_get`` returns for it are the same text.
+    """
+    nuls = data.count(b"\x00")
+    if nuls and (nuls > max(1, len(data) * MAX_NUL_SHARE) or not _valid_utf8(data)):
         return None, "binary file (contains NUL bytes); skipped"
+    problems = []
     try:
-        return data.decode("utf-8-sig"), None
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        return data.decode("utf-8", errors="replace"), (
-            f"invalid UTF-8 at byte {exc.start}; undecodable bytes replaced with U+FFFD"
-        )
+        text = data.decode("utf-8", errors="replace")
+        problems.append(f"invalid UTF-8 at byte {exc.start}; undecodable bytes replaced with U+FFFD")
+    if nuls:
+        # One character for one, so line and column positions stay those of the file.
+        text = text.replace("\x00", "\ufffd")
+        problems.append(f"{nuls} NUL byte{'s' if nuls > 1 else ''} replaced with U+FFFD")
+    return text, "; ".join(problems) or None
+
+
+def _valid_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def prepare_markdown(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedder | None = None) -> Prepared:

@@ -18,7 +18,7 @@ from pathlib import Path
 from memindex.pipeline.config.paths import expand_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import break_lines
-from memindex.pipeline.index.markdown import MAX_MARKDOWN_BYTES
+from memindex.pipeline.index.markdown import MAX_MARKDOWN_BYTES, read_text
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
 from memindex.pipeline.errors import MemoryGetError, require
@@ -179,9 +179,9 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
                              f"{MAX_READ_BYTES:,}, and indexing skips larger ones too)")
     with open(target, "rb") as fh:
         data = fh.read()
-    if b"\x00" in data:
+    text, _problem = read_text(data)  # the text indexing chunked (status reports the problem)
+    if text is None:
         raise MemoryGetError("path rejected: binary file")
-    text = data.decode("utf-8", errors="replace")
     if not from_line and not lines:
         return MemoryGetResult(display, text)
     all_lines = break_lines(text)  # the lines citations count (a lone CR ends one too)
