@@ -322,6 +322,27 @@ def test_decay_keeps_evergreen_files(hybrid_agent):
 # ----------------------------------------------------- results and citations (F13)
 
 
+def test_keyword_hits_past_the_vector_arms_top_k_carry_their_own_cosine(hybrid_agent):
+    """A keyword hit the vector arm's top-K did not reach had no cosine at all, so a chunk holding
+    every query term could rank below weaker keyword hits the vector arm happened to return (an
+    operator saw textScore 1.0 under 0.9). Every hybrid result now has its stored cosine."""
+    base = hybrid_agent.settings()
+    narrow = with_ms(base, **{"query.hybrid.candidateMultiplier": 1})
+    vector_only = with_ms(base, **{"query.hybrid.textWeight": 0.0})
+    outside = 0
+    for q in QUERIES:
+        cos = {(r["path"], r["startLine"]): r["vectorScore"]
+               for r in run(vector_only, q, min_score=-1.0, max_results=50)["results"]}
+        top2 = sorted(cos, key=cos.get, reverse=True)[:2]  # the vector arm's K for maxResults 2
+        res = run(narrow, q, min_score=0.0, max_results=2)
+        assert res["results"], q
+        for r in res["results"]:
+            key = (r["path"], r["startLine"])
+            assert r["vectorScore"] == pytest.approx(cos[key], abs=1e-5), (q, r)
+            outside += key not in top2
+    assert outside  # the case that had no cosine came up
+
+
 def test_result_fields(hybrid_agent):
     hybrid_agent.write("memory/long.md", "# Long\n" + "\n".join(
         f"line {i}: the zeppelin hangar inventory lists crate {i} of dried apricots" for i in range(40)) + "\n")

@@ -334,6 +334,8 @@ class MemorySearch(AsyncSearch):
             match, keys = match_query_and_keywords(query)
             if qvec is None or (hybrid["enabled"] and tw > 0):
                 text_hits = self._keyword_candidates(snap, match, keys, n_cand, q["fusion"], kinds)
+            if q["fusion"] == "calibrated" and vector_hits and text_hits:
+                vector_hits += self._keyword_hit_cosines(snap, vector_hits, text_hits, qvec)
             decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
             mtimes = None
             if decay["enabled"]:
@@ -458,6 +460,20 @@ class MemorySearch(AsyncSearch):
             Candidate(r[1], r[2], r[3], r[4], r[5], r[6], vector_score=score, has_vector=True)
             for rid, score in hits if (r := rows.get(rid)) is not None and visible(r[3], r[2])
         ]
+
+    @staticmethod
+    def _keyword_hit_cosines(snap: ReadSnapshot, vector_hits: list[Candidate], text_hits: list[Candidate],
+                             qvec: list[float]) -> list[Candidate]:
+        """The keyword hits the vector arm's top-K missed, with their own stored cosine.
+
+        Without it such a hit had no cosine at all, and a chunk holding every query term
+        (textScore 1.0) ranked below weaker keyword hits that the vector arm happened to return.
+        """
+        seen = {c.chunk_id for c in vector_hits}
+        missing = [c for c in text_hits if c.chunk_id not in seen]
+        cos = snap.chunk_cosines([c.chunk_id for c in missing], qvec)
+        return [c._replace(vector_score=cos[c.chunk_id], has_vector=True, text_score=0.0, has_text=False)
+                for c in missing if c.chunk_id in cos]
 
     def _mirror_worthwhile(self, snap: ReadSnapshot, dims: int) -> bool:
         """Large enough that vec0's scalar scan hurts, small enough to hold in memory."""

@@ -1358,6 +1358,30 @@ class ReadSnapshot:
                 return []
         return knn(snap, qvec, limit)
 
+    def chunk_cosines(self, chunk_ids: Sequence[str], qvec: Sequence[float]) -> dict[str, float]:
+        """chunk id -> cosine with ``qvec``, from the chunks' stored vectors (chunks without a
+        vector of that size are left out): the cosine of keyword hits the vector arm's top-K
+        did not reach, so hybrid ranks every candidate on both arms."""
+        if not chunk_ids or self._conn is None or self.generation is None:
+            return {}
+        import numpy as np
+
+        q = np.asarray(qvec, dtype=np.float32)
+        norm = float(np.linalg.norm(q))
+        if norm == 0:
+            return {}
+        rows = self._conn.execute(
+            f"SELECT id, embedding FROM {chunks_table(self.generation)} "
+            f"WHERE id IN ({','.join('?' * len(chunk_ids))}) AND length(embedding) = ?",
+            [*chunk_ids, 4 * len(q)],
+        ).fetchall()
+        if not rows:
+            return {}
+        mat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), len(q))
+        norms = np.linalg.norm(mat, axis=1)
+        sims = (mat @ q) / (np.where(norms > 0, norms, 1.0) * norm)
+        return {r[0]: float(v) for r, v in zip(rows, sims)}
+
     # -- search: rows for candidates -----------------------------------------------------
     def chunk_rows(self, rowids: Sequence[int]) -> dict[int, tuple[int, str, str, str, int, int, str, str]]:
         """rowid -> (rowid, chunk id, path, source, start_line, end_line, text, kind)."""
