@@ -123,6 +123,25 @@ def test_a_writer_refuses_a_wrong_shard_count_or_a_live_writers_queue(tmp_path, 
     assert run_cli("worker", "--writer", "--shard", "2/2", env=env).returncode == 2
 
 
+def test_two_writers_started_at_the_same_instant_one_is_refused(tmp_path, redis_server):
+    """Neither beat yet when both checked for a live writer, so both ran (only `health` saw two
+    writers of one shard taking turns on each store). Now the start itself is claimed in Redis."""
+    url = redis_server.url
+    procs = [_spawn(url, tmp_path, f"same{i}", "worker", "--writer") for i in range(2)]
+    try:
+        assert _wait(lambda: any(p.poll() is not None for p in procs), timeout=60)
+        time.sleep(3)  # the other one is consuming, not refused a little later
+        codes = sorted(p.poll() for p in procs if p.poll() is not None)
+        assert codes == [2], codes
+        refused = next(i for i, p in enumerate(procs) if p.poll() is not None)
+        log = (tmp_path / f"same{refused}.log").read_text()
+        assert "queue write already has a writer (pid " in log, log
+        assert _wait(lambda: any(w["kind"] == "writer" for w in _queues(url)["workers"]), timeout=30)
+    finally:
+        for p in procs:
+            _kill(p)
+
+
 def test_the_shard_count_survives_redis_losing_it(tmp_path, redis_server):
     """Redis restarted without its data lost `memindex:write-shards`: it was recorded only when a
     writer started, and a process routing by it sent writes to `write`, which no writer reads."""

@@ -453,6 +453,37 @@ def _other_writer(queue: str) -> str | None:
     return None
 
 
+WRITER_START_S = 15  # covers a starting writer until its first heartbeat (dramatiq start-up)
+
+
+def _claim_writer_start(queue: str) -> str | None:
+    """Claim ``queue``'s writer start in Redis (SET NX): the heartbeat check cannot see a writer
+    started at the same instant (neither beats yet), and both ran. Returns the other starter as
+    ``pid N on host H`` when it holds the claim; a claim left by a dead pid of this host (a writer
+    killed and restarted at once) or by this very pid is taken over."""
+    import socket
+
+    from memindex.workers.broker import broker
+
+    key = f"memindex:writer-start:{queue}"
+    me = f"pid {os.getpid()} on host {socket.gethostname()}"  # exec keeps the pid: it is the writer's
+    client = broker.client
+    for _ in range(3):
+        if client.set(key, me, nx=True, ex=WRITER_START_S):
+            return None
+        held = client.get(key)
+        if held is None:  # expired between the two calls
+            continue
+        other = held.decode("utf-8", "replace")
+        pid, _, host = other.removeprefix("pid ").partition(" on host ")
+        if other != me and (host != socket.gethostname() or not pid.isdigit() or _pid_alive(int(pid))):
+            return other
+        # That starter died (a restart), or it was this pid: a restarted container's writer is
+        # pid 1 on the same host name again. Take its claim over.
+        client.delete(key)
+    return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -497,7 +528,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         os.environ[SHARDS_ENV] = str(n)  # the dramatiq process declares write.0 .. write.<N-1>
         processes, threads, qs = 1, 1, ["write" if n == 1 else f"write.{k}"]
-        holder = _other_writer(qs[0])
+        holder = _other_writer(qs[0]) or _claim_writer_start(qs[0])
         if holder is not None:
             say_error(f"queue {qs[0]} already has a writer ({holder}); one writer per shard: a second one "
                       "would only take turns with it on each store. Stop that one first, or start this "
