@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -155,14 +156,28 @@ def _media_filter(settings: AgentSettings) -> Callable[[str], str | None] | None
 
 
 class _Handler(FileSystemEventHandler):
+    """Hands watchdog's events to the watcher's own thread, never taking the watcher's lock.
+
+    watchdog dispatches holding its observer lock, and handling an event can take the
+    watcher's lock and then watch a new directory (the observer lock again), while a config
+    reload holds the watcher's lock and schedules watches: the two threads waited on each
+    other for ever (``watch --all`` stopped syncing and ignored SIGTERM). Here watchdog's
+    thread only queues.
+    """
+
     def __init__(self, watcher: "Watcher") -> None:
         self.watcher = watcher
+        self.events: queue.SimpleQueue[FileSystemEvent | None] = queue.SimpleQueue()
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        try:
-            self.watcher.handle(event)
-        except Exception:  # noqa: BLE001 - one bad event must not stop the observer thread
-            log.exception("watcher: failed to handle %s", event)
+        self.events.put(event)
+
+    def run(self) -> None:
+        while (event := self.events.get()) is not None:
+            try:
+                self.watcher.handle(event)
+            except Exception:  # noqa: BLE001 - one bad event must not stop the thread
+                log.exception("watcher: failed to handle %s", event)
 
 
 class Watcher:
@@ -192,6 +207,7 @@ class Watcher:
         self._cap_warned = False
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._events_thread: threading.Thread | None = None
         self.enqueued = 0  # syncs enqueued (for tests and the bench)
         # Redis losing its data loses the queued work of every pending file; nothing on disk
         # changes, so only a re-plan brings it back. "auto": the broker's probe, when the
@@ -482,6 +498,8 @@ class Watcher:
     def start(self) -> "Watcher":
         for idx in range(len(self.agents)):
             self._watch_agent(idx)
+        self._events_thread = threading.Thread(target=self._handler.run, name="memindex-watch-events", daemon=True)
+        self._events_thread.start()
         self.observer.start()
         self._thread = threading.Thread(target=self._loop, name="memindex-watch-debounce", daemon=True)
         self._thread.start()
@@ -499,6 +517,9 @@ class Watcher:
             self.observer.join(timeout=5)
         except RuntimeError:  # never started
             pass
+        if self._events_thread is not None:
+            self._handler.events.put(None)
+            self._events_thread.join(timeout=5)
 
     def flush(self) -> None:
         """Fire every pending debounce now (used on shutdown and in tests)."""

@@ -6,6 +6,7 @@ import functools
 
 import logging
 import os
+import threading
 import time
 
 import pytest
@@ -427,3 +428,37 @@ def test_watch_cli_indexes_then_stops_cleanly_on_sigint(agent):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
+
+
+def test_a_config_reload_during_a_file_event_does_not_deadlock(agent, tmp_path):
+    """watchdog dispatches an event holding its observer lock; handling a new directory takes the
+    watcher's lock and then watches it (the observer lock). A config reload holding the watcher's
+    lock and watching a new agent's directories waited on watchdog's thread, which waited on it:
+    `watch --all` stopped syncing for good and ignored SIGTERM (seen in 1 of 3 reloads that met
+    a file event)."""
+    other = Agent(tmp_path / "other", "other")
+    other.write_config({"agents": {"list": [{"id": "other", "workspace": str(other.workspace)}]}})
+    w = _watcher(agent, Recorder())
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def reload_during_an_event() -> None:
+        try:
+            with w._lock:  # as reconfigure holds it
+                (agent.workspace / "memory" / "newdir").mkdir()
+                time.sleep(1.0)  # watchdog's thread is now dispatching that event
+                w.reconfigure([(agent.ctx, agent.settings()), (other.ctx, other.settings())])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        done.set()
+
+    t = threading.Thread(target=reload_during_an_event, daemon=True)
+    t.start()
+    assert done.wait(15), "the reload and watchdog's dispatch thread deadlocked"
+    assert not errors, errors
+    try:
+        newdir = str(agent.workspace / "memory" / "newdir")
+        assert _wait(lambda: newdir in w.watched_dirs)  # the event was handled after all
+        assert str(other.workspace / "memory") in w.watched_dirs
+    finally:
+        w.stop()
