@@ -67,7 +67,7 @@ def test_log_settings_from_the_environment_and_iso_times(agent):
     import subprocess
     import sys
 
-    agent.write("memory/nul.md", b"binary\x00")  # one WARNING while indexing
+    agent.write("memory/nul.md", b"\x00\x01\x00binary")  # one WARNING while indexing
     base = [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
             "--workspace", str(agent.workspace)]
     env = dict(os.environ, MEMINDEX_LOG_FORMAT="json")
