@@ -7,7 +7,12 @@ so a caller can catch ``memindex.MemindexError`` alone, or one family.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class MemindexError(Exception):
@@ -28,6 +33,37 @@ def require(name: str, value: object, kinds: type | tuple[type, ...], *, optiona
         return
     names = " or ".join(k.__name__ for k in kinds)
     raise UsageError(f"{name} must be {names}{' or None' if optional else ''}, not {type(value).__name__}")
+
+
+def checked_call(name: str) -> Callable[[F], F]:
+    """Decorate a public function or method so that a call its signature cannot take (an unknown
+    keyword such as OpenClaw's ``maxResults``, a missing or an extra argument) is a ``UsageError``
+    naming ``name`` and the parameters it takes, not Python's TypeError naming an internal class."""
+
+    def wrap(fn: F) -> F:
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters if p not in ("self", "cls")]
+
+        def check(args: tuple, kwargs: dict) -> None:
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise UsageError(f"{name}(): {exc}; it takes {', '.join(params)}") from None
+
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def acall(*args: Any, **kwargs: Any) -> Any:
+                check(args, kwargs)
+                return await fn(*args, **kwargs)
+            return acall  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            check(args, kwargs)
+            return fn(*args, **kwargs)
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 # Keys whose values may be secrets (an API key, a header carrying one, the env block): an error

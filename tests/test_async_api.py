@@ -202,6 +202,32 @@ def test_wrong_arguments_are_a_usage_error_at_the_call(agent: Agent) -> None:
         engine.close()
 
 
+def test_unknown_keywords_and_bad_values_are_usage_errors_on_every_entry_point(agent: Agent) -> None:
+    """Only memory_search turned OpenClaw's `maxResults` into a UsageError: engine.search/asearch,
+    memory_get and amemory_get raised Python's TypeError naming MemorySearch.search() (outside the
+    error root), memory_get(from_line=-1) was a MemoryGetError (the CLI calls it a usage error), and
+    isinstance(engine, memindex.SearchEngine) raised TypeError (the protocol was not runtime-checkable)."""
+    agent.write("memory/a.md", "papaya smoothie recipe\n")
+    agent.index()
+    s = agent.settings()
+    with memindex.open_search(s) as engine:
+        assert isinstance(engine, memindex.SearchEngine)
+        for call, name in ((lambda: engine.search("papaya", maxResults=3), "search"),
+                           (lambda: asyncio.run(engine.asearch("papaya", maxResults=3)), "asearch"),
+                           (lambda: memindex.memory_get(s, "memory/a.md", frm=3), "memory_get"),
+                           (lambda: asyncio.run(memindex.amemory_get(s, "memory/a.md", maxResults=3)), "amemory_get"),
+                           (lambda: engine.search(), "search")):
+            with pytest.raises(memindex.UsageError, match=rf"^{name}\(\): ") as exc:
+                call()
+            assert "MemorySearch" not in str(exc.value) and "it takes " in str(exc.value), exc.value
+        for kw in ({"from_line": -1}, {"lines": -2}):
+            with pytest.raises(memindex.UsageError, match="must be a non-negative integer"):
+                memindex.memory_get(s, "memory/a.md", **kw)
+        assert engine.search("papaya", max_results=3).results  # right arguments still answer
+        assert memindex.memory_get(s, "memory/a.md", from_line=1, lines=1).text == "papaya smoothie recipe"
+        assert asyncio.run(memindex.amemory_get(s, "memory/a.md")).text.startswith("papaya")
+
+
 def test_wrong_environment_keywords_and_values_are_usage_errors_too(agent: Agent) -> None:
     """These escaped the MemindexError root (ValueError, AttributeError, a TypeError naming the
     internal MemorySearch.search()) or were accepted and failed later: open_search(schedule_sync=5)

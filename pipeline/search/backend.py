@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.errors import QmdError, UsageError, require
+from memindex.pipeline.errors import QmdError, UsageError, checked_call, require
 from memindex.pipeline.search.scope import check_scope
 from memindex.pipeline.search.engine import (
     AsyncSearch, MemorySearch, SearchResponse, SearchResult, check_search_args, citation_for, citations_on,
@@ -120,6 +120,7 @@ class FallbackSearch(AsyncSearch):
         if recovered:
             log.warning("qmd backend recovered for %s; serving from qmd again", self.settings.agent_id)
 
+    @checked_call("asearch")
     async def asearch(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                       session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
         """A qmd search waits on a subprocess (up to its timeout): on the waiting pool, so a hung qmd
@@ -129,6 +130,7 @@ class FallbackSearch(AsyncSearch):
         return await run_waiting(self.search, query, max_results=max_results, min_score=min_score,
                                  session_key=session_key, chat_type=chat_type)
 
+    @checked_call("search")
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
         self._check_open()
@@ -211,6 +213,7 @@ class FallbackSearch(AsyncSearch):
             self._builtin.close()
 
 
+@runtime_checkable
 class SearchEngine(Protocol):
     """What ``open_search`` returns, whichever backend serves: ``MemorySearch`` or ``FallbackSearch``."""
 

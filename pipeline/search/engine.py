@@ -29,7 +29,7 @@ from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.schema import vec_dims_key
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero
-from memindex.pipeline.errors import ProviderError, UsageError, require
+from memindex.pipeline.errors import ProviderError, UsageError, checked_call, require
 
 log = logging.getLogger("memindex.search")
 
@@ -150,6 +150,7 @@ class AsyncSearch:
     def __exit__(self, *exc: object) -> None:
         self.close()  # type: ignore[attr-defined]
 
+    @checked_call("asearch")
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
                       min_score: float | None = None, session_key: str | None = None,
                       chat_type: str | None = None) -> SearchResponse:
@@ -242,6 +243,7 @@ class MemorySearch(AsyncSearch):
         threading.Thread(target=run, name=f"memindex-schedule-{self.settings.agent_id}", daemon=True).start()
 
     # -- search -------------------------------------------------------------------
+    @checked_call("search")
     def search(
         self,
         query: str,

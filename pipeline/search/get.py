@@ -21,7 +21,7 @@ from memindex.pipeline.index.chunking import break_lines
 from memindex.pipeline.index.markdown import MAX_MARKDOWN_BYTES, read_text
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
-from memindex.pipeline.errors import MemoryGetError, require
+from memindex.pipeline.errors import MemoryGetError, UsageError, checked_call, require
 from memindex.pipeline.search.aio import run_in_pool
 
 MAX_READ_BYTES = MAX_MARKDOWN_BYTES  # what indexing reads is what memory_get reads
@@ -147,6 +147,7 @@ def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     return candidate, display
 
 
+@checked_call("memory_get")
 def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
                lines: int | None = None) -> MemoryGetResult:
     """Read a memory file. A missing file is not an error: it returns empty text. An agent
@@ -155,6 +156,9 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
     require("path", path, str)
     require("from_line", from_line, int, optional=True)
     require("lines", lines, int, optional=True)
+    for name, v in (("from_line", from_line), ("lines", lines)):
+        if v is not None and v < 0:  # the caller's bug, as a wrong type is (0 means "not given")
+            raise UsageError(f"{name} must be a non-negative integer, not {v}")
     if not settings.enabled:
         raise MemoryGetError(f"memory search is disabled for agent {settings.agent_id!r}")
     try:
@@ -165,9 +169,6 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
 
 def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int | None) -> MemoryGetResult:
     target, display = resolve_memory_path(settings, path)
-    for name, v in (("from", from_line), ("lines", lines)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise MemoryGetError(f"{name} must be a non-negative integer")
     try:
         st = os.lstat(target)
     except (FileNotFoundError, NotADirectoryError):
@@ -193,6 +194,7 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     return MemoryGetResult(display, "\n".join(window), start, len(window), len(all_lines))
 
 
+@checked_call("amemory_get")
 async def amemory_get(settings: AgentSettings, path: str, from_line: int | None = None,
                       lines: int | None = None) -> MemoryGetResult:
     """``memory_get`` without blocking the event loop (runs on the shared thread pool)."""
