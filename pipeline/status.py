@@ -315,7 +315,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         + (f", {s['vectorsPending']} keyword-only (vectors failed; the next sync retries)" if s.get("vectorsPending")
            else "")
         + ("" if s.get("indexed") else "  (memory search disabled for this agent: not indexed)"
-           if not s.get("enabled", True) else "  (never indexed: run `memindex index`)"),
+           if not s.get("enabled", True) else "  (store damaged: `memindex index` moves it aside and rebuilds it)"
+           if s.get("damaged") else "  (never indexed: run `memindex index`)"),
     ]
     for sc in s["sourceCounts"]:
         lines.append(f"  {sc['source']:<10} {sc['files']} files, {sc['chunks']} chunks")

@@ -243,6 +243,10 @@ def test_truncated_or_garbage_store_is_reported_and_rebuilt_by_index(agent):
             store.write_bytes(b"this is not a database" * 100)
         status = _cli(agent, "status", "--json")
         assert "Traceback" not in status.stderr and "damaged" in status.stdout, status
+        # The text says so on its "indexed" line too (it said "never indexed: run `memindex index`").
+        text = _cli(agent, "status").stdout
+        (indexed,) = [ln for ln in text.splitlines() if ln.startswith("indexed:")]
+        assert "store damaged" in indexed and "never indexed" not in indexed, text
         res = agent.search("fox")  # never raises
         assert res["results"] == [] and "damaged" in res["warning"]
         assert _cli(agent, "index").returncode == 0  # one command: moved aside, rebuilt
