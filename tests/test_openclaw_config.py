@@ -398,6 +398,13 @@ def test_a_typo_gets_a_suggestion(tmp_path, ms, key, suggestion):
     with pytest.raises(ConfigError, match=f'did you mean "{suggestion}"') as err:
         resolve_agent({"agents": {"defaults": {"memorySearch": ms}}}, state_dir=tmp_path)
     assert err.value.key == key
+    assert f'unknown key; did you mean "{suggestion}"? (known: ' in str(err.value)
+
+
+def test_an_unknown_key_without_a_suggestion_reads_cleanly(tmp_path):
+    with pytest.raises(ConfigError) as err:  # it read "unknown key; (known: ...)"
+        resolve_agent({"agents": {"defaults": {"memorySearch": {"rerank": True}}}}, state_dir=tmp_path)
+    assert "memorySearch.rerank: unknown key (known: " in str(err.value), err.value
 
 
 @pytest.mark.parametrize("text, key", [

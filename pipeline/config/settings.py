@@ -424,8 +424,8 @@ def _unknown_key(schema: Mapping[str, Any], k: str, path: str) -> ConfigError:
     import difflib  # only to suggest a name for an unknown key
 
     close = difflib.get_close_matches(k, list(schema), n=1, cutoff=0.6)
-    hint = f'did you mean "{close[0]}"? ' if close else ""
-    return ConfigError(path, f"unknown key; {hint}(known: {', '.join(sorted(schema))})")
+    hint = f'; did you mean "{close[0]}"?' if close else ""
+    return ConfigError(path, f"unknown key{hint} (known: {', '.join(sorted(schema))})")
 
 
 def _validate(schema: Mapping[str, Any], value: Any, key: str, ignored: list[str]) -> dict[str, Any]:
