@@ -423,3 +423,17 @@ def test_status_force_without_index_is_a_usage_error(tmp_path):
         assert out.returncode == 2 and "status --force goes with --index" in out.stderr, (argv, out.stderr)
         assert out.stdout == "" and "Traceback" not in out.stderr
     assert build_parser().parse_args(["status", "--index", "--force"]).force  # together: still taken
+
+
+def test_a_mistyped_option_gets_the_commands_usage_and_a_suggestion(tmp_path):
+    """`search --max-resluts 3` printed the top-level usage block and no hint; `--max-result` (a
+    prefix) was taken silently as --max-results; `status --force` showed the top-level usage."""
+    env = {"HOME": str(tmp_path), "OPENCLAW_STATE_DIR": str(tmp_path / "state")}
+    for argv, says in ((["search", "--max-resluts", "3", "Redis"], "--max-resluts (did you mean --max-results?)"),
+                       (["search", "--max-result", "3", "Redis"], "--max-result (did you mean --max-results?)"),
+                       (["status", "--jsn"], "--jsn (did you mean --json?)"),
+                       (["status", "--force"], "status --force goes with --index")):
+        out = run_cli(*argv, cwd=tmp_path, env=env)
+        assert out.returncode == 2 and out.stdout == "", (argv, out)
+        assert out.stderr.startswith(f"usage: memindex {argv[0]} "), (argv, out.stderr)
+        assert f"memindex {argv[0]}: error: " in out.stderr and says in out.stderr, (argv, out.stderr)

@@ -473,6 +473,10 @@ def build_parser(full: bool = True, only: str | None = None) -> argparse.Argumen
 
         cli_serve.register(sub)  # mcp, serve
     share_global_options(sub)
+    # No prefixes of long options: `--max-result` (a typo) was taken silently as --max-results,
+    # and a prefix a later option would make ambiguous breaks scripts.
+    for parser in (p, *sub.choices.values()):
+        parser.allow_abbrev = False
     return p
 
 
@@ -483,17 +487,26 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unrecognized(command: argparse.ArgumentParser, extra: list[str]) -> None:
+    import difflib
+
+    flags = sorted({f for f in command._option_string_actions if f.startswith("--")})
+    hints = [f"{x} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(x.split("=")[0], flags, 1, 0.7))
+             else x for x in extra]
+    command.error(f"unrecognized arguments: {' '.join(hints)}")
+
+
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What argparse cannot express: a --json or --all that the command does not take, an option
-    that means something only with another."""
+    that means something only with another (said with the command's own usage)."""
     command = dict(command_parsers(parser))[args.command]
     if args.json and not has_option(command, "--json"):
-        parser.error(f"--json does not apply to {args.command}")
+        command.error(f"--json does not apply to {args.command}")
     if getattr(args, "all", False) and args.agent:
-        parser.error("give --agent ID or --all, not both")
+        command.error("give --agent ID or --all, not both")
     if args.command == "status" and args.force and not args.index:
         # It was ignored: a user asking for a rebuild got the status of the old index, exit 0.
-        parser.error("status --force goes with --index (re-index every file, then show the status)")
+        command.error("status --force goes with --index (re-index every file, then show the status)")
 
 
 def _blank_path(args: argparse.Namespace) -> str | None:
@@ -562,10 +575,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         import argcomplete
 
         argcomplete.autocomplete(parser)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if not args.command:
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         parser.print_help()
         return 2
+    if extra:  # said with the command's usage (it printed the top-level one), and a likely flag
+        _unrecognized(dict(command_parsers(parser))[args.command], extra)
     _check_usage(parser, args)
     blank = _blank_path(args)
     if blank:
