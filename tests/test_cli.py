@@ -342,9 +342,14 @@ def test_search_numbers_out_of_range_are_usage_errors(tmp_path) -> None:
                                 ("--min-score", "inf", "finite"), ("--min-score", "nan", "finite"),
                                 # not "invalid _at_least_one value" (argparse names the type's function)
                                 ("--max-results", "abc", "--max-results: not a whole number: 'abc'"),
-                                ("--min-score", "high", "--min-score: not a number: 'high'")):
+                                ("--min-score", "high", "--min-score: not a number: 'high'"),
+                                # scores are 0..1: 2 answered "No matches." every time
+                                ("--min-score", "2", "between 0 and 1"), ("--min-score", "-0.5", "between 0 and 1")):
         r = run_cli(*base, flag, value, "kiwi")
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, (flag, value, r.stderr)
+    for blank in ("", "   "):  # "No matches." where a missing query is a usage error
+        r = run_cli(*base, blank)
+        assert r.returncode == 2 and "the query is empty" in r.stderr, r.stderr
     # get's numbers likewise (a negative --from exited 1 with memory_get's error, unlike search's)
     base = ("--workspace", str(tmp_path / "ws"), "--state-dir", str(tmp_path / "state"), "get", "MEMORY.md")
     for flag in ("--from", "--lines"):

@@ -154,6 +154,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     engine = _search_engine(args, settings)
     opts = dict(max_results=args.max_results, min_score=args.min_score, session_key=args.session_key)
     if args.queries:
+        bad = 0  # lines answered with an error: exit 1 once every line has had its answer
         src = sys.stdin if args.queries == "-" else open(args.queries, encoding="utf-8")
         with src:
             for n, line in enumerate(src, 1):
@@ -166,20 +167,28 @@ def cmd_search(args: argparse.Namespace) -> int:
                     item = json.loads(line)
                 except ValueError as exc:
                     print(json.dumps({"id": None, "line": n, "error": f"line {n} is not JSON: {exc}"}))
+                    bad += 1
                     continue
                 if not isinstance(item, dict):
                     print(json.dumps({"id": None, "line": n, "error": f"line {n} is not a JSON object"}))
+                    bad += 1
                     continue
                 qid, query = item.get("id", n), item.get("query")
                 if not isinstance(query, str):
                     what = "has no \"query\"" if query is None else f"has a {type(query).__name__} query, not a string"
                     print(json.dumps({"id": qid, "line": n, "error": f"line {n} {what}"}, ensure_ascii=False))
+                    bad += 1
                     continue
                 resp = engine.search(query, **opts).as_dict()
                 print(json.dumps({"id": qid, **resp}, ensure_ascii=False))
-        return 0
+        if bad:
+            say_error(f"{bad} line(s) of {args.queries} could not be searched (their answers say why)")
+        return 1 if bad else 0
     if not args.query:
         say_error("give a QUERY or --queries FILE")
+        return 2
+    if not " ".join(args.query).strip():  # `search ""` answered "No matches." where no query is a usage error
+        say_error("the query is empty; give the words to search for")
         return 2
     resp = engine.search(" ".join(args.query), **opts)
     if args.json:
@@ -370,7 +379,7 @@ def _non_negative(text: str) -> int:
 
 
 def _finite(text: str) -> float:
-    """``--min-score``: a number (inf and nan made every or no result pass, silently)."""
+    """``--min-score``: a number from 0 to 1 (inf and nan made every or no result pass, silently)."""
     import math
 
     try:
@@ -379,6 +388,8 @@ def _finite(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(x):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    if not 0 <= x <= 1:  # scores are 0..1 (query.minScore's range): 2 answered "No matches." always
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (scores are 0..1), got {text}")
     return x
 
 
