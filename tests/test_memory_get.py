@@ -49,6 +49,24 @@ def test_missing_file_is_empty_not_an_error(ws):
     assert out.stderr == "note: memory/2030-01-01.md does not exist (nothing recorded yet)\n", out.stderr
 
 
+def test_a_missing_workspace_is_said_not_just_an_empty_file(agent, tmp_path):
+    """An MCP client that started the server with another HOME read a workspace that is not there:
+    every memory_get answered {"text": ""} as for a note not yet written (search warned)."""
+    gone = tmp_path / "nowhere"
+    from dataclasses import replace
+
+    s = replace(agent.settings(), workspace=gone)
+    res = memory_get(s, "memory/2026-02-10.md")
+    assert res.missing and res.text == ""
+    assert res.as_dict()["warning"] == f"the workspace of agent 'main', {gone}, does not exist"
+    from tests.conftest import run_cli
+
+    out = run_cli("--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(gone),
+                  "get", "memory/2026-02-10.md")
+    assert out.returncode == 0 and out.stdout == "", out
+    assert f"does not exist (the workspace of agent 'main', {gone}, does not exist)" in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("path, rule", [
     ("../secret.md", "outside the memory files"),
     ("memory/../../secret.md", "outside the memory files"),

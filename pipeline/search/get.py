@@ -35,6 +35,7 @@ class MemoryGetResult:
     lines: int | None = None
     total_lines: int | None = None
     missing: bool = False  # no such file (not in the payload: OpenClaw answers {text: "", path})
+    warning: str | None = None  # the agent's workspace itself is missing: not just "nothing yet"
 
     def as_dict(self) -> dict[str, object]:
         d: dict[str, object] = {"path": self.path, "text": self.text}
@@ -44,6 +45,8 @@ class MemoryGetResult:
             d["lines"] = self.lines
         if self.total_lines is not None:
             d["totalLines"] = self.total_lines
+        if self.warning:
+            d["warning"] = self.warning
         return d
 
 
@@ -172,7 +175,11 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     try:
         st = os.lstat(target)
     except (FileNotFoundError, NotADirectoryError):
-        return MemoryGetResult(display, "", missing=True)
+        ws = settings.workspace
+        # A client that started the server with another HOME or state dir reads a workspace that
+        # is not there: every file is "missing", which said nothing (search warns; get did not).
+        warning = None if os.path.isdir(ws) else f"the workspace of agent {settings.agent_id!r}, {ws}, does not exist"
+        return MemoryGetResult(display, "", missing=True, warning=warning)
     if not stat.S_ISREG(st.st_mode):
         raise MemoryGetError("path rejected: not a regular file (directories and symlinks are refused)")
     if st.st_size > MAX_READ_BYTES:

@@ -225,7 +225,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(json.dumps(res.as_dict(), ensure_ascii=False))
     else:
         if res.missing:  # not an error (nothing recorded yet, as in OpenClaw), but not silence either
-            print(f"note: {res.path} does not exist (nothing recorded yet)", file=sys.stderr)
+            print(f"note: {res.path} does not exist ({res.warning or 'nothing recorded yet'})", file=sys.stderr)
         sys.stdout.write(res.text + ("" if res.text.endswith("\n") or not res.text else "\n"))
     return 0
 
