@@ -232,6 +232,13 @@ def test_every_command_has_help_and_examples(name):
     parser = dict(_commands())[name]
     text = parser.format_help()
     assert re.search(r"examples:\n  (eval \"\$\()?memindex ", text), name
+    # Each example's command stands apart from its description (a long one ran into it:
+    # "... --lines 5 five lines from line 3"): two spaces at least, or a line of its own.
+    lines = text.split("examples:\n", 1)[1].splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r" {40,}\S", line):  # a description under its long command
+            continue
+        assert re.match(r"  \S.*?\S  +\S", line) or re.match(r" {40,}\S", lines[i + 1] if i + 1 < len(lines) else ""), line
     assert not _INTERNAL_ID.search(text), text
     assert not re.search(r"\bhash\b", text)  # the test-only provider is not offered to users
     for action in parser._actions:

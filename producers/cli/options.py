@@ -69,7 +69,15 @@ def examples(*pairs: tuple[str, str], description: str | None = None) -> dict[st
     # Raw formatting keeps the examples' columns; the description is wrapped here instead.
     return {"description": textwrap.fill(description, 88) if description else None,
             "formatter_class": argparse.RawDescriptionHelpFormatter,
-            "epilog": "examples:\n" + "\n".join(f"  {cmd:<46} {what}" for cmd, what in pairs)}
+            "epilog": "examples:\n" + "\n".join(_example(cmd, what) for cmd, what in pairs)}
+
+
+def _example(cmd: str, what: str, width: int = 46) -> str:
+    """One example line; a command too long for its column puts its description on the next
+    line (it ran into it: `... --lines 5 five lines from line 3`)."""
+    if len(cmd) < width:
+        return f"  {cmd:<{width}} {what}"
+    return f"  {cmd}\n  {'':<{width}} {what}"
 
 
 def command_parsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argparse.ArgumentParser]]:
