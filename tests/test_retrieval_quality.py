@@ -148,3 +148,14 @@ def test_a_later_chunk_of_a_daily_note_is_found_by_its_date(agent, ms):
     assert "July" not in snippet_lines and "fence" in snippet_lines
     start, end = top["snippetStartLine"], top["snippetEndLine"]
     assert memory_get(agent.settings(), top["path"], from_line=start, lines=end - start + 1).text == snippet_lines
+
+
+def test_a_snippet_window_does_not_end_on_a_heading_without_its_body() -> None:
+    """A window grown down to a chunk's next section ended on "## Oncall notes" with no body."""
+    lines = [f"filler line {i} " + "pad " * 12 for i in range(8)] + ["the tapir escaped the pen"] + \
+            [f"more filler {i} " + "pad " * 12 for i in range(3)] + ["", "## Oncall notes", ""] + \
+            ["oncall body " + "pad " * 30] * 6
+    snip = centred_snippet("\n".join(lines), 1, len(lines), query_keywords("tapir"))
+    shown = snip.text.split("\n")
+    assert "tapir" in snip.text and shown[-1].strip() and not shown[-1].startswith("#"), shown[-3:]
+    assert snip.end_line == snip.start_line + len(shown) - 1

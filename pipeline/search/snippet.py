@@ -115,5 +115,9 @@ def centred_snippet(text: str, start_line: int, end_line: int, keys: frozenset[s
             size += 1 + lens[hi]
         else:
             break
+    # A window that ends on a heading or blank lines shows a section with no body ("## Oncall
+    # notes" as its last line): end it at the last line of text.
+    while hi > best and (not lines[hi].strip() or lines[hi].lstrip().startswith("#")):
+        hi -= 1
     shown = "\n".join(lines[lo : hi + 1])
     return Snippet(shown, start_line + lo, start_line + hi) if mapped else Snippet(shown, start_line, end_line)
