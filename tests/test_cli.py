@@ -131,6 +131,11 @@ def test_index_line_counts_the_files_it_had_to_skip(two):
     out = _cli(two, *two["base"], "index")
     main_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("main: "))
     assert main_line.endswith("; 1 skipped (binary, too large, ...: see `memindex status`)"), out.stdout
+    # ...and does not count it among the files indexed (it said "indexed 2", status "1/2 files")
+    assert main_line.startswith("main: indexed 1 file(s), removed 0, 0 unchanged"), main_line
+    again = _cli(two, *two["base"], "index")  # nothing new: the skipped one is still said
+    main_line = next(ln for ln in again.stdout.splitlines() if ln.startswith("main: "))
+    assert main_line.startswith("main: indexed 0 file(s), removed 0, 2 unchanged; 1 skipped"), main_line
     ops_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("ops: "))
     assert "skipped" not in ops_line, out.stdout
 

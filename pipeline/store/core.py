@@ -1427,15 +1427,16 @@ class ReadSnapshot:
             f"SELECT path, error FROM {files_table(self.generation)} WHERE error IS NOT NULL "
             "ORDER BY path LIMIT ?", (limit,)).fetchall()
 
-    def problem_counts(self) -> dict[str, int]:
+    def problem_counts(self, since_ms: int | None = None) -> dict[str, int]:
         """Files with a problem, in one pass: ``problems`` (any), ``skipped`` (nothing indexed: binary,
         too large, an undecodable name) and ``vectorsPending`` (keyword-indexed, their vectors failed:
-        the next sync retries them)."""
+        the next sync retries them); ``since_ms``: only files written since then (one run's)."""
         if self._conn is None or self.generation is None:
             return {"problems": 0, "skipped": 0, "vectorsPending": 0}
         row = self._conn.execute(
             f"SELECT count(*), coalesce(sum(chunks = 0), 0), coalesce(sum(error LIKE '{EMBED_PENDING}%'), 0) "
-            f"FROM {files_table(self.generation)} WHERE error IS NOT NULL").fetchone()
+            f"FROM {files_table(self.generation)} WHERE error IS NOT NULL AND indexed_at >= ?",
+            (since_ms or 0,)).fetchone()
         return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2]}
 
     def cache_entries(self) -> int:

@@ -38,17 +38,18 @@ def report_failures(settings: Iterable[Any], since_ms: int, out: TextIO | None =
     return print_failures(((s.agent_id, failures_since(s.store_path, since_ms)) for s in settings), out)
 
 
-def skipped_files(settings: Any) -> int:
-    """Files the index holds nothing of (binary, too large, an undecodable name): the ``index`` line
-    says how many, so that a clean-looking run does not hide them."""
+def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
+    """Files the index holds nothing of (binary, too large, an undecodable name), in all and among
+    those written since ``since_ms``: the ``index`` line says how many, so that a clean-looking run
+    does not hide them, and does not count this run's among the files it indexed."""
     from memindex.pipeline.store.core import open_reader
 
     reader = open_reader(settings)
     try:
         with reader.snapshot() as snap:
-            return snap.problem_counts()["skipped"]
+            return snap.problem_counts()["skipped"], snap.problem_counts(since_ms)["skipped"]
     except Exception:  # noqa: BLE001 - a count for one line; `status` reports a damaged store
-        return 0
+        return 0, 0
     finally:
         reader.close()
 

@@ -81,9 +81,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             failed = sum(g["count"] for g in failures.values())
             # Not "indexed 99 file(s)" above "99 file(s) failed": the line says what the errors below mean.
             note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
-            skipped = skipped_files(settings)
+            skipped, skipped_now = skipped_files(settings, since)
             gone = counts.get("vanished", 0)
-            print(f"{agent}: indexed {counts['to_index'] - gone} file(s){note}, removed {counts['to_delete']}, "
+            done = max(0, counts["to_index"] - gone - skipped_now)  # a file skipped is not one indexed
+            print(f"{agent}: indexed {done} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged" + _below_delta(settings, counts.get("pending_sessions", 0))
                   + (f", {gone} deleted while indexing" if gone else "")
                   + (f"; {skipped} skipped (binary, too large, ...: see `memindex status`)" if skipped else ""))
