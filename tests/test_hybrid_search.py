@@ -559,17 +559,41 @@ def test_fts_budget_ranks_chunks_holding_every_common_phrase(agent):
 
             match = '"alpha" OR "beta"'
             assert FtsBudget(budget=10).plan(eng.reader.conn(), snap.generation, match) == (
-                '"alpha" AND "beta"', True, '"beta"')
+                '"alpha" AND "beta"', True, '"beta"', 0)
             hits = snap.keyword_hits(match, 8, FtsBudget(budget=10))
             both = {f"memory/n{i:02d}.md" for i in range(15, 20)}
             assert set(paths(hits)[:5]) == both and len(hits) == 8
             assert max(s for _, s in hits[:5]) < min(s for _, s in hits[5:]) < 0  # ranked first, fill after
             assert set(paths(hits)[5:]) <= {f"memory/n{i:02d}.md" for i in range(20, 30)}  # "beta" only
-            # Too many chunks hold both for this budget: the first ones, unranked, then the fill.
-            unranked = snap.keyword_hits(match, 8, FtsBudget(budget=2))
-            assert [s for _, s in unranked] == [-1.0] * 5 + [-0.5] * 3
-            assert set(paths(unranked)[:5]) == both
+            # Too many chunks hold both for this budget: a sample of the newest ranked (here all
+            # five: a sample is never smaller than the list asked for), then the fill.
+            sampled = snap.keyword_hits(match, 8, FtsBudget(budget=2))
+            assert set(paths(sampled)[:5]) == both and len(sampled) == 8
+            assert [s for _, s in sampled[:5]] == sorted(s for _, s in sampled[:5]) and sampled[4][1] < sampled[5][1] < 0
             assert snap.keyword_hits(match, 8) == snap.keyword_hits(match, 8, FtsBudget())  # small store: exact
+    finally:
+        eng.close()
+
+
+def test_a_word_in_more_chunks_than_the_budget_is_ranked_over_the_newest_not_taken_in_index_order(agent):
+    """On a 107,000-chunk store one common word ("telegram") is over the budget: the first matches
+    in index order were taken unranked, all textScore 1.000, from the oldest folder. A sample of
+    the newest matches is ranked by bm25 instead (the notes written last, the densest first)."""
+    for i in range(40):
+        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\nthe telegram bot " + ("telegram " * 6 if i == 33 else "")
+                    + "filler words here and there\n")
+    agent.index()
+    eng = MemorySearch(agent.settings())
+    try:
+        eng._fts_budget = FtsBudget(budget=10, small=10)  # the store is 40 chunks: 10 postings ranked
+        with eng.reader.snapshot() as snap:
+            plan = eng._fts_budget.plan(eng.reader.conn(), snap.generation, '"telegram"')
+            assert not plan.ranked and plan.sample == 10
+        res = eng.search("telegram", max_results=5, min_score=0.0)
+        assert res.results[0].path == "memory/n33.md", [r.path for r in res.results]  # the densest, ranked
+        assert len({r.textScore for r in res.results}) > 1  # not five at 1.000
+        # from the newest matches (a sample is never smaller than the 20 candidates asked for)
+        assert all(r.path >= "memory/n20.md" for r in res.results), [r.path for r in res.results]
     finally:
         eng.close()
 

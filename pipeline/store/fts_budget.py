@@ -11,7 +11,8 @@ phrases exceed the budget we keep the rarest phrases that fit it and drop the
 most common ones. When even the rarest phrase is over the budget, no exact
 bm25 ordering is affordable: the chunks holding *all* the phrases (an AND
 query, usually far fewer) are ranked instead, and if those are still too many
-the first matches are taken unranked (``FtsPlan.ranked`` False). Stores whose
+a budget's worth of the newest matches is ranked (``FtsPlan.ranked`` False, ``sample``), or,
+for phrases in most of a huge store, the newest matches are taken unranked. Stores whose
 size times phrase count fits the budget - every workspace below ~75 chunks
 for a 10-term question - are never touched, so small-store behaviour is exactly
 plain BM25 over all terms.
@@ -54,6 +55,11 @@ class FtsPlan(NamedTuple):
     match: str
     ranked: bool = True
     fill: str | None = None
+    # Unranked: bm25 over this many of the newest matches, best first (0: take the newest as
+    # they come). One common word over the budget took the first matches in index order, all
+    # scored alike: on a 107,000-chunk store "telegram" answered 20 results at 1.000 from the
+    # oldest folder, the telegram page twelfth.
+    sample: int = 0
 
 
 class FtsBudget:
@@ -85,7 +91,10 @@ class FtsBudget:
         if (len(phrases) > 1 and sum(self._doc_freq(conn, gen, p, cap) for p in phrases) <= cap
                 and self._doc_freq(conn, gen, every, cap) <= budget):
             return FtsPlan(every, fill=trimmed)
-        return FtsPlan(every, ranked=False, fill=trimmed if len(phrases) > 1 else None)
+        # Too many to rank them all: rank a sample of the newest, when the phrases' posting lists
+        # are short enough for bm25's IDF walk (counted up to ``cap``); else the newest, unranked.
+        sample = budget if self._doc_freq(conn, gen, every, cap) <= cap else 0
+        return FtsPlan(every, ranked=False, fill=trimmed if len(phrases) > 1 else None, sample=sample)
 
     def budget_for(self, size: int) -> int:
         """The postings a query may rank in a store of ``size`` chunks."""
