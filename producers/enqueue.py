@@ -60,8 +60,9 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
 
     embedded.start()
     dead = queues.dead_count()
+    sent_ns = time.time_ns()  # the plan's planned_at is later: the writer records it as last_plan_ns
     counts = dispatch_plan(ctx, plan)
-    wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout)
+    wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout, since_ns=sent_ns)
     _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
     # Planned files deleted before they were written: their writes were dropped (stale), and
     # the re-plan that asked for removes what the store had of them. Not "indexed".
@@ -116,7 +117,9 @@ class NoWorkerError(MemindexError):
 
 
 def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = None,
-              timeout: float | None = None) -> bool:
+              timeout: float | None = None, since_ns: int = 0) -> bool:
+    """Block until the queues are idle; ``progress(done, total)`` counts the files written of a
+    plan sent at ``since_ns`` (none until the writer has recorded that plan)."""
     from memindex.pipeline.config.agents import settings_for
     from memindex.workers import embedded
     from memindex.workers.broker import is_embedded
@@ -124,17 +127,18 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
     if is_embedded():
         if progress is None or not total:
             return embedded.join_idle(timeout)  # event-driven: no polling latency at the end
-        return _join_with_progress(settings_for(ctx), total, progress, timeout)
+        return _join_with_progress(settings_for(ctx), total, progress, timeout, since_ns)
     from memindex.pipeline.store.core import StoreReader
 
     reader = StoreReader(settings_for(ctx).store_path, vector_enabled=False)  # one connection, no sqlite-vec
     try:
-        return _poll_broker(reader, total, progress, timeout)
+        return _poll_broker(reader, total, progress, timeout, since_ns)
     finally:
         reader.close()
 
 
-def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: float | None) -> bool:
+def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: float | None,
+                 since_ns: int = 0) -> bool:
     """Redis: poll queue depth (the workers are other processes) until idle or timeout."""
     from memindex.workers import queues
 
@@ -156,13 +160,13 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
                     "processes (`memindex worker --queues sync embed`, `memindex worker --writer`); "
                     "the work stays queued")
         if progress is not None and total:
-            progress(total - min(total, _pending(reader)), total)
+            progress(_done(reader, total, since_ns), total)
         quiet = quiet + 1 if queues.total_outstanding() == 0 else 0
         # A message stays unfinished until its actor (and every send it made) is done,
         # so idle readings in a row mean idle (three: one more for the acks).
         if quiet >= 3:
             if progress is not None and total:
-                progress(total - min(total, _pending(reader)), total)
+                progress(_done(reader, total, since_ns), total)
             return True
         if deadline is not None and time.monotonic() > deadline:
             return False
@@ -176,7 +180,7 @@ PROGRESS_REDRAW_S = 0.25
 
 
 def _join_with_progress(settings: AgentSettings, total: int, progress: ProgressFn,
-                        timeout: float | None) -> bool:
+                        timeout: float | None, since_ns: int = 0) -> bool:
     from memindex.pipeline.store.core import StoreReader
     from memindex.workers import embedded
 
@@ -187,13 +191,23 @@ def _join_with_progress(settings: AgentSettings, total: int, progress: ProgressF
         while True:
             step = PROGRESS_REDRAW_S if deadline is None else min(PROGRESS_REDRAW_S, deadline - time.monotonic())
             done = embedded.join_idle(max(step, 0.001))
-            progress(total - min(total, _pending(reader)), total)
+            progress(_done(reader, total, since_ns), total)
             if done:
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
     finally:
         reader.close()
+
+
+def _done(reader: Any, total: int, since_ns: int) -> int:
+    """Files of a plan of ``total`` written so far: none before the writer has recorded the plan
+    (its pending rows are not there yet, and the count read "all done": the bar jumped to 100%
+    at once and sat there, and said 100% when interrupted)."""
+    st = reader.state()
+    if since_ns and int(st.extra.get("last_plan_ns") or 0) < since_ns:
+        return 0
+    return total - min(total, reader.pending_count(st.building_generation or st.live_generation))
 
 
 def _pending(reader: Any) -> int:

@@ -90,3 +90,33 @@ def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_fin
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(agent.search("lantern", max_results=50)["results"]) == 30
+
+
+def test_progress_counts_nothing_done_before_the_writer_has_the_plan(agent):
+    """The bar sat at 100% from the start of a cold 8,000-file index and said 100% when
+    interrupted: before the writer recorded the plan, no pending rows meant "all written".
+    Here another process holds the store's writer lock for a while, so the plan waits."""
+    import subprocess
+    import sys
+
+    from memindex.pipeline.store.locks import writer_lock_path
+
+    agent.write("memory/first.md", "first note\n")
+    agent.index()
+    for i in range(30):
+        agent.write(f"memory/n{i}.md", f"note {i} about quinces\n")
+    lock = writer_lock_path(agent.settings().store_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\ntime.sleep(2.5)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        calls: list[tuple[int, int]] = []
+        counts = sync_and_wait(agent.ctx, progress=lambda done, total: calls.append((done, total)), timeout=120)
+    finally:
+        holder.wait(30)
+    assert counts["to_index"] == 30 and calls[-1] == (30, 30)
+    done = [d for d, _ in calls]
+    assert done == sorted(done), done  # it read 30, 30, ... then fell back once the plan landed
+    assert done[0] == 0, done
