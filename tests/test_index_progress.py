@@ -120,3 +120,28 @@ def test_progress_counts_nothing_done_before_the_writer_has_the_plan(agent):
     done = [d for d, _ in calls]
     assert done == sorted(done), done  # it read 30, 30, ... then fell back once the plan landed
     assert done[0] == 0, done
+
+
+def test_ctrl_c_of_index_on_redis_says_the_workers_go_on(agent, redis_server):
+    """On Redis the queued work is the workers' (they finished 120 pending files without another
+    `index`), but Ctrl-C said "`memindex index` finishes the rest", as for the in-process default."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    agent.write("memory/a.md", "alpha\n")
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir",
+                             str(agent.state), "--workspace", str(agent.workspace), "index"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, MEMINDEX_RESIDENT="off", MEMINDEX_BROKER_URL=redis_server.url))
+    time.sleep(3)  # enqueued; no worker runs, so it waits
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, (out, err)
+    assert "interrupted: the work already queued is still done by the workers" in err, err
+    import redis
+
+    redis.Redis.from_url(redis_server.url).flushall()  # the queued work is this test's only

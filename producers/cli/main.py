@@ -623,7 +623,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         if args.command in ("index", "backfill"):  # not silent: say what the interruption left
-            print("interrupted: what was written is kept; `memindex index` finishes the rest", file=sys.stderr)
+            from memindex.workers.broker import broker_url
+
+            if broker_url():  # the work is on the broker: its workers go on without this process
+                print("interrupted: the work already queued is still done by the workers; "
+                      "`memindex status` shows what is pending", file=sys.stderr)
+            else:
+                print("interrupted: what was written is kept; `memindex index` finishes the rest", file=sys.stderr)
         # That line is the whole story: the stopping in-process workers would add an INFO line
         # per message they hand back ("retried later"), which this exiting process never does.
         for handler in logging.getLogger().handlers:
