@@ -145,3 +145,35 @@ def test_ctrl_c_of_index_on_redis_says_the_workers_go_on(agent, redis_server):
     import redis
 
     redis.Redis.from_url(redis_server.url).flushall()  # the queued work is this test's only
+
+
+def test_ctrl_c_of_watch_with_work_in_flight_says_it_is_finishing_it(agent, fresh_server):
+    """In-process, `watch` finishes what is in flight on Ctrl-C (up to --drain-timeout): it said
+    nothing for up to 30 s, then "the message is retried later" per message, which nothing does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import wait_for
+
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
+        "provider": "openai", "fallback": "none",
+        "remote": {"baseUrl": fresh_server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    for i in range(10):
+        agent.write(f"memory/2026-01-{i + 1:02d}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
+    fresh_server.always("openai", {"kind": "delay", "seconds": 1.0})
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir",
+                             str(agent.state), "watch", "--drain-timeout", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+    try:  # the start-up sync's embedding requests are waiting on the slow provider
+        assert wait_for(lambda: fresh_server.requests, 60, step=0.05), "no embedding request was made"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err, (out, err)
+    assert "stopping: finishing the work in flight (up to 3 s; Ctrl-C again to stop now" in err, err
+    assert err.rstrip().endswith("stopped") and "retried later" not in err, err

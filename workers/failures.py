@@ -187,7 +187,12 @@ def _short_records(make: Any) -> Any:
             exc = record.exc_info[1] if record.exc_info else None
             if record.levelno >= logging.ERROR and isinstance(exc, Shutdown):
                 # a stopping worker hands the message back (workers/lifecycle.py): not a failure
-                record.msg, record.args = "%s: the worker is stopping; the message is retried later", record.args[:1]
+                from memindex.workers.broker import is_embedded
+
+                # In-process the queue ends with the process: nothing retries it, the next sync re-plans.
+                record.msg = ("%s: the worker is stopping; the next sync plans its files again" if is_embedded()
+                              else "%s: the worker is stopping; the message is retried later")
+                record.args = record.args[:1]
                 record.exc_info, record.exc_text = None, None  # (the secret scrubber may have formatted it)
                 record.levelno, record.levelname = logging.INFO, "INFO"
             elif record.levelno >= logging.ERROR and exc is not None:

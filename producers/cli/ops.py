@@ -169,8 +169,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
         running.stop()
         if heartbeat is not None:
             heartbeat.stop()
-        if is_embedded():
-            embedded.wait_idle(timeout=args.drain_timeout)  # the queue dies with this process
+        if is_embedded():  # the queue dies with this process: finish what is in flight, saying so
+            from memindex.workers import queues
+
+            if queues.total_outstanding():
+                print(f"stopping: finishing the work in flight (up to {args.drain_timeout:g} s; Ctrl-C again "
+                      "to stop now, the next start plans the rest)", file=sys.stderr, flush=True)
+            embedded.wait_idle(timeout=args.drain_timeout)
         print("stopped", file=sys.stderr)
     return 0
 
