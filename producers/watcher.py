@@ -272,7 +272,10 @@ class Watcher:
                                if not is_ignored_dir(e.name) and e.is_dir(follow_symlinks=False)]
             except OSError:
                 continue
-            stack.extend(sorted(subdirs, reverse=True))
+            # Names in descending order first: at the cap, dated folders (memory/2026/06/15) leave the
+            # oldest unwatched, not the newest, where the agent writes (the capped rest is synced
+            # every CAPPED_RESYNC_S).
+            stack.extend(sorted(subdirs))
         return True
 
     def _cap_hit(self, idx: int, where: str) -> None:

@@ -86,10 +86,14 @@ def test_walk_skips_ignored_dirs_and_symlinks_and_honours_the_cap(agent, caplog)
         w.stop()
 
     caplog.set_level(logging.WARNING, logger="memindex.watcher")
-    w = _watcher(agent, rec, max_dirs=3)
+    w = _watcher(agent, rec, max_dirs=5)
     try:
-        assert len(w.watched_dirs) == 3
-        assert "maximum of 3 directories" in caplog.text
+        assert len(w.watched_dirs) == 5
+        assert "maximum of 5 directories" in caplog.text
+        # The newest dated folders are the ones watched (the walk took the oldest first, and a
+        # user's memory/YYYY/MM/DD tree left this month's days unwatched).
+        rel = {os.path.relpath(d, agent.workspace) for d in w.watched_dirs}
+        assert {"memory/2026", "memory/2026/01"} <= rel and "memory/2025/01" not in rel, rel
     finally:
         w.stop()
 
