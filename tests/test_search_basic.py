@@ -71,3 +71,14 @@ def test_concurrent_searches_from_threads(engine):
             assert engine.search("VLAN IoT").results
 
     assert errors_in_threads(searches) == []
+
+
+def test_max_results_above_what_a_search_returns_is_said(agent):
+    """--max-results 400 answered 200 results with no word (each arm returns at most 200)."""
+    from memindex.pipeline.search.engine import MAX_CANDIDATES
+
+    agent.write("memory/a.md", "soursop smoothie\n")
+    agent.index()
+    res = agent.search("soursop", max_results=MAX_CANDIDATES + 1)
+    assert res["results"] and f"at most {MAX_CANDIDATES} results" in res["warning"], res
+    assert "warning" not in agent.search("soursop", max_results=MAX_CANDIDATES)

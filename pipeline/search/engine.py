@@ -357,6 +357,9 @@ class MemorySearch(AsyncSearch):
         if len(query) > MAX_QUERY_CHARS:  # the keyword arm reads only this much: say so
             cut = f"the query is {len(query):,} characters; keywords were taken from its first {MAX_QUERY_CHARS:,}"
             resp.warning = f"{resp.warning}; {cut}" if resp.warning else cut
+        if max_results > MAX_CANDIDATES:  # each arm returns at most this many: 400 answered 200, silently
+            cap = f"maxResults {max_results} is more than a search returns; at most {MAX_CANDIDATES} results"
+            resp.warning = f"{resp.warning}; {cap}" if resp.warning else cap
         return resp
 
     def _empty_response(self, citations_mode: str) -> SearchResponse:
