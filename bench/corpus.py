@@ -297,6 +297,14 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
     # no-change resync and the searches a runtime would shell out to.
     run_child(memindex_cmd(mroot, "search", "--json", "warm up"), uenv, REPO)
     time.sleep(2.0)
+    # The "resident" rows mean something only if a resident process serves these calls: with
+    # the per-user limit of them already running, the calls run in-process, silently.
+    probe = subprocess.run(memindex_cmd(mroot, "search", "--json", "warm up"), capture_output=True, text=True,
+                           env=dict(uenv, MEMINDEX_RESIDENT="debug"), cwd=REPO)
+    m["resident_served"] = float("call run by resident process" in probe.stderr)
+    if not m["resident_served"]:
+        print("  NOTE: no resident process served the calls (" + (probe.stderr.strip().splitlines() or ["?"])[-1]
+              + "): the 'resident' rows below are in-process times", flush=True)
     m["resync_res_s"] = pct([run_child(memindex_cmd(mroot, "index", "-q"), uenv, REPO)[0] for _ in range(5)], 50)
     # The same with the change journal's walk forced (producers/journal.py): a directory's
     # timestamp moved is an event, though the listing stays the same.
@@ -415,7 +423,9 @@ def main_scale(args: argparse.Namespace) -> None:
                 checks.append((f"no-change resync <= 0.25 s at {n} ({which})", m[key] <= 0.25, f"{m[key]:.3f} s"))
         if n <= 1_000:
             checks.append((f"warm search p95 <= 3 ms at {n}", m["inproc_p95_ms"] <= 3, f"{m['inproc_p95_ms']:.1f} ms"))
-            checks.append((f"CLI search p50 <= 0.08 s at {n} (resident)", m["cli_p50"] <= 0.08, f"{m['cli_p50']:.3f} s"))
+            served = "" if m.get("resident_served", 1.0) else " - NOT served by a resident process"
+            checks.append((f"CLI search p50 <= 0.08 s at {n} (resident)", m["cli_p50"] <= 0.08 and not served,
+                           f"{m['cli_p50']:.3f} s{served}"))
             checks.append((f"CLI search p50 <= 0.08 s at {n} (in-process)", m["cli_inproc_p50"] <= 0.08,
                            f"{m['cli_inproc_p50']:.3f} s"))
         if n == 10_000 and "store_mb" in q:
