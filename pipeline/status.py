@@ -332,7 +332,7 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     lines.append(f"vector:       {v['backend']}" + (f", {v['dims']} dims" if v.get("dims") else "")
                  + (f"  ({v['loadError']})" if v.get("loadError") and v["enabled"] else ""))
     fts = s.get("fts", {}).get("available")
-    lines.append(f"fts5:         {'on' if fts else ('off' if fts is False else 'unknown')}")
+    lines.append(f"fts5:         {'on' if fts else ('off' if fts is False else 'not known until the first index')}")
     if s.get("cache"):
         c = s["cache"]
         lines.append(f"cache:        {c['entries']} embeddings (max {c['maxEntries']})")
