@@ -291,3 +291,39 @@ print(hooks.on_session_start(ctx, "s1"), hooks.on_session_start(ctx, "s2"))
     with _workers(url, tmp_path):
         assert _wait(lambda: a.search("starfruit")["results"], timeout=30)
         assert not client.exists(key)
+
+
+def test_watch_started_over_queued_work_waits_for_it_before_its_catch_up_sync(tmp_path, redis_server):
+    """A Procfile stopped mid-backfill and started again: the watcher's start-up sync re-planned
+    every pending file while the old messages were still queued, so each was embedded and written
+    twice (6,080 writes for 3,040 files, half the throughput). It now waits for the queues."""
+    url = redis_server.url
+    a = Agent(tmp_path / "a")
+    _populate(a, 20)
+    # Work queued before the start, with no worker yet (the old messages of a stopped Procfile).
+    _py(url, "from memindex.pipeline.config.settings import Context\n"
+             "from memindex.producers.enqueue import request_sync\n"
+             f"request_sync(Context(config={str(a.config_path)!r}, state_dir={str(a.state)!r}, "
+             f"workspace={str(a.workspace)!r}))\n")
+    assert not _idle(url)
+    watch = _spawn(url, tmp_path, "watch", *_args(a), "watch")
+    try:
+        log = tmp_path / "watch.log"
+        assert _wait(lambda: "their files are not planned twice" in log.read_text(errors="replace"), timeout=30), \
+            log.read_text(errors="replace")
+        time.sleep(3)
+        rep = json.loads(run_cli("queues", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
+        assert rep["queues"]["sync"]["ready"] == 1  # no second sync planned over the queued one
+        with _workers(url, tmp_path):
+            assert _wait(lambda: _indexed(a) == 20 and _idle(url), timeout=90)
+            # then the catch-up sync ran once the queues drained, and found nothing left to do
+            worker_log = tmp_path / "worker.log"
+
+            def syncs() -> list[str]:
+                return [ln for ln in worker_log.read_text(errors="replace").splitlines() if "sync main: generation" in ln]
+
+            assert _wait(lambda: len(syncs()) == 2, timeout=60), syncs()
+            assert "20 to index" in syncs()[0] and " 0 to index" in syncs()[1], syncs()
+    finally:
+        _kill(watch)
+    assert watch.returncode == 0

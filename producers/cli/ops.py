@@ -73,6 +73,63 @@ class Producers:
         self.watcher.flush()  # edits inside the debounce window still get their sync
 
 
+CATCH_UP_WAIT_S = 600.0  # the longest a start-up sync waits for the work queued before it
+
+
+class _CatchUp:
+    """The start-up sync of each watched agent. On Redis, work queued before this start (a
+    Procfile stopped mid-backfill and started again) is still there and is done by the workers:
+    a sync planned now re-planned all of its files (every pending file embedded and written twice,
+    half the throughput), so the sync waits until the queues have drained (at most
+    ``CATCH_UP_WAIT_S``) and plans only what is left then."""
+
+    def __init__(self, contexts: list[Context]) -> None:
+        self.contexts = contexts
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "_CatchUp":
+        from memindex.workers import queues
+        from memindex.workers.broker import is_embedded
+
+        queued = 0 if is_embedded() else queues.total_outstanding()
+        if not queued:
+            self._sync()
+            return self
+        log.info("watch: %d message(s) queued before this start; the start-up sync of %s waits for the "
+                 "workers to finish them (up to %.0f s), so their files are not planned twice", queued,
+                 ", ".join(c.agent_id or "default" for c in self.contexts), CATCH_UP_WAIT_S)
+        self._thread = threading.Thread(target=self._run, name="memindex-catch-up", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from memindex.workers import queues
+
+        deadline = time.monotonic() + CATCH_UP_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                if queues.total_outstanding() == 0:
+                    break
+            except Exception:  # noqa: BLE001 - Redis away a moment: keep waiting, then sync anyway
+                pass
+            if self._stop.wait(2.0):
+                return
+        self._sync()
+
+    def _sync(self) -> None:
+        from memindex.producers.enqueue import request_sync
+
+        for ctx in self.contexts:
+            try:
+                request_sync(ctx, reason="watch-start")
+            except Exception as exc:  # noqa: BLE001 - the watcher and the interval sync go on
+                log.warning("watch: the start-up sync of %s could not be enqueued: %s", ctx.agent_id, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_dirs: int | None = None,
                     debounce_ms: int | None = None, reload: Callable[[], list[Context]] | None = None,
                     need_a_workspace: bool = False) -> Producers:
@@ -92,7 +149,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
         raise WorkspaceError("; ".join(f"{aid}: {why}" for aid, why in missing.items())
                              + "; nothing to watch (fix the path, or create the workspace first)")
     embedded.start()  # no-op on Redis: the Procfile / compose run the workers
-    pairs, loops = [], []
+    pairs, loops, catch_up = [], [], []
     for ctx, settings in enabled:
         if not settings.enabled:
             print(f"{ctx.agent_id}: memory search disabled; not watched", file=sys.stderr)
@@ -101,10 +158,12 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
             # Watched all the same (its nearest existing parent): indexed once the workspace appears.
             print(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", file=sys.stderr)
         elif initial_sync:
-            request_sync(ctx, reason="watch-start")  # catch up on what changed while nobody watched
+            catch_up.append(ctx)  # catch up on what changed while nobody watched
         if settings.memory_search["sync"]["watch"]:
             pairs.append((ctx, settings))
         loops.extend(_side_loops(ctx, settings))
+    if catch_up:
+        loops.append(_CatchUp(catch_up).start())
     watcher = Watcher(pairs, max_dirs=DEFAULT_MAX_DIRS if max_dirs is None else max_dirs,
                       debounce_s=None if debounce_ms is None else debounce_ms / 1000).start()
     interval = IntervalSync(contexts).start()
