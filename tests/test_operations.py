@@ -334,8 +334,8 @@ def test_openclaw_dimensions_key_is_sent_to_the_openai_api(agent, server):
 
 def test_an_endpoint_that_changes_its_vector_size_is_rebuilt_and_no_file_leaves_search(agent, server):
     """Same config, the endpoint starts answering vectors of another size: the file that met it
-    stays keyword-searchable, the cached vectors of the old size are dropped, and the rebuild
-    ends with every file in one size (it used to leave files out, even of keyword search)."""
+    stays keyword-searchable, and the rebuild (the cache keyed by size: no old-size vector is
+    taken for the new size) ends with every file in one size (it used to leave files out, even of keyword search)."""
     from memindex.pipeline.embeddings.embedder import reset_services
     from memindex.pipeline.status import index_status
     from memindex.workers import embedded
@@ -363,6 +363,47 @@ def test_an_endpoint_that_changes_its_vector_size_is_rebuilt_and_no_file_leaves_
                 assert agent.search(f"alpha{i}")["results"][0]["path"] == f"memory/n{i}.md"
             out = _cli(agent, "index", "--force")
             assert out.returncode == 0 and "skipped" not in out.stdout, out.stdout + out.stderr
+    finally:
+        server.state.dims.pop("openai", None)
+
+
+def test_one_off_size_answer_does_not_cost_the_cached_vectors(agent, server):
+    """A proxy answered one request with vectors of another size: the writer dropped every cached
+    vector but that size ("dropped 72 cached vector(s)"), and the rebuild back at the endpoint's
+    real size re-embedded the whole corpus (and again when the proxy switched back and forth).
+    Vectors of each size stay cached: the rebuild embeds only what it never saw at that size."""
+    from memindex.pipeline.embeddings.embedder import reset_services
+    from memindex.pipeline.status import index_status
+    from memindex.workers import embedded
+
+    server.reset()
+    server.state.dims["openai"] = 64
+    for i in range(1, 9):
+        agent.write(f"memory/n{i}.md", f"# Note {i}\nalpha{i} beta gamma\n")
+    agent.memory_config({"provider": "openai", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    reset_services()
+    try:
+        agent.index()
+        reset_services()
+        server.script("openai", {"kind": "wrong_dims"})  # the next answer only: 67 dims
+        agent.write("memory/n1.md", "# Note 1\nalpha1 beta gamma\nappended delta\n")
+        before = len(server.requests)
+        agent.index()
+        embedded.wait_idle(timeout=60)
+        st = index_status(agent.settings())
+        assert st["files"] == 8 and st["vector"]["dims"] == 64 and st["vectorsPending"] == 0, st
+        inputs = sum(len(r.body["input"]) if isinstance(r.body.get("input"), list) else 1
+                     for r in server.requests[before:] if r.flavor == "openai" and isinstance(r.body, dict))
+        assert inputs <= 4, inputs  # the edited note's chunk (twice) and a probe
+        # A rebuild (`index --force`) at the endpoint's size finds every vector in the cache.
+        before = len(server.requests)
+        assert _cli(agent, "index", "--force").returncode == 0
+        inputs = [r.body.get("input") for r in server.requests[before:] if r.flavor == "openai"
+                  and isinstance(r.body, dict)]
+        assert sum(len(i) if isinstance(i, list) else 1 for i in inputs) <= 1, inputs  # the probe ("ping")
+        for i in range(1, 9):
+            assert agent.search(f"alpha{i}")["results"][0]["path"] == f"memory/n{i}.md"
     finally:
         server.state.dims.pop("openai", None)
 

@@ -354,7 +354,7 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
             bad = [r for r in fresh if r.path in set(rejected)]
             dims_only = _only_dims_differ(w.generation_fingerprint(generation) or {}, bad)
             if dims_only:
-                _drop_stale_cache(w, generation, fresh, bad[0].embedding)
+                _say_size_changed(generation, fresh)
             request_resync(ctx, "dims-changed" if dims_only else "provider-changed", force=dims_only)
         max_entries = settings.memory_search["cache"]["maxEntries"]
         if any(r.embedding is not None for r in fresh) and max_entries:
@@ -366,18 +366,15 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         request_resync(ctx, "stale-write", delay_ms=STALE_RESYNC_DELAY_MS)
 
 
-def _drop_stale_cache(w: StoreWriter, generation: int, records: list[FileRecord], space: Any) -> None:
-    """Before the rebuild a size change asks for: keep only the cached vectors of the size the
-    provider answers now (the size of the vectors it just sent, else the generation's)."""
-    answered = {int(r.embedding.dims) for r in records if r.embedding is not None and r.embedding.dims}
-    keep = answered.pop() if len(answered) == 1 else w.vector_dims(generation)
-    if keep is None:  # which size is right is not known here: the forced re-plan asks the provider
-        log.warning("vectors of another size than generation %d's arrived; the index is rebuilt at the size "
-                    "the provider answers", generation)
-        return
-    n = w.drop_cached_vectors(space, keep)
-    log.warning("the provider's vectors changed size (now %s dims): dropped %d cached vector(s) of another "
-                "size; the index is rebuilt", keep, n)
+def _say_size_changed(generation: int, records: list[FileRecord]) -> None:
+    """Before the rebuild a size change asks for. The cached vectors of every size are kept (the
+    cache is keyed by size and the re-plan asks the endpoint for its size): dropping all but the
+    size just answered made one off-size answer from a proxy cost a re-embedding of the whole
+    corpus at the real size, and again each time a proxy switched back and forth."""
+    answered = sorted({int(r.embedding.dims) for r in records if r.embedding is not None and r.embedding.dims})
+    log.warning("vectors of another size than generation %d's arrived (%s dims); re-planning at the size the "
+                "provider answers now (cached vectors of each size are kept)", generation,
+                ", ".join(map(str, answered)) or "?")
 
 
 def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:

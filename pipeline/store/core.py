@@ -967,16 +967,6 @@ class StoreWriter:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (vec_dims_key(gen),)).fetchone()
         return int(row[0]) if row is not None else None
 
-    def drop_cached_vectors(self, space: VectorSpace, keep_dims: int | None) -> int:
-        """Forget the cached vectors of ``space``'s provider, model and endpoint that are not of
-        ``keep_dims`` (None: all of them): the endpoint now answers another size, and a rebuild
-        served the old size from the cache would only mix them again."""
-        with self._lock, self._tx():
-            cur = self.conn.execute(
-                "DELETE FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? AND dims != ?",
-                (space.provider, space.model, space.provider_key, -1 if keep_dims is None else int(keep_dims)))
-            return cur.rowcount
-
     def prune_cache(self, max_entries: int | None) -> int:
         """Least-recently-used pruning of the embedding cache."""
         if not max_entries or max_entries <= 0:
