@@ -9,6 +9,7 @@ more is enqueued.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Callable, Iterable
@@ -21,6 +22,12 @@ Enqueue = Callable[[Context, str], object]
 
 # Upper bound on one sleep, so a config change (interval turned on) is noticed.
 MAX_SLEEP_S = 30.0
+# Files stored keyword-only because their embeddings failed (the provider down, a 503) are
+# re-tried by a sync this often while any remain, doubling while they keep failing up to the
+# cap: `watch` otherwise re-tried them only on the next edit, and with intervalMinutes 0 (the
+# default) a recovered provider was never asked again.
+VECTOR_RETRY_S = float(os.environ.get("MEMINDEX_VECTOR_RETRY_S", "120"))
+VECTOR_RETRY_MAX_S = 1800.0
 
 
 _warned: dict[str | None, str] = {}  # agent -> the config error last logged for it
@@ -44,6 +51,25 @@ def _interval_s(ctx: Context) -> float:
     return float(settings.memory_search["sync"]["intervalMinutes"]) * 60.0
 
 
+def _vectors_pending(ctx: Context) -> int:
+    """Files of the agent's index stored without their vectors (the next sync re-embeds them)."""
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.store.core import open_reader
+
+    try:
+        settings = settings_for(ctx)
+        if not settings.enabled or not settings.store_path.exists():
+            return 0
+        reader = open_reader(settings)
+        try:
+            with reader.snapshot() as snap:
+                return snap.problem_counts()["vectorsPending"]
+        finally:
+            reader.close()
+    except Exception:  # noqa: BLE001 - a broken config or store is said elsewhere; nothing to retry here
+        return 0
+
+
 def _default_enqueue(ctx: Context, reason: str) -> object:
     from memindex.producers.hooks import request_sync_once
 
@@ -55,8 +81,13 @@ class IntervalSync:
 
     def __init__(self, contexts: Iterable[Context], *, enqueue: Enqueue | None = None,
                  interval_of: Callable[[Context], float] = _interval_s,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 vectors_pending_of: Callable[[Context], int] = _vectors_pending,
+                 retry_s: float | None = None) -> None:
         self.contexts = list(contexts)
+        self.vectors_pending_of = vectors_pending_of
+        self.retry_s = VECTOR_RETRY_S if retry_s is None else retry_s
+        self._retry: dict[Context, tuple[float, float]] = {}  # ctx -> (next check, current period)
         self.enqueue = enqueue or _default_enqueue
         self.interval_of = interval_of
         self.clock = clock
@@ -69,6 +100,9 @@ class IntervalSync:
         """Fire what is due; return seconds until the next check."""
         now = self.clock()
         wait = MAX_SLEEP_S
+        if self.retry_s > 0:
+            for ctx in self.contexts:
+                wait = min(wait, self._retry_vectors(ctx, now))
         for ctx in self.contexts:
             every = self.interval_of(ctx)
             if every <= 0:
@@ -84,6 +118,23 @@ class IntervalSync:
                 due = now + every
             wait = min(wait, max(0.05, due - now))
         return wait
+
+    def _retry_vectors(self, ctx: Context, now: float) -> float:
+        """Enqueue a sync when the agent has files waiting for their vectors; seconds to the next look."""
+        nxt, period = self._retry.setdefault(ctx, (now + self.retry_s, self.retry_s))
+        if now >= nxt:
+            if self.vectors_pending_of(ctx):
+                try:
+                    self.enqueue(ctx, "vector-retry")
+                    self.fired += 1
+                except Exception as exc:  # noqa: BLE001 - broker down: the next look tries again
+                    log.warning("vector retry sync for %s not enqueued: %s", ctx.agent_id, exc)
+                period = min(period * 2, max(self.retry_s, VECTOR_RETRY_MAX_S))  # still failing: ask less often
+            else:
+                period = self.retry_s
+            nxt = now + period
+            self._retry[ctx] = (nxt, period)
+        return max(0.05, nxt - now)
 
     def set_contexts(self, contexts: Iterable[Context]) -> None:
         """The agents after a config reload: new ones start their interval now, removed ones stop."""

@@ -177,3 +177,38 @@ def test_ctrl_c_of_watch_with_work_in_flight_says_it_is_finishing_it(agent, fres
     assert proc.returncode == 0 and "Traceback" not in err, (out, err)
     assert "stopping: finishing the work in flight (up to 3 s; Ctrl-C again to stop now" in err, err
     assert err.rstrip().endswith("stopped") and "retried later" not in err, err
+
+
+def test_watch_re_embeds_keyword_only_files_once_the_provider_is_back(agent, fresh_server):
+    """The provider failed, the notes were stored keyword-only; it came back, and `watch` never
+    asked it again until a note was edited (intervalMinutes 0, the default)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from memindex.pipeline.status import index_status
+    from tests.conftest import run_cli, wait_for
+
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
+        "provider": "openai", "fallback": "none",
+        "remote": {"baseUrl": fresh_server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    for i in range(3):
+        agent.write(f"memory/2026-01-{i + 1:02d}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
+    fresh_server.always("openai", {"status": 401, "message": "bad key"})
+    base = ["--config", str(agent.config_path), "--state-dir", str(agent.state)]
+    assert run_cli(*base, "index", env={"MEMINDEX_RESIDENT": "off"}).returncode == 1
+    assert index_status(agent.settings())["vectorsPending"] == 3
+    fresh_server.always("openai", None)  # the key works again; no note changes
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "watch", "--no-initial-sync"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, MEMINDEX_RESIDENT="off", MEMINDEX_VECTOR_RETRY_S="1"))
+    try:
+        assert wait_for(lambda: index_status(agent.settings())["vectorsPending"] == 0, 60, step=0.2), \
+            index_status(agent.settings())["problems"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    res = agent.search("lantern door")
+    assert res["mode"] == "hybrid" and len(res["results"]) == 3, res

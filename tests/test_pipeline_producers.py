@@ -284,6 +284,36 @@ def test_interval_sync_fires_when_due_and_zero_is_off():
     assert rec.calls == [("a", "interval")] * 2
 
 
+def test_files_waiting_for_vectors_are_retried_with_backoff_while_they_fail():
+    """`watch` re-tried keyword-only files (their embeddings failed) only on the next edit: with
+    intervalMinutes 0 a recovered provider was never asked again (status said "1 keyword-only"
+    2.5 minutes after it came back)."""
+    now = [0.0]
+    rec = Recorder()
+    a = Context("a")
+    pending = [2]
+    loop = IntervalSync([a], enqueue=rec, interval_of=lambda c: 0.0, clock=lambda: now[0],
+                        vectors_pending_of=lambda c: pending[0], retry_s=10.0)
+    assert loop.tick() == pytest.approx(10.0) and rec.calls == []
+    fired_at = []
+    for t in range(1, 200):
+        now[0] = float(t)
+        before = len(rec.calls)
+        loop.tick()
+        if len(rec.calls) > before:
+            fired_at.append(t)
+    assert fired_at == [10, 30, 70, 150], fired_at  # every 10 s at first, doubling while still failing
+    assert set(rec.calls) == {("a", "vector-retry")}
+    pending[0] = 0  # the provider answered: nothing to enqueue, and back to looking every 10 s
+    now[0] = 310.0
+    loop.tick()
+    assert len(rec.calls) == 4
+    pending[0] = 1  # a new failure is retried 10 s later, not 320 s
+    now[0] = 320.0
+    loop.tick()
+    assert len(rec.calls) == 5
+
+
 def test_interval_reads_the_config(agent):
     from memindex.producers.interval import _interval_s
 
