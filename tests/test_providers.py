@@ -643,6 +643,10 @@ def test_fingerprint_excludes_key_and_tracks_endpoint():
     assert fp(model="text-embedding-3-large") != base
     assert fp(headers={"X-A": "2"}) != base
     assert fp(headers={"x-a": "1"}) == base  # header names are case-insensitive
+    # A header named as a credential is not the endpoint either: rotating a proxy token
+    # re-embedded the whole corpus for the same vectors.
+    for name in ("X-Proxy-Token", "X-Api-Secret", "Cookie", "X-Session-Id", "X-Auth-User"):
+        assert fp(headers={"X-A": "1", name: "v1"}) == fp(headers={"X-A": "1", name: "v2"}) == base, name
 
 
 def test_gemini_fingerprint_tracks_output_dims():

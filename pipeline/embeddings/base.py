@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from abc import ABC, abstractmethod
 from typing import Any, Mapping, Self
 
@@ -20,6 +21,14 @@ from memindex.pipeline.errors import ProviderError
 # Headers that carry credentials. They are never part of a fingerprint, so a
 # rotated key does not trigger a full reindex (reference §2.3).
 AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "proxy-authorization"})
+# Nor any other header whose name says it is a credential (OpenClaw keys every non-Authorization
+# header): rotating a proxy's `X-Proxy-Token` re-embedded the whole corpus, for the same vectors.
+_CREDENTIAL_NAME = re.compile(r"auth|token|key|secret|passw|signature|cookie|session")
+
+
+def is_credential_header(name: str) -> bool:
+    low = name.lower()
+    return low in AUTH_HEADERS or bool(_CREDENTIAL_NAME.search(low))
 
 
 class ProviderAuthError(ProviderError):
@@ -172,10 +181,10 @@ class EmbeddingProvider(ABC):
     def fingerprint(self) -> str:
         """sha256 of what the vectors depend on: provider, model, endpoint, headers, dims.
 
-        The API key is never part of it; neither are auth headers.
+        The API key is never part of it; neither are credential headers (``is_credential_header``).
         """
         headers = sorted(
-            [k.lower(), str(v)] for k, v in self.fingerprint_headers().items() if k.lower() not in AUTH_HEADERS
+            [k.lower(), str(v)] for k, v in self.fingerprint_headers().items() if not is_credential_header(k)
         )
         doc: dict[str, Any] = {
             "provider": self.id,
