@@ -90,6 +90,14 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             stale.append(f"the index holds {live['provider']} / {live.get('model')} vectors, the config now "
                          f"selects {out['provider']} / {out['model']}: `memindex index` rebuilds it "
                          "(searches are keyword-only until then)")
+        elif (out.get("indexed") and provider is not None and provider.get("providerKey")
+              and live.get("provider") == out["provider"] and live.get("providerKey") not in (None, provider["providerKey"])
+              and not out.get("providerFallback")):
+            # Same provider and model, another endpoint: remote.baseUrl, outputDimensionality or a
+            # header changed. Search already refuses the index's space ("reindex needed").
+            stale.append(f"the index holds {live['provider']} / {live.get('model')} vectors from another endpoint "
+                         "or size (remote.baseUrl, outputDimensionality or remote.headers changed): "
+                         "`memindex index` rebuilds it (searches are keyword-only until then)")
         indexed_sources = live.get("sources")
         if out.get("indexed") and indexed_sources is not None and indexed_sources != sorted(settings.sources):
             # Search already serves only the configured sources; the store catches up on the next sync.

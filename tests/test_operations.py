@@ -426,6 +426,18 @@ def test_status_says_when_the_config_selects_another_model_than_the_index_holds(
     assert _cli(agent, "index").returncode == 0  # the rebuild
     st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
     assert "configChanged" not in st and st["model"] == "text-embedding-3-large", st
+    # The same provider and model from another endpoint or at another size: status said nothing
+    # (search already answered keyword-only, "reindex needed").
+    for change in ({"outputDimensionality": 256}, {"remote": {**remote, "baseUrl": server.base("openai").replace("/openai/v1", "/v1")}},
+                   {"remote": {**remote, "headers": {"X-Route": "eu"}}}):
+        agent.memory_config({"provider": "openai", "model": "text-embedding-3-large", "fallback": "none",
+                             "remote": remote, **change})
+        st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+        assert st["dirty"] is True and "another endpoint or size" in st.get("configChanged", ""), (change, st)
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-large", "fallback": "none",
+                         "remote": {**remote, "headers": {"X-Proxy-Token": "rotated"}}})  # a credential: same space
+    st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert "configChanged" not in st, st
 
 
 @pytest.mark.redis

@@ -195,7 +195,8 @@ def provider_info(settings: AgentSettings) -> dict[str, Any]:
     if service is None or service.active_provider is None:
         return {"provider": "none", "model": "fts-only", "reason": reason}
     p = service.active_provider
-    info = {"provider": p.id, "model": p.model, "reason": reason, "fallback": service.fallback_active}
+    info = {"provider": p.id, "model": p.model, "reason": reason, "fallback": service.fallback_active,
+            "providerKey": p.fingerprint()}
     if service.fallback_reason:
         info["fallbackReason"] = service.fallback_reason
     return info
