@@ -405,9 +405,12 @@ def test_nothing_listening_is_tried_three_times_as_openclaw(policy, sleeps, flav
     provider = {"gemini": "gemini"}.get(flavor, flavor)
     svc = EmbeddingService(choose(make_ms(provider=provider, fallback="none"), cfg), ConcurrencyLimiter(),
                            retry=policy)
-    with pytest.raises(ProviderUnreachable, match="connection failed"):
+    with pytest.raises(ProviderUnreachable, match="connection failed") as err:
         svc.embed_documents(["a"])
     assert len(sleeps) == policy.unreachable_attempts - 1 == 2
+    # ...and names where it went ("Connection error." alone did not tell a wrong baseUrl from a
+    # server that is down), without a query string or credentials
+    assert f"({url}/" in str(err.value) and "?" not in str(err.value) and "apiKey" not in str(err.value), err.value
 
 
 @pytest.mark.parametrize("flavor", ["openai", "gemini", "voyage", "mistral", "ollama"])

@@ -170,10 +170,27 @@ def _never_connected(exc: BaseException) -> bool:
     return False
 
 
+def _request_url(exc: BaseException) -> str | None:
+    """Where the request went, without its query string (the SDKs' connection errors say only
+    "Connection error.", which did not tell a wrong remote.baseUrl from a server that is down)."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 10:
+        try:
+            url = getattr(getattr(cur, "request", None), "url", None)
+        except RuntimeError:  # httpx: an exception raised without a request
+            url = None
+        if url is not None:  # no query string, no user:password@
+            return re.sub(r"//[^/@]*@", "//", str(url).split("?", 1)[0], count=1)
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
+    return None
+
+
 def from_transport(provider_id: str, exc: BaseException) -> ProviderTransientError:
     kind = "timed out" if "timeout" in type(exc).__name__.lower() else "connection failed"
     cls = ProviderUnreachable if kind != "timed out" and _never_connected(exc) else ProviderTransientError
-    return cls(f"{provider_id}: request {kind}: {type(exc).__name__}: {exc}")
+    url = _request_url(exc)
+    return cls(f"{provider_id}: request {kind}{f' ({url})' if url else ''}: {type(exc).__name__}: {exc}")
 
 
 # An error body is cut to this many characters for a message, after the secrets are redacted:
