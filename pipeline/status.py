@@ -181,8 +181,11 @@ def _add_failures(out: dict[str, Any], settings: AgentSettings, reader: StoreRea
     """The last error the workers recorded, and the files still pending because they failed."""
     rec = read_failures(settings.store_path)
     pending = reader.pending_paths(st.building_generation or st.live_generation)
+    # Failures before the plan these files are pending in belong to earlier attempts: a healthy
+    # rebuild listed every file that had ever failed (50 files "503: down" from an outage long over).
+    planned_ms = int(st.extra.get("last_plan_ns") or 0) // 1_000_000
     failing = [{"path": p, "error": f["reason"], "hint": f.get("hint")}
-               for p, f in rec["files"].items() if p in pending]
+               for p, f in rec["files"].items() if p in pending and int(f.get("at") or 0) >= planned_ms]
     out["problems"].extend(failing[:50])
     # The last error while it still holds something back: files pending or keyword-only. Once a
     # later sync has written everything, it is history (it stayed, and its count grew, forever).
@@ -191,7 +194,7 @@ def _add_failures(out: dict[str, Any], settings: AgentSettings, reader: StoreRea
         still = sum(1 for f in failing if f["error"] == last.get("reason"))
         if still:
             last = {**last, "count": still}
-        elif not pending and not out.get("vectorsPending"):
+        elif (not pending and not out.get("vectorsPending")) or int(last.get("at") or 0) < planned_ms:
             last = None
     out["lastError"] = last
 

@@ -327,3 +327,38 @@ def test_watch_started_over_queued_work_waits_for_it_before_its_catch_up_sync(tm
     finally:
         _kill(watch)
     assert watch.returncode == 0
+
+
+def test_status_does_not_show_failures_from_before_the_plan_files_are_pending_in(tmp_path, redis_server):
+    """A healthy rebuild listed `problem: 50 file(s) ... openai: server error (503: down)` and that
+    `last error`: failures of an outage fixed before the plan, matched against every pending file."""
+    from memindex.pipeline.index.failures import record_failure
+    from memindex.pipeline.status import index_status
+
+    url = redis_server.url
+    a = Agent(tmp_path / "a")
+    _populate(a, 6)
+    a.index()  # in-process
+    store = a.settings().store_path
+    paths = [p for _, p, *_ in a.store_rows()]
+    record_failure(store, reason="openai: server error (503: down)", provider="openai", hint="",
+                   paths=paths)  # an old outage
+    time.sleep(0.01)
+    _populate(a, 6)  # rewritten: every file changed
+    for p in (a.workspace / "memory").rglob("*.md"):
+        p.write_text(p.read_text() + "more\n")
+    writer = _spawn(url, tmp_path, "writer", "worker", "--writer")
+    try:
+        _py(url, "from memindex.pipeline.config.settings import Context\n"
+                 "from memindex.workers.sync import run_sync\n"
+                 f"run_sync(Context(config={str(a.config_path)!r}, state_dir={str(a.state)!r}, "
+                 f"workspace={str(a.workspace)!r}))\n")  # planned; no file-side worker: they stay pending
+        assert _wait(lambda: index_status(a.settings())["pending"] == 6, timeout=30)
+        st = index_status(a.settings())
+        assert not [p for p in st["problems"] if "503" in p["error"]], st["problems"]
+        assert st["lastError"] is None, st["lastError"]
+    finally:
+        _kill(writer)
+        import redis
+
+        redis.Redis.from_url(url).flushall()
