@@ -9,6 +9,31 @@ from tests.provider_server import ProviderServer
 server = module_server(ProviderServer)
 
 
+def _openai_at(agent, server) -> None:
+    """The agent embeds with the openai flavour of the fake server, no fallback."""
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
+        "provider": "openai", "fallback": "none",
+        "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}}}}})
+
+
+def _interrupt_once_embedding(cmd: list[str], env: dict, server):
+    """Run ``cmd``, SIGINT it once an embedding request has reached ``server``: (proc, out, err)."""
+    import signal
+    import subprocess
+
+    from tests.conftest import wait_for
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert wait_for(lambda: server.requests, 60, step=0.05), "no embedding request was made"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, out, err
+
+
 def test_progress_wait_reports_every_file_done_and_returns_when_idle(agent):
     for i in range(40):
         agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"note {i} about lanterns\n" * 30)
@@ -61,29 +86,17 @@ def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_fin
     """The stopping in-process workers used to add an INFO line per embedding request they handed
     back ("the message is retried later"), which the exiting CLI never does."""
     import os
-    import signal
     import subprocess
     import sys
 
-    from tests.conftest import wait_for
-
-    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
-        "provider": "openai", "fallback": "none",
-        "remote": {"baseUrl": fresh_server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    _openai_at(agent, fresh_server)
     for i in range(30):
         agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
     fresh_server.always("openai", {"kind": "delay", "seconds": 3.0})
     cmd = [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
            "index"]
     env = dict(os.environ, MEMINDEX_RESIDENT="off")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:  # an embedding request is waiting on the slow provider
-        assert wait_for(lambda: fresh_server.requests, 60, step=0.05), "no embedding request was made"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, out, err = _interrupt_once_embedding(cmd, env, fresh_server)
     assert proc.returncode == 130, (out, err)
     assert err.splitlines() == ["interrupted: what was written is kept; `memindex index` finishes the rest"], err
     fresh_server.reset()  # a fast provider again: the next index does the rest
@@ -151,29 +164,15 @@ def test_ctrl_c_of_watch_with_work_in_flight_says_it_is_finishing_it(agent, fres
     """In-process, `watch` finishes what is in flight on Ctrl-C (up to --drain-timeout): it said
     nothing for up to 30 s, then "the message is retried later" per message, which nothing does."""
     import os
-    import signal
-    import subprocess
     import sys
 
-    from tests.conftest import wait_for
-
-    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
-        "provider": "openai", "fallback": "none",
-        "remote": {"baseUrl": fresh_server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    _openai_at(agent, fresh_server)
     for i in range(10):
         agent.write(f"memory/2026-01-{i + 1:02d}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
     fresh_server.always("openai", {"kind": "delay", "seconds": 1.0})
-    proc = subprocess.Popen([sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir",
-                             str(agent.state), "watch", "--drain-timeout", "3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, MEMINDEX_RESIDENT="off"))
-    try:  # the start-up sync's embedding requests are waiting on the slow provider
-        assert wait_for(lambda: fresh_server.requests, 60, step=0.05), "no embedding request was made"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, out, err = _interrupt_once_embedding(  # the start-up sync's requests wait on the slow provider
+        [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
+         "watch", "--drain-timeout", "3"], dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server)
     assert proc.returncode == 0 and "Traceback" not in err, (out, err)
     assert "stopping: finishing the work in flight (up to 3 s; Ctrl-C again to stop now" in err, err
     assert err.rstrip().endswith("stopped") and "retried later" not in err, err
@@ -190,9 +189,7 @@ def test_watch_re_embeds_keyword_only_files_once_the_provider_is_back(agent, fre
     from memindex.pipeline.status import index_status
     from tests.conftest import run_cli, wait_for
 
-    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
-        "provider": "openai", "fallback": "none",
-        "remote": {"baseUrl": fresh_server.base("openai"), "apiKey": "sk-test-123"}}}}})
+    _openai_at(agent, fresh_server)
     for i in range(3):
         agent.write(f"memory/2026-01-{i + 1:02d}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
     fresh_server.always("openai", {"status": 401, "message": "bad key"})

@@ -332,6 +332,20 @@ def test_openclaw_dimensions_key_is_sent_to_the_openai_api(agent, server):
         reset_services()
 
 
+def _indexed_at_64_dims(agent, server, notes: int) -> None:
+    """``notes`` notes indexed through the openai flavour answering 64-dim vectors."""
+    from memindex.pipeline.embeddings.embedder import reset_services
+
+    server.reset()
+    server.state.dims["openai"] = 64
+    for i in range(1, notes + 1):
+        agent.write(f"memory/n{i}.md", f"# Note {i}\nalpha{i} beta gamma\n")
+    agent.memory_config({"provider": "openai", "fallback": "none",
+                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
+    reset_services()
+    agent.index()
+
+
 def test_an_endpoint_that_changes_its_vector_size_is_rebuilt_and_no_file_leaves_search(agent, server):
     """Same config, the endpoint starts answering vectors of another size: the file that met it
     stays keyword-searchable, and the rebuild (the cache keyed by size: no old-size vector is
@@ -340,15 +354,8 @@ def test_an_endpoint_that_changes_its_vector_size_is_rebuilt_and_no_file_leaves_
     from memindex.pipeline.status import index_status
     from memindex.workers import embedded
 
-    server.reset()
-    server.state.dims["openai"] = 64
-    for i in range(1, 5):
-        agent.write(f"memory/n{i}.md", f"# Note {i}\nalpha{i} beta gamma\n")
-    agent.memory_config({"provider": "openai", "fallback": "none",
-                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
-    reset_services()
+    _indexed_at_64_dims(agent, server, 4)
     try:
-        agent.index()
         assert index_status(agent.settings())["vector"]["dims"] == 64
         server.state.dims["openai"] = 32
         reset_services()  # as a new `memindex index` process: its provider has not seen a size yet
@@ -376,15 +383,8 @@ def test_one_off_size_answer_does_not_cost_the_cached_vectors(agent, server):
     from memindex.pipeline.status import index_status
     from memindex.workers import embedded
 
-    server.reset()
-    server.state.dims["openai"] = 64
-    for i in range(1, 9):
-        agent.write(f"memory/n{i}.md", f"# Note {i}\nalpha{i} beta gamma\n")
-    agent.memory_config({"provider": "openai", "fallback": "none",
-                         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}})
-    reset_services()
+    _indexed_at_64_dims(agent, server, 8)
     try:
-        agent.index()
         reset_services()
         server.script("openai", {"kind": "wrong_dims"})  # the next answer only: 67 dims
         agent.write("memory/n1.md", "# Note 1\nalpha1 beta gamma\nappended delta\n")

@@ -137,7 +137,6 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     paths, when no enabled agent's workspace exists (a server keeps serving instead)."""
     from memindex.pipeline.config.agents import settings_for
     from memindex.producers.interval import IntervalSync
-    from memindex.producers.enqueue import request_sync
     from memindex.producers.watcher import DEFAULT_MAX_DIRS, Watcher
     from memindex.workers import embedded
 
