@@ -187,10 +187,12 @@ def _short_records(make: Any) -> Any:
             exc = record.exc_info[1] if record.exc_info else None
             if record.levelno >= logging.ERROR and isinstance(exc, Shutdown):
                 # a stopping worker hands the message back (workers/lifecycle.py): not a failure
-                from memindex.workers.broker import is_embedded
+                import dramatiq
+                from dramatiq.brokers.stub import StubBroker  # (broker.is_embedded; that module imports this one)
 
                 # In-process the queue ends with the process: nothing retries it, the next sync re-plans.
-                record.msg = ("%s: the worker is stopping; the next sync plans its files again" if is_embedded()
+                in_process = isinstance(dramatiq.get_broker(), StubBroker)
+                record.msg = ("%s: the worker is stopping; the next sync plans its files again" if in_process
                               else "%s: the worker is stopping; the message is retried later")
                 record.args = record.args[:1]
                 record.exc_info, record.exc_text = None, None  # (the secret scrubber may have formatted it)
