@@ -41,8 +41,9 @@ def guarded(breaker: CircuitBreaker, provider_key: str, label: str, call: Callab
     except ProviderError as exc:
         if exc.per_input:
             raise  # about these inputs, not the provider: one bad note must not stop everyone's vectors
-        log.warning("embeddings from %s failed (%s); keyword-only until a retry in %gs succeeds",
-                    label, exc, breaker.cooldown_s, extra={SUMMARISED: True})
+        # "In this process": a one-shot CLI search ends before the cooldown (each pays it again).
+        log.warning("embeddings from %s failed (%s); keyword-only in this process until a retry after %gs "
+                    "succeeds", label, exc, breaker.cooldown_s, extra={SUMMARISED: True})
         breaker.failure(provider_key, str(exc))
         raise
     breaker.success(provider_key)
