@@ -183,7 +183,7 @@ def _add_failures(out: dict[str, Any], settings: AgentSettings, reader: StoreRea
     pending = reader.pending_paths(st.building_generation or st.live_generation)
     # Failures before the plan these files are pending in belong to earlier attempts: a healthy
     # rebuild listed every file that had ever failed (50 files "503: down" from an outage long over).
-    planned_ms = int(st.extra.get("last_plan_ns") or 0) // 1_000_000
+    planned_ms = st.last_plan_ns // 1_000_000
     failing = [{"path": p, "error": f["reason"], "hint": f.get("hint")}
                for p, f in rec["files"].items() if p in pending and int(f.get("at") or 0) >= planned_ms]
     out["problems"].extend(failing[:50])

@@ -60,7 +60,7 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
 
     embedded.start()
     dead = queues.dead_count()
-    sent_ns = time.time_ns()  # the plan's planned_at is later: the writer records it as last_plan_ns
+    sent_ns = time.time_ns()  # the plan's planned_at is later: the writer records it (StoreState.last_plan_ns)
     counts = dispatch_plan(ctx, plan)
     wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout, since_ns=sent_ns)
     _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
@@ -205,7 +205,7 @@ def _done(reader: Any, total: int, since_ns: int) -> int:
     (its pending rows are not there yet, and the count read "all done": the bar jumped to 100%
     at once and sat there, and said 100% when interrupted)."""
     st = reader.state()
-    if since_ns and int(st.extra.get("last_plan_ns") or 0) < since_ns:
+    if since_ns and st.last_plan_ns < since_ns:
         return 0
     return total - min(total, reader.pending_count(st.building_generation or st.live_generation))
 

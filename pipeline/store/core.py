@@ -28,6 +28,7 @@ from memindex.pipeline.store.schema import (
     BASE_DDL,
     BUILDING_KEY,
     EMBED_PENDING,
+    LAST_PLAN_KEY,
     META_KEY,
     SCHEMA_VERSION,
     chunks_table,
@@ -96,6 +97,11 @@ class StoreState:
     building_generation: int | None = None
     building_fingerprint: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def last_plan_ns(self) -> int:
+        """When the last plan the writer applied was made (0: none recorded)."""
+        return int(self.extra.get(LAST_PLAN_KEY) or 0)
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -591,11 +597,10 @@ class StoreWriter:
         with self._lock, self._tx():
             st = self.state()
             if planned_at is not None:
-                last = st.extra.get("last_plan_ns")
-                if last is not None and int(last) > planned_at:
+                if st.last_plan_ns > planned_at:
                     log.info("ignoring a plan from %d ns: a newer one was applied", planned_at)
                     return "stale"
-                self._set_meta("last_plan_ns", str(planned_at))
+                self._set_meta(LAST_PLAN_KEY, str(planned_at))
             if st.live_generation is None:
                 self._ensure_generation(gen)
                 self._set_meta(META_KEY, json.dumps({"generation": gen, "fingerprint": fingerprint}))

@@ -19,6 +19,9 @@ META_KEY = "memory_index_meta_v1"
 BUILDING_KEY = "memory_index_building_v1"
 # A random id given to a store when it is created: a store deleted and rebuilt is a different store.
 STORE_ID_KEY = "store_id"
+# When the last plan applied was made (ns): a redelivered older plan is ignored, and a plan's
+# progress and failures count from it.
+LAST_PLAN_KEY = "last_plan_ns"
 # porter: English stemming ("painted" finds "paint"), applied after unicode61's
 # diacritic folding; non-English words stem rarely and identically on both sides.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
