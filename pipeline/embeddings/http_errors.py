@@ -9,7 +9,7 @@ from __future__ import annotations
 import email.utils
 import re
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from memindex.pipeline.embeddings.base import (
     EmbeddingProvider,
@@ -158,31 +158,31 @@ def _transport_types() -> tuple[type[BaseException], ...]:
 TRANSPORT_ERRORS = _transport_types()
 
 
+def _chain(exc: BaseException, depth: int = 10) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or during (at most ``depth``)."""
+    cur: BaseException | None = exc
+    while cur is not None and depth > 0:
+        yield cur
+        cur, depth = cur.__cause__ or cur.__context__, depth - 1
+
+
 def _never_connected(exc: BaseException) -> bool:
     """Refused or unresolvable (in the exception's chain): no server took the request."""
-    seen = 0
-    cur: BaseException | None = exc
-    while cur is not None and seen < 10:
-        if isinstance(cur, ConnectionRefusedError) or type(cur).__name__ in ("ConnectError", "NewConnectionError",
-                                                                             "NameResolutionError", "gaierror"):
-            return True
-        cur, seen = cur.__cause__ or cur.__context__, seen + 1
-    return False
+    return any(isinstance(cur, ConnectionRefusedError)
+               or type(cur).__name__ in ("ConnectError", "NewConnectionError", "NameResolutionError", "gaierror")
+               for cur in _chain(exc))
 
 
 def _request_url(exc: BaseException) -> str | None:
     """Where the request went, without its query string (the SDKs' connection errors say only
     "Connection error.", which did not tell a wrong remote.baseUrl from a server that is down)."""
-    seen = 0
-    cur: BaseException | None = exc
-    while cur is not None and seen < 10:
+    for cur in _chain(exc):
         try:
             url = getattr(getattr(cur, "request", None), "url", None)
         except RuntimeError:  # httpx: an exception raised without a request
             url = None
         if url is not None:  # no query string, no user:password@
             return re.sub(r"//[^/@]*@", "//", str(url).split("?", 1)[0], count=1)
-        cur, seen = cur.__cause__ or cur.__context__, seen + 1
     return None
 
 
