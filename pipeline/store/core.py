@@ -1428,17 +1428,18 @@ class ReadSnapshot:
             f"SELECT path, error FROM {files_table(self.generation)} WHERE error IS NOT NULL "
             "ORDER BY path LIMIT ?", (limit,)).fetchall()
 
-    def problem_counts(self, since_ms: int | None = None) -> dict[str, int]:
+    def problem_counts(self, since_ms: int = 0) -> dict[str, int]:
         """Files with a problem, in one pass: ``problems`` (any), ``skipped`` (nothing indexed: binary,
         too large, an undecodable name) and ``vectorsPending`` (keyword-indexed, their vectors failed:
-        the next sync retries them); ``since_ms``: only files written since then (one run's)."""
+        the next sync retries them); ``skippedSince``: the skipped ones written since ``since_ms``
+        (one run's)."""
         if self._conn is None or self.generation is None:
-            return {"problems": 0, "skipped": 0, "vectorsPending": 0}
+            return {"problems": 0, "skipped": 0, "vectorsPending": 0, "skippedSince": 0}
         row = self._conn.execute(
-            f"SELECT count(*), coalesce(sum(chunks = 0), 0), coalesce(sum(error LIKE '{EMBED_PENDING}%'), 0) "
-            f"FROM {files_table(self.generation)} WHERE error IS NOT NULL AND indexed_at >= ?",
-            (since_ms or 0,)).fetchone()
-        return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2]}
+            f"SELECT count(*), coalesce(sum(chunks = 0), 0), coalesce(sum(error LIKE '{EMBED_PENDING}%'), 0), "
+            f"coalesce(sum(chunks = 0 AND indexed_at >= ?), 0) "
+            f"FROM {files_table(self.generation)} WHERE error IS NOT NULL", (since_ms,)).fetchone()
+        return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2], "skippedSince": row[3]}
 
     def cache_entries(self) -> int:
         """Embeddings in the cache shared by all generations."""

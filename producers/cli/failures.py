@@ -47,7 +47,8 @@ def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
     reader = open_reader(settings)
     try:
         with reader.snapshot() as snap:
-            return snap.problem_counts()["skipped"], snap.problem_counts(since_ms)["skipped"]
+            counts = snap.problem_counts(since_ms)
+            return counts["skipped"], counts["skippedSince"]
     except Exception:  # noqa: BLE001 - a count for one line; `status` reports a damaged store
         return 0, 0
     finally:
