@@ -129,3 +129,32 @@ def test_writer_timing_covers_every_write_shard():
     for i, queue in enumerate(("write", "write.0", "write.1", "sync", "embed")):
         timing.before_process_message(None, SimpleNamespace(queue_name=queue, message_id=str(i)))
     assert sorted(timing._started) == ["0", "1", "2"]
+
+
+def test_worker_metrics_dir_is_reused_per_port_and_keeps_live_processes_only(tmp_path, monkeypatch):
+    """``memindex worker --metrics-port`` execs dramatiq, so nothing of ours runs at its exit: a
+    fresh temp dir per start left one directory of sample files behind per run (44 after a day of
+    tests). One directory per user and port is reused; files of processes that are gone go."""
+    import os
+    import subprocess
+    import tempfile
+
+    from memindex.workers.metrics import worker_env
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = worker_env(9431)
+    db = env["PROMETHEUS_MULTIPROC_DIR"]
+    assert env["dramatiq_prom_db"] == db and os.path.dirname(db) == str(tmp_path)
+    assert os.stat(db).st_mode & 0o777 == 0o700
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name in (f"counter_{dead.pid}.db", f"gauge_livesum_{dead.pid}.db", f"counter_{os.getpid()}.db", "notes.txt"):
+        (tmp_path / os.path.basename(db) / name).write_bytes(b"x")
+    assert worker_env(9431)["PROMETHEUS_MULTIPROC_DIR"] == db  # the same directory again
+    assert sorted(os.listdir(db)) == [f"counter_{os.getpid()}.db", "notes.txt"]
+    assert worker_env(9432)["PROMETHEUS_MULTIPROC_DIR"] != db  # another port, another directory
+    # A path that is not ours to use (here: readable by others) is not used.
+    other = tmp_path / f"memindex-metrics-{os.getuid()}-9433"
+    other.mkdir(mode=0o755)
+    os.chmod(other, 0o755)
+    assert worker_env(9433)["PROMETHEUS_MULTIPROC_DIR"] != str(other)

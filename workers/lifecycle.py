@@ -53,6 +53,17 @@ PROC_TTL_S = float(os.environ.get("MEMINDEX_PROC_TTL_S", "10"))
 REPEAT_WINDOW_S = 3.0
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def proc_key(namespace: str, proc_id: str) -> str:
     return f"{namespace}:proc:{proc_id}"
 

@@ -38,10 +38,43 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 def worker_env(port: int) -> dict[str, str]:
     """Environment for ``dramatiq`` children that makes them export metrics on ``port``."""
+    db = _multiproc_dir(port)
+    return {PORT_ENV: str(port), "dramatiq_prom_port": str(port), "dramatiq_prom_db": db, MULTIPROC_ENV: db}
+
+
+def _multiproc_dir(port: int) -> str:
+    """One directory per user and port, reused by every ``memindex worker --metrics-port`` run.
+
+    A fresh ``mkdtemp`` per run left one directory of sample files behind per start (the command
+    execs dramatiq, so nothing of ours runs at its exit); reusing one per port bounds that to the
+    processes of one run. Files of processes that are gone are removed here: their counters would
+    otherwise be summed into the new run's series. A path some other user made (``/tmp`` is shared)
+    is not used.
+    """
     import tempfile
 
-    db = tempfile.mkdtemp(prefix="memindex-metrics-")  # this command's processes only
-    return {PORT_ENV: str(port), "dramatiq_prom_port": str(port), "dramatiq_prom_db": db, MULTIPROC_ENV: db}
+    path = os.path.join(tempfile.gettempdir(), f"memindex-metrics-{os.getuid()}-{port}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="memindex-metrics-")
+    import stat
+
+    from memindex.workers.lifecycle import pid_alive
+
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return tempfile.mkdtemp(prefix="memindex-metrics-")
+    for name in os.listdir(path):
+        pid = name.rsplit("_", 1)[-1].removesuffix(".db")
+        if name.endswith(".db") and pid.isdigit() and not pid_alive(int(pid)):
+            try:
+                os.unlink(os.path.join(path, name))
+            except OSError:
+                pass
+    return path
 
 
 def enabled() -> bool:

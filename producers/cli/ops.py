@@ -494,14 +494,14 @@ def _other_writer(queue: str) -> str | None:
     import socket
 
     from memindex.workers.broker import broker
-    from memindex.workers.lifecycle import BEAT_S, processes
+    from memindex.workers.lifecycle import BEAT_S, pid_alive, processes
 
     def seen() -> dict[str, int]:
         out = {}
         for proc in processes(broker.client, broker.namespace):
             if queue not in {q.removesuffix(".DQ") for q in proc["queues"]}:
                 continue
-            if proc["host"] == socket.gethostname() and not _pid_alive(proc["pid"]):
+            if proc["host"] == socket.gethostname() and not pid_alive(proc["pid"]):
                 continue
             out[f"pid {proc['pid']} on host {proc['host']}"] = proc["beat"]
         return out
@@ -527,6 +527,7 @@ def _claim_writer_start(queue: str) -> str | None:
     import socket
 
     from memindex.workers.broker import broker
+    from memindex.workers.lifecycle import pid_alive
 
     key = f"memindex:writer-start:{queue}"
     me = f"pid {os.getpid()} on host {socket.gethostname()}"  # exec keeps the pid: it is the writer's
@@ -539,22 +540,12 @@ def _claim_writer_start(queue: str) -> str | None:
             continue
         other = held.decode("utf-8", "replace")
         pid, _, host = other.removeprefix("pid ").partition(" on host ")
-        if other != me and (host != socket.gethostname() or not pid.isdigit() or _pid_alive(int(pid))):
+        if other != me and (host != socket.gethostname() or not pid.isdigit() or pid_alive(int(pid))):
             return other
         # That starter died (a restart), or it was this pid: a restarted container's writer is
         # pid 1 on the same host name again. Take its claim over.
         client.delete(key)
     return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
