@@ -69,13 +69,18 @@ def progress_of(b: Backfill) -> tuple[bool, int]:
     from memindex.producers.enqueue import pending_files
 
     landed = _last_sync_marker(b.settings) != b.plan_marker
-    return landed, pending_files(b.settings) if landed else b.counts["to_index"]
+    return landed, pending_files(b.settings) if landed else _total(b)
+
+
+def _total(b: Backfill) -> int:
+    """Files this backfill waits for: those it queued and those another sync had queued."""
+    return b.counts["to_index"] + b.counts.get("queued", 0)
 
 
 def wait(b: Backfill, *, progress: ProgressFn | None = None, timeout: float | None = None,
          poll: float = 0.1) -> bool:
     """Block until everything this backfill announced is written. False on timeout."""
-    total = b.counts["to_index"]
+    total = _total(b)
     deadline = None if timeout is None else time.monotonic() + timeout
     last_change, last_pending, warned = time.monotonic(), None, False
     while True:

@@ -6,12 +6,15 @@ the workers run elsewhere (Procfile / compose) and waiting polls queue depth.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any, Callable
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.pipeline.errors import MemindexError
+
+log = logging.getLogger("memindex.sync")
 
 ProgressFn = Callable[[int, int], None]
 
@@ -32,7 +35,8 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     """Plan now, then block until every queued job for it is written.
 
     Returns the plan's counts (``generation``, ``to_index``, ``to_delete``, ``unchanged``), plus,
-    when any, ``pending_sessions`` (of the unchanged, transcripts grown below the delta
+    when any, ``queued`` (files another sync had queued as they are: written when this returns,
+    not queued again), ``pending_sessions`` (of the unchanged, transcripts grown below the delta
     thresholds) and ``vanished`` (planned files deleted on disk before they were written).
 
     A sync with nothing to do returns without touching the broker: no dramatiq
@@ -59,11 +63,24 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     from memindex.workers.sync import dispatch_plan
 
     embedded.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
     dead = queues.dead_count()
     sent_ns = time.time_ns()  # the plan's planned_at is later: the writer records it (StoreState.last_plan_ns)
     counts = dispatch_plan(ctx, plan)
-    wait_idle(ctx, total=counts["to_index"], progress=progress, timeout=timeout, since_ns=sent_ns)
+    # Files another sync had queued are written by its messages before the queues drain: counted.
+    total = counts["to_index"] + counts.get("queued", 0)
+    idle = wait_idle(ctx, total=total, progress=progress, timeout=timeout, since_ns=sent_ns)
     _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
+    if idle and counts.get("queued") and pending_files(settings_for(ctx)):
+        # What the other sync queued did not all arrive (its worker died, a message was lost).
+        # Nothing is in flight now, so this plan queues whatever is still missing.
+        again, _ = plan_now(ctx)
+        redo = dispatch_plan(ctx, again)
+        log.info("sync %s: %d file(s) another sync had queued were not written; queued them again",
+                 settings_for(ctx).agent_id, redo["to_index"])
+        left = None if timeout is None else max(0.0, deadline - time.monotonic())
+        wait_idle(ctx, total=total, progress=progress, timeout=left, since_ns=sent_ns)
+        _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
     # Planned files deleted before they were written: their writes were dropped (stale), and
     # the re-plan that asked for removes what the store had of them. Not "indexed".
     gone = sum(1 for job in plan.jobs if not os.path.lexists(job.abs_path))

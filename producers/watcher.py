@@ -82,6 +82,18 @@ def _default_enqueue(ctx: Context, reason: str) -> object:
     return request_sync(ctx, reason=reason)
 
 
+def _forget_leases() -> None:
+    """Work in flight may be gone: no plan may skip a file as queued by another (workers/leases.py)."""
+    from memindex.workers import leases
+    from memindex.workers.broker import broker
+
+    try:
+        leases.forget_all(broker)
+    except Exception as exc:  # noqa: BLE001 - Redis away again: its leases expire (LEASE_TTL_S)
+        log.warning("watcher: could not clear the queued-file leases (%s); files queued before may wait "
+                    "up to %.0f h for a re-plan", exc, leases.LEASE_TTL_S / 3600)
+
+
 def _data_loss_probe() -> Callable[[], bool] | None:
     """The probe for this deployment's Redis; None on the embedded broker (its queue dies with us)."""
     from memindex.workers.broker import broker, is_embedded
@@ -468,6 +480,7 @@ class Watcher:
         if reason:
             log.warning("watcher: %s; re-planning every watched agent (%s) so pending files are queued again",
                         reason, ", ".join(a.ctx.agent_id or "default" for a in self.agents))
+            _forget_leases()
             with self._lock:
                 for idx in range(len(self.agents)):
                     self.mark_dirty(idx)

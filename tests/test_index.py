@@ -412,3 +412,46 @@ def test_status_counts_a_rebuilds_files_still_to_write(agent):
     st = index_status(agent.settings())
     assert st["rebuilding"]["generation"] == 2 and st["rebuilding"]["pending"] == 2, st["rebuilding"]
     assert "rebuilding:   generation 2 in progress, 2 file(s) still to write" in format_status(st)
+
+
+def test_a_plan_keeps_pending_what_an_earlier_plan_queued_and_is_not_written_yet(tmp_path):
+    """``keep`` (workers/leases.py): files an earlier plan queued and this one did not queue
+    again stay pending, unless their write came first (then they are not pending again)."""
+    from memindex.pipeline.index.records import ChunkRecord, FileRecord
+    from memindex.pipeline.store.core import StoreWriter
+
+    w = StoreWriter(tmp_path / "s.sqlite", vector_enabled=False)
+    fp = {"provider": "none", "model": "fts-only", "providerKey": "none:fts-only"}
+    keys = [("memory", f"memory/{x}.md") for x in "abc"]
+    try:
+        w.plan(1, fp, keys, [])
+        w.write_files(1, [FileRecord("memory", "memory/a.md", "/w/memory/a.md", "h", 1, 1,
+                                     chunks=[ChunkRecord(1, 1, "c1", "one", None)])])
+        assert w.plan(1, fp, [("memory", "memory/d.md")], [], keep=keys) == "live"
+        rows = {p for (p,) in w.conn.execute("SELECT path FROM pending_g1")}
+        assert rows == {"memory/b.md", "memory/c.md", "memory/d.md"}  # a was written: not pending again
+        w.plan(1, fp, [], [])  # a plan that keeps nothing replaces the set, as before
+        assert not w.conn.execute("SELECT count(*) FROM pending_g1").fetchone()[0]
+    finally:
+        w.close()
+
+
+def test_leases_on_the_embedded_broker_match_size_and_mtime_and_are_released():
+    """What a plan skips as queued elsewhere (workers/leases.py), on the in-process broker."""
+    from dramatiq.brokers.stub import StubBroker
+
+    from memindex.pipeline.index.records import FileJob
+    from memindex.workers import leases
+
+    broker = StubBroker()
+    a, b = (FileJob("memory", f"memory/{x}.md", f"/w/memory/{x}.md", 10, 111) for x in "ab")
+    leases.grant(broker, "/s/main.sqlite", 1, [a, b])
+    assert leases.held(broker, "/s/main.sqlite", 1, [a, b]) == {("memory", "memory/a.md"), ("memory", "memory/b.md")}
+    edited = FileJob("memory", "memory/a.md", "/w/memory/a.md", 10, 222)  # other mtime: queued again
+    assert leases.held(broker, "/s/main.sqlite", 1, [edited]) == set()
+    assert leases.held(broker, "/s/main.sqlite", 2, [a]) == set()  # another generation (a rebuild)
+    assert leases.held(broker, "/s/other.sqlite", 1, [a]) == set()  # another store
+    leases.release(broker, "/s/main.sqlite", 1, [("memory", "memory/a.md")])
+    assert leases.held(broker, "/s/main.sqlite", 1, [a, b]) == {("memory", "memory/b.md")}
+    leases.forget_all(broker)
+    assert leases.held(broker, "/s/main.sqlite", 1, [a, b]) == set()

@@ -362,3 +362,78 @@ def test_status_does_not_show_failures_from_before_the_plan_files_are_pending_in
         import redis
 
         redis.Redis.from_url(url).flushall()
+
+
+def test_a_plan_does_not_queue_again_what_another_plan_queued(tmp_path, redis_server):
+    """`memindex index` or a backfill while the watcher's sync of the same files was in flight
+    planned them again: every file read, embedded and written twice (240 writes for 120 files).
+    A file another plan queued as it is now is skipped, and the writer keeps it pending; a file
+    edited since is queued again; each file is written once (workers/leases.py)."""
+    import re
+
+    import redis
+
+    from memindex.producers.enqueue import pending_files
+
+    url = redis_server.url
+    a = Agent(tmp_path / "a")
+    _populate(a, 40)
+    client = redis.Redis.from_url(url)
+    writer = _spawn(url, tmp_path, "writer", "--log-level", "debug", "worker", "--writer")
+    try:
+        out = _cli(a, url, "backfill")  # the writer records the plan; the file groups wait (no worker)
+        assert "enqueued 40 file(s)" in out.stdout, out.stdout
+        groups = client.llen("memindex:sync")
+        assert groups == 2  # 32 + 8
+        assert _wait(lambda: pending_files(a.settings()) == 40, timeout=30)
+        a.write("memory/2000/00003.md", "# day 3\nedited while queued\n")
+        out = _cli(a, url, "backfill")
+        assert "enqueued 1 file(s)" in out.stdout and "39 already queued by another sync" in out.stdout, out.stdout
+        assert client.llen("memindex:sync") == groups + 1
+        time.sleep(1.0)  # the second plan is recorded: the 39 stay pending beside the edited one
+        assert pending_files(a.settings()) == 40
+        with _workers(url, tmp_path):
+            assert _wait(lambda: _idle(url) and pending_files(a.settings()) == 0, timeout=90)
+            time.sleep(0.5)
+    finally:
+        _kill(writer)
+    wrote = sum(int(n) for n in re.findall(r"wrote (\d+) file\(s\)", (tmp_path / "writer.log").read_text()))
+    # 39 once each; the edited file twice: its first job, queued before the edit, read it after
+    # (no worker ran until then) and the second plan's job read it again. Without leases: 79.
+    assert wrote == 41, wrote
+
+    def final(x: Agent) -> None:
+        _populate(x, 40)
+        x.write("memory/2000/00003.md", "# day 3\nedited while queued\n")
+
+    assert a.store_rows() == _clean_build(tmp_path / "clean", final).store_rows()
+
+
+def test_index_queues_again_what_another_plan_queued_but_never_wrote(tmp_path, redis_server):
+    """A file skipped as queued by another plan whose message then died (here: dead-lettered by a
+    worker serving another state dir) is not left pending: the failure releases its lease, and
+    `memindex index` re-plans what is still pending once nothing is in flight."""
+    from memindex.producers.enqueue import pending_files
+
+    url = redis_server.url
+    a = Agent(tmp_path / "a")
+    _populate(a, 10)
+    writer = _spawn(url, tmp_path, "writer", "worker", "--writer")
+    try:
+        _cli(a, url, "backfill")
+        assert _wait(lambda: pending_files(a.settings()) == 10, timeout=30)
+        # A compute worker of another deployment: it refuses (dead-letters) the queued groups.
+        other = tmp_path / "other-state"
+        other.mkdir()
+        stray = _spawn(url, tmp_path, "stray", "--state-dir", str(other), "worker", "--queues", "sync", "embed")
+        try:
+            assert _wait(lambda: _idle(url), timeout=30)
+        finally:
+            _kill(stray)
+        assert pending_files(a.settings()) == 10
+        with _workers(url, tmp_path):
+            out = _cli(a, url, "index", timeout=90)
+        assert "indexed 10 file(s)" in out.stdout, out.stdout
+        assert pending_files(a.settings()) == 0 and _indexed(a) == 10
+    finally:
+        _kill(writer)

@@ -21,6 +21,7 @@ from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
 from memindex.pipeline.errors import UnknownAgent
 from memindex.pipeline.index.failures import SUMMARISED
+from memindex.workers import leases
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
 log = logging.getLogger("memindex.failures")
@@ -43,15 +44,18 @@ def provider_of(reason: str, settings: Any) -> str | None:
     return settings.memory_search.get("provider") if settings is not None else None
 
 
-def message_paths(args: Any) -> Iterator[str]:
-    """The files a queue message is about: every ``path`` in its record arguments."""
+def message_keys(args: Any) -> Iterator[tuple[str, str]]:
+    """The files a queue message is about, as (source, path): every record argument's, a
+    record inside an item (``embed_chunks``), and (source, path) pairs (``write_deletes``)."""
     for a in args:
         items = a if isinstance(a, list) else [a]
         for it in items:
+            if isinstance(it, dict) and isinstance(it.get("record"), dict):
+                it = it["record"]
             if isinstance(it, dict) and isinstance(it.get("path"), str):
-                yield it["path"]
+                yield str(it.get("source", "memory")), it["path"]
             elif isinstance(it, list) and len(it) == 2 and all(isinstance(x, str) for x in it):
-                yield it[1]  # a (source, path) pair (write_deletes)
+                yield it[0], it[1]
 
 
 def describe(message: Any) -> str:
@@ -109,7 +113,7 @@ class FailureReporter(Middleware):
         reason = reason_of(exception)
         message.options["error"] = reason
         try:
-            self._record(message, reason)
+            self._record(broker, message, reason)
         except UnknownAgent as exc:
             # The agent was removed from the config while its work was queued: it has no settings,
             # so no store to record the failure beside, and nobody to tell but the log - once.
@@ -118,13 +122,18 @@ class FailureReporter(Middleware):
             log.warning("could not record the failure of %s: %s", describe(message), exc)
         _keep_error_on_dead_letter(broker, message)
 
-    def _record(self, message: Any, reason: str) -> None:
+    def _record(self, broker: Any, message: Any, reason: str) -> None:
         from memindex.pipeline.config.agents import settings_for
         from memindex.pipeline.config.settings import Context
 
         ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
         settings = settings_for(Context.from_dict(ctx)) if ctx else None
-        note_failure(settings, reason, list(message_paths(message.args[1:])), f"{describe(message)} failed for good")
+        keys = list(message_keys(message.args[1:]))
+        note_failure(settings, reason, [p for _, p in keys], f"{describe(message)} failed for good")
+        gen = message.args[1] if len(message.args) > 1 else None
+        if settings is not None and keys and isinstance(gen, int) and not isinstance(gen, bool):
+            # Nothing will write these files now: the next plan queues them again.
+            leases.release(broker, settings.store_path, gen, keys)
 
 
 _seen: set[tuple[str, str]] = set()

@@ -20,7 +20,8 @@ from memindex.pipeline.embeddings.embedder import planning_identity
 from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
 from memindex.pipeline.index.records import FileJob
-from memindex.workers import flags
+from memindex.workers import flags, leases, queues
+from memindex.workers.broker import broker, is_embedded
 from memindex.workers.index import index_files, index_session_delta
 from memindex.workers.messages import GROUP_FILES, RETRY, SYNC_QUEUE
 from memindex.workers.writer import send_write, write_plan
@@ -48,27 +49,53 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
     """Send the writer the plan, then enqueue the work it announces.
 
     The messages carry the pinned Context (absolute config and state dir), so every
-    worker plans and writes with the settings this plan was made with.
+    worker plans and writes with the settings this plan was made with. Files another plan
+    already queued as they are now are not queued again (``workers/leases.py``): the writer
+    keeps them pending, and ``queued`` counts them.
     """
-    msg = pinned(settings_for(ctx)).as_dict()
-    pending = [(j.source, j.path) for j in plan.jobs]
+    settings = settings_for(ctx)
+    msg = pinned(settings).as_dict()
+    store = settings.store_path
+    queued = _queued_elsewhere(store, plan)
+    jobs = [j for j in plan.jobs if (j.source, j.path) not in queued] if queued else plan.jobs
+    pending = [(j.source, j.path) for j in jobs]
     send_write(write_plan, msg, plan.generation, plan.fingerprint, pending, plan.deletes,
-                    planned_at=time.time_ns())
+               planned_at=time.time_ns(), **({"keep": sorted(queued)} if queued else {}))
     sent = 0
-    for group in _groups(plan.jobs):
-        index_files.send(msg, plan.generation, [j.to_message() for j in group], plan.fingerprint.get("vectorDims"))
+    for group in _groups(jobs):
+        leases.grant(broker, store, plan.generation, group)  # before the send: a plan made meanwhile sees it
+        try:
+            index_files.send(msg, plan.generation, [j.to_message() for j in group], plan.fingerprint.get("vectorDims"))
+        except BaseException:
+            leases.release(broker, store, plan.generation, [(j.source, j.path) for j in group])
+            raise
         sent += len(group)
         if progress is not None:
-            progress(sent, len(plan.jobs))
+            progress(sent, len(jobs))
     for delta in plan.session_deltas:
         index_session_delta.send(msg, plan.generation, delta.to_message(), plan.fingerprint.get("vectorDims"))
-    to_index = len(plan.jobs) + len(plan.session_deltas)
-    log.info("sync %s: generation %d (%s), %d to index (%d session deltas), %d to delete, %d unchanged",
-             msg["agent_id"], plan.generation, plan.role, to_index, len(plan.session_deltas), len(plan.deletes),
-             plan.unchanged)
+    to_index = len(jobs) + len(plan.session_deltas)
+    log.info("sync %s: generation %d (%s), %d to index (%d session deltas)%s, %d to delete, %d unchanged",
+             msg["agent_id"], plan.generation, plan.role, to_index, len(plan.session_deltas),
+             f", {len(queued)} already queued by another sync" if queued else "", len(plan.deletes), plan.unchanged)
     counts = {"generation": plan.generation, "to_index": to_index, "to_delete": len(plan.deletes),
               "unchanged": plan.unchanged}
+    if queued:
+        counts["queued"] = len(queued)
     return {**counts, "pending_sessions": plan.pending_sessions} if plan.pending_sessions else counts
+
+
+def _queued_elsewhere(store: Any, plan: SyncPlan) -> set[tuple[str, str]]:
+    """Jobs of ``plan`` another plan already queued as they are now (``workers/leases.py``);
+    none while nothing at all is queued or running (then nothing can be in flight)."""
+    candidates = [j for j in plan.jobs if (j.source, j.path) not in plan.retry_keys]
+    if not candidates:
+        return set()
+    if queues.total_outstanding() == 0:
+        if is_embedded(broker):
+            leases.forget_all(broker)  # (Redis leases expire; these would only pile up)
+        return set()
+    return leases.held(broker, store, plan.generation, candidates)
 
 
 def _groups(jobs: list[FileJob]) -> Iterator[list[FileJob]]:

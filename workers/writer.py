@@ -307,11 +307,13 @@ def close_writers() -> None:
 
 @write_actor
 def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
-               pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None) -> None:
+               pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None,
+               keep: list[list[str]] | None = None) -> None:
     settings, w = _writer(Context.from_dict(ctx))
     # A delete is applied only if the file really is gone: a re-created file keeps its rows.
     real_deletes = [tuple(k) for k in deletes if not still_on_disk(settings, tuple(k))]
-    w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at)
+    w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at,
+           keep=[tuple(k) for k in keep or ()])
 
 
 @write_actor

@@ -41,8 +41,12 @@ class SyncPlan:
     deletes: list[FileKey] = field(default_factory=list)
     unchanged: int = 0
     pending_sessions: int = 0  # of the unchanged: transcripts grown below the delta thresholds
-    vector_retries: int = 0  # of the jobs: files unchanged on disk, planned again for their vectors
+    retry_keys: set[FileKey] = field(default_factory=set)  # of the jobs: files unchanged on disk, planned again for their vectors
     session_deltas: list[SessionDelta] = field(default_factory=list)  # append only
+
+    @property
+    def vector_retries(self) -> int:
+        return len(self.retry_keys)
 
 
 @contextmanager
@@ -127,8 +131,8 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
             plan.unchanged += 1
             continue
         # A file still waiting for its vectors is re-read, not touched: same bytes, new work.
-        plan.vector_retries += bool(retry_vectors and prev.size == f.size and prev.mtime_ns == f.mtime_ns
-                                    and not force)
+        if retry_vectors and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force:
+            plan.retry_keys.add(key)
         plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
                                  prev.hash if prev and not retry_vectors else None))
     # A directory the walk could not read has not lost its files: what was indexed from it stays.

@@ -584,8 +584,11 @@ class StoreWriter:
 
     # -- planning ---------------------------------------------------------------
     def plan(self, gen: int, fingerprint: Mapping[str, Any], pending: Iterable[FileKey],
-             deletes: Iterable[FileKey], planned_at: int | None = None) -> str:
+             deletes: Iterable[FileKey], planned_at: int | None = None, keep: Iterable[FileKey] = ()) -> str:
         """Record what a sync will write into ``gen``; returns 'live', 'building' or 'stale'.
+
+        ``keep``: files an earlier plan queued and this one did not queue again; those still
+        pending stay pending (those written meanwhile are not pending again).
 
         The first generation of an empty store is live at once (partial results
         beat none). A later generation is built beside the live one and promoted
@@ -621,6 +624,11 @@ class StoreWriter:
                 self._set_meta(BUILDING_KEY, json.dumps({"generation": gen, "fingerprint": fingerprint}))
                 role = "building"
             self._ensure_generation(gen)
+            # A kept file is pending still unless its write came first (one writer: no race).
+            still = [k for k in keep if self.conn.execute(
+                f"SELECT 1 FROM {pending_table(gen)} WHERE source = ? AND path = ?", tuple(k)).fetchone()]
+            if still:
+                pending = [*pending, *still]
             self.conn.execute(f"DELETE FROM {pending_table(gen)}")
             self.conn.executemany(
                 f"INSERT OR IGNORE INTO {pending_table(gen)}(source, path) VALUES (?, ?)", list(pending)

@@ -83,7 +83,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
             skipped, skipped_now = skipped_files(settings, since)
             gone = counts.get("vanished", 0)
-            done = max(0, counts["to_index"] - gone - skipped_now)  # a file skipped is not one indexed
+            # A file skipped is not one indexed; one another sync had queued is written by now.
+            done = max(0, counts["to_index"] + counts.get("queued", 0) - gone - skipped_now)
             print(f"{agent}: indexed {done} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged" + _below_delta(settings, counts.get("pending_sessions", 0))
                   + (f", {gone} deleted while indexing" if gone else "")

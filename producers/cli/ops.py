@@ -293,7 +293,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         c = b.counts
         if not args.quiet:
             print(f"{ctx.agent_id}: enqueued {c['to_index']} file(s) (generation {c['generation']}), "
-                  f"{c['to_delete']} to delete, {c['unchanged']} unchanged", flush=True)
+                  + (f"{c['queued']} already queued by another sync, " if c.get("queued") else "")
+                  + f"{c['to_delete']} to delete, {c['unchanged']} unchanged", flush=True)
         jobs.append(b)
     if not wait:
         return 0
