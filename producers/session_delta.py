@@ -22,6 +22,7 @@ from typing import Iterable
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context
+from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.sessions import KIND, SOURCE, discover_sessions, next_step
 from memindex.pipeline.store.core import open_reader
@@ -112,11 +113,23 @@ class DetectorLoop:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        said: dict[str | None, str] = {}  # agent -> the failure last logged
         while not self._stop.is_set():
             for ctx in self.ctxs:
                 try:
                     self.enqueued += check_sessions(ctx)
-                except Exception:  # noqa: BLE001 - a bad pass must not end the loop
-                    log.exception("session check failed for %s", ctx.agent_id)
+                    said.pop(ctx.agent_id, None)
+                except Exception as exc:  # noqa: BLE001 - a bad pass must not end the loop
+                    # Said once per agent and reason, not every second: a config being edited
+                    # (or broken) fails each pass the same way until it is fixed.
+                    why = f"{type(exc).__name__}: {exc}"
+                    if said.get(ctx.agent_id) == why:
+                        log.debug("session check failed for %s again: %s", ctx.agent_id, why)
+                    elif isinstance(exc, MemindexError):
+                        log.warning("session check of %s failed: %s (retried every %g s; said again when "
+                                    "the reason changes)", ctx.agent_id, exc, self.interval)
+                    else:
+                        log.exception("session check failed for %s", ctx.agent_id)
+                    said[ctx.agent_id] = why
             self.checks += 1
             self._stop.wait(self.interval)

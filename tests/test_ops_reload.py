@@ -20,8 +20,8 @@ from typing import Iterator
 from tests.conftest import REPO, run_cli, wait_for
 
 
-def _write_config(path: Path, agents: list[tuple[str, Path]]) -> None:
-    cfg = {"agents": {"defaults": {"memorySearch": {"sync": {"watchDebounceMs": 200}}},
+def _write_config(path: Path, agents: list[tuple[str, Path]], **defaults) -> None:
+    cfg = {"agents": {"defaults": {"memorySearch": {"sync": {"watchDebounceMs": 200}, **defaults}},
                       "list": [{"id": aid, "workspace": str(ws)} for aid, ws in agents]}}
     path.write_text(json.dumps(cfg), encoding="utf-8")
     st = path.stat()  # a rewrite within the same mtime tick must still be seen
@@ -34,12 +34,13 @@ def _found(env: dict, agent: str, word: str) -> bool:
 
 
 @contextlib.contextmanager
-def _watch_all(tmp_path: Path, agents: list[tuple[str, Path]]) -> Iterator[tuple[Path, dict, Path]]:
-    """`memindex watch --all` (embedded, config polled every 0.5 s) over a config of ``agents``:
-    yields (config path, the environment, the watch log); stopped with SIGINT afterwards."""
+def _watch_all(tmp_path: Path, agents: list[tuple[str, Path]], **defaults) -> Iterator[tuple[Path, dict, Path]]:
+    """`memindex watch --all` (embedded, config polled every 0.5 s) over a config of ``agents``
+    (``defaults``: more agents.defaults.memorySearch): yields (config path, the environment, the
+    watch log); stopped with SIGINT afterwards."""
     config, state = tmp_path / "openclaw.json", tmp_path / "state"
     state.mkdir()
-    _write_config(config, agents)
+    _write_config(config, agents, **defaults)
     env = dict(os.environ, OPENCLAW_CONFIG_PATH=str(config), OPENCLAW_STATE_DIR=str(state),
                MEMINDEX_CONFIG_POLL_S="0.5")
     env.pop("MEMINDEX_BROKER_URL", None)
@@ -176,3 +177,38 @@ def test_a_settings_edit_in_the_config_syncs_the_agent(tmp_path):
         os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
         assert wait_for(lambda: chunk_tokens() == 120, 60), log_path.read_text()
         assert "agent one's settings changed; syncing it" in log_path.read_text()
+
+
+def _line(role: str, text: str) -> str:
+    return json.dumps({"type": "message", "message": {"role": role, "content": text}}) + "\n"
+
+
+def test_transcript_detectors_follow_the_config(tmp_path):
+    """The transcript delta detector was started once per agent at start: a removed agent's kept
+    polling (a traceback every second, for good), a broken config made every agent's do the same,
+    and an agent added later had none (its transcripts' growth was never indexed)."""
+    sessions = {"experimental": {"sessionMemory": True}, "sources": ["memory", "sessions"],
+                "sync": {"watchDebounceMs": 200, "sessions": {"deltaMessages": 5, "deltaBytes": 100000}}}
+    ws = {a: tmp_path / f"ws-{a}" for a in ("one", "two", "three")}
+    for w in ws.values():
+        (w / "memory").mkdir(parents=True)
+    transcript = tmp_path / "state" / "agents" / "three" / "sessions" / "s1.jsonl"
+    with _watch_all(tmp_path, [("one", ws["one"]), ("two", ws["two"])], **sessions) as (config, env, log_path):
+        assert wait_for(lambda: "watching" in log_path.read_text(), 60), log_path.read_text()
+        _write_config(config, [("one", ws["one"])], **sessions)
+        assert wait_for(lambda: "agent two removed" in log_path.read_text(), 30), log_path.read_text()
+        config.write_text("{ agents: ", encoding="utf-8")
+        assert wait_for(lambda: "cannot be loaded" in log_path.read_text(), 30), log_path.read_text()
+        time.sleep(4)  # four detector passes with the config broken
+        text = log_path.read_text()
+        assert "Traceback" not in text, text
+        assert text.count("session check of one failed") <= 1 and "session check of two" not in text, text
+        transcript.parent.mkdir(parents=True)
+        transcript.write_text(_line("user", "hello from agent three"))
+        _write_config(config, [("one", ws["one"]), ("three", ws["three"])], **sessions)
+        assert wait_for(lambda: _found(env, "three", "hello"), 60), log_path.read_text()
+        with open(transcript, "a", encoding="utf-8") as fh:  # grows past deltaMessages: the detector's
+            for i in range(8):
+                fh.write(_line("assistant" if i % 2 else "user", f"turn {i} about kumquat{i}"))
+        assert wait_for(lambda: _found(env, "three", "kumquat7"), 60), log_path.read_text()
+        assert "Traceback" not in log_path.read_text()

@@ -148,7 +148,9 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
         raise WorkspaceError("; ".join(f"{aid}: {why}" for aid, why in missing.items())
                              + "; nothing to watch (fix the path, or create the workspace first)")
     embedded.start()  # no-op on Redis: the Procfile / compose run the workers
-    pairs, loops, catch_up = [], [], []
+    pairs, catch_up = [], []
+    side = _SideLoops()
+    loops: list = [side]
     for ctx, settings in enabled:
         if not settings.enabled:
             print(f"{ctx.agent_id}: memory search disabled; not watched", file=sys.stderr)
@@ -160,7 +162,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
             catch_up.append(ctx)  # catch up on what changed while nobody watched
         if settings.memory_search["sync"]["watch"]:
             pairs.append((ctx, settings))
-        loops.extend(_side_loops(ctx, settings))
+    side.set([(ctx, s) for ctx, s in enabled if s.enabled])
     if catch_up:
         loops.append(_CatchUp(catch_up).start())
     watcher = Watcher(pairs, max_dirs=DEFAULT_MAX_DIRS if max_dirs is None else max_dirs,
@@ -170,13 +172,10 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
         from memindex.producers.watcher import ConfigReload
 
         def apply(now: list[Context]) -> None:  # a changed openclaw.json: watch the agents it lists now
-            watched = []
-            for ctx in now:
-                s = settings_for(ctx)
-                if s.enabled and s.memory_search["sync"]["watch"]:
-                    watched.append((ctx, s))
-            watcher.reconfigure(watched)
+            on = [(ctx, s) for ctx in now if (s := settings_for(ctx)).enabled]
+            watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search["sync"]["watch"]])
             interval.set_contexts(now)
+            side.set(on)  # transcript detectors and qmd schedules follow the agents too
 
         loops.append(ConfigReload(contexts[0], reload, apply).start())
     return Producers(watcher, interval, loops, len(pairs))
@@ -246,25 +245,44 @@ def _heartbeat(kind: str) -> Any:
     return None if is_embedded() else Heartbeat(broker.client, broker.namespace, kind, ()).start()
 
 
+class _SideLoops:
+    """The other producers of a long-running process, per agent: the transcript delta detector
+    (sessions on) and the qmd schedule (backend qmd). ``set`` follows a reloaded config: an
+    agent removed, disabled or changed stops its loops (they polled a removed agent's transcripts
+    every second, each pass a traceback), and an agent added or changed gets its own."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, tuple[str, list]] = {}  # agent id -> (settings digest, loops)
+
+    def set(self, agents: list[tuple[Context, Any]]) -> None:
+        now = {ctx.agent_id or "": (ctx, s) for ctx, s in agents}
+        for aid in [a for a in self._running if a not in now or self._running[a][0] != now[a][1].digest()]:
+            for loop in self._running.pop(aid)[1]:
+                loop.stop()
+        for aid, (ctx, s) in now.items():
+            if aid not in self._running:
+                self._running[aid] = (s.digest(), _side_loops(ctx, s))
+
+    def stop(self) -> None:
+        for _, loops in self._running.values():
+            for loop in loops:
+                loop.stop()
+        self._running.clear()
+
+
 def _side_loops(ctx: Context, settings: Any) -> list:
     """Other producers that belong to a long-running process, when this agent uses them."""
     loops: list = []
     if "sessions" in settings.sources:
-        try:
-            from memindex.producers.session_delta import DetectorLoop
+        from memindex.producers.session_delta import DetectorLoop
 
-            loops.append(DetectorLoop([ctx], interval=1.0).start())
-        except ImportError:
-            pass
+        loops.append(DetectorLoop([ctx], interval=1.0).start())
     if settings.memory.get("backend") == "qmd":
-        try:
-            from memindex.producers.qmd_sync import start_qmd_sync
+        from memindex.producers.qmd_sync import start_qmd_sync
 
-            loop = start_qmd_sync(settings)
-            if loop is not None:
-                loops.append(loop)
-        except ImportError:
-            pass
+        loop = start_qmd_sync(settings)
+        if loop is not None:
+            loops.append(loop)
     return loops
 
 
