@@ -197,7 +197,8 @@ class Watcher:
 
     def __init__(self, agents: Iterable[tuple[Context, AgentSettings]], *, enqueue: Enqueue | None = None,
                  max_dirs: int = DEFAULT_MAX_DIRS, debounce_s: float | None = None,
-                 lost: Callable[[], str | None] | None | str = "auto") -> None:
+                 lost: Callable[[], str | None] | None | str = "auto",
+                 configured: Iterable[str | None] | None = None) -> None:
         self.agents = [AgentWatch.from_settings(c, s) for c, s in agents]
         if debounce_s is not None:
             for a in self.agents:
@@ -228,6 +229,8 @@ class Watcher:
             lost = _data_loss_probe() if enqueue is None else None
         self._lost: Callable[[], str | None] | None = lost  # type: ignore[assignment]
         self._next_probe = 0.0
+        # Every agent id the config listed (watched or not) at start / the last reconfigure.
+        self._listed: set[str | None] | None = None if configured is None else set(configured)
         self._enqueue_said: dict[str, tuple[str, float]] = {}  # agent -> (last failure said, when)
 
     # -- directories ------------------------------------------------------------------
@@ -327,10 +330,15 @@ class Watcher:
             if not self._walk_and_watch(tree):
                 self._cap_hit(idx, tree)
 
-    def reconfigure(self, agents: Iterable[tuple[Context, AgentSettings]]) -> tuple[list[str], list[str]]:
+    def reconfigure(self, agents: Iterable[tuple[Context, AgentSettings]],
+                    configured: Iterable[str | None] | None = None) -> tuple[list[str], list[str]]:
         """Watch exactly these agents from now on: start the new ones (each gets a catch-up
-        sync), stop the removed ones, re-read the kept ones' roots. Returns (added, removed) ids."""
+        sync), stop the removed ones, re-read the kept ones' roots. Returns (added, removed) ids.
+        ``configured``: every agent id the config lists (watched or not), so the log can say
+        whether an agent left the config or was only disabled there."""
         new = [AgentWatch.from_settings(c, s) for c, s in agents]
+        listed = None if configured is None else set(configured)
+        before, self._listed = self._listed, listed
         with self._cond:
             if self._debounce_override is not None:
                 for a in new:
@@ -365,10 +373,15 @@ class Watcher:
                 except (KeyError, OSError):
                     pass
         for aid in removed:
-            log.info("watcher: agent %s removed from the config; no longer watched", aid)
+            if listed is not None and aid in listed:
+                log.info("watcher: agent %s disabled in the config (memory search or sync.watch off); "
+                         "no longer watched", aid)
+            else:
+                log.info("watcher: agent %s removed from the config; no longer watched", aid)
         for aid in added:
-            log.info("watcher: agent %s added to the config; watching %s", aid,
-                     ", ".join(new[pos[aid]].tops) or "nothing yet")
+            how = "enabled in the config" if before is not None and aid in before else "added to the config"
+            log.info("watcher: agent %s %s; watching %s", aid, how,
+                     ", ".join(dict.fromkeys(new[pos[aid]].tops)) or "nothing yet")
             self.mark_dirty(pos[aid])  # what it already has gets indexed without waiting for an edit
         for a in new:
             if a.ctx.agent_id not in added and old_digests.get(a.ctx.agent_id) != a.digest:

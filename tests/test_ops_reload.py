@@ -212,3 +212,32 @@ def test_transcript_detectors_follow_the_config(tmp_path):
                 fh.write(_line("assistant" if i % 2 else "user", f"turn {i} about kumquat{i}"))
         assert wait_for(lambda: _found(env, "three", "kumquat7"), 60), log_path.read_text()
         assert "Traceback" not in log_path.read_text()
+
+
+def test_the_watch_log_tells_a_disabled_agent_from_a_removed_one(tmp_path):
+    """Turning an agent's memory search off logged "removed from the config", and back on "added
+    to the config"; a new agent whose workspace did not exist yet listed its parent twice."""
+    one, two = tmp_path / "ws-one", tmp_path / "ws-two"
+    (one / "memory").mkdir(parents=True)
+    (two / "memory").mkdir(parents=True)
+    with _watch_all(tmp_path, [("one", one), ("two", two)]) as (config, env, log_path):
+        assert wait_for(lambda: "watching" in log_path.read_text(), 60), log_path.read_text()
+
+        def write(enabled: bool) -> None:
+            cfg = json.loads(config.read_text())
+            cfg["agents"]["list"][1]["memorySearch"] = {"enabled": enabled}
+            config.write_text(json.dumps(cfg), encoding="utf-8")
+            st = config.stat()
+            os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+        write(False)
+        assert wait_for(lambda: "agent two disabled in the config" in log_path.read_text(), 30), log_path.read_text()
+        write(True)
+        assert wait_for(lambda: "agent two enabled in the config" in log_path.read_text(), 30), log_path.read_text()
+        _write_config(config, [("one", one), ("two", two), ("three", tmp_path / "not-yet")])
+        assert wait_for(lambda: "agent three added to the config" in log_path.read_text(), 30), log_path.read_text()
+        text = log_path.read_text()
+        assert "removed from the config" not in text and "agent two added" not in text, text
+        line = next(ln for ln in text.splitlines() if "agent three added" in ln)
+        watching = line.split("; watching ", 1)[1].split(" [")[0]
+        assert len(watching.split(", ")) == len(set(watching.split(", "))), line

@@ -166,14 +166,16 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     if catch_up:
         loops.append(_CatchUp(catch_up).start())
     watcher = Watcher(pairs, max_dirs=DEFAULT_MAX_DIRS if max_dirs is None else max_dirs,
-                      debounce_s=None if debounce_ms is None else debounce_ms / 1000).start()
+                      debounce_s=None if debounce_ms is None else debounce_ms / 1000,
+                      configured=[ctx.agent_id for ctx in contexts]).start()
     interval = IntervalSync(contexts).start()
     if reload is not None and contexts:
         from memindex.producers.watcher import ConfigReload
 
         def apply(now: list[Context]) -> None:  # a changed openclaw.json: watch the agents it lists now
             on = [(ctx, s) for ctx in now if (s := settings_for(ctx)).enabled]
-            watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search["sync"]["watch"]])
+            watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search["sync"]["watch"]],
+                                configured=[ctx.agent_id for ctx in now])
             interval.set_contexts(now)
             side.set(on)  # transcript detectors and qmd schedules follow the agents too
 
