@@ -124,6 +124,22 @@ def test_index_and_status_cover_every_configured_agent(two):
         assert only["agentId"] == "ops"
 
 
+def test_search_for_a_session_searches_that_sessions_agent(two):
+    """`search --session-key agent:ops:...` searched the default agent (main): the session's
+    agent is the key's unless --agent names it (another one is a usage error), as over MCP/HTTP."""
+    _cli(two, *two["base"], "index")
+
+    def texts(*args: str) -> str:
+        return " ".join(r["snippet"] for r in json.loads(_cli(two, *two["base"], "search", "--json", *args).stdout)["results"])
+
+    assert "runbook" in texts("--session-key", "agent:Ops:telegram:direct:42", "runbook")  # ops' note
+    assert "runbook" not in texts("--session-key", "agent:main:main", "runbook", "--min-score", "0")
+    out = _cli(two, *two["base"], "--agent", "main", "search", "--session-key", "agent:ops:main", "x", ok=False)
+    assert out.returncode == 2 and "does not match the session key's agent 'ops'" in out.stderr, out.stderr
+    out = _cli(two, *two["base"], "search", "--session-key", "agent:zz:main", "x", ok=False)
+    assert out.returncode == 2 and "--session-key: unknown agent 'zz'; configured: main, ops" in out.stderr
+
+
 def test_index_line_counts_the_files_it_had_to_skip(two):
     """A binary or oversized note used to vanish behind "indexed N file(s)" and exit 0: the line
     now says how many files the index holds nothing of."""

@@ -202,6 +202,19 @@ def test_two_agents_workspace_override_confinement_ids_and_a_broken_config(tmp_p
         assert httpx.get(f"{url}/v1/status", params={"agent": " Alice "}, timeout=30).json()["agent"] == "alice"
         r = httpx.post(f"{url}/v1/search", json={"query": "x", "agent": "../bob"}, timeout=30)
         assert r.status_code == 400 and "invalid agent id" in r.json()["error"]["message"]
+        # A session key names its agent (as OpenClaw picks a session's agent): bob's session
+        # searched alice's memory, the default agent's, whenever the client sent only the key.
+        r = httpx.post(f"{url}/v1/search", json={"query": "zebra", "sessionKey": "agent:Bob:telegram:direct:x"},
+                       timeout=30)
+        assert r.status_code == 200 and [x["path"] for x in r.json()["results"]] == ["MEMORY.md"], r.text
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN", "sessionKey": "agent:bob:main", "minScore": 0},
+                       timeout=30)
+        assert r.json()["results"] == [], r.text
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN", "agent": "alice", "sessionKey": "agent:bob:main"},
+                       timeout=30)
+        assert r.status_code == 400 and "does not match the session key's agent 'bob'" in r.text, r.text
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN", "sessionKey": "telegram:group:42"}, timeout=30)
+        assert r.status_code == 200 and r.json()["results"], r.text  # no agent in the key: the default
     finally:
         proc.terminate()
         proc.wait(30)
@@ -213,6 +226,8 @@ def test_two_agents_workspace_override_confinement_ids_and_a_broken_config(tmp_p
         assert r.status_code == 404 and "serves only agent 'alice'" in r.json()["error"]["message"]
         assert httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md", "agent": "bob"}, timeout=30).status_code == 404
         assert httpx.get(f"{url}/v1/status", timeout=30).json()["agents"] == ["alice"]
+        r = httpx.post(f"{url}/v1/search", json={"query": "zebra", "sessionKey": "agent:bob:main"}, timeout=30)
+        assert r.status_code == 404 and "serves only agent 'alice'" in r.text, r.text
         r = httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, timeout=30)
         assert r.status_code == 200 and r.json()["results"]
 

@@ -48,6 +48,15 @@ def normalize_session_key(raw: str) -> str:
     return key
 
 
+def agent_from_key(raw: str | None) -> str | None:
+    """The agent id of an ``agent:<id>:...`` session key (as OpenClaw's ``parseAgentSessionKey``),
+    not normalised; None for a key of another shape or none."""
+    parts = (raw or "").strip().split(":", 2)
+    if len(parts) == 3 and parts[0].lower() == "agent" and parts[1].strip():
+        return parts[1].strip()
+    return None
+
+
 def chat_type_from_key(raw: str | None) -> str:
     """``group`` / ``channel`` when such a ``:``-separated token appears in
     the key after ``agent:<id>:``, else ``direct`` (also for a missing key:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from memindex.pipeline.config.settings import ConfigError, Context
 from memindex.pipeline.errors import MemindexError
-from memindex.producers.cli.agents import agent_contexts, base_context, context_for
+from memindex.producers.cli.agents import agent_contexts, base_context, configured_agents, context_for
 from memindex.producers.cli.argv import command_of
 from memindex.producers.cli.openclaw_format import search_text, status_entry
 from memindex.producers.cli.options import (
@@ -152,6 +152,20 @@ def _search_engine(args: argparse.Namespace, settings: Any) -> Any:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from memindex.pipeline.config.paths import validate_agent_id
+    from memindex.pipeline.search.scope import agent_from_key
+
+    keyed = agent_from_key(args.session_key)
+    if keyed is not None:  # the session's agent, as OpenClaw picks it (and MCP / HTTP do)
+        keyed_id = validate_agent_id(keyed, "--session-key")
+        if args.agent and validate_agent_id(args.agent, "--agent") != keyed_id:
+            say_error(f"--agent {args.agent} does not match the session key's agent {keyed!r}")
+            return 2
+        configured = configured_agents(args)
+        if keyed_id not in configured:
+            say_error(f"invalid option: --session-key: unknown agent {keyed!r}; configured: {', '.join(configured)}")
+            return 2
+        args.agent = keyed_id
     settings = _settings(args)
     engine = _search_engine(args, settings)
     opts = dict(max_results=args.max_results, min_score=args.min_score, session_key=args.session_key)
@@ -350,7 +364,8 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--min-score", metavar="X", type=_finite, default=None,
                    help="drop results scoring below X (default: query.minScore, 0.35)")
     s.add_argument("--session-key", default=None, metavar="KEY",
-                   help="search on behalf of this session key (session warm-up, citations)")
+                   help="search on behalf of this session key (its agent:<id>: picks the agent "
+                        "unless --agent; session warm-up, citations)")
     s.add_argument("--queries", metavar="FILE",
                    help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
     s.set_defaults(func=cmd_search)

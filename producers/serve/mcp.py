@@ -101,7 +101,8 @@ def build_server(tools: MemoryTools) -> MCPServer:
                                                 "default: the agent's query.minScore).")] = None,
         agent: Agent = None,
         sessionKey: Annotated[str | None, Field(description="The calling session's key "
-                                                "(agent:<id>:<channel>:...); decides citations.")] = None,
+                                                "(agent:<id>:<channel>:...): its agent is searched when "
+                                                "`agent` is not given; decides citations and scope.")] = None,
     ) -> dict[str, Any]:
         return await _answer(tools.search(query, max_results=maxResults, min_score=minScore,
                                           agent=agent, session_key=sessionKey))

@@ -27,6 +27,7 @@ from memindex.pipeline.errors import ConfigError, MemindexError, MemoryGetError,
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.backend import SearchEngine, engine_for
 from memindex.pipeline.search.get import amemory_get
+from memindex.pipeline.search.scope import agent_from_key
 from memindex.producers.hooks import schedule_sync
 
 
@@ -184,7 +185,7 @@ class MemoryTools:
             raise OperationError("bad_request", "query must be a string")
         opts = dict(max_results=_wire("maxResults", max_results), min_score=_wire("minScore", min_score),
                     session_key=_wire("sessionKey", session_key))
-        settings = self.settings(agent)
+        settings = self.settings(self._session_agent(_wire("agent", agent), session_key))
         from memindex.workers.metrics import search_recorders
 
         started, ok = time.perf_counter(), False
@@ -195,6 +196,24 @@ class MemoryTools:
             return result
         finally:
             search_recorders().observe(settings.agent_id, time.perf_counter() - started, ok)
+
+    def _session_agent(self, agent: str | None, session_key: str | None) -> str | None:
+        """The agent a search is for, as OpenClaw picks a session's agent: the one named, else the
+        one in an ``agent:<id>:...`` session key, else the default. A search naming one agent with
+        another's session key is refused (it read the default agent's memory for any session)."""
+        keyed = agent_from_key(session_key)
+        if keyed is None:
+            return agent
+        if not agent or not agent.strip():
+            return keyed
+        try:
+            same = validate_agent_id(agent, "agent") == validate_agent_id(keyed, "sessionKey")
+        except ConfigError as exc:
+            raise OperationError("bad_request", exc.detail) from None
+        if not same:
+            raise OperationError("bad_request", f"agent {agent.strip()!r} does not match the session key's "
+                                 f"agent {keyed!r}; name one agent (or leave agent out)")
+        return agent
 
     async def get(self, path: Any, *, from_line: Any = None, lines: Any = None,
                   agent: Any = None) -> dict[str, Any]:
