@@ -121,6 +121,7 @@ class ProviderError(MemindexError):
 
     retryable = False
     per_input = False
+    endpoint = True  # the provider's endpoint failed (False: this process's config cannot use the index)
 
 
 class FallbackSwitched(MemindexError, RuntimeError):

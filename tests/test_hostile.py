@@ -346,6 +346,44 @@ def test_failing_provider_costs_one_attempt_then_search_is_keyword_only(agent, f
     assert _status(agent)["invariant"]["ok"]
 
 
+def test_a_failing_query_endpoint_is_paid_once_across_cli_searches(agent, fresh_services, server):
+    """A runtime that shells out one `memindex search` per call: each process started with a
+    closed breaker, so every search paid the dead endpoint's attempt (and a slow one's timeout).
+    The query side's open state is shared by the agent's processes for the cooldown."""
+    agent.write("MEMORY.md", "the router is an Omada ER605\n")
+    agent.memory_config(_openai(server))
+    agent.index()
+    server.always("openai", {"status": 500, "message": "down"})
+    calls = server.count("openai")
+    first = _cli(agent, "search", "--json", "router")
+    assert first.returncode == 0 and json.loads(first.stdout)["results"], first.stderr
+    paid = server.count("openai")
+    assert paid > calls
+    for _ in range(3):
+        out = _cli(agent, "search", "--json", "router")
+        body = json.loads(out.stdout)
+        assert out.returncode == 0 and body["results"] and "keyword-only" in body["warning"], out.stdout
+        assert "500" in body["warning"] or "down" in body["warning"], body["warning"]  # the first one's reason
+    assert server.count("openai") == paid  # nothing waited on the provider again
+
+
+def test_shared_open_state_lets_one_probe_through_after_the_cooldown(tmp_path):
+    from memindex.pipeline.embeddings.breaker import SharedOpen
+
+    now = [1000.0]
+    a = SharedOpen(tmp_path / "s.json", cooldown_s=30, clock=lambda: now[0])
+    b = SharedOpen(tmp_path / "s.json", cooldown_s=30, clock=lambda: now[0])  # another process
+    assert a.reason("k") is None and not (tmp_path / "s.json").exists()
+    a.failure("k", "500: down")
+    assert b.reason("k") == "500: down" and b.reason("other") is None
+    now[0] += 31
+    assert b.reason("k") is None  # the cooldown is over: this caller probes
+    b.success("k")
+    assert not (tmp_path / "s.json").exists() and a.reason("k") is None
+    (tmp_path / "s.json").write_text("{not json")
+    assert a.reason("k") is None  # unreadable: closed, never an error
+
+
 def test_header_secret_echoed_by_a_401_never_appears_at_debug(agent, fresh_services, server):
     secret = "hdr-secret-7f3a9c"
     agent.write("MEMORY.md", "the router is an Omada ER605\n")

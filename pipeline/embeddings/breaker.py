@@ -5,12 +5,19 @@ its breaker opens: document embedding skips it (files are indexed keyword-only
 and re-embedded by a later sync) and search answers keyword-only without
 waiting. After ``COOLDOWN_S`` one caller is let through as a probe; its success
 closes the breaker, its failure opens it for another cooldown.
+
+``SharedOpen`` carries the query side's open state across processes (a file beside the
+agent's store): a runtime that shells out one ``memindex search`` per call paid the query
+timeout of a dead or slow endpoint on every call, since each process started closed.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 COOLDOWN_S = 30.0
@@ -59,3 +66,52 @@ class CircuitBreaker:
             self._reasons.clear()
             self._probing.clear()
 
+
+
+class SharedOpen:
+    """Providers that failed a query recently, in a small JSON file other processes read
+    (``{provider key: [until (epoch s), reason]}``). Best effort: a file that cannot be read or
+    written is a closed breaker, never an error."""
+
+    def __init__(self, path: Path, cooldown_s: float = COOLDOWN_S, clock: Callable[[], float] = time.time) -> None:
+        self.path, self.cooldown_s, self.clock = path, cooldown_s, clock
+
+    def _read(self) -> dict[str, list]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write(self, data: dict[str, list]) -> None:
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+        try:
+            if data:
+                tmp.write_text(json.dumps(data), encoding="utf-8")
+                os.replace(tmp, self.path)
+            else:
+                self.path.unlink(missing_ok=True)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+    def reason(self, key: str) -> str | None:
+        """Why ``key`` is open for another process's query (None: closed, or its cooldown is over:
+        this caller is the probe)."""
+        if not self.path.exists():  # the common case: one stat
+            return None
+        hit = self._read().get(key)
+        if isinstance(hit, list) and len(hit) == 2 and isinstance(hit[0], (int, float)) and self.clock() < hit[0]:
+            return str(hit[1])
+        return None
+
+    def failure(self, key: str, reason: str) -> None:
+        data = self._read()
+        data[key] = [self.clock() + self.cooldown_s, reason]
+        self._write(data)
+
+    def success(self, key: str) -> None:
+        if not self.path.exists():
+            return
+        data = self._read()
+        if data.pop(key, None) is not None:
+            self._write(data)

@@ -14,6 +14,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
@@ -23,16 +24,21 @@ from memindex.pipeline.index.failures import SUMMARISED
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.store.core import StoreReader, open_reader
 from memindex.pipeline.embeddings.base import ProviderUnavailable
-from memindex.pipeline.embeddings.breaker import CircuitBreaker
+from memindex.pipeline.embeddings.breaker import CircuitBreaker, SharedOpen
 from memindex.pipeline.errors import FallbackSwitched, ProviderError
 
 log = logging.getLogger("memindex.embedder")
 T = TypeVar("T")
 
 
-def guarded(breaker: CircuitBreaker, provider_key: str, label: str, call: Callable[[], T]) -> T:
+def guarded(breaker: CircuitBreaker, provider_key: str, label: str, call: Callable[[], T],
+            shared: SharedOpen | None = None) -> T:
     """``call()`` through the provider's circuit breaker: refused at once while it is open,
-    and a ``ProviderError`` opens it (see ``breaker``)."""
+    and a ``ProviderError`` opens it (see ``breaker``). ``shared``: the same across processes."""
+    elsewhere = shared.reason(provider_key) if shared is not None else None  # (before allow: it claims the probe)
+    if elsewhere is not None:
+        raise ProviderUnavailable(f"{label} is failing ({elsewhere}); not called until a retry after the "
+                                  "cooldown succeeds")
     if not breaker.allow(provider_key):
         raise ProviderUnavailable(f"{label} is failing ({breaker.reason(provider_key)}); "
                                   "not called until a retry after the cooldown succeeds")
@@ -41,12 +47,16 @@ def guarded(breaker: CircuitBreaker, provider_key: str, label: str, call: Callab
     except ProviderError as exc:
         if exc.per_input:
             raise  # about these inputs, not the provider: one bad note must not stop everyone's vectors
-        # "In this process": a one-shot CLI search ends before the cooldown (each pays it again).
-        log.warning("embeddings from %s failed (%s); keyword-only in this process until a retry after %gs "
-                    "succeeds", label, exc, breaker.cooldown_s, extra={SUMMARISED: True})
+        where = "for this agent's searches" if shared is not None else "in this process"
+        log.warning("embeddings from %s failed (%s); keyword-only %s until a retry after %gs succeeds",
+                    label, exc, where, breaker.cooldown_s, extra={SUMMARISED: True})
         breaker.failure(provider_key, str(exc))
+        if shared is not None and exc.endpoint:
+            shared.failure(provider_key, str(exc))
         raise
     breaker.success(provider_key)
+    if shared is not None:
+        shared.success(provider_key)
     return out
 
 QUERY_CACHE_SIZE = 256
@@ -362,8 +372,11 @@ class AgentQueryEmbedder:
         # One attempt within the provider's query budget (registry.query_timeout_s), as
         # OpenClaw does; a failure opens the breaker, so later searches don't wait on it.
         pk = str(index_fp.get("providerKey"))
+        # The query side's open state is shared with the agent's other processes (a CLI search
+        # per call each paid a dead endpoint's timeout); the indexing side keeps its own.
+        shared = SharedOpen(Path(f"{self.settings.store_path}.query-breaker.json"))
         vec = guarded(breaker_for(self.settings), pk, str(index_fp.get("provider")),
-                      lambda: self.service.embed_query(text, fingerprint=pk)).vector
+                      lambda: self.service.embed_query(text, fingerprint=pk), shared).vector
         with self._lock:
             self._cache[key] = vec
             while len(self._cache) > QUERY_CACHE_SIZE:

@@ -279,7 +279,9 @@ class EmbeddingService:
         for p in (self._active, self.choice.primary, self.choice.fallback):
             if p is not None and p.fingerprint() == fingerprint:
                 return p
-        raise ProviderError("no configured embedding provider matches the index fingerprint; reindex needed")
+        exc = ProviderError("no configured embedding provider matches the index fingerprint; reindex needed")
+        exc.endpoint = False  # another process's config may match: not shared (breaker.SharedOpen)
+        raise exc
 
     def embed_query(self, text: str, timeout_s: float | None = None, *, fingerprint: str | None = None,
                     any_size: bool = False) -> EmbedResult:
