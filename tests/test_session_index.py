@@ -119,6 +119,19 @@ def test_malformed_lines_counted_skipped_and_reported(sess):
     assert sess.search("okapi")["results"][0]["source"] == "sessions"
 
 
+def test_a_record_of_the_wrong_shape_skips_that_line_only(sess):
+    """A role that is a list or an object made the whole transcript fail (TypeError: unhashable
+    type), so none of its messages was searchable; such a line is skipped like any other."""
+    transcript(sess, "odd.jsonl", msg("user", "the gecko sleeps on the wall"),
+               json.dumps({"type": "message", "message": {"role": ["user"], "content": "x"}}) + "\n",
+               json.dumps({"type": "message", "message": {"role": {"a": 1}, "content": "y"}}) + "\n",
+               json.dumps({"type": ["message"], "role": "user", "content": "z"}) + "\n",
+               msg("assistant", "the gecko is fine"))
+    sess.index()
+    assert [r["source"] for r in sess.search("gecko")["results"]] == ["sessions"]
+    assert parse_extra(files_row(sess.settings(), "sessions/odd.jsonl").extra)["turns"] == 2
+
+
 def test_garbage_only_transcript_does_not_crash(sess):
     transcript(sess, "junk.jsonl", "\n".join(["{{{", "nope", "", "]]"]) + "\n")
     transcript(sess, "empty.jsonl")

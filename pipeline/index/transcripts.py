@@ -101,7 +101,7 @@ def _turn_from_record(record: Any, line_no: int) -> Turn | None:
     if msg is None:
         return None
     role = msg.get("role")
-    if role not in _ROLE_LABEL:
+    if not isinstance(role, str) or role not in _ROLE_LABEL:  # (a list or object: not hashable)
         return None
     raw = _content_text(msg.get("content"))
     text = normalize_text(raw) if raw is not None else ""
