@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,21 +79,35 @@ def test_edit_rename_delete_are_reflected(agent):
     assert {r[1] for r in agent.store_rows()} == {"memory/a.md"}
 
 
-def test_stale_write_is_dropped(agent):
+def test_a_write_of_a_file_changed_since_lands_as_read_then_the_change_is_indexed(agent):
+    """A record of a file that changed after it was read is written as read (it used to be dropped
+    and re-planned: a note appended to all the time was never indexed), then one re-plan indexes
+    the change. One that an older read would overwrite, or of a file gone, is dropped."""
     p = agent.write("memory/a.md", "first version kumquat\n")
     agent.index()
     st = p.stat()
     job = FileJob("memory", "memory/a.md", str(p), st.st_size, st.st_mtime_ns)
     p.write_text("second version kumquat edited\n")  # wait: we chunk the NEW text below
     prepared = prepare_file(agent.settings(), job)
+    old = prepared.record.to_message()
+    time.sleep(0.01)
     p.write_text("third version durian\n")  # the file changes after chunking
     actors.write_files.fn(agent.ctx.as_dict(), 1, [prepared.record.to_message()])
-    texts = [r[5] for r in agent.store_rows()]
-    assert texts == ["first version kumquat"]  # the stale write did not land
+    from memindex.workers import writer
+
+    writer.settle()  # (the group commit a message's end would do)
+    assert [r[5] for r in agent.store_rows()] == ["second version kumquat edited"]  # as read
     from memindex.workers import embedded
 
     embedded.wait_idle(timeout=30)  # the writer asked for a fresh sync
     assert [r[5] for r in agent.store_rows()] == ["third version durian"]
+    actors.write_files.fn(agent.ctx.as_dict(), 1, [old])  # an older read, late: dropped
+    embedded.wait_idle(timeout=30)
+    assert [r[5] for r in agent.store_rows()] == ["third version durian"]
+    p.unlink()
+    actors.write_files.fn(agent.ctx.as_dict(), 1, [old])  # the file is gone: dropped, re-planned
+    embedded.wait_idle(timeout=30)
+    assert agent.store_rows() == []
 
 
 def test_duplicate_messages_leave_no_duplicate_chunks(agent):
@@ -455,3 +470,37 @@ def test_leases_on_the_embedded_broker_match_size_and_mtime_and_are_released():
     assert leases.held(broker, "/s/main.sqlite", 1, [a, b]) == {("memory", "memory/b.md")}
     leases.forget_all(broker)
     assert leases.held(broker, "/s/main.sqlite", 1, [a, b]) == set()
+
+
+def test_a_note_appended_to_all_the_time_is_indexed_and_index_returns(agent, monkeypatch):
+    """helper-43: an agent appending a line a second to today's note. Each pass read and embedded
+    the note, the writer dropped it as stale (the file had grown) and re-planned it: `index` never
+    returned and the note was never searchable, not even by keyword."""
+    import threading
+
+    from memindex.pipeline.embeddings.embedder import reset_services
+
+    p = agent.write("memory/2026-12-02.md", "".join(f"entry {i} livetok{i} router garden\n" for i in range(300)))
+    agent.memory_config({"provider": "hash"})
+    monkeypatch.setenv("MEMINDEX_HASH_EMBED_DELAY", "0.3")  # each embedding request outlasts an append
+    reset_services()
+    stop = threading.Event()
+
+    def append() -> None:
+        i = 0
+        while not stop.wait(0.05):
+            with open(p, "a", encoding="utf-8") as fh:
+                fh.write(f"appended {i}\n")
+            i += 1
+
+    t = threading.Thread(target=append, daemon=True)
+    t.start()
+    try:
+        started = time.monotonic()
+        counts = agent.index()  # (its own bound: 120 s)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        t.join()
+    assert counts["to_index"] == 1 and took < 60, (counts, took)
+    assert [r["path"] for r in agent.search("livetok5")["results"]] == ["memory/2026-12-02.md"]

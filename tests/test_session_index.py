@@ -315,3 +315,19 @@ def test_a_lone_surrogate_or_a_non_utf8_name_does_not_block_the_transcripts(sess
     assert {"path": "sessions/bad\\xffname.jsonl", "error": "file name is not valid UTF-8; skipped (rename it "
             "to index it)"} in problems, problems
     assert sess.index()["to_index"] == 0  # not planned again by every sync
+
+
+def test_a_transcript_bigger_than_one_read_is_indexed_whole_by_one_index(sess, monkeypatch):
+    """A transcript is read at most MAX_READ_BYTES at a time: a 100 MiB one needed three `index`
+    runs (each saying it was done), and `index --force` never got past the first 32 MiB. The
+    writer now asks for the next part's sync at once, and the index waits for it."""
+    from memindex.pipeline.index import sessions
+
+    monkeypatch.setattr(sessions, "MAX_READ_BYTES", 4096)
+    lines = [msg("user", f"message {i} lorem ipsum dolor sit amet " * 3) for i in range(200)]
+    transcript(sess, "big.jsonl", *lines, msg("assistant", "BIGEND wolverine"))
+    sess.index()
+    assert [r["path"] for r in sess.search("wolverine")["results"]] == ["sessions/big.jsonl"]
+    sess.index(force=True)
+    assert [r["path"] for r in sess.search("wolverine")["results"]] == ["sessions/big.jsonl"]
+    assert parse_extra(files_row(sess.settings(), "sessions/big.jsonl").extra)["turns"] == 201

@@ -21,7 +21,7 @@ from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.prepare import embedding_pending
-from memindex.pipeline.index.preparers import is_current
+from memindex.pipeline.index.preparers import is_current, snapshot_writable
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
 from memindex.pipeline.store.core import StoreWriter, open_writer, same_space, store_full
@@ -340,12 +340,26 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
             _gone_resync[str(w.path)] = now
             request_resync(ctx, "generation-gone")
         return
+    for r in fresh:  # read as the file is: a later change gets its re-plan again
+        _snapshotted.pop((str(w.path), r.path), None)
+    if stale and w.generation_exists(generation):
+        # Changed since they were read, still there: written as read (the row keeps the stat of
+        # that read, so the next sync, which the change's own event asks for, takes the rest).
+        late = [r for r in stale if snapshot_writable(r, w.file_mtime(generation, r.source, r.path))]
+        if late:
+            log.info("writing %d file(s) as read, changed since (the next sync indexes the change): %s",
+                     len(late), ", ".join(r.path for r in late[:5]))
+            fresh += late
+            written = {id(r) for r in late}
+            stale = [r for r in stale if id(r) not in written]
+            _resync_after_snapshots(w, ctx, late)
     if fresh:
         # Files written without their vectors (a provider failure on the compute side) or skipped:
         # noted here, where the store and its failure record are (the compute side has neither).
         note_record_failures(settings, fresh)
         started = time.perf_counter()
         _, rejected = w.write_files(generation, fresh)
+        _continue_transcripts(w, ctx, [r for r in fresh if r.path not in rejected])
         if w.held_since is not None:  # what a rolled-back group commit would lose (_commit)
             _held_paths.setdefault(str(w.path), []).extend(r.path for r in fresh if r.path not in rejected)
         _summary.record(context.agent_id or "default", len(fresh), sum(len(r.chunks) for r in fresh),
@@ -394,6 +408,42 @@ def _append(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> 
     current = [r for r in records if is_current(r)]
     note_record_failures(settings, current)
     w.append_chunks(generation, current)
+    _continue_transcripts(w, ctx, current)
+
+
+# A file written as read though it changed since gets one re-plan (the change itself): an `index`
+# then ends with the latest version. A file that changed again since its last such write within
+# this long (appended to all the time) gets none: its own change events (the watcher), or the next
+# sync, take it further; re-planning it each time kept `index` running for as long as it grew.
+SNAPSHOT_RESYNC_S = 60.0
+_snapshotted: dict[tuple[str, str], float] = {}
+
+
+def _resync_after_snapshots(w: StoreWriter, ctx: dict[str, Any], late: list[FileRecord]) -> None:
+    store, now = str(w.path), time.monotonic()
+    for key in [k for k, t in _snapshotted.items() if now - t > SNAPSHOT_RESYNC_S]:
+        del _snapshotted[key]
+    first = [r for r in late if (store, r.path) not in _snapshotted]
+    for r in late:
+        _snapshotted[(store, r.path)] = now
+    if first:
+        _resync_after_commit(w, ctx, "changed-while-indexed", delay_ms=STALE_RESYNC_DELAY_MS)
+
+
+def _continue_transcripts(w: StoreWriter, ctx: dict[str, Any], written: list[FileRecord]) -> None:
+    """A transcript read up to the per-read cap: its next part is the next sync's delta, asked
+    for now (a 100 MiB transcript took three `index` runs, each saying it was done)."""
+    if any(r.continues for r in written):
+        _resync_after_commit(w, ctx, "transcript-continues")
+
+
+def _resync_after_commit(w: StoreWriter, ctx: dict[str, Any], reason: str, delay_ms: int | None = None) -> None:
+    """Ask for a sync that must see these writes: a plan reads the store through another
+    connection, so writes still held for the group commit would look undone (and be planned
+    again, or, leased, skipped: a transcript's next part was never read)."""
+    if w.held_since is not None:
+        _commit(w, ctx)
+    request_resync(ctx, reason, delay_ms=delay_ms)
 
 
 # Parts of a file too big for one message (workers/compute.py ``pack``), per store and set, until all

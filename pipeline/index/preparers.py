@@ -24,6 +24,9 @@ class Preparer:
     # Its chunks' vectors are embeddings of the chunk texts, so a compute worker that has
     # only the record can embed them (issue 18). Media vectors embed the file's bytes.
     embeds_text: bool = True
+    # A record of the whole file as read may be written though the file changed since (the writer's
+    # ``snapshot_writable``); a transcript's records carry delta offsets into the bytes they read.
+    snapshots: bool = True
 
 
 _MEDIA = Preparer(media.prepare_media, file_is_current, embeds_text=False)  # one labelled chunk (F17)
@@ -32,7 +35,7 @@ PREPARERS: dict[str, Preparer] = {
     "markdown": Preparer(prepare_markdown, file_is_current),
     **{kind: _MEDIA for kind in media.MEDIA_KINDS},
     # Growth after the read is fine for a transcript: the rest is a later delta.
-    sessions.KIND: Preparer(sessions.prepare_session, sessions.is_current_session),
+    sessions.KIND: Preparer(sessions.prepare_session, sessions.is_current_session, snapshots=False),
 }
 
 
@@ -51,3 +54,21 @@ def needs_embedding(record: FileRecord) -> bool:
 def is_current(record: FileRecord) -> bool:
     """Does the file on disk still hold what was prepared? (The writer's stale check.)"""
     return PREPARERS[record.kind].is_current(record)
+
+
+def snapshot_writable(record: FileRecord, indexed_mtime_ns: int | None) -> bool:
+    """May a record the file has changed since be written as it was read? Yes for a whole-file
+    kind whose file is still a regular file, unless the store holds a later read of it already
+    (``indexed_mtime_ns``: its row's mtime). Dropping such a write instead, and re-planning, never
+    indexed a note that is appended to all the time: each pass read, embedded and dropped it."""
+    import os
+    import stat
+
+    if not PREPARERS[record.kind].snapshots or record.hash.startswith(("size:", "error:")):
+        return False
+    try:
+        if not stat.S_ISREG(os.lstat(record.abs_path).st_mode):
+            return False
+    except OSError:
+        return False
+    return indexed_mtime_ns is None or indexed_mtime_ns <= record.mtime_ns

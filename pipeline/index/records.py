@@ -132,6 +132,7 @@ class FileRecord:
     cache_hits: list[str] = field(default_factory=list)  # chunk hashes whose vectors came from the cache
     extra: dict[str, Any] | None = None  # stored on the files row (a transcript's delta state)
     base_hash: str | None = None  # set on an append: the files-row hash these chunks extend
+    continues: bool = False  # a transcript read up to the per-read cap: the rest is the next delta
 
     def to_message(self) -> Message:
         return {
@@ -140,6 +141,7 @@ class FileRecord:
             "chunks": [c.to_message() for c in self.chunks],
             "embedding": None if self.embedding is None else asdict(self.embedding),
             "cache_hits": list(self.cache_hits), "extra": self.extra, "base_hash": self.base_hash,
+            **({"continues": True} if self.continues else {}),
         }
 
     @classmethod
@@ -149,5 +151,5 @@ class FileRecord:
             m["source"], m["path"], m["abs_path"], m["hash"], m["size"], m["mtime_ns"], m.get("kind", "markdown"),
             m.get("error"), [ChunkRecord.from_message(c) for c in m.get("chunks") or []],
             None if ident is None else EmbeddingIdentity(**ident), list(m.get("cache_hits") or []),
-            m.get("extra"), m.get("base_hash"),
+            m.get("extra"), m.get("base_hash"), bool(m.get("continues")),
         )

@@ -53,8 +53,8 @@ log = logging.getLogger("memindex.sessions")
 
 SOURCE = "sessions"
 KIND = "session"
-# One read never loads more than this; a bigger transcript is indexed in
-# consecutive deltas (the unread rest is simply "pending growth").
+# One read never loads more than this; a bigger transcript is indexed in consecutive deltas: a
+# record read up to the cap says it ``continues``, and the writer asks for the next sync at once.
 MAX_READ_BYTES = 32 * 1024 * 1024
 
 Step = Union[str, SessionDelta]  # "unchanged" | "pending" | "full" | a delta to append
@@ -158,7 +158,9 @@ def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, 
     state = state_from_extra(f.path, extra)
     if state is None:
         return "full"
-    delta_bytes, delta_messages = (0, 0) if flush else thresholds(settings)
+    # A transcript whose last read stopped at MAX_READ_BYTES is unfinished, not grown: its
+    # rest is read whatever its size (else a tail under the thresholds waited for more growth).
+    delta_bytes, delta_messages = (0, 0) if flush or extra.get("continues") else thresholds(settings)
     try:
         # Lines are only needed when bytes alone may stay under their threshold.
         grown = f.size - state.indexed_bytes
@@ -200,7 +202,8 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
         with open(path, "rb") as fh:
             ino = os.fstat(fh.fileno()).st_ino
             data = fh.read(MAX_READ_BYTES)
-            mtime_ns = os.fstat(fh.fileno()).st_mtime_ns  # after the read: no append goes unseen
+            after = os.fstat(fh.fileno())
+            mtime_ns = after.st_mtime_ns  # after the read: no append goes unseen
     except FileNotFoundError:
         return Prepared(None, vanished=True)
     except OSError as exc:
@@ -210,7 +213,16 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
     state = indexed_state(job.path, t, head=data[:HEAD_BYTES], inode=ino, mtime_ns=mtime_ns)
     digest = hashlib.sha256(data[: t.consumed_bytes]).hexdigest()
     extra = {"session": _state_dict(state), "turns": len(t.turns), "skipped": _skipped(t)}
-    return Prepared(_session_record(settings, job, t, state, digest, extra, embedder))
+    rec = _session_record(settings, job, t, state, digest, extra, embedder)
+    rec.continues = _continues(data, t, after.st_size, 0)
+    if rec.continues:
+        extra["continues"] = True  # (the files row: the next plan reads the rest at once)
+    return Prepared(rec)
+
+
+def _continues(data: bytes, t: Transcript, size: int, start: int) -> bool:
+    """Was the read cut at MAX_READ_BYTES with whole lines read (so the next delta moves on)?"""
+    return len(data) >= MAX_READ_BYTES and t.consumed_bytes > 0 and size > start + t.consumed_bytes
 
 
 def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
@@ -235,7 +247,8 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
             if _extends(prev, st, head):
                 fh.seek(delta.start_byte)
                 data = fh.read(MAX_READ_BYTES)
-                mtime_ns = os.fstat(fh.fileno()).st_mtime_ns
+                after = os.fstat(fh.fileno())
+                mtime_ns = after.st_mtime_ns
     except FileNotFoundError:
         return Prepared(None, vanished=True)
     except OSError as exc:
@@ -255,6 +268,9 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
              "skipped": _skipped(t, delta.prev.get("skipped"))}
     rec = _session_record(settings, job, t, state, digest, extra, embedder)
     rec.base_hash = delta.base_hash
+    rec.continues = _continues(data, t, after.st_size, delta.start_byte)
+    if rec.continues:
+        extra["continues"] = True
     return Prepared(rec)
 
 

@@ -670,6 +670,12 @@ class StoreWriter:
     def generation_exists(self, gen: int) -> bool:
         return _table_exists(self.conn, files_table(gen))
 
+    def file_mtime(self, gen: int, source: str, path: str) -> int | None:
+        """The mtime a file's row in ``gen`` was indexed at (None: no row)."""
+        row = self.conn.execute(f"SELECT mtime_ns FROM {files_table(gen)} WHERE source = ? AND path = ?",
+                                (source, path)).fetchone()
+        return None if row is None else int(row[0])
+
     def generation_fingerprint(self, gen: int) -> dict[str, Any] | None:
         st = self.state()
         if gen == st.live_generation:
