@@ -521,6 +521,21 @@ def test_former_tracebacks_are_one_line_errors(agent, tmp_path) -> None:
         assert "hunter2" not in r.stderr + r.stdout
 
 
+def test_a_config_path_that_is_a_device_or_fifo_is_refused_not_read(agent, tmp_path) -> None:
+    """`--config` naming /dev/zero (here through a symlink) read until the machine ran out of
+    memory (a global OOM kill); a FIFO blocked for good. Neither is a config file."""
+    import os
+
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for path in (zero, fifo):
+        r = run_cli("--config", str(path), "--state-dir", str(agent.state), "status", timeout=60)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "not a regular file (a device, FIFO or socket)" in r.stderr, r.stderr
+
+
 @pytest.mark.redis
 def test_a_broker_refusing_the_password_says_so_not_start_redis(agent, redis_server) -> None:
     import redis

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import threading
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
@@ -33,9 +34,24 @@ DEFAULT_SECRET_PROVIDER = "default"
 _env_lock = threading.Lock()
 
 
+# A config file larger than this is refused rather than read: `--config /dev/zero` (or a symlink to
+# a huge file) read until the machine ran out of memory.
+MAX_CONFIG_BYTES = 64 * 1024 * 1024
+
+
 def _read_json5(path: Path, key: str) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):  # a device, FIFO or socket: opening a FIFO blocks for good
+            raise ConfigError(key, "not a regular file (a device, FIFO or socket), not a config file")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(key, f"larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; not read as a "
+                                   "config file")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(key, f"config file not found: {path}") from None
     except IsADirectoryError:
