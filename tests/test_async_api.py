@@ -257,3 +257,39 @@ def test_wrong_environment_keywords_and_values_are_usage_errors_too(agent: Agent
     memindex.open_search(s, schedule_sync=None).close()
     assert memindex.flush_decision(None, 200_000, {}, {"compactionCount": 0}, "rw", datetime.now()).reason == \
         "no-token-estimate"
+
+
+def test_async_calls_work_in_a_child_forked_after_they_warmed_up(agent: Agent) -> None:
+    """A pre-forking server (gunicorn, celery) warms up, then forks: the child inherited the
+    shared pool but not its thread, and every asearch / amemory_get waited forever."""
+    import json
+    import subprocess
+    import sys
+
+    agent.write("memory/2026-02-10.md", "# Day\nThe kumquat router got VLAN 10.\n")
+    agent.index()
+    script = f"""
+import asyncio, json, os, sys
+import memindex
+settings = memindex.load_settings(memindex.Context(config={str(agent.config_path)!r}, state_dir={str(agent.state)!r},
+                                                   workspace={str(agent.workspace)!r}))
+engine = memindex.open_search(settings)
+asyncio.run(engine.asearch("kumquat"))  # the parent warms the pool up
+pid = os.fork()
+if pid == 0:
+    async def child():
+        hits = await asyncio.wait_for(engine.asearch("kumquat"), 20)
+        got = await asyncio.wait_for(memindex.amemory_get(settings, "memory/2026-02-10.md"), 20)
+        return len(hits.results), "kumquat" in got.text
+    try:
+        print(json.dumps(asyncio.run(child())), flush=True)
+        os._exit(0)
+    except BaseException as exc:
+        print(json.dumps(repr(exc)), flush=True)
+        os._exit(1)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [1, True]

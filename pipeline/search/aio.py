@@ -30,6 +30,18 @@ _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
 
 
+def _forget_pools_in_child() -> None:
+    """A forked child (a pre-forking server that warmed up first) inherits the pools but not
+    their threads: every ``asearch`` waited forever on a thread that does not exist there."""
+    global _lock
+    _lock = threading.Lock()  # (a fork while another thread held it would leave it held)
+    _pools.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
 def _executor(kind: str = "async") -> ThreadPoolExecutor:
     with _lock:
         pool = _pools.get(kind)
