@@ -187,6 +187,10 @@ def test_wrong_arguments_are_a_usage_error_at_the_call(agent: Agent) -> None:
         lambda: memindex.flush_decision(None, None, None, None, None, None),
         lambda: memindex.on_session_start(None),
         lambda: memindex.schedule_sync(None, "search"), lambda: memindex.memory_search(s, 5),
+        # (an AttributeError from deep inside, helper-45)
+        lambda: memindex.memory_search(None, "x"), lambda: memindex.memory_search("main", "x"),
+        lambda: memindex.memory_search(agent.ctx, "x"), lambda: memindex.memory_search(s, "x", maxResults=3),
+        lambda: memindex.Context(agentId="main"),
         lambda: engine.search(7), lambda: engine.search(b"papaya"), lambda: engine.search("papaya", max_results="3"),
         lambda: engine.search("papaya", max_results=0), lambda: engine.search("papaya", min_score=math.nan),
         lambda: engine.search("papaya", session_key=7), lambda: asyncio.run(engine.asearch(None)),

@@ -186,3 +186,26 @@ def test_an_empty_config_path_is_a_usage_error_not_no_config(tmp_path):
     assert s.config_path is None and pinned(s).config == NO_CONFIG
     for wire in (pinned(s).as_dict(), {**pinned(s).as_dict(), "config": ""}):
         assert load_settings(Context.from_dict(wire), env={"HOME": str(tmp_path)}).config_path is None
+
+
+def test_printing_settings_never_shows_a_key_or_header_value(tmp_path):
+    """Runtimes log their settings and crash reporters capture locals: the dataclass repr
+    printed every apiKey (memorySearch.remote, models.providers) and header value in clear."""
+    import json
+    import logging
+
+    import memindex
+
+    cfg = {"agents": {"defaults": {"workspace": str(tmp_path / "ws"), "memorySearch": {
+        "provider": "openai", "remote": {"apiKey": "sk-CFG-aaaa1111", "baseUrl": "http://127.0.0.1:9/v1",
+                                         "headers": {"X-Api-Key": "hdr-SECRET-777"}}}}},
+           "models": {"providers": {"openai": {"apiKey": "sk-MODELS-bbbb2222"}}}}
+    (tmp_path / "openclaw.json").write_text(json.dumps(cfg))
+    settings = memindex.load_settings(memindex.Context(config=str(tmp_path / "openclaw.json"),
+                                                       state_dir=str(tmp_path / "state")))
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%r %s", (settings, settings), None)
+    for text in (repr(settings), str(settings), f"{settings}", record.getMessage()):
+        assert "AgentSettings(" in text and "http://127.0.0.1:9/v1" in text
+        for secret in ("sk-CFG-aaaa1111", "hdr-SECRET-777", "sk-MODELS-bbbb2222"):
+            assert secret not in text
+    assert settings.memory_search["remote"]["apiKey"] == "sk-CFG-aaaa1111"  # the values themselves are kept

@@ -15,8 +15,9 @@ import json
 import logging
 import math
 import os
+import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping
 
@@ -34,7 +35,7 @@ from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
 from memindex.pipeline.config.paths import (
     agent_workspace, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
 )
-from memindex.pipeline.errors import ConfigError, UsageError, require
+from memindex.pipeline.errors import ConfigError, UsageError, checked_call, require
 
 log = logging.getLogger("memindex.config")
 
@@ -562,6 +563,20 @@ def validate_multimodal(ms: Mapping[str, Any], key: str) -> None:
                           f"or {MULTIMODAL_DIMS[-1]} (got {dims})")
 
 
+_SECRET_KEY = re.compile(r"api[-_]?key|token|secret|passw|authorization|cookie|credential", re.I)
+
+
+def masked(value: Any, key: str = "") -> Any:
+    """``value`` with every secret-looking entry (an ``apiKey``, a token, any header value) as
+    ``"***"``; for showing settings, never for using them."""
+    if isinstance(value, Mapping):
+        return {k: ("***" if (key.lower() == "headers" or _SECRET_KEY.search(str(k))) and isinstance(v, str) and v
+                    else masked(v, str(k))) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(masked(v, key) for v in value)
+    return value
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     """Everything one agent's indexing and search needs, fully defaulted."""
@@ -576,6 +591,12 @@ class AgentSettings:
     providers: dict[str, Any] = field(default_factory=dict)
     memory_flush: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
+
+    def __repr__(self) -> str:
+        # Runtimes log their settings objects and crash reporters capture locals: the dataclass
+        # repr printed every apiKey and header value in clear.
+        shown = ", ".join(f"{f.name}={masked(getattr(self, f.name))!r}" for f in fields(self))
+        return f"AgentSettings({shown})"
 
     @property
     def sources(self) -> list[str]:
@@ -769,6 +790,10 @@ class Context:
 
     def with_agent(self, agent_id: str | None) -> "Context":
         return Context(agent_id, self.config, self.state_dir, self.workspace)
+
+
+# OpenClaw's JSON names (Context(agentId="main")) or a typo: a UsageError naming the fields.
+Context.__init__ = checked_call("Context")(Context.__init__)  # type: ignore[method-assign]
 
 
 def pinned(settings: AgentSettings) -> Context:

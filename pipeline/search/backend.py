@@ -238,7 +238,6 @@ class SearchEngine(Protocol):
 
 # What open_search passes on: MemorySearch's options, and FallbackSearch's for the qmd backend.
 OPEN_SEARCH_KEYWORDS = ("query_embedder", "schedule_sync", "clock", "manager", "builtin", "retry_after_s")
-SEARCH_KEYWORDS = ("max_results", "min_score", "session_key", "chat_type")
 
 
 def check_keywords(call: str, given: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
@@ -277,9 +276,13 @@ def engine_for(settings: AgentSettings, **kwargs: Any) -> SearchEngine:
     return _engines.get(settings, lambda: open_search(settings, **kwargs))
 
 
-def memory_search(settings: AgentSettings, query: str, **kwargs: Any) -> dict[str, Any]:
+@checked_call("memory_search")
+def memory_search(settings: AgentSettings, query: str, *, max_results: int | None = None,
+                  min_score: float | None = None, session_key: str | None = None,
+                  chat_type: str | None = None) -> dict[str, Any]:
     """The ``memory_search`` tool payload as a dict, from the agent's cached engine."""
-    # The tool's JSON names (maxResults) are what a caller coming from OpenClaw types: say which
-    # names this call takes, not a TypeError naming an internal method.
-    check_keywords("memory_search", kwargs, SEARCH_KEYWORDS)
-    return engine_for(settings).search(query, **kwargs).as_dict()
+    # Typed keywords, so a type checker catches OpenClaw's JSON names (maxResults) too; at run
+    # time checked_call says which names this call takes (a UsageError, not a TypeError).
+    require("settings", settings, AgentSettings)  # (None / an agent id: an AttributeError deep inside)
+    return engine_for(settings).search(query, max_results=max_results, min_score=min_score,
+                                       session_key=session_key, chat_type=chat_type).as_dict()
