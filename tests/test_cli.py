@@ -140,6 +140,14 @@ def test_search_for_a_session_searches_that_sessions_agent(two):
     assert out.returncode == 2 and "--session-key: unknown agent 'zz'; configured: main, ops" in out.stderr
 
 
+def test_a_query_starting_with_a_dash_is_told_how_to_search_it(two):
+    out = _cli(two, *two["base"], "search", "-kumquat", ok=False)
+    assert out.returncode == 2 and "put -- before it: memindex search -- -kumquat" in out.stderr, out.stderr
+    out = _cli(two, *two["base"], "search", "--jsn", "x", ok=False)  # an option's typo: no such hint
+    assert "did you mean --json?" in out.stderr and "put --" not in out.stderr, out.stderr
+    assert _cli(two, *two["base"], "search", "--", "-kumquat").returncode == 0
+
+
 def test_index_line_counts_the_files_it_had_to_skip(two):
     """A binary or oversized note used to vanish behind "indexed N file(s)" and exit 0: the line
     now says how many files the index holds nothing of."""

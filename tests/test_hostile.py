@@ -593,16 +593,17 @@ def test_a_bad_queries_line_keeps_its_own_id_and_never_borrows_another(agent) ->
     agent.write("memory/a.md", "kiwi notes\n")
     agent.index()
     lines = ['{"id": 1, "query": "kiwi"}', "not json", '{"id": "x"}', '{"id": "a", "query": 5}', "[1]",
-             '{"id": 2, "query": ["kiwi"]}', '{"query": "kiwi"}']
+             '{"id": 2, "query": ["kiwi"]}', '{"query": "kiwi"}', '{"id": "e", "query": "  "}']
     out = _cli(agent, "search", "--queries", "-", input="\n".join(lines) + "\n")
     # Every line answered, then exit 1 and one line (a script saw exit 0 with errors in the output).
-    assert out.returncode == 1 and "error: 5 line(s) of - could not be searched" in out.stderr, out.stderr
+    assert out.returncode == 1 and "error: 6 line(s) of - could not be searched" in out.stderr, out.stderr
     got = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [g["id"] for g in got] == [1, None, "x", "a", None, 2, 7]
-    assert [g.get("line") for g in got] == [None, 2, 3, 4, 5, 6, None]
-    assert got[0]["results"] and got[6]["results"] and not any("results" in g for g in got[1:6])
+    assert [g["id"] for g in got] == [1, None, "x", "a", None, 2, 7, "e"]
+    assert [g.get("line") for g in got] == [None, 2, 3, 4, 5, 6, None, 8]
+    assert got[0]["results"] and got[6]["results"] and not any("results" in g for g in got[1:6] + got[7:])
     assert "not JSON" in got[1]["error"] and 'no "query"' in got[2]["error"]
     assert "not a string" in got[3]["error"] and "not a string" in got[5]["error"]
+    assert "empty query" in got[7]["error"]  # as `search ""` is a usage error (it answered [] here)
 
 
 def test_a_query_longer_than_the_keyword_budget_says_what_was_searched(agent) -> None:

@@ -190,8 +190,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                     bad += 1
                     continue
                 qid, query = item.get("id", n), item.get("query")
-                if not isinstance(query, str):
-                    what = "has no \"query\"" if query is None else f"has a {type(query).__name__} query, not a string"
+                if not isinstance(query, str) or not query.strip():
+                    what = ("has no \"query\"" if query is None else "has an empty query" if isinstance(query, str)
+                            else f"has a {type(query).__name__} query, not a string")
                     print(json.dumps({"id": qid, "line": n, "error": f"line {n} {what}"}, ensure_ascii=False))
                     bad += 1
                     continue
@@ -521,6 +522,10 @@ def _unrecognized(command: argparse.ArgumentParser, extra: list[str]) -> None:
     flags = sorted({f for f in command._option_string_actions if f.startswith("--")})
     hints = [f"{x} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(x.split("=")[0], flags, 1, 0.7))
              else x for x in extra]
+    plain = [x for x, h in zip(extra, hints) if x.startswith("-") and x == h]  # no option it resembles
+    if command.prog.endswith(" search") and plain:
+        # A query that starts with "-" (an agent passing its text through) reads as an option.
+        hints.append(f"(to search for text starting with '-', put -- before it: {command.prog} -- {plain[0]})")
     command.error(f"unrecognized arguments: {' '.join(hints)}")
 
 
