@@ -674,3 +674,24 @@ def test_special_files_with_memory_names_are_named_by_status(agent):
     line = [i for i in issues if "special file" in i]
     assert line == ["2 special file(s) (FIFO, socket or device) with a memory file's name not read: "
                     "MEMORY.md, memory/note.md"], issues
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
+def test_index_on_a_full_disk_does_not_count_unwritten_files_as_indexed(tmp_path) -> None:
+    """helper-43: on a full disk `index` said "indexed 60 file(s) (60 not fully ...)" when no
+    row was written (the writes were rolled back). The line now says they were not written."""
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    (ws / "memory").mkdir(parents=True)
+    state.mkdir()
+    for i in range(60):
+        (ws / "memory" / f"n{i}.md").write_text(f"# Note {i}\n" + f"The kestrel {i} nests on tower {i}. " * 300)
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}}))
+    cli = f"{sys.executable} -m memindex --config {cfg} --state-dir {state} index"
+    r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=400k tmpfs {state} && {cli}"],
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                       env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("main: "))
+    assert line.startswith("main: indexed 0 file(s), 60 not written (see below)"), line
+    assert "its disk is full" in r.stderr, r.stderr

@@ -1455,6 +1455,20 @@ class ReadSnapshot:
             f"FROM {files_table(self.generation)} WHERE error IS NOT NULL", (since_ms,)).fetchone()
         return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2], "skippedSince": row[3]}
 
+    def unwritten_since(self, paths: Iterable[str], since_ms: int) -> set[str]:
+        """Of ``paths``, those with no files row written since ``since_ms`` (a full disk rolled
+        their writes back): not indexed at all, unlike a keyword-only file."""
+        paths = list(dict.fromkeys(paths))
+        if self._conn is None or self.generation is None:
+            return set(paths)
+        written: set[str] = set()
+        for i in range(0, len(paths), 500):
+            part = paths[i:i + 500]
+            written.update(r[0] for r in self._conn.execute(
+                f"SELECT path FROM {files_table(self.generation)} WHERE indexed_at >= ? AND path IN "
+                f"({', '.join('?' * len(part))})", (since_ms, *part)))
+        return {p for p in paths if p not in written}
+
     def cache_entries(self) -> int:
         """Embeddings in the cache shared by all generations."""
         if self._conn is None or not _table_exists(self._conn, "embedding_cache"):

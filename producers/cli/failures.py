@@ -55,6 +55,24 @@ def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
         reader.close()
 
 
+def unwritten_files(settings: Any, failures: dict[str, dict[str, Any]], since_ms: int) -> int:
+    """How many of the files that failed since ``since_ms`` were not written at all (no row since:
+    a full disk rolled their writes back), as opposed to written keyword-only."""
+    from memindex.pipeline.store.core import open_reader
+
+    paths = [p for g in failures.values() for p in g.get("paths", [])]
+    if not paths:
+        return 0
+    reader = open_reader(settings)
+    try:
+        with reader.snapshot() as snap:
+            return len(snap.unwritten_since(paths, since_ms))
+    except Exception:  # noqa: BLE001 - a count for one line; `status` reports a damaged store
+        return 0
+    finally:
+        reader.close()
+
+
 def print_failures(groups: Iterable[tuple[str, dict[str, dict[str, Any]]]], out: TextIO | None = None) -> int:
     """``report_failures`` for groups already read: (agent id, ``failures_since``'s answer) pairs."""
     out = out or sys.stderr

@@ -48,7 +48,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
     reported by name and the others are still indexed, as ``openclaw memory index`` does."""
     from memindex.pipeline.index.failures import failures_since
-    from memindex.producers.cli.failures import print_failures, run_started, say_failures_once, skipped_files
+    from memindex.producers.cli.failures import (
+        print_failures, run_started, say_failures_once, skipped_files, unwritten_files,
+    )
     from memindex.producers.enqueue import sync_and_wait
 
     say_failures_once(args)
@@ -79,12 +81,17 @@ def cmd_index(args: argparse.Namespace) -> int:
         ran.append((settings.agent_id, failures))
         if not args.quiet:
             failed = sum(g["count"] for g in failures.values())
-            # Not "indexed 99 file(s)" above "99 file(s) failed": the line says what the errors below mean.
-            note = f" ({min(failed, counts['to_index'])} not fully: see below)" if failed else ""
             skipped, skipped_now = skipped_files(settings, since)
             gone = counts.get("vanished", 0)
+            # Files still pending were not written at all (a full disk rolled them back): said so,
+            # never counted as indexed ("indexed 60 file(s)" with 0 rows written).
+            unwritten = unwritten_files(settings, failures, since) if failed else 0
             # A file skipped is not one indexed; one another sync had queued is written by now.
-            done = max(0, counts["to_index"] + counts.get("queued", 0) - gone - skipped_now)
+            done = max(0, counts["to_index"] + counts.get("queued", 0) - gone - skipped_now - unwritten)
+            # Not "indexed 99 file(s)" above "99 file(s) failed": the line says what the errors below mean.
+            partly = min(max(0, failed - unwritten), done)
+            note = (f" ({partly} not fully: see below)" if partly else "") + (
+                f", {unwritten} not written (see below)" if unwritten else "")
             print(f"{agent}: indexed {done} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged" + _below_delta(settings, counts.get("pending_sessions", 0))
                   + (f", {gone} deleted while indexing" if gone else "")
