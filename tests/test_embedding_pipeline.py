@@ -309,6 +309,39 @@ def test_a_query_vector_of_another_size_answers_keyword_only_and_says_why(agent,
     assert res["results"] and res["results"][0]["path"] == "MEMORY.md"
 
 
+def test_a_new_run_probes_the_failing_primary_once_and_stays_on_the_fallback(agent, server, caplog):
+    """With the index on the fallback's vectors, every new process (each `memindex index`)
+    planned at the primary: a rebuild of every file, the primary's retries, the switch back and
+    "indexed N file(s)" with nothing changed. One probe now decides; when the primary answers
+    again, the index moves back to it."""
+    from memindex.pipeline.embeddings.embedder import reset_services
+
+    _notes(agent, 3)
+    server.always("openai", {"status": 500, "message": "upstream down"})
+    cfg = openai_cfg(server, fallback="gemini")
+    agent.write_config({
+        "agents": {"defaults": {"memorySearch": cfg}},
+        "models": {"providers": {"gemini": {"apiKey": "g-key", "baseUrl": server.base("gemini")}}},
+    })
+    try:
+        agent.index()
+        assert agent.search("Omada router")["provider"] == "gemini"
+        gen = agent.index()["generation"]
+        reset_services()  # a new process
+        before = server.count("openai")
+        with caplog.at_level("WARNING", logger="memindex"):
+            counts = agent.index()
+        assert counts["to_index"] == 0 and counts["generation"] == gen, counts  # no rebuild, nothing re-read
+        assert server.count("openai") == before + 1  # the probe, one attempt
+        assert any("openai still fails" in r.getMessage() and "stays on gemini" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        server.always("openai", None)
+    reset_services()  # the primary answers again: the next run moves the index back to it
+    counts = agent.index()
+    assert counts["generation"] == gen + 1 and agent.search("Omada router")["provider"] == "openai"
+
+
 def test_status_names_the_fallback_that_built_the_index(agent, server):
     """The primary answered 503 while indexing and the fallback built the index: status still
     said openai, fallback None, while search said fallback true."""

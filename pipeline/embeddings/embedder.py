@@ -157,7 +157,7 @@ def planning_identity(settings: AgentSettings, *, force: bool = False) -> Embedd
         relearn_vector_size(settings)
         return identity_for(settings)
     ident = identity_for(settings)
-    if ident.dims is None or ident.provider == KEYWORD_ONLY.provider:
+    if ident.provider == KEYWORD_ONLY.provider:
         return ident
     try:
         st = _cache_readers.get(settings, lambda: open_reader(settings)).state()
@@ -165,11 +165,36 @@ def planning_identity(settings: AgentSettings, *, force: bool = False) -> Embedd
         log.debug("store state for %s unreadable: %s", settings.agent_id, exc)
         return ident
     fp = st.live_fingerprint or {}
+    if fp.get("providerKey") != ident.provider_key and _primary_still_failing(settings, fp):
+        return identity_for(settings)
     live = fp.get("vectorDims")
-    if fp.get("providerKey") == ident.provider_key and isinstance(live, int) and live != ident.dims:
-        if follow_vector_size(settings, live):
-            return identity_for(settings)
+    if (ident.dims is not None and fp.get("providerKey") == ident.provider_key and isinstance(live, int)
+            and live != ident.dims and follow_vector_size(settings, live)):
+        return identity_for(settings)
     return ident
+
+
+def _primary_still_failing(settings: AgentSettings, live_fp: Mapping[str, Any]) -> bool:
+    """The live index holds the fallback's vectors and this process starts at the primary (a new
+    CLI run, a restarted worker): one probe of the primary decides. Planning at the primary
+    outright re-planned every file into a rebuild each run while the primary kept failing (its
+    retries, the switch back to the fallback, "indexed 64 file(s)" with nothing changed). True
+    when the probe failed and the service now uses the fallback."""
+    service, _ = _service(settings)
+    choice = service.choice if service is not None else None
+    if (choice is None or choice.primary is None or choice.fallback is None or service.fallback_active
+            or live_fp.get("providerKey") != choice.fallback.fingerprint()):
+        return False
+    try:
+        service.embed_query("ping", probe_timeout_s(choice.primary.id), any_size=True)
+    except ProviderError as exc:
+        if exc.per_input:
+            return False
+        service.use_fallback(choice.primary, exc)
+        log.warning("memory embeddings: %s still fails (%s); the index stays on %s's vectors (a later "
+                    "run tries %s again)", choice.primary.id, exc, choice.fallback.id, choice.primary.id)
+        return True
+    return False  # it answers again: the plan moves the index back to it
 
 
 # One real request for a size or a health check (`index --force`, `status --deep`): one attempt,

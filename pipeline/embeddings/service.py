@@ -99,6 +99,14 @@ class EmbeddingService:
     def fallback_reason(self) -> str | None:
         return self._fallback_reason
 
+    def use_fallback(self, failed: EmbeddingProvider, exc: ProviderError) -> None:
+        """Use the fallback because ``failed`` failed with ``exc`` (a probe's verdict, which its
+        caller reports: no "switched" line for an index that never left the fallback)."""
+        with self._lock:
+            if self.choice.fallback is not None and failed is not self.choice.fallback:
+                self._active = self.choice.fallback
+                self._fallback_reason = f"{failed.id} failed: {exc}"
+
     def _switch_to_fallback(self, failed: EmbeddingProvider, exc: ProviderError) -> EmbeddingProvider | None:
         fb = self.choice.fallback
         if exc.per_input:  # these inputs were refused; the provider works (no rebuild in another space)
