@@ -478,3 +478,29 @@ def test_a_mistyped_option_gets_the_commands_usage_and_a_suggestion(tmp_path):
         assert out.returncode == 2 and out.stdout == "", (argv, out)
         assert out.stderr.startswith(f"usage: memindex {argv[0]} "), (argv, out.stderr)
         assert f"memindex {argv[0]}: error: " in out.stderr and says in out.stderr, (argv, out.stderr)
+
+
+def test_files_skipped_for_their_content_are_not_promised_a_retry(tmp_path):
+    """The footer said "the next sync retries them" for files skipped for their content, which
+    no sync retries until they change."""
+    import io
+    from types import SimpleNamespace
+
+    from memindex.pipeline.index.failures import failures_since
+    from memindex.pipeline.index.records import FileRecord
+    from memindex.producers.cli.failures import print_failures
+    from memindex.workers.failures import note_record_failures
+
+    settings = SimpleNamespace(store_path=tmp_path / "main.sqlite", agent_id="main",
+                               memory_search={"provider": "openai"})
+    recs = [FileRecord("sessions", "sessions/a.jsonl", "/x/a.jsonl", "error:TypeError", 1, 1, "session",
+                       "could not be indexed (TypeError: boom); skipped"),
+            FileRecord("memory", "memory/b.md", "/x/b.md", "h", 1, 1, "markdown",
+                       "embedding pending (openai: 503: down); keyword-searchable until a later sync embeds it")]
+    note_record_failures(settings, recs)
+    out = io.StringIO()
+    assert print_failures([("main", failures_since(settings.store_path, 0))], out) == 2
+    text = out.getvalue()
+    assert "1 file(s) not fully indexed (at most keyword-searchable); the next sync retries them" in text, text
+    assert "1 file(s) skipped for their content; indexed once they change" in text, text
+    assert "TypeError: boom (skipped until the file changes)" in text, text

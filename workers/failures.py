@@ -20,7 +20,8 @@ from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
 from memindex.pipeline.errors import UnknownAgent
-from memindex.pipeline.index.failures import SUMMARISED
+from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED
+from memindex.pipeline.index.prepare import embedding_pending
 from memindex.workers import leases
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
@@ -99,6 +100,8 @@ def note_record_failures(settings: Any, records: Iterable[Any]) -> None:
     for r in records:
         reason = record_failure_reason(r.error)
         if reason:
+            if not embedding_pending(r.error):  # its content: kept out of syncs until it changes
+                reason += SKIPPED_NOTE
             by_reason.setdefault(reason, []).append(r.path)
     for reason, paths in by_reason.items():
         note_failure(settings, reason, paths, "indexed for keyword search only")

@@ -24,6 +24,9 @@ from memindex.pipeline.store.locks import file_lock
 SUMMARISED = "memindex_summarised"
 
 # Per-file entries kept: enough to list what is stuck, bounded for a huge workspace.
+# Appended to the reason of files skipped for their content (not retried until they change),
+# so that `index` does not promise that the next sync retries them.
+SKIPPED_NOTE = " (skipped until the file changes)"
 MAX_FILES = 1000
 MAX_REASONS = 20
 

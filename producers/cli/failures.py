@@ -75,13 +75,19 @@ def unwritten_files(settings: Any, failures: dict[str, dict[str, Any]], since_ms
 
 def print_failures(groups: Iterable[tuple[str, dict[str, dict[str, Any]]]], out: TextIO | None = None) -> int:
     """``report_failures`` for groups already read: (agent id, ``failures_since``'s answer) pairs."""
+    from memindex.pipeline.index.failures import SKIPPED_NOTE
+
     out = out or sys.stderr
-    total = 0
+    total = skipped = 0
     for agent_id, by_reason in groups:
         for reason, g in sorted(by_reason.items(), key=lambda kv: -kv[1]["count"]):
             total += g["count"]
+            skipped += g["count"] if reason.endswith(SKIPPED_NOTE) else 0
             print(f"error: {agent_id}: {g['count']} file(s) failed: {reason} ({g['hint']})", file=out)
-    if total:
-        print(f"{total} file(s) not fully indexed (at most keyword-searchable); the next sync retries them "
-              "(see `memindex status`)", file=out)
+    if total - skipped:
+        print(f"{total - skipped} file(s) not fully indexed (at most keyword-searchable); the next sync retries "
+              "them (see `memindex status`)", file=out)
+    if skipped:
+        print(f"{skipped} file(s) skipped for their content; indexed once they change (see `memindex status`)",
+              file=out)
     return total
