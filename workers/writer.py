@@ -342,6 +342,7 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         return
     for r in fresh:  # read as the file is: a later change gets its re-plan again
         _snapshotted.pop((str(w.path), r.path), None)
+    late: list[FileRecord] = []
     if stale and w.generation_exists(generation):
         # Changed since they were read, still there: written as read (the row keeps the stat of
         # that read, so the next sync, which the change's own event asks for, takes the rest).
@@ -352,7 +353,6 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
             fresh += late
             written = {id(r) for r in late}
             stale = [r for r in stale if id(r) not in written]
-            _resync_after_snapshots(w, ctx, late)
     if fresh:
         # Files written without their vectors (a provider failure on the compute side) or skipped:
         # noted here, where the store and its failure record are (the compute side has neither).
@@ -360,6 +360,8 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         started = time.perf_counter()
         _, rejected = w.write_files(generation, fresh)
         _continue_transcripts(w, ctx, [r for r in fresh if r.path not in rejected])
+        if late:
+            _resync_after_snapshots(w, ctx, late)  # (after the write: the re-plan must see it)
         if w.held_since is not None:  # what a rolled-back group commit would lose (_commit)
             _held_paths.setdefault(str(w.path), []).extend(r.path for r in fresh if r.path not in rejected)
         _summary.record(context.agent_id or "default", len(fresh), sum(len(r.chunks) for r in fresh),
