@@ -39,11 +39,11 @@ def _interval_s(ctx: Context) -> float:
     try:
         settings = settings_for(ctx)
     except Exception as exc:  # noqa: BLE001 - a broken config must not kill the loop
-        # Once per agent and reason: every 30 s tick said it again while the config stayed broken.
-        said = _warned.get(ctx.agent_id)
+        # Once per reason: every 30 s tick said it again while the config stayed broken, and a
+        # config that does not load said it once for every agent (disabled ones included).
+        said = str(exc) in _warned.values()
         _warned[ctx.agent_id] = str(exc)
-        (log.debug if said == str(exc) else log.warning)(
-            "interval sync: cannot load settings for %s: %s", ctx.agent_id, exc)
+        (log.debug if said else log.warning)("interval sync: cannot load settings for %s: %s", ctx.agent_id, exc)
         return 0.0
     _warned.pop(ctx.agent_id, None)
     if not settings.enabled:

@@ -496,3 +496,23 @@ def test_a_config_reload_during_a_file_event_does_not_deadlock(agent, tmp_path):
         assert str(other.workspace / "memory") in w.watched_dirs
     finally:
         w.stop()
+
+
+def test_a_config_that_does_not_load_is_said_once_not_once_per_agent(tmp_path, caplog):
+    """While openclaw.json was broken the interval sync warned once for every agent (disabled
+    ones included), beside the watcher's own "config changed but cannot be loaded" line."""
+    import logging
+
+    from memindex.pipeline.config.settings import Context
+    from memindex.producers import interval
+
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text("{ agents: ")
+    interval._warned.clear()
+    with caplog.at_level(logging.DEBUG, logger="memindex.interval"):
+        for _ in range(3):
+            for aid in ("one", "two", "quiet"):
+                assert interval._interval_s(Context(aid, str(cfg), str(tmp_path))) == 0.0
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "cannot load settings" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    interval._warned.clear()
