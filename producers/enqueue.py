@@ -81,9 +81,10 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
         left = None if timeout is None else max(0.0, deadline - time.monotonic())
         wait_idle(ctx, total=total, progress=progress, timeout=left, since_ns=sent_ns)
         _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
-    # Planned files deleted before they were written: their writes were dropped (stale), and
-    # the re-plan that asked for removes what the store had of them. Not "indexed".
-    gone = sum(1 for job in plan.jobs if not os.path.lexists(job.abs_path))
+    # Planned files deleted (or replaced by a symlink, never followed) before they were written:
+    # their writes were dropped, and the re-plan that asked for removes what the store had of them.
+    # Not "indexed".
+    gone = sum(1 for job in plan.jobs if os.path.islink(job.abs_path) or not os.path.isfile(job.abs_path))
     return {**counts, "vanished": gone} if gone else counts
 
 

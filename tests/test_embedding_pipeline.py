@@ -427,11 +427,14 @@ def test_files_deleted_while_indexing_are_not_counted_as_indexed(agent, server):
         assert wait_for(lambda: server.count("openai") >= 1, timeout=30)
         for i in range(4, 8):
             (agent.workspace / f"memory/2026-02-{i + 1:02d}.md").unlink()
+        # ... and one replaced by a symlink (never followed): gone too, not "indexed" (helper-47)
+        (agent.workspace / "memory/2026-02-04.md").unlink()
+        (agent.workspace / "memory/2026-02-04.md").symlink_to(agent.workspace / "memory/2026-02-01.md")
     finally:
         t.join(120)
         server.always("openai", None)
-    assert out["to_index"] == 8 and out.get("vanished") == 4, out
-    assert sorted({r[1] for r in agent.store_rows()}) == [f"memory/2026-02-0{i + 1}.md" for i in range(4)]
+    assert out["to_index"] == 8 and out.get("vanished") == 5, out
+    assert sorted({r[1] for r in agent.store_rows()}) == [f"memory/2026-02-0{i + 1}.md" for i in range(3)]
 
 
 def test_an_empty_query_answers_nothing_and_names_the_indexs_provider(agent, server):

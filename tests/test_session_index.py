@@ -331,3 +331,38 @@ def test_a_transcript_bigger_than_one_read_is_indexed_whole_by_one_index(sess, m
     sess.index(force=True)
     assert [r["path"] for r in sess.search("wolverine")["results"]] == ["sessions/big.jsonl"]
     assert parse_extra(files_row(sess.settings(), "sessions/big.jsonl").extra)["turns"] == 201
+
+
+def test_a_transcript_rewritten_in_place_is_reindexed_not_taken_for_growth(sess):
+    """helper-47: a transcript rewritten in place (same inode, same first 4 KiB) kept its old text
+    searchable: masked at the same size it counted as unchanged; rewritten longer, as growth from
+    the old offset (mid-line), and status said clean. A scrubbed secret stayed findable."""
+    lines = [msg("user", f"message {i} about the weather " * 4) for i in range(80)]
+    lines[40] = msg("user", "my password is zqsecretpw1234 keep it safe")
+    p = transcript(sess, "s.jsonl", *lines)
+    sess.index()
+    assert sess.search("zqsecretpw1234")["results"]
+
+    def rewrite(text: str) -> None:  # in place: same inode
+        ino = p.stat().st_ino
+        with open(p, "r+", encoding="utf-8") as fh:
+            fh.seek(0)
+            fh.write(text)
+            fh.truncate()
+        assert p.stat().st_ino == ino
+
+    time.sleep(0.01)
+    rewrite("".join(lines).replace("zqsecretpw1234", "**************"))  # the same size
+    sess.index()
+    assert sess.search("zqsecretpw1234")["results"] == []
+    lines[40] = msg("user", "my password is [REDACTED BY THE SCRUBBER] keep it safe")
+    time.sleep(0.01)
+    rewrite("".join(lines) + "".join(msg("assistant", f"later turn {i} zqlater{i}") for i in range(60)))
+    sess.index()
+    assert sess.search("zqsecretpw1234")["results"] == [] and sess.search("REDACTED")["results"]
+    assert sess.search("zqlater59")["results"]
+    # Plain growth is still a delta, not a rebuild.
+    with open(p, "a", encoding="utf-8") as fh:
+        fh.write("".join(msg("user", f"appended {i} zqapp{i}") for i in range(60)))
+    counts = sess.index()
+    assert counts["to_index"] == 1 and sess.search("zqapp59")["results"]

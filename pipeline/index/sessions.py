@@ -169,6 +169,7 @@ def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, 
     except OSError:
         return "full"  # gone or unreadable: preparing it reports that properly
     d = delta_decision(state, probe.size, probe.new_lines, inode=probe.inode, head_digest=probe.head_digest,
+                       tail_digest=probe.tail_digest, mtime_ns=probe.mtime_ns,
                        delta_bytes=delta_bytes, delta_messages=delta_messages)
     if d.action == "rebuild":
         log.info("%s: %s; reindexing from scratch", f.path, d.reason)
@@ -210,7 +211,9 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
         log.warning("cannot read %s: %s", job.path, exc)
         return Prepared(None)  # left as is; the next sync or check retries
     t = read_transcript(data)
-    state = indexed_state(job.path, t, head=data[:HEAD_BYTES], inode=ino, mtime_ns=mtime_ns)
+    end = t.consumed_bytes
+    state = indexed_state(job.path, t, head=data[:HEAD_BYTES], tail=data[max(0, end - HEAD_BYTES):end],
+                          inode=ino, mtime_ns=mtime_ns)
     digest = hashlib.sha256(data[: t.consumed_bytes]).hexdigest()
     extra = {"session": _state_dict(state), "turns": len(t.turns), "skipped": _skipped(t)}
     rec = _session_record(settings, job, t, state, digest, extra, embedder)
@@ -244,8 +247,9 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
             head = fh.read(HEAD_BYTES)
-            if _extends(prev, st, head):
-                fh.seek(delta.start_byte)
+            fh.seek(max(0, delta.start_byte - HEAD_BYTES))
+            before = fh.read(min(HEAD_BYTES, delta.start_byte))  # the bytes that end the indexed prefix
+            if _extends(prev, st, head, before):
                 data = fh.read(MAX_READ_BYTES)
                 after = os.fstat(fh.fileno())
                 mtime_ns = after.st_mtime_ns
@@ -259,7 +263,8 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
     t = read_transcript(data, start_line=delta.start_line)
     if t.consumed_bytes == 0:
         return Prepared(None)  # only a partial last line so far: nothing to add
-    state = indexed_state(delta.path, t, head=head, start_byte=delta.start_byte, inode=st.st_ino,
+    tail = (before + data[: t.consumed_bytes])[-HEAD_BYTES:]
+    state = indexed_state(delta.path, t, head=head, tail=tail, start_byte=delta.start_byte, inode=st.st_ino,
                           mtime_ns=mtime_ns)
     # A state token, not a content hash: chains the indexed prefix's digest with the new bytes.
     digest = hashlib.sha256(
@@ -274,11 +279,15 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
     return Prepared(rec)
 
 
-def _extends(prev: DeltaState, st: os.stat_result, head: bytes) -> bool:
-    """Is the open file still the one indexed, only grown?"""
+def _extends(prev: DeltaState, st: os.stat_result, head: bytes, before: bytes = b"") -> bool:
+    """Is the open file still the one indexed, only grown? ``before``: the bytes that end the
+    indexed prefix (a rewrite in place that kept the head changed or shifted them)."""
     if prev.inode is not None and st.st_ino != prev.inode:
         return False
     if st.st_size < prev.indexed_bytes or len(head) < prev.head_len:
+        return False
+    if prev.tail_len and (len(before) < prev.tail_len
+                          or head_fingerprint(before[-prev.tail_len:]) != prev.tail_digest):
         return False
     return prev.head_len == 0 or head_fingerprint(head[: prev.head_len]) == prev.head_digest
 
@@ -326,6 +335,11 @@ def is_current_session(record: FileRecord) -> bool:
         return False
     try:
         with open(path, "rb") as fh:
-            return _extends(state, os.fstat(fh.fileno()), fh.read(state.head_len))
+            head = fh.read(state.head_len)
+            before = b""
+            if state.tail_len:
+                fh.seek(max(0, state.indexed_bytes - state.tail_len))
+                before = fh.read(state.tail_len)
+            return _extends(state, os.fstat(fh.fileno()), head, before)
     except OSError:
         return False

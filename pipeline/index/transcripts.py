@@ -223,6 +223,10 @@ class DeltaState:
     mtime_ns: int | None = None
     head_len: int = 0
     head_digest: str = ""
+    # The last bytes of the indexed prefix (up to HEAD_BYTES before ``indexed_bytes``): a rewrite in
+    # place (same inode, same head) that changed or shifted them is a rewrite, not growth.
+    tail_len: int = 0
+    tail_digest: str = ""
 
     def observed(self, size: int, lines: int, mtime_ns: int | None = None) -> "DeltaState":
         """Record a new observation without changing what is indexed."""
@@ -261,6 +265,8 @@ def delta_decision(
     *,
     inode: int | None = None,
     head_digest: str | None = None,
+    tail_digest: str | None = None,
+    mtime_ns: int | None = None,
     delta_bytes: int = DEFAULT_DELTA_BYTES,
     delta_messages: int = DEFAULT_DELTA_MESSAGES,
 ) -> Decision:
@@ -269,7 +275,9 @@ def delta_decision(
     ``new_lines`` is the newline count in ``[prev.indexed_bytes, size)``
     (``None`` when not counted, e.g. the byte threshold already decided).
     ``head_digest`` is ``head_fingerprint`` of the file's first
-    ``prev.head_len`` bytes; a mismatch means the file was replaced.
+    ``prev.head_len`` bytes, ``tail_digest`` of the ``prev.tail_len`` bytes before
+    ``prev.indexed_bytes``; a mismatch means the file was rewritten. So is a new ``mtime_ns`` at
+    the same size: a transcript only grows (a secret masked in place kept its old text indexed).
     Growth is measured since the last *index*, not the last observation, so
     small appends accumulate until a threshold is reached.
     """
@@ -283,6 +291,11 @@ def delta_decision(
         return Decision("rebuild", "shrank", pending_bytes=size)
     if head_digest is not None and prev.head_len > 0 and head_digest != prev.head_digest:
         return Decision("rebuild", "rewritten", pending_bytes=size)
+    if tail_digest is not None and prev.tail_len > 0 and tail_digest != prev.tail_digest:
+        return Decision("rebuild", "rewritten", pending_bytes=size)
+    if (size == prev.size and mtime_ns is not None and prev.mtime_ns is not None
+            and mtime_ns != prev.mtime_ns):
+        return Decision("rebuild", "rewritten in place", pending_bytes=size)
 
     pending = size - prev.indexed_bytes
     common = dict(start_byte=prev.indexed_bytes, start_line=prev.indexed_lines + 1, pending_bytes=pending)
@@ -307,6 +320,7 @@ class FileProbe:
     mtime_ns: int
     head_digest: str | None
     new_lines: int | None
+    tail_digest: str | None = None
 
 
 def _count_newlines_in_file(fh: Any, start: int, end: int) -> int:
@@ -327,13 +341,17 @@ def probe_file(path: Path, prev: DeltaState | None, *, count_lines: bool = True)
     size = st.st_size
     head_digest: str | None = None
     new_lines: int | None = None
+    tail_digest: str | None = None
     with open(path, "rb") as fh:
         if prev is not None and 0 < prev.head_len <= size:
             head_digest = head_fingerprint(fh.read(prev.head_len))
+        if prev is not None and 0 < prev.tail_len <= prev.indexed_bytes <= size:
+            fh.seek(prev.indexed_bytes - prev.tail_len)
+            tail_digest = head_fingerprint(fh.read(prev.tail_len))
         start = prev.indexed_bytes if prev is not None and prev.indexed_bytes <= size else 0
         if count_lines:
             new_lines = _count_newlines_in_file(fh, start, size)
-    return FileProbe(size, st.st_ino, st.st_mtime_ns, head_digest, new_lines)
+    return FileProbe(size, st.st_ino, st.st_mtime_ns, head_digest, new_lines, tail_digest)
 
 
 def indexed_state(
@@ -341,6 +359,7 @@ def indexed_state(
     t: Transcript,
     *,
     head: bytes,
+    tail: bytes = b"",
     start_byte: int = 0,
     inode: int | None = None,
     mtime_ns: int | None = None,
@@ -348,7 +367,8 @@ def indexed_state(
     """DeltaState once ``t`` (read from file offset ``start_byte``) is indexed.
 
     ``head`` is the file's first bytes (at least ``HEAD_BYTES`` when the file
-    is that long); it fingerprints the file so a replacement is noticed.
+    is that long); it fingerprints the file so a replacement is noticed. ``tail``: the bytes that
+    end the indexed prefix (its last ``HEAD_BYTES`` at most), for a rewrite in place.
     """
     size = start_byte + t.bytes_total
     head = head[: min(HEAD_BYTES, size)]
@@ -363,4 +383,6 @@ def indexed_state(
         mtime_ns=mtime_ns,
         head_len=len(head),
         head_digest=head_fingerprint(head) if head else "",
+        tail_len=len(tail),
+        tail_digest=head_fingerprint(tail) if tail else "",
     )

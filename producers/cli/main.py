@@ -94,7 +94,7 @@ def cmd_index(args: argparse.Namespace) -> int:
                 f", {unwritten} not written (see below)" if unwritten else "")
             print(f"{agent}: indexed {done} file(s){note}, removed {counts['to_delete']}, "
                   f"{counts['unchanged']} unchanged" + _below_delta(settings, counts.get("pending_sessions", 0))
-                  + (f", {gone} deleted while indexing" if gone else "")
+                  + (f", {gone} deleted or replaced while indexing" if gone else "")
                   + (f"; {skipped} skipped (binary, too large, ...: see `memindex status`)" if skipped else ""))
         _say_keyword_only(settings)
         if not _qmd_index(settings, args.quiet):
