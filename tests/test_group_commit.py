@@ -205,3 +205,63 @@ def test_status_says_when_the_store_s_disk_is_nearly_full(agent, monkeypatch):
     monkeypatch.setattr(status, "LOW_DISK_BYTES", st["diskFree"] + 2**40)  # as if this disk were nearly full
     line = next(ln for ln in status.format_status(st).splitlines() if ln.startswith("disk:"))
     assert f"{st['diskFree']:,} bytes free where the store is" in line and "memindex index" in line
+
+
+def test_a_writer_killed_holding_acknowledged_writes_is_noticed_by_the_next_one(tmp_path):
+    """helper-46: a writer SIGKILLed under group commit loses writes it had acknowledged; the
+    files stayed unindexed (and, leased as queued, skipped by every later sync) until someone ran
+    `index`. Held writes are marked beside the store; the next writer finds the mark."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "s.sqlite"
+    script = f"""
+import os
+from memindex.pipeline.store.core import StoreWriter
+w = StoreWriter({str(store)!r}, vector_enabled=False)
+w.plan(1, {FP!r}, [], [])
+w.commit()
+w.hold()
+w.plan(1, {FP!r}, [("memory", "memory/a.md")], [])
+os._exit(0)  # as SIGKILL: nothing runs at exit
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert (tmp_path / "s.sqlite.held").exists()
+    w = StoreWriter(store, vector_enabled=False)
+    try:
+        assert w.lost_by_crash and not (tmp_path / "s.sqlite.held").exists()
+        w.hold()
+        assert (tmp_path / "s.sqlite.held").exists()
+        w.commit()
+        assert not (tmp_path / "s.sqlite.held").exists()
+    finally:
+        w.close()
+    again = StoreWriter(store, vector_enabled=False)
+    try:
+        assert not again.lost_by_crash  # a clean close leaves no mark
+    finally:
+        again.close()
+
+
+def test_the_next_writer_forgets_the_store_s_leases_and_re_plans(agent, caplog):
+    from memindex.pipeline.index.records import FileJob
+    from memindex.workers import leases, writer
+    from memindex.workers.broker import broker
+
+    agent.write("memory/a.md", "alpha\n")
+    agent.index()
+    writer.close_writers()
+    store = agent.settings().store_path
+    job = FileJob("memory", "memory/a.md", str(agent.workspace / "memory/a.md"), 6, 1)
+    leases.grant(broker, store, 1, [job])
+    Path(f"{store}.held").touch()  # what a writer killed while holding writes leaves
+    with caplog.at_level("WARNING", logger="memindex.writer"):
+        writer._writer(agent.ctx)
+    assert any("stopped while holding acknowledged writes" in r.getMessage() for r in caplog.records)
+    assert leases.held(broker, store, 1, [job]) == set()
+    assert broker.queues["sync"].qsize() >= 1  # the re-plan
+    from memindex.workers import embedded
+
+    embedded.start()
+    assert embedded.wait_idle(timeout=60)
+    writer.close_writers()

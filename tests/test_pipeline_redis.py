@@ -431,6 +431,12 @@ def test_index_queues_again_what_another_plan_queued_but_never_wrote(tmp_path, r
         finally:
             _kill(stray)
         assert pending_files(a.settings()) == 10
+        # The refusal released the files' leases: a plan made while other work runs (a watcher's
+        # sync) queues them again instead of taking them for queued (helper-46).
+        import redis
+
+        client = redis.Redis.from_url(url)
+        assert sum(client.hlen(k) for k in client.scan_iter(match="memindex:lease:*")) == 0
         with _workers(url, tmp_path):
             out = _cli(a, url, "index", timeout=90)
         assert "indexed 10 file(s)" in out.stdout, out.stdout

@@ -133,10 +133,30 @@ class FailureReporter(Middleware):
         settings = settings_for(Context.from_dict(ctx)) if ctx else None
         keys = list(message_keys(message.args[1:]))
         note_failure(settings, reason, [p for _, p in keys], f"{describe(message)} failed for good")
-        gen = message.args[1] if len(message.args) > 1 else None
-        if settings is not None and keys and isinstance(gen, int) and not isinstance(gen, bool):
-            # Nothing will write these files now: the next plan queues them again.
-            leases.release(broker, settings.store_path, gen, keys)
+        if settings is not None:
+            _release(broker, message, settings.store_path, keys)
+
+
+def _release(broker: Any, message: Any, store_path: Any, keys: list[tuple[str, str]]) -> None:
+    """Nothing will write these files now: the next plan queues them again (workers/leases.py)."""
+    gen = message.args[1] if len(message.args) > 1 else None
+    if keys and isinstance(gen, int) and not isinstance(gen, bool):
+        leases.release(broker, store_path, gen, keys)
+
+
+def release_leases(broker: Any, message: Any) -> None:
+    """``_release`` for a message refused before its actor ran (another deployment's: the guard);
+    best effort, its config may not be readable here."""
+    try:
+        from memindex.pipeline.config.agents import settings_for
+        from memindex.pipeline.config.settings import Context
+
+        ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
+        if ctx is not None:
+            _release(broker, message, settings_for(Context.from_dict(ctx)).store_path,
+                     list(message_keys(message.args[1:])))
+    except Exception as exc:  # noqa: BLE001 - the leases then expire (LEASE_TTL_S)
+        log.debug("could not release the leases of %s: %s", describe(message), exc)
 
 
 _seen: set[tuple[str, str]] = set()

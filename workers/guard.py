@@ -17,7 +17,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 
 from memindex.pipeline.config.agents import ContextMismatch, check_message_context
 from memindex.pipeline.config.settings import Context
-from memindex.workers.failures import _keep_error_on_dead_letter
+from memindex.workers.failures import _keep_error_on_dead_letter, release_leases
 
 log = logging.getLogger("memindex.guard")
 
@@ -33,5 +33,6 @@ class ContextGuard(Middleware):
             log.error("%s", exc)
             message.options["error"] = str(exc)  # what `memindex dead-letters` shows as the reason
             _keep_error_on_dead_letter(broker, message)
+            release_leases(broker, message)
             message.fail()
             raise SkipMessage(str(exc)) from None

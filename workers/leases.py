@@ -12,8 +12,10 @@ A lease never outlives the work it stands for, so the Markdown still converges:
 - it lives where the messages live (Redis; this process on the embedded broker), so a broker
   that loses its data loses both, and none holds while the broker has nothing queued or running
   (``dispatch_plan`` asks);
-- a message that fails for good releases its files (``workers/failures.py``), and a watcher
-  whose probe says work in flight may have been dropped (an outage) forgets every lease;
+- a message that fails for good releases its files (``workers/failures.py``), a watcher whose
+  probe says work in flight may have been dropped (an outage) forgets every lease, and a writer
+  that finds its predecessor died holding acknowledged writes forgets the store's
+  (``workers/writer.py``);
 - it expires after ``LEASE_TTL_S``;
 - a file changed since (other size or mtime), a file the store holds at that stat already (a
   re-plan for its vectors), a forced re-index and a rebuild (another generation) are planned
@@ -41,9 +43,9 @@ _local: dict[str, dict[str, tuple[str, float]]] = {}  # embedded broker: key -> 
 _local_lock = threading.Lock()
 
 
-def _key(broker: Any, store_path: Any, gen: int) -> str:
+def _key(broker: Any, store_path: Any, gen: int | str) -> str:
     digest = hashlib.sha1(str(store_path).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{getattr(broker, 'namespace', 'memindex')}:lease:{digest}:{int(gen)}"
+    return f"{getattr(broker, 'namespace', 'memindex')}:lease:{digest}:{gen}"
 
 
 def _field(source: str, path: str) -> str:
@@ -120,6 +122,24 @@ def release(broker: Any, store_path: Any, gen: int, keys: Iterable[tuple[str, st
         return
     for i in range(0, len(fields), _CHUNK):
         client.hdel(key, *fields[i:i + _CHUNK])
+
+
+def forget_store(broker: Any, store_path: Any) -> int:
+    """End every lease on one store (its writer died holding acknowledged writes: files leased
+    as queued may never be written). Returns how many keys went."""
+    pattern = _key(broker, store_path, "*")
+    client = _redis(broker)
+    if client is None:
+        prefix = pattern[:-1]
+        with _local_lock:
+            gone = [k for k in _local if k.startswith(prefix)]
+            for k in gone:
+                del _local[k]
+        return len(gone)
+    keys = list(client.scan_iter(match=pattern, count=500))
+    if keys:
+        client.delete(*keys)
+    return len(keys)
 
 
 def forget_all(broker: Any) -> int:

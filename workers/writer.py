@@ -25,8 +25,8 @@ from memindex.pipeline.index.preparers import is_current, snapshot_writable
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
 from memindex.pipeline.store.core import StoreWriter, open_writer, same_space, store_full
-from memindex.workers import queues
-from memindex.workers.broker import is_write_queue
+from memindex.workers import leases, queues
+from memindex.workers.broker import broker, is_write_queue
 from memindex.workers.failures import note_failure, note_record_failures
 from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
@@ -246,6 +246,7 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
             w = None
         if w is not None:
             _hold(key, w, ctx)
+    opened_now: StoreWriter | None = None
     if w is None:
         # Opened outside the lock: it may wait for another process's writer of this store
         # (the writer lock), and this process's other stores keep committing meanwhile.
@@ -267,11 +268,22 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
             if w is None:
                 w = _writers[key] = opened
                 _writer_inodes[key] = _inode(key)
+                opened_now = opened
             else:  # another thread of this process opened it first (one writer thread per store: rare)
                 opened.close()
             _hold(key, w, ctx)
     if lost:
         request_resync(ctx.as_dict(), "wal-lost")
+    if opened_now is not None and opened_now.lost_by_crash:
+        # Its last writer died (SIGKILL, OOM) holding writes it had acknowledged: they are gone,
+        # and their files may be leased as queued. Plan again from the Markdown on disk.
+        log.warning("the last writer of %s stopped while holding acknowledged writes; re-planning from disk",
+                    key)
+        try:
+            leases.forget_store(broker, key)
+        except Exception as exc:  # noqa: BLE001 - they expire (LEASE_TTL_S); the re-plan still runs
+            log.warning("could not clear the queued-file leases of %s: %s", key, exc)
+        request_resync(ctx.as_dict(), "held-writes-lost")
     return settings, w
 
 
@@ -359,6 +371,7 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         note_record_failures(settings, fresh)
         started = time.perf_counter()
         _, rejected = w.write_files(generation, fresh)
+        _written(w, generation, [r for r in fresh if r.path not in rejected])
         _continue_transcripts(w, ctx, [r for r in fresh if r.path not in rejected])
         if late:
             _resync_after_snapshots(w, ctx, late)  # (after the write: the re-plan must see it)
@@ -430,6 +443,15 @@ def _resync_after_snapshots(w: StoreWriter, ctx: dict[str, Any], late: list[File
         _snapshotted[(store, r.path)] = now
     if first:
         _resync_after_commit(w, ctx, "changed-while-indexed", delay_ms=STALE_RESYNC_DELAY_MS)
+
+
+def _written(w: StoreWriter, generation: int, records: list[FileRecord]) -> None:
+    """These files are written (held writes included: a writer dying with them leaves the mark its
+    successor acts on): their leases end, so no plan takes them for queued any more."""
+    try:
+        leases.release(broker, str(w.path), generation, [(r.source, r.path) for r in records])
+    except Exception as exc:  # noqa: BLE001 - a lease left over only covers a file as it was written
+        log.debug("could not release the leases of %d written file(s): %s", len(records), exc)
 
 
 def _continue_transcripts(w: StoreWriter, ctx: dict[str, Any], written: list[FileRecord]) -> None:

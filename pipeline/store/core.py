@@ -378,11 +378,18 @@ class StoreWriter:
                  wait_s: float | None = None):
         self.path = Path(path)
         self._lock_file = self._take_writer_lock(WRITER_WAIT_S if wait_s is None else wait_s)
+        # Held (acknowledged, uncommitted) writes are marked beside the store while held: found at
+        # open (under the writer lock), the last writer died holding them (SIGKILL, OOM) and they
+        # are gone though reported done; the caller re-plans (workers/writer.py).
+        self._held_mark = Path(f"{self.path}.held")
+        self.lost_by_crash = self._held_mark.exists()
         try:
             self._open(vector_enabled, extension_path)
         except BaseException:
             release_writer_lock(self._lock_file)
             raise
+        if self.lost_by_crash:
+            self._held_mark.unlink(missing_ok=True)
 
     def _take_writer_lock(self, wait_s: float) -> Path:
         """One writing process per store (pipeline/store/locks.py): wait for another one to close it."""
@@ -477,6 +484,10 @@ class StoreWriter:
                 self.conn.execute("BEGIN IMMEDIATE")
                 self.held_since = time.monotonic()
                 self.lost_held = False
+                try:
+                    self._held_mark.touch()
+                except OSError:  # (a full disk: the commit says so)
+                    pass
 
     def commit(self) -> None:
         """Commit the held transaction, if any (a failed commit rolls it back and raises)."""
@@ -501,6 +512,10 @@ class StoreWriter:
 
     def _end_held(self) -> None:
         """No transaction is held any more: nothing waits for its commit."""
+        try:
+            self._held_mark.unlink(missing_ok=True)
+        except OSError:
+            pass
         self.held_since = None
         self._fts_rows.clear()
         self._fts_files.clear()
