@@ -192,3 +192,36 @@ def test_an_outage_too_short_for_the_watcher_to_see_is_counted_by_the_workers(re
     assert probe() is None
     assert 0 < client.ttl("memindex-t:outages") <= 7 * 86400  # not kept forever
     hb.stop()
+
+
+@pytest.mark.redis
+def test_a_worker_whose_main_process_is_killed_does_not_leave_its_child_running(tmp_path, redis_server):
+    """helper-46: SIGKILL to the `memindex worker --writer` pid (what a supervisor knows) left its
+    dramatiq child consuming the write queue on its own, a writer nobody could stop but by pid."""
+    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, OPENCLAW_STATE_DIR=str(tmp_path))
+    writer = _spawn(env, tmp_path / "writer.log", "worker", "--writer")
+    try:
+        def children() -> list[int]:
+            out = subprocess.run(["pgrep", "-P", str(writer.pid)], capture_output=True, text=True)
+            return [int(p) for p in out.stdout.split()]
+
+        assert wait_for(lambda: children(), 60), (tmp_path / "writer.log").read_text()
+        kids = children()
+        time.sleep(2.0)  # booted (the middleware that asks to stop with the parent has run)
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait(10)
+
+        def gone() -> bool:
+            for pid in kids:
+                try:
+                    os.kill(pid, 0)
+                    with open(f"/proc/{pid}/stat") as fh:
+                        if fh.read().split(")")[-1].split()[0] != "Z":
+                            return False
+                except (ProcessLookupError, FileNotFoundError):
+                    continue
+            return True
+
+        assert wait_for(gone, 30), (tmp_path / "writer.log").read_text()
+    finally:
+        kill_groups([writer])

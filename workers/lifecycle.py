@@ -229,6 +229,26 @@ class GroupCommit(Middleware):
     after_skip_message = after_process_message
 
 
+def _stop_with_parent() -> None:
+    """A dramatiq worker child gets SIGTERM when its parent (the `memindex worker` pid a supervisor
+    knows) dies. SIGKILLed, the parent left its children consuming on their own: a writer nobody
+    could stop but by pid, which the restarted one then (rightly) refused to run beside."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        parent = os.getppid()
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the call took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    except Exception as exc:  # noqa: BLE001 - best effort: the heartbeat check still refuses a second writer
+        log.debug("could not ask to stop with the parent process: %s", exc)
+
+
 class Lifecycle(Middleware):
     """Worker processes on Redis: one stop per stop signal, heartbeat, running messages, slots released on stop."""
 
@@ -257,6 +277,7 @@ class Lifecycle(Middleware):
             first(signum, frame)
 
         signal.signal(signal.SIGTERM, once)
+        _stop_with_parent()
 
     def after_worker_boot(self, broker: Any, worker: Any) -> None:
         queues = worker.consumer_whitelist or self.queues
