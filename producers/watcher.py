@@ -591,18 +591,10 @@ class ConfigReload:
         self._thread: threading.Thread | None = None
         self.reloads = 0
 
-    def _stamp(self) -> tuple[tuple[int, int] | None, ...]:
-        from memindex.pipeline.config.settings import context_paths
+    def _stamp(self) -> tuple[object, ...]:
+        from memindex.pipeline.config.settings import config_stamp
 
-        state, path = context_paths(self.probe)
-        out: list[tuple[int, int] | None] = []
-        for p in (path, state / ".env"):
-            try:
-                st = os.stat(p) if p else None
-                out.append((st.st_mtime_ns, st.st_size) if st else None)
-            except OSError:
-                out.append(None)
-        return tuple(out)
+        return config_stamp(self.probe)
 
     def check(self) -> bool:
         """Reload if the config changed since the last check; True when it did."""

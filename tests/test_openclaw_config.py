@@ -239,6 +239,35 @@ def test_include_var_env_block_dotenv_and_secret_refs_resolve_like_openclaw(tmp_
     assert os.environ["FROM_SHELL"] == "shell-wins"
 
 
+def test_an_edit_in_an_included_file_reaches_the_cached_settings(tmp_path):
+    """A long-running process (watcher, worker, server) keeps settings until the config changes: an
+    edit in a nested ``$include``d file counts (the watcher rebuilt an index with the provider it
+    had first read, and every `index` rebuilt it back), as does fixing a missing include."""
+    from memindex.pipeline.config.agents import settings_for
+
+    conf = tmp_path / "conf"
+    _write(conf / "parts" / "search.json5", "{$include: './deeper/provider.json5'}")
+    deeper = _write(conf / "parts" / "deeper" / "provider.json5", '{provider: "openai", model: "m-one"}')
+    cfg = _write(conf / "openclaw.json", "{agents: {defaults: {memorySearch: {$include: './parts/search.json5'}}}}")
+    ctx = Context(config=str(cfg), state_dir=str(tmp_path / "state"))
+    before = cfg.stat().st_mtime_ns
+
+    def bump(path) -> None:  # a rewrite within the same mtime tick must still be seen
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+    assert settings_for(ctx).memory_search["model"] == "m-one"
+    _write(deeper, '{provider: "openai", model: "m-two"}')
+    bump(deeper)
+    assert settings_for(ctx).memory_search["model"] == "m-two"
+    deeper.unlink()  # a broken include is an error, and its return is a change too
+    with pytest.raises(ConfigError, match="config file not found"):
+        settings_for(ctx)
+    _write(deeper, '{provider: "openai", model: "m-three"}')
+    assert settings_for(ctx).memory_search["model"] == "m-three"
+    assert cfg.stat().st_mtime_ns == before  # openclaw.json itself never changed
+
+
 @pytest.mark.parametrize("text, files, match, key", [
     ('{agents: {defaults: {memorySearch: {model: "${NO_SUCH_VAR_X}"}}}}', {}, "NO_SUCH_VAR_X is not set",
      "agents.defaults.memorySearch.model"),

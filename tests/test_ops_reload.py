@@ -17,15 +17,26 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import pytest
+
 from tests.conftest import REPO, run_cli, wait_for
 
 
-def _write_config(path: Path, agents: list[tuple[str, Path]], **defaults) -> None:
+def _write_config(path: Path, agents: list[tuple[str, Path]], *, include: bool = False, **defaults) -> None:
+    """The config listing ``agents``; with ``include`` the list lives in ``agents.json5`` beside it
+    (``"list": {"$include": ...}``) and only that file changes once the config exists."""
+    listed = [{"id": aid, "workspace": str(ws)} for aid, ws in agents]
     cfg = {"agents": {"defaults": {"memorySearch": {"sync": {"watchDebounceMs": 200}, **defaults}},
-                      "list": [{"id": aid, "workspace": str(ws)} for aid, ws in agents]}}
-    path.write_text(json.dumps(cfg), encoding="utf-8")
-    st = path.stat()  # a rewrite within the same mtime tick must still be seen
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+                      "list": {"$include": "./agents.json5"} if include else listed}}
+    targets = [path]
+    if include:
+        targets = [path.parent / "agents.json5"] + ([] if path.exists() else [path])
+        targets[0].write_text(json.dumps(listed), encoding="utf-8")
+    if not include or len(targets) == 2:
+        path.write_text(json.dumps(cfg), encoding="utf-8")
+    for target in targets:
+        st = target.stat()  # a rewrite within the same mtime tick must still be seen
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
 
 
 def _found(env: dict, agent: str, word: str) -> bool:
@@ -34,19 +45,20 @@ def _found(env: dict, agent: str, word: str) -> bool:
 
 
 @contextlib.contextmanager
-def _watch_all(tmp_path: Path, agents: list[tuple[str, Path]], **defaults) -> Iterator[tuple[Path, dict, Path]]:
-    """`memindex watch --all` (embedded, config polled every 0.5 s) over a config of ``agents``
-    (``defaults``: more agents.defaults.memorySearch): yields (config path, the environment, the
-    watch log); stopped with SIGINT afterwards."""
+def _watch_all(tmp_path: Path, agents: list[tuple[str, Path]], *, command: tuple[str, ...] = ("watch", "--all"),
+               include: bool = False, **defaults) -> Iterator[tuple[Path, dict, Path]]:
+    """`memindex watch --all` (or ``command``; embedded, config polled every 0.5 s) over a config of
+    ``agents`` (``defaults``: more agents.defaults.memorySearch): yields (config path, the
+    environment, the log); stopped with SIGINT afterwards."""
     config, state = tmp_path / "openclaw.json", tmp_path / "state"
     state.mkdir()
-    _write_config(config, agents, **defaults)
+    _write_config(config, agents, include=include, **defaults)
     env = dict(os.environ, OPENCLAW_CONFIG_PATH=str(config), OPENCLAW_STATE_DIR=str(state),
                MEMINDEX_CONFIG_POLL_S="0.5")
     env.pop("MEMINDEX_BROKER_URL", None)
     log_path = tmp_path / "watch.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "memindex", "--log-level", "info", "watch", "--all"],
+        proc = subprocess.Popen([sys.executable, "-m", "memindex", "--log-level", "info", *command],
                                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             yield config, env, log_path
@@ -85,6 +97,52 @@ def test_watch_picks_up_added_agents_and_drops_removed_ones(tmp_path):
     assert "Traceback" not in text, text
     # Each enqueued batch is logged with its agent and how many paths changed.
     assert "sync enqueued for two: 1 changed path" in text, text
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_agent_added_in_an_included_file_is_watched(tmp_path):
+    """The agent list in a ``$include``d file: adding an agent there (openclaw.json untouched) was
+    not seen by a running watch until openclaw.json itself was touched."""
+    one, two = tmp_path / "ws-one", tmp_path / "ws-two"
+    for ws in (one, two):
+        (ws / "memory").mkdir(parents=True)
+    (one / "memory" / "a.md").write_text("# One\nThe kumquat orchard is agent one's.\n")
+    with _watch_all(tmp_path, [("one", one)], include=True) as (config, env, log_path):
+        assert wait_for(lambda: _found(env, "one", "kumquat"), 60), log_path.read_text()
+        before = config.stat().st_mtime_ns
+        (two / "memory" / "b.md").write_text("# Two\nThe persimmon ledger is agent two's.\n")
+        _write_config(config, [("one", one), ("two", two)], include=True)
+        assert config.stat().st_mtime_ns == before  # only the included file changed
+        assert wait_for(lambda: "agent two added" in log_path.read_text(), 30), log_path.read_text()
+        assert wait_for(lambda: _found(env, "two", "persimmon"), 60), log_path.read_text()
+
+
+def test_mcp_watch_follows_the_config_like_watch_all(tmp_path):
+    """``memindex mcp --watch`` watched the agents it started with for good: an agent added to the
+    config was indexed only when a search named it, and a removed one stayed watched."""
+    pytest.importorskip("mcp")
+    one, two = tmp_path / "ws-one", tmp_path / "ws-two"
+    for ws in (one, two):
+        (ws / "memory").mkdir(parents=True)
+    (one / "memory" / "a.md").write_text("# One\nThe kumquat orchard is agent one's.\n")
+    command = ("mcp", "--http", f"127.0.0.1:{_free_port()}", "--watch")
+    with _watch_all(tmp_path, [("one", one)], command=command) as (config, env, log_path):
+        assert wait_for(lambda: _found(env, "one", "kumquat"), 60), log_path.read_text()
+        (two / "memory" / "b.md").write_text("# Two\nThe persimmon ledger is agent two's.\n")
+        _write_config(config, [("one", one), ("two", two)])
+        assert wait_for(lambda: "agent two added" in log_path.read_text(), 30), log_path.read_text()
+        # No MCP call was made: the server's own watcher indexed the new agent's files.
+        assert wait_for(lambda: _found(env, "two", "persimmon"), 60), log_path.read_text()
+        _write_config(config, [("two", two)])
+        assert wait_for(lambda: "agent one removed" in log_path.read_text(), 30), log_path.read_text()
+    assert "Traceback" not in log_path.read_text(), log_path.read_text()
 
 
 def test_watch_without_all_names_the_agents_it_leaves_unwatched(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -238,6 +239,52 @@ def test_two_agents_workspace_override_confinement_ids_and_a_broken_config(tmp_p
         assert "providr" in r.json()["error"]["message"] and "provider" in r.json()["error"]["message"]
         h = httpx.get(f"{url}/healthz", timeout=30)
         assert h.status_code == 503 and h.json() == {"ok": False, "error": "config_error"}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_an_agentless_call_follows_the_default_agent_as_the_config_reads_now(tmp_path: Path) -> None:
+    """`default: true` moved from alice to bob while the server runs: agent-less calls are bob's (a
+    server pinned the default at start kept answering them from alice's memory); with the default
+    agent removed, the `default: true` one still wins over the first entry."""
+    state, cwd = tmp_path / "state", tmp_path / "cwd"
+    state.mkdir(), cwd.mkdir()
+    entries = []
+    for name, word in (("zed", "zucchini"), ("alice", "apricot"), ("bob", "blueberry")):
+        ws = tmp_path / f"ws-{name}"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text(f"# {name}\nThe {word} crate is {name}'s.\n")
+        entries.append({"id": name, "workspace": str(ws)})
+    config = tmp_path / "openclaw.json"
+
+    def write(default: str, *, drop: str | None = None) -> None:
+        listed = [dict(e, default=e["id"] == default) for e in entries if e["id"] != drop]
+        config.write_text(json.dumps({"agents": {"list": listed}}))
+        st = config.stat()  # a rewrite within the same mtime tick must still be seen
+        os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+    write("alice")
+    base = ["--config", str(config), "--state-dir", str(state)]
+    assert run_cli(*base, "index").returncode == 0
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def agentless(word: str) -> list[str]:
+        r = httpx.post(f"{url}/v1/search", json={"query": word, "minScore": 0}, timeout=30)
+        assert r.status_code == 200, r.text
+        return [x["snippet"] for x in r.json()["results"]]
+
+    try:
+        wait_port(port, proc)
+        assert any("apricot" in t for t in agentless("apricot")) and agentless("blueberry") == []
+        write("bob")
+        assert any("blueberry" in t for t in agentless("blueberry")) and agentless("apricot") == []
+        assert httpx.get(f"{url}/v1/status", timeout=30).json()["agent"] == "bob"
+        write("bob", drop="alice")  # bob is still the default, not the first entry (zed)
+        assert any("blueberry" in t for t in agentless("blueberry")) and agentless("zucchini") == []
     finally:
         proc.terminate()
         proc.wait(30)

@@ -2,7 +2,7 @@
 
 Workers receive a ``Context`` in every message and must not re-parse the
 JSON5 config for each one: settings are cached and reloaded only when the
-config file's (or the state dir's ``.env``) mtime changes.
+config file's (or an included file's, or the state dir's ``.env``) mtime or size changes.
 
 A worker started with ``OPENCLAW_STATE_DIR`` or ``OPENCLAW_CONFIG_PATH`` serves
 that state dir and config only: ``check_message_context`` refuses a message
@@ -14,25 +14,15 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 from typing import Callable, Generic, Mapping, TypeVar
 
-from memindex.pipeline.config.settings import AgentSettings, ConfigError, Context, context_paths, load_settings
+from memindex.pipeline.config.settings import (AgentSettings, ConfigError, Context, config_stamp, context_paths,
+                                               load_settings)
 
 _lock = threading.Lock()
-_cache: dict[Context, tuple[tuple[float | None, ...], AgentSettings]] = {}
+_cache: dict[Context, tuple[tuple[object, ...], AgentSettings]] = {}
 
 
-def _mtime(path: Path | None) -> float | None:
-    try:
-        return os.stat(path).st_mtime_ns if path else None
-    except OSError:
-        return None
-
-
-def _config_mtime(ctx: Context) -> tuple[float | None, ...]:
-    state, path = context_paths(ctx)
-    return _mtime(path), _mtime(state / ".env")
 
 
 class ContextMismatch(ConfigError):
@@ -53,7 +43,7 @@ def check_message_context(ctx: Context, env: Mapping[str, str] | None = None) ->
 
 
 def settings_for(ctx: Context) -> AgentSettings:
-    mtime = _config_mtime(ctx)
+    mtime = config_stamp(ctx)
     with _lock:
         hit = _cache.get(ctx)
         if hit is not None and hit[0] == mtime:

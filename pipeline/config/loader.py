@@ -33,6 +33,11 @@ DEFAULT_SECRET_PROVIDER = "default"
 # Environment variables are process-wide: applying them is serialised.
 _env_lock = threading.Lock()
 
+# The files each config's last load ``$include``d: a long-running process reloads when any of them
+# changes, not only the top-level file (an agent added in an included file stayed unknown, and a
+# watcher kept rebuilding the index with the included settings it had first read).
+_included: dict[Path, tuple[Path, ...]] = {}
+
 
 # A config file larger than this is refused rather than read: `--config /dev/zero` (or a symlink to
 # a huge file) read until the machine ran out of memory.
@@ -92,12 +97,15 @@ def _deep_merge(target: Any, source: Any) -> Any:
     return source
 
 
-def _resolve_includes(value: Any, base: Path, root: Path, chain: tuple[Path, ...]) -> Any:
+def _resolve_includes(value: Any, base: Path, root: Path, chain: tuple[Path, ...],
+                      seen: list[Path] | None = None) -> Any:
+    """``value`` with its ``$include`` directives merged; every file read is appended to ``seen``."""
+    seen = [] if seen is None else seen
     if isinstance(value, list):
-        return [_resolve_includes(v, base, root, chain) for v in value]
+        return [_resolve_includes(v, base, root, chain, seen) for v in value]
     if not isinstance(value, dict):
         return value
-    rest = {k: _resolve_includes(v, base, root, chain) for k, v in value.items() if k != INCLUDE_KEY}
+    rest = {k: _resolve_includes(v, base, root, chain, seen) for k, v in value.items() if k != INCLUDE_KEY}
     if INCLUDE_KEY not in value:
         return rest
     spec = value[INCLUDE_KEY]
@@ -116,8 +124,9 @@ def _resolve_includes(value: Any, base: Path, root: Path, chain: tuple[Path, ...
             raise ConfigError(where, "circular include: " + " -> ".join(str(p) for p in (*chain, target)))
         if len(chain) > MAX_INCLUDE_DEPTH:
             raise ConfigError(where, f"includes nested deeper than {MAX_INCLUDE_DEPTH}")
+        seen.append(target)
         parsed = _read_json5(target, where)
-        included = _deep_merge(included, _resolve_includes(parsed, target, root, (*chain, target)))
+        included = _deep_merge(included, _resolve_includes(parsed, target, root, (*chain, target), seen))
     if not rest:
         return included
     if not isinstance(included, dict):
@@ -190,6 +199,19 @@ def substitute_env(value: Any, env: Mapping[str, str], key: str = "") -> Any:
     return value
 
 
+def config_files_stamp(path: Path | None, state_dir: Path) -> tuple[tuple[int, int] | None, ...]:
+    """(mtime, size) of the config, ``<state>/.env`` and the files the config's last load
+    included (None where a file is missing): any change means the config must be read again."""
+    out: list[tuple[int, int] | None] = []
+    for p in (path, state_dir / ".env", *(_included.get(path, ()) if path else ())):
+        try:
+            st = os.stat(p) if p else None
+            out.append((st.st_mtime_ns, st.st_size) if st else None)
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str]) -> dict[str, Any]:
     """The config at ``path`` (``None``: no file, defaults only), includes merged, env applied and
     substituted. ``env`` receives ``<state dir>/.env`` and the ``env`` block (never overriding)."""
@@ -199,7 +221,11 @@ def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str
     data = _read_json5(path, str(path))
     if not isinstance(data, dict):
         raise ConfigError(str(path), "the top level must be an object")
-    data = _resolve_includes(data, path, path.parent, (path,))
+    seen: list[Path] = []
+    try:
+        data = _resolve_includes(data, path, path.parent, (path,), seen)
+    finally:  # a missing or broken include is watched too: fixing it is a change
+        _included[path] = tuple(dict.fromkeys(seen))
     if not isinstance(data, dict):
         raise ConfigError(str(path), "the top level must be an object (after $include)")
     _fill_env(env, _config_env_vars(data))

@@ -809,6 +809,16 @@ def context_paths(ctx: Context, env: Mapping[str, str] | None = None) -> tuple[P
     return state_dir, config_path_for(ctx.config, state_dir, env)
 
 
+def config_stamp(ctx: Context) -> tuple[tuple[int, int] | None, ...]:
+    """What a long-running process compares to know the config ``ctx`` names changed: the config
+    file, ``<state>/.env`` and every file the config ``$include``s (one definition for the settings
+    cache, the watcher's reload and the servers' agent list)."""
+    from memindex.pipeline.config.loader import config_files_stamp
+
+    state_dir, path = context_paths(ctx)
+    return config_files_stamp(path, state_dir)
+
+
 def _check_env(env: Mapping[str, str] | None) -> None:
     """``env`` replaces os.environ: str names to str values, or every lookup in it fails deep inside
     (a str env: ValueError from dict(); an int value: AttributeError from .strip())."""

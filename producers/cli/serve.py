@@ -72,7 +72,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if args.watch:
         from memindex.producers.cli.ops import start_producers
 
-        running = start_producers(contexts)
+        # The agents the config lists as it changes (added, removed, workspace moved), as `watch --all`.
+        running = start_producers(contexts, reload=lambda: [tools.context(a) for a in tools.agent_ids()])
     if args.metrics_port:
         from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics

@@ -13,16 +13,14 @@ Payloads are exactly the in-process API's (``SearchResponse.as_dict()``,
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Iterator
 
 from memindex.pipeline.config.agents import settings_for
-from memindex.pipeline.config.settings import AgentSettings, Context, config_path_for, default_state_dir, list_agent_ids, load_raw
-from memindex.pipeline.config.paths import validate_agent_id
+from memindex.pipeline.config.settings import AgentSettings, Context, config_stamp, list_agent_ids, load_raw
+from memindex.pipeline.config.paths import default_agent_id, validate_agent_id
 from memindex.pipeline.errors import ConfigError, MemindexError, MemoryGetError, StoreError
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.backend import SearchEngine, engine_for
@@ -122,32 +120,36 @@ class MemoryTools:
     def __init__(self, base: Context, *, only: str | None = None) -> None:
         self.base, self.only = base, only
         self._lock = threading.Lock()
-        self._ids: tuple[float | None, list[str]] | None = None  # (config mtime, agent ids)
+        self._ids: tuple[object, list[str], str] | None = None  # (config stamp, agent ids, default)
 
     def agent_ids(self) -> list[str]:
-        """Configured agent ids, re-read only when the config file changes."""
-        state = Path(self.base.state_dir).expanduser() if self.base.state_dir else default_state_dir()
-        path = config_path_for(self.base.config, state)
-        try:
-            mtime = os.stat(path).st_mtime if path else None
-        except OSError:
-            mtime = None
+        """Configured agent ids, re-read only when the config (or a file it includes) changes."""
+        return self._agents()[0]
+
+    def _agents(self) -> tuple[list[str], str]:
+        """(configured ids, the config's default agent), as the config reads now."""
+        stamp = config_stamp(self.base)
         with self._lock:
-            if self._ids is not None and self._ids[0] == mtime:
-                return self._ids[1]
-        ids = list_agent_ids(load_raw(self.base))
+            if self._ids is not None and self._ids[0] == stamp:
+                return self._ids[1], self._ids[2]
+        cfg = load_raw(self.base)
+        ids, default = list_agent_ids(cfg), default_agent_id(cfg)
         if self.only is not None:
             ids = [i for i in ids if i == self.only]
         with self._lock:
-            self._ids = (mtime, ids)
-        return ids
+            self._ids = (stamp, ids, default)
+        return ids, default
 
     def default_agent(self) -> str:
-        """The server's ``--agent`` when it is configured, else the first configured agent."""
-        ids = self.agent_ids()
+        """The server's ``--agent``, else the config's default agent as it reads now (OpenClaw's
+        resolveDefaultAgentId: ``default: true``, else the first entry). Pinned at start, a server
+        kept answering agent-less calls from the old default's memory after the config moved it."""
+        ids, default = self._agents()
         if not ids:  # only with ``only``: the config no longer lists it
             raise OperationError("unknown_agent", f"agent {self.only!r} is no longer configured", 404)
-        return self.base.agent_id if self.base.agent_id in ids else ids[0]
+        if self.only is not None:
+            return self.only
+        return default if default in ids else ids[0]
 
     def settings(self, agent: str | None) -> AgentSettings:
         agent = _wire("agent", agent)
