@@ -515,11 +515,32 @@ def test_sessions_collection_searchable_and_readable(ws):
     assert "Assistant: Zeppelin is at noon." in memory_get(ws.settings(), r.path).text
 
 
-def test_export_dir_override(ws):
-    configure(ws, sessions={"enabled": True, "exportDir": str(ws.root / "exports")})
-    _session(ws, "a", [("user", "hello")])
-    sync_qmd_now(ws.settings())
-    assert (ws.root / "exports" / "a.md").exists()
+def test_export_dir_override_is_per_agent_and_leaves_other_files_alone(ws):
+    """``exportDir`` is one setting for every agent: each exports into its own subdirectory. In the
+    directory itself, each agent's export deleted the other's files (and any note of the user's),
+    and one agent's qmd collection then served the other's transcripts."""
+    from memindex.pipeline.config.settings import Context, load_settings
+
+    exports = ws.root / "exports"
+    exports.mkdir()
+    (exports / "mine.md").write_text("# the user's own note\n")
+    other_ws = ws.root / "ws-y"
+    other_ws.mkdir()
+    ws.write_config({"memory": {"backend": "qmd", "qmd": {"command": FAKE_CMD, "sessions": {
+        "enabled": True, "exportDir": str(exports)}}},
+        "agents": {"list": [{"id": "main", "workspace": str(ws.workspace)}, {"id": "y", "workspace": str(other_ws)}]}})
+    _session(ws, "xsess", [("user", "the xylophone is main's")])
+    ydir = ws.state / "agents" / "y" / "sessions"
+    ydir.mkdir(parents=True)
+    (ydir / "ysess.jsonl").write_text(json.dumps({"type": "message", "message": {
+        "role": "user", "content": "the yodel secret is y's"}}) + "\n")
+    main, y = (load_settings(Context(a, str(ws.config_path), str(ws.state), None)) for a in ("main", "y"))
+    assert export_sessions(main).written == ["xsess"] and export_sessions(y).written == ["ysess"]
+    export_sessions(main)  # a second round deletes nothing of the other's
+    assert sorted(p.relative_to(exports).as_posix() for p in exports.rglob("*.md")) == [
+        "main/xsess.md", "mine.md", "y/ysess.md"]
+    [sessions] = [c for c in managed_collections(y) if c.kind == "sessions"]
+    assert sessions.path == exports / "y"
 
 
 # --- parsing and the runner -------------------------------------------------------------

@@ -44,10 +44,15 @@ def sanitize_name(raw: str) -> str:
 
 
 def sessions_export_dir(settings: AgentSettings) -> Path:
+    """Where this agent's sanitized transcripts go: ``<state>/agents/<id>/qmd/sessions``, or, with
+    ``memory.qmd.sessions.exportDir`` (one setting for every agent), its ``<agentId>`` subdirectory.
+    OpenClaw writes every agent into the directory itself; there each agent's export deleted the
+    others' files (it removes what is not its own) and one agent's collection served another's
+    transcripts - and an exportDir holding the user's own notes lost them."""
     raw = settings.memory["qmd"]["sessions"].get("exportDir")
     if raw:
         p = expand_home(raw)
-        return p if p.is_absolute() else settings.workspace / p
+        return (p if p.is_absolute() else settings.workspace / p) / settings.agent_id
     return qmd_home(settings) / "sessions"
 
 
