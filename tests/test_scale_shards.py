@@ -16,7 +16,7 @@ import zlib
 import pytest
 
 from tests.conftest import REPO, Agent, run_cli
-from tests.test_pipeline_redis import _kill, _spawn, _wait
+from tests.test_pipeline_redis import _args, _kill, _spawn, _wait
 
 pytestmark = pytest.mark.redis
 
@@ -121,6 +121,47 @@ def test_a_writer_refuses_a_wrong_shard_count_or_a_live_writers_queue(tmp_path, 
     bad = run_cli("worker", "--shard", "0/2", env=env)
     assert bad.returncode == 2 and "--shard K/N goes with --writer" in bad.stderr
     assert run_cli("worker", "--writer", "--shard", "2/2", env=env).returncode == 2
+
+
+def test_a_process_with_another_shard_count_is_refused_or_follows_the_writers(tmp_path, redis_server):
+    """A compute host with an old .env (MEMINDEX_WRITE_SHARDS=4 beside writers of 2) routed writes
+    to write.2 / write.3, which no writer consumes, while `index` said "indexed 3 file(s)", `queues`
+    showed every queue empty and `health` said healthy. Now a worker with another N refuses to
+    start, any other process routes by the N the writers recorded (and warns), and messages left in
+    a shard outside N are counted and named."""
+    import redis as redis_lib
+
+    url = redis_server.url
+    a = Agent(tmp_path / "agent")
+    for i in range(3):
+        a.write(f"memory/2026-03-0{i + 1}.md", f"# Day {i}\nthe wombat{i} burrow is mapped\n")
+    os.environ["MEMINDEX_WRITE_SHARDS"] = "2"  # _spawn copies os.environ into every process
+    try:
+        procs = [_spawn(url, tmp_path, f"w{k}", "worker", "--writer", "--shard", f"{k}/2") for k in (0, 1)]
+        procs.append(_spawn(url, tmp_path, "worker", "worker", "--processes", "1", "--threads", "2"))
+    finally:
+        os.environ.pop("MEMINDEX_WRITE_SHARDS", None)
+    env4 = {"MEMINDEX_BROKER_URL": url, "MEMINDEX_WRITE_SHARDS": "4"}
+    try:
+        assert _wait(lambda: sorted(w["kind"] for w in _queues(url)["workers"]) == ["worker", "writer", "writer"],
+                     timeout=60)
+        compute = run_cli("worker", "--queues", "embed", env=env4, timeout=60)
+        assert compute.returncode == 2, compute.stderr
+        assert "writers run 2 write shard(s) but MEMINDEX_WRITE_SHARDS=4 here; refusing to start" in compute.stderr
+        out = run_cli(*_args(a), "index", env=env4, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "MEMINDEX_WRITE_SHARDS=4 here, but this deployment's writers run 2" in out.stderr, out.stderr
+        assert len(a.store_rows()) == 3  # indexed for real: routed to the writers' shards
+        client = redis_lib.Redis.from_url(url)
+        # What such a process left behind before this fix: a message in a shard no writer reads.
+        client.hset("memindex:write.3.msgs", "m1", b"{}")
+        client.rpush("memindex:write.3", "m1")
+        health = run_cli("health", env={"MEMINDEX_BROKER_URL": url}, timeout=60)
+        assert health.returncode == 1 and "write.3" in health.stdout + health.stderr, health.stdout + health.stderr
+        assert _queues(url)["queues"]["write.3"]["ready"] == 1
+    finally:
+        for p in procs:
+            _kill(p)
 
 
 def test_two_writers_started_at_the_same_instant_one_is_refused(tmp_path, redis_server):

@@ -30,16 +30,24 @@ SHARDS_ENV = "MEMINDEX_WRITE_SHARDS"
 
 
 SHARDS_KEY = "memindex:write-shards"  # the N the deployment's first writer recorded
-_shards_seen: list[float] = [0.0, 1.0]  # (when read, value): re-read from Redis at most every 5 s
+# (when read, value, 1.0 once Redis had a value): re-read from Redis at most every 5 s
+_shards_seen: list[float] = [0.0, 1.0, 0.0]
+_shards_warned: set[int] = set()
 
 
 def write_shards() -> int:
-    """N: ``MEMINDEX_WRITE_SHARDS`` when set, else what the writers recorded in Redis, else 1."""
-    if os.environ.get(SHARDS_ENV, "").strip():
-        return max(1, int(os.environ[SHARDS_ENV]))
+    """N: what the deployment's writers recorded in Redis; before any did (or without Redis),
+    ``MEMINDEX_WRITE_SHARDS``, else 1.
+
+    The recorded N wins over this process's variable: writers consume ``write.0 .. write.<N-1>`` of
+    the N they recorded, and a process with another N (a compute host with an old ``.env``) routed
+    writes to shards nobody consumes, while `index`, `queues` and `health` - counting their own N's
+    shards only - all said done. It is said once, as a warning."""
+    env = os.environ.get(SHARDS_ENV, "").strip()
+    mine = max(1, int(env)) if env else None
     url = broker_url()
     if not url or "broker" not in globals():
-        return 1
+        return mine or 1
     import time
 
     now = time.monotonic()
@@ -49,10 +57,28 @@ def write_shards() -> int:
             # A missing key keeps the last N seen: Redis restarted without its data loses it until
             # a writer's heartbeat records it again, and N = 1 meanwhile routed writes to `write`,
             # which no sharded writer consumes. (To change N, restart every process: README.)
-            _shards_seen[:] = [now, float(int(raw)) if raw else _shards_seen[1]]
+            if raw:
+                _shards_seen[1:] = [float(int(raw)), 1.0]
+            _shards_seen[0] = now
         except Exception:  # noqa: BLE001 - Redis down: sends fail anyway; keep the last value
             _shards_seen[0] = now
-    return int(_shards_seen[1])
+    if not _shards_seen[2]:  # nothing recorded yet: this process's own N
+        return mine or 1
+    recorded = int(_shards_seen[1])
+    if mine is not None and mine != recorded and mine not in _shards_warned:
+        _shards_warned.add(mine)
+        log.warning("%s=%d here, but this deployment's writers run %d write shard(s) (recorded in Redis): "
+                    "routing to their %d; fix the variable where this process starts", SHARDS_ENV, mine,
+                    recorded, recorded)
+    return recorded
+
+
+def recorded_write_shards() -> int | None:
+    """The N this deployment's writers recorded in Redis, None if none has (or no Redis)."""
+    if not broker_url() or is_embedded():
+        return None
+    raw = broker.client.get(SHARDS_KEY)
+    return int(raw) if raw else None
 
 
 def _shard_record(queues) -> tuple[str, int] | None:

@@ -19,9 +19,26 @@ from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_emb
 log = logging.getLogger("memindex.queues")
 
 
+# Write shards ``write.<k>`` looked for beyond the deployment's N (one pipelined EXISTS each).
+STRANDED_PROBE = 64
+
+
 def all_queues() -> tuple[str, ...]:
-    """Every queue of this deployment: the four named ones plus the write shards ``write.<k>``."""
-    return (*QUEUES, *shard_queues())
+    """Every queue of this deployment: the four named ones, the write shards ``write.<k>``, and
+    any other ``write.<k>`` that holds messages (a process that routed by another shard count
+    left them where no writer looks: counted, so `index` does not say done and `health` names it)."""
+    shards = shard_queues()
+    return (*QUEUES, *shards, *_stranded(set(shards)))
+
+
+def _stranded(known: set[str]) -> list[str]:
+    if is_embedded(broker):
+        return []
+    names = [f"write.{k}" for k in range(STRANDED_PROBE) if f"write.{k}" not in known]
+    pipe = broker.client.pipeline(transaction=False)
+    for q in names:
+        pipe.exists(f"{broker.namespace}:{q}.msgs")
+    return [q for q, there in zip(names, pipe.execute()) if there]
 
 
 def _dead(queue: str) -> int:
@@ -46,7 +63,8 @@ def depth() -> dict[str, dict[str, int]]:
     from memindex.workers.lifecycle import processes
 
     client, ns = broker.client, broker.namespace
-    running = {q: 0 for q in all_queues()}
+    qs = all_queues()
+    running = {q: 0 for q in qs}
     for proc in processes(client, ns):
         for q in proc["running"]:
             base = q.removesuffix(".DQ")
@@ -57,7 +75,7 @@ def depth() -> dict[str, dict[str, int]]:
     live = [w.decode() for w in client.zrangebyscore(f"{ns}:__heartbeats__",
                                                      int(time.time() * 1000) - HEARTBEAT_TIMEOUT_MS, "+inf")]
     out = {}
-    for q in all_queues():
+    for q in qs:
         claimed = sum(client.scard(f"{ns}:__acks__.{w}.{q}") for w in live)
         held_back = sum(client.scard(f"{ns}:__acks__.{w}.{q}.DQ") for w in live)  # waiting for their eta
         out[q] = {"ready": client.llen(f"{ns}:{q}"), "delayed": client.llen(f"{ns}:{q}.DQ") + held_back,

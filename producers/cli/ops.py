@@ -610,6 +610,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       "one with another --shard K/N")
             return 2
     else:
+        from memindex.workers.broker import SHARDS_ENV, recorded_write_shards
+
+        mine, recorded = os.environ.get(SHARDS_ENV, "").strip(), recorded_write_shards()
+        if mine and recorded is not None and max(1, int(mine)) != recorded:
+            # Its sends would go to shards no writer consumes (they now follow the recorded N, with
+            # a warning): refused at start, where the operator sees it, like a writer's mismatch.
+            say_error(f"this deployment's writers run {recorded} write shard(s) but {SHARDS_ENV}={mine} here; "
+                      f"refusing to start (set {SHARDS_ENV}={recorded} where this process starts, e.g. its .env)")
+            return 2
         processes, threads = args.processes, args.threads
         qs = args.queues or [q for q in QUEUES if q != "write"]
         if "write" in qs and (processes, threads) != (1, 1):
