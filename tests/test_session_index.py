@@ -333,6 +333,30 @@ def test_a_transcript_bigger_than_one_read_is_indexed_whole_by_one_index(sess, m
     assert parse_extra(files_row(sess.settings(), "sessions/big.jsonl").extra)["turns"] == 201
 
 
+@pytest.mark.parametrize("where", ["first", "middle"])
+def test_a_line_longer_than_one_read_is_skipped_and_the_rest_indexed(sess, monkeypatch, where):
+    """helper-50: a 40 MiB line (a tool result carrying an image) stopped every read inside it: no
+    line after it was ever indexed, `index` said done each time and re-read 32 MiB on every sync.
+    It is skipped whole, said in status, and the lines after it are indexed."""
+    from memindex.pipeline.index import sessions
+
+    monkeypatch.setattr(sessions, "MAX_READ_BYTES", 4096)
+    giant = msg("user", "giantword " + "x" * 10_000)
+    after = [msg("assistant", f"turn {i} after the giant line okapi{i}") for i in range(61)]
+    before = [] if where == "first" else [msg("user", "the first line names the ocelot")]
+    transcript(sess, "g.jsonl", *before, giant, *after)
+    sess.index()
+    for word in ["okapi0", "okapi60"] + ([] if where == "first" else ["ocelot"]):
+        assert [r["path"] for r in sess.search(word)["results"]] == ["sessions/g.jsonl"], word
+    assert sess.search("giantword")["results"] == []
+    problems = index_status(sess.settings())["problems"]
+    assert {"path": "sessions/g.jsonl", "error": "1 line(s) over 4096 bytes skipped (not indexed)"} in problems, \
+        problems
+    assert sess.index()["to_index"] == 0  # converged: not planned (and re-read) by every sync
+    sess.index(force=True)
+    assert [r["path"] for r in sess.search("okapi60")["results"]] == ["sessions/g.jsonl"]
+
+
 def test_a_transcript_rewritten_in_place_is_reindexed_not_taken_for_growth(sess):
     """helper-47: a transcript rewritten in place (same inode, same first 4 KiB) kept its old text
     searchable: masked at the same size it counted as unchanged; rewritten longer, as growth from

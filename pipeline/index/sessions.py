@@ -125,13 +125,46 @@ def _skipped(t: Transcript, base: dict[str, int] | None = None) -> dict[str, int
         "blank": base.get("blank", 0) + t.skipped_blank,
         "invalid_json": base.get("invalid_json", 0) + t.skipped_invalid_json,
         "other": base.get("other", 0) + t.skipped_other,
+        "too_long": base.get("too_long", 0) + t.skipped_too_long,
     }
 
 
 def problem_of(extra: dict[str, Any]) -> str | None:
     """The status line for a transcript with malformed lines (None when clean)."""
-    bad = (extra.get("skipped") or {}).get("invalid_json", 0)
-    return f"{bad} malformed JSONL line(s) skipped (invalid JSON)" if bad else None
+    skipped = extra.get("skipped") or {}
+    bad, long = skipped.get("invalid_json", 0), skipped.get("too_long", 0)
+    said = ([f"{bad} malformed JSONL line(s) skipped (invalid JSON)"] if bad else []) + (
+        [f"{long} line(s) over {_read_cap()} skipped (not indexed)"] if long else [])
+    return "; ".join(said) or None
+
+
+def _read_cap() -> str:
+    mib = MAX_READ_BYTES / (1024 * 1024)
+    return f"{mib:g} MiB" if mib >= 1 else f"{MAX_READ_BYTES} bytes"
+
+
+def _skip_long_line(fh: Any, start: int, start_line: int) -> tuple[Transcript, bytes] | None:
+    """A read of MAX_READ_BYTES from ``start`` held no line end: the line is longer than any read
+    (a tool result carrying a base64 image). Skipped whole, so the lines after it are indexed - read
+    after read stopped inside it, and nothing after it was ever indexed while `index` said done.
+    Returns (a transcript of that one skipped line, its last HEAD_BYTES bytes), or None while the
+    line has no end yet (still being written: the next read looks again)."""
+    fh.seek(start + MAX_READ_BYTES)
+    pos = start + MAX_READ_BYTES
+    while True:
+        block = fh.read(1 << 20)
+        if not block:
+            return None
+        nl = block.find(b"\n")
+        if nl >= 0:
+            end = pos + nl + 1
+            break
+        pos += len(block)
+    fh.seek(max(start, end - HEAD_BYTES))
+    tail = fh.read(end - max(start, end - HEAD_BYTES))
+    t = Transcript(lines_total=1, bytes_total=end - start, skipped_too_long=1, consumed_bytes=end - start,
+                   next_start_line=start_line + 1)
+    return t, tail
 
 
 # --- what a sync or the detector should do with one transcript ---------------------
@@ -199,10 +232,13 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
         st = os.lstat(path)
         return Prepared(build_record(replace(job, kind=KIND), st, f"size:{st.st_size}:{st.st_mtime_ns}", [], None,
                                      bad_name))
+    long: tuple[Transcript, bytes] | None = None
     try:
         with open(path, "rb") as fh:
             ino = os.fstat(fh.fileno()).st_ino
             data = fh.read(MAX_READ_BYTES)
+            if len(data) >= MAX_READ_BYTES and b"\n" not in data:
+                long = _skip_long_line(fh, 0, 1)
             after = os.fstat(fh.fileno())
             mtime_ns = after.st_mtime_ns  # after the read: no append goes unseen
     except FileNotFoundError:
@@ -210,21 +246,29 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
     except OSError as exc:
         log.warning("cannot read %s: %s", job.path, exc)
         return Prepared(None)  # left as is; the next sync or check retries
-    t = read_transcript(data)
-    end = t.consumed_bytes
-    state = indexed_state(job.path, t, head=data[:HEAD_BYTES], tail=data[max(0, end - HEAD_BYTES):end],
-                          inode=ino, mtime_ns=mtime_ns)
-    digest = hashlib.sha256(data[: t.consumed_bytes]).hexdigest()
+    if long is not None:
+        t, tail = long
+        log.warning("%s: line 1 is longer than %s; skipped (not indexed)", job.path, _read_cap())
+        digest = hashlib.sha256(data + tail + str(t.consumed_bytes).encode()).hexdigest()
+    else:
+        t = read_transcript(data)
+        end = t.consumed_bytes
+        tail = data[max(0, end - HEAD_BYTES):end]
+        digest = hashlib.sha256(data[: t.consumed_bytes]).hexdigest()
+    state = indexed_state(job.path, t, head=data[:HEAD_BYTES], tail=tail, inode=ino, mtime_ns=mtime_ns)
     extra = {"session": _state_dict(state), "turns": len(t.turns), "skipped": _skipped(t)}
     rec = _session_record(settings, job, t, state, digest, extra, embedder)
-    rec.continues = _continues(data, t, after.st_size, 0)
+    rec.continues = _continues(data, t, after.st_size, 0, skipped_line=long is not None)
     if rec.continues:
         extra["continues"] = True  # (the files row: the next plan reads the rest at once)
     return Prepared(rec)
 
 
-def _continues(data: bytes, t: Transcript, size: int, start: int) -> bool:
-    """Was the read cut at MAX_READ_BYTES with whole lines read (so the next delta moves on)?"""
+def _continues(data: bytes, t: Transcript, size: int, start: int, *, skipped_line: bool = False) -> bool:
+    """Was the read cut at MAX_READ_BYTES with whole lines read (so the next delta moves on)?
+    A skipped over-long line continues whenever anything follows it."""
+    if skipped_line:
+        return size > start + t.consumed_bytes
     return len(data) >= MAX_READ_BYTES and t.consumed_bytes > 0 and size > start + t.consumed_bytes
 
 
@@ -243,6 +287,7 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
     if prev is None or prev.indexed_bytes != delta.start_byte:
         return prepare_session(settings, job, embedder)
     data: bytes | None = None
+    long: tuple[Transcript, bytes] | None = None
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
@@ -251,6 +296,8 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
             before = fh.read(min(HEAD_BYTES, delta.start_byte))  # the bytes that end the indexed prefix
             if _extends(prev, st, head, before):
                 data = fh.read(MAX_READ_BYTES)
+                if len(data) >= MAX_READ_BYTES and b"\n" not in data:
+                    long = _skip_long_line(fh, delta.start_byte, delta.start_line)
                 after = os.fstat(fh.fileno())
                 mtime_ns = after.st_mtime_ns
     except FileNotFoundError:
@@ -260,20 +307,26 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
         return Prepared(None)
     if data is None:
         return prepare_session(settings, job, embedder)
-    t = read_transcript(data, start_line=delta.start_line)
-    if t.consumed_bytes == 0:
-        return Prepared(None)  # only a partial last line so far: nothing to add
-    tail = (before + data[: t.consumed_bytes])[-HEAD_BYTES:]
+    if long is not None:
+        t, tail = long
+        log.warning("%s: line %d is longer than %s; skipped (not indexed)", delta.path, delta.start_line,
+                    _read_cap())
+        new_digest = hashlib.sha256(tail + str(t.consumed_bytes).encode()).hexdigest()
+    else:
+        t = read_transcript(data, start_line=delta.start_line)
+        if t.consumed_bytes == 0:
+            return Prepared(None)  # only a partial last line so far: nothing to add
+        tail = (before + data[: t.consumed_bytes])[-HEAD_BYTES:]
+        new_digest = hashlib.sha256(data[: t.consumed_bytes]).hexdigest()
     state = indexed_state(delta.path, t, head=head, tail=tail, start_byte=delta.start_byte, inode=st.st_ino,
                           mtime_ns=mtime_ns)
     # A state token, not a content hash: chains the indexed prefix's digest with the new bytes.
-    digest = hashlib.sha256(
-        (delta.base_hash + hashlib.sha256(data[: t.consumed_bytes]).hexdigest()).encode()).hexdigest()
+    digest = hashlib.sha256((delta.base_hash + new_digest).encode()).hexdigest()
     extra = {"session": _state_dict(state), "turns": (delta.prev.get("turns") or 0) + len(t.turns),
              "skipped": _skipped(t, delta.prev.get("skipped"))}
     rec = _session_record(settings, job, t, state, digest, extra, embedder)
     rec.base_hash = delta.base_hash
-    rec.continues = _continues(data, t, after.st_size, delta.start_byte)
+    rec.continues = _continues(data, t, after.st_size, delta.start_byte, skipped_line=long is not None)
     if rec.continues:
         extra["continues"] = True
     return Prepared(rec)

@@ -52,6 +52,7 @@ class Transcript:
     skipped_invalid_json: int = 0
     skipped_truncated_last_line: int = 0
     skipped_other: int = 0
+    skipped_too_long: int = 0  # lines longer than one read (sessions.MAX_READ_BYTES): never parsed
     # Offset (relative to the data passed in) just past the last complete
     # record; a delta reader resumes here.
     consumed_bytes: int = 0
