@@ -313,6 +313,33 @@ def test_an_unreadable_directory_keeps_its_files_and_status_names_it(agent):
         assert _found(agent, "subword") == {"memory/sub/a.md"} and _found(agent, "dayword"), rel
 
 
+def test_a_folder_moved_behind_a_symlink_has_its_files_removed_from_the_index(agent, tmp_path):
+    """helper-50: `memory/` (or a folder in it) replaced by a symlink to a synced folder: the walk
+    stops listing its files, as OpenClaw's does, but the writer's "still on disk?" check followed
+    the symlinked folder, so every run said "removed 1" and removed nothing; the old text stayed
+    searchable and status counted more indexed files than exist."""
+    agent.write("MEMORY.md", "# Root\nrootword\n")
+    agent.write("memory/sub/a.md", "wombatword\n")
+    agent.write("memory/b.md", "quokkaword\n")
+    assert _cli(agent, "index").returncode == 0 and _found(agent, "wombatword") == {"memory/sub/a.md"}
+    synced = tmp_path / "synced-sub"
+    (agent.workspace / "memory" / "sub").rename(synced)
+    os.symlink(synced, agent.workspace / "memory" / "sub")
+    out = _cli(agent, "index")
+    assert out.returncode == 0 and "removed 1" in out.stdout, out.stdout + out.stderr
+    assert _found(agent, "wombatword") == set() and _found(agent, "quokkaword") == {"memory/b.md"}
+    again = _cli(agent, "index")
+    assert "removed 0" in again.stdout, again.stdout  # applied, not announced again by every run
+    status = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert status["files"] == 2, status
+    # memory/ itself behind a symlink: both its files go, MEMORY.md stays.
+    moved = tmp_path / "synced-memory"
+    (agent.workspace / "memory").rename(moved)
+    os.symlink(moved, agent.workspace / "memory")
+    assert "removed 1" in _cli(agent, "index").stdout
+    assert _found(agent, "quokkaword") == set() and _found(agent, "rootword") == {"MEMORY.md"}
+
+
 # --------------------------------------------------------------------- failing services
 
 def _openai(server, **remote) -> dict:

@@ -24,7 +24,7 @@ from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.workspace import (
-    ListingFacts, MemoryFile, check_roots, iter_discover, listing_roots, rel_path,
+    MEMORY_DIR, ListingFacts, MemoryFile, check_roots, iter_discover, listing_roots, rel_path, resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
 from memindex.pipeline.store.core import FileKey, StoreReader, StoreState, check_writable, open_reader, quarantine
@@ -233,14 +233,41 @@ def iter_collect_files(settings: AgentSettings, facts: ListingFacts | None = Non
 
 
 def still_on_disk(settings: AgentSettings, key: FileKey) -> bool:
-    """Is this indexed path still a real (non-symlink) file? Deletes are applied only if not."""
+    """Is this indexed path still a file the walk lists: a regular file (no symlink) reached
+    through no symlinked directory below its root? Deletes are applied only if not.
+
+    A ``memory/`` (or a folder in it) moved behind a symlink stops being listed, as OpenClaw's
+    walk does; checking the leaf alone followed the symlinked folder, so every such delete was
+    announced ("removed 1", "40002 to delete") and dropped, and the old text stayed searchable."""
     source, path = key
     base = settings.sessions_dir.parent if source == "sessions" else settings.workspace
-    candidate = base / path
+    candidate = Path(os.path.normpath(base / path))
     try:
+        for folder in _folders_below_root(settings, source, candidate):
+            if stat.S_ISLNK(os.lstat(folder).st_mode):
+                return False
         st = os.lstat(candidate)
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError:  # cannot look (a directory without permission): not known to be gone, keep it
         return True
     return stat.S_ISREG(st.st_mode)
+
+
+def _folders_below_root(settings: AgentSettings, source: str, candidate: Path) -> list[Path]:
+    """The directories between ``candidate`` and the configured root it lies under, that root
+    included when the walk refuses it as a symlink (``memory/``, an extraPaths entry, the sessions
+    directory; not the workspace itself, which may be one). None for a path under no root."""
+    ws = Path(os.path.normpath(settings.workspace))
+    if source == "sessions":
+        roots = [(Path(os.path.normpath(settings.sessions_dir)), True)]
+    else:
+        roots = [(Path(os.path.normpath(ws / MEMORY_DIR)), True)]
+        roots += [(Path(os.path.normpath(e)), True) for e in resolve_extra_paths(settings)]
+        roots.append((ws, False))
+    under = [(r, own) for r, own in roots if r == candidate or r in candidate.parents]
+    if not under:
+        return []
+    root, own = max(under, key=lambda item: len(item[0].parts))
+    folders = [p for p in candidate.parents if p == root or root in p.parents]
+    return [p for p in folders if own or p != root]

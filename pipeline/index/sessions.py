@@ -121,12 +121,13 @@ def parse_extra(raw: str | None) -> dict[str, Any] | None:
 def _skipped(t: Transcript, base: dict[str, int] | None = None) -> dict[str, int]:
     # A truncated last line is not counted: it is re-read once it is complete.
     base = base or {}
-    return {
+    out = {
         "blank": base.get("blank", 0) + t.skipped_blank,
         "invalid_json": base.get("invalid_json", 0) + t.skipped_invalid_json,
         "other": base.get("other", 0) + t.skipped_other,
-        "too_long": base.get("too_long", 0) + t.skipped_too_long,
     }
+    too_long = base.get("too_long", 0) + t.skipped_too_long
+    return {**out, "too_long": too_long} if too_long else out
 
 
 def problem_of(extra: dict[str, Any]) -> str | None:
