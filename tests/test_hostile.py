@@ -340,6 +340,24 @@ def test_a_folder_moved_behind_a_symlink_has_its_files_removed_from_the_index(ag
     assert _found(agent, "quokkaword") == set() and _found(agent, "rootword") == {"MEMORY.md"}
 
 
+def test_notes_in_folders_named_like_build_output_are_indexed(agent):
+    """helper-50: `memory/target/plan.md`, `memory/projects/build/plan.md` and `memory/Target/...`
+    were silently never indexed (and `get` refused them) because the walk skipped every folder
+    named build, dist or target. OpenClaw's walk skips none; tool trees (.git, node_modules,
+    virtualenvs, caches) stay skipped."""
+    notes = {"memory/target/plan.md": "targetword", "memory/projects/build/plan.md": "buildword",
+             "memory/Dist/plan.md": "distword", "memory/node_modules/pkg/README.md": "npmword",
+             "memory/.git/notes.md": "gitword"}
+    for path, word in notes.items():
+        agent.write(path, f"# Plan\n{word}\n")
+    assert _cli(agent, "index").returncode == 0
+    for path, word in list(notes.items())[:3]:
+        assert _found(agent, word) == {path}, word
+        out = _cli(agent, "get", path)
+        assert out.returncode == 0 and word in out.stdout, out.stderr
+    assert _found(agent, "npmword") == set() and _found(agent, "gitword") == set()
+
+
 # --------------------------------------------------------------------- failing services
 
 def _openai(server, **remote) -> dict:

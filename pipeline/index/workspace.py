@@ -25,11 +25,13 @@ from memindex.pipeline.errors import ConfigError, WorkspaceError
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
-# Directory names never descended into (lowercase compare), reference §3.3 plus common caches.
+# Directory names never descended into (lowercase compare): OpenClaw's watcher list (reference
+# §3.3) plus tool and dependency trees no one names a notes folder. Not `build`, `dist` or `target`:
+# plain words a user's `memory/projects/build/plan.md` used, silently left unindexed.
 IGNORED_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", ".pnpm-store", ".venv", "venv", ".tox",
      "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".cache", "site-packages",
-     ".idea", ".vscode", "dist", "build", ".next", "target"}
+     ".idea", ".vscode", ".next"}
 )
 
 
