@@ -358,6 +358,29 @@ def test_notes_in_folders_named_like_build_output_are_indexed(agent):
     assert _found(agent, "npmword") == set() and _found(agent, "gitword") == set()
 
 
+def test_a_note_made_readable_again_is_indexed_by_the_next_sync(agent):
+    """helper-50: a note recorded "unreadable: Permission denied" stayed unindexed after `chmod
+    644` (which changes neither size nor mtime): `index` said "0 indexed" and status kept the old
+    error until the note changed or `--force`."""
+    agent.write("MEMORY.md", "# Root\nrootword\n")
+    note = agent.write("memory/locked.md", "# Locked\npangolinword\n")
+    os.chmod(note, 0)
+    try:
+        assert _cli_without_root_override(agent, "index").returncode == 0
+        st = json.loads(_cli_without_root_override(agent, "status", "--json").stdout)[0]["status"]
+        assert any(p["path"] == "memory/locked.md" and "Permission denied" in p["error"] for p in st["problems"]), st
+        again = _cli_without_root_override(agent, "index")  # still unreadable: still a problem, no churn
+        assert "indexed 0 file(s)" in again.stdout, again.stdout
+    finally:
+        os.chmod(note, 0o644)
+    out = _cli_without_root_override(agent, "index")
+    assert out.returncode == 0 and "indexed 1 file(s)" in out.stdout, out.stdout
+    assert _found(agent, "pangolinword") == {"memory/locked.md"}
+    st = json.loads(_cli_without_root_override(agent, "status", "--json").stdout)[0]["status"]
+    assert not st.get("problems"), st
+    assert "indexed 0 file(s)" in _cli_without_root_override(agent, "index").stdout
+
+
 # --------------------------------------------------------------------- failing services
 
 def _openai(server, **remote) -> dict:

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
 from memindex.pipeline.index.media import extra_kind_for
-from memindex.pipeline.index.prepare import embedding_pending
+from memindex.pipeline.index.prepare import embedding_pending, is_read_error
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.workspace import (
@@ -41,6 +41,7 @@ class SyncPlan:
     deletes: list[FileKey] = field(default_factory=list)
     unchanged: int = 0
     pending_sessions: int = 0  # of the unchanged: transcripts grown below the delta thresholds
+    unreadable: int = 0  # of the unchanged: recorded unreadable and still so (each plan looks again)
     retry_keys: set[FileKey] = field(default_factory=set)  # of the jobs: files unchanged on disk, planned again for their vectors
     session_deltas: list[SessionDelta] = field(default_factory=list)  # append only
 
@@ -128,8 +129,15 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
         retry_vectors = prev is not None and embedding_pending(prev.error) and ident.provider != KEYWORD_ONLY.provider
         if (prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force
                 and not retry_vectors):
-            plan.unchanged += 1
-            continue
+            if not is_read_error(prev.hash):
+                plan.unchanged += 1
+                continue
+            # Recorded unreadable: a chmod that fixes it changes neither size nor mtime, and the
+            # file stayed unindexed (status still "Permission denied") until it changed or --force.
+            if not os.access(f.abs_path, os.R_OK):
+                plan.unchanged += 1
+                plan.unreadable += 1
+                continue
         # A file still waiting for its vectors is re-read, not touched: same bytes, new work.
         if retry_vectors and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force:
             plan.retry_keys.add(key)
@@ -199,7 +207,7 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
     noop = (not plan.jobs and not plan.deletes and not plan.session_deltas and plan.role == "live"
             and st.live_fingerprint is not None and reader.pending_count(plan.generation) == 0
             and dumps(st.live_fingerprint) == dumps(plan.fingerprint))
-    if noop and files is not None and key is not None:
+    if noop and files is not None and key is not None and not plan.unreadable:
         unchanged.write(settings.store_path, key, disk, len(files), plan.pending_sessions)
     return plan, noop
 

@@ -55,6 +55,15 @@ def build_record(job: FileJob, st: os.stat_result | None, digest: str, chunks: l
                       job.kind, error, chunks, ident)
 
 
+# The hash of a file recorded unreadable (``error:<errno>``): each plan checks it can read it now.
+# (``error:<exception name>`` is a file that could not be prepared: left alone until it changes.)
+READ_ERROR = "error:"
+
+
+def is_read_error(file_hash: str) -> bool:
+    return file_hash.startswith(READ_ERROR) and file_hash[len(READ_ERROR):].isdigit()
+
+
 def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None,
                    limit_name: str = "") -> Prepared | tuple[os.stat_result, bytes, str]:
     """Read a job's file: (stat, bytes, sha256), or the ``Prepared`` that ends the job early.
@@ -82,7 +91,7 @@ def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None
         return Prepared(None, vanished=True)
     except OSError as exc:
         log.warning("cannot read %s: %s", job.path, exc)
-        return Prepared(build_record(job, None, f"error:{exc.errno}", [], ident, f"unreadable: {exc.strerror}"))
+        return Prepared(build_record(job, None, f"{READ_ERROR}{exc.errno}", [], ident, f"unreadable: {exc.strerror}"))
     digest = file_hash(data)
     if job.known_hash == digest:
         return Prepared(None, touch=TouchRecord(job.source, job.path, digest, st.st_size, st.st_mtime_ns))
