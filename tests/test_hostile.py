@@ -381,6 +381,22 @@ def test_a_note_made_readable_again_is_indexed_by_the_next_sync(agent):
     assert "indexed 0 file(s)" in _cli_without_root_override(agent, "index").stdout
 
 
+def test_a_utf16_note_with_a_byte_order_mark_is_read_as_text(agent):
+    """helper-50: a note saved as UTF-16 (Notepad's "Unicode") was skipped as "binary file
+    (contains NUL bytes)". It is text: indexed, and `get` returns the lines search cites."""
+    note = agent.workspace / "memory" / "wide.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_bytes("# Wide\r\nfirst line\r\nthe capybara ledger ünïcode\r\n".encode("utf-16"))
+    assert _cli(agent, "index").returncode == 0
+    out = _cli(agent, "search", "--json", "capybara")
+    [hit] = json.loads(out.stdout)["results"]
+    assert hit["path"] == "memory/wide.md" and "capybara ledger ünïcode" in hit["snippet"], hit
+    got = _cli(agent, "get", "memory/wide.md", "--from", "3", "--lines", "1")
+    assert got.returncode == 0 and got.stdout.strip() == "the capybara ledger ünïcode", got.stdout
+    st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert not st.get("problems"), st
+
+
 # --------------------------------------------------------------------- failing services
 
 def _openai(server, **remote) -> dict:

@@ -27,6 +27,9 @@ def read_text(data: bytes) -> tuple[str | None, str | None]:
     ``memory_get`` returns for it are the same text.
     """
     nuls = data.count(b"\x00")
+    wide = _wide_text(data) if nuls else None
+    if wide is not None:
+        return wide, None
     if nuls and (nuls > max(1, len(data) * MAX_NUL_SHARE) or not _valid_utf8(data)):
         return None, "binary file (contains NUL bytes); skipped"
     problems = []
@@ -40,6 +43,24 @@ def read_text(data: bytes) -> tuple[str | None, str | None]:
         text = text.replace("\x00", "\ufffd")
         problems.append(f"{nuls} NUL byte{'s' if nuls > 1 else ''} replaced with U+FFFD")
     return text, "; ".join(problems) or None
+
+
+# UTF-32 first: its little-endian mark begins with UTF-16's.
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+              (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def _wide_text(data: bytes) -> str | None:
+    """A note an editor saved as UTF-16 or UTF-32 (Windows Notepad's "Unicode"): a byte-order mark,
+    NUL bytes (any line end has one) and a clean decode. It was skipped as "binary file (contains
+    NUL bytes)"; bytes that merely start like a mark stay what they were."""
+    for bom, codec in _WIDE_BOMS:
+        if data.startswith(bom):
+            try:
+                return data[len(bom):].decode(codec)
+            except UnicodeDecodeError:
+                return None
+    return None
 
 
 def _valid_utf8(data: bytes) -> bool:
