@@ -55,15 +55,17 @@ def _unshare_ok() -> str | None:
     return None if probe.returncode == 0 else f"unshare -m / mount not permitted here: {probe.stderr.strip()}"
 
 
-def _hidden_compute(url: str, logdir, hide: list, name: str = "compute") -> subprocess.Popen:
-    """Compute workers in a new mount namespace: a read-only, empty tmpfs over each hidden dir."""
+def _hidden_compute(url: str, logdir, hide: list, name: str = "compute", key: str | None = KEY) -> subprocess.Popen:
+    """Compute workers in a new mount namespace: a read-only, empty tmpfs over each hidden dir
+    (``key``: the OPENAI_API_KEY in their environment, None for none)."""
     mounts = " && ".join(f"mount -t tmpfs -o ro none {shlex.quote(str(d))}" for d in hide)
     worker = " ".join(shlex.quote(x) for x in (sys.executable, "-m", "memindex", "worker", "--queues", "embed",
                                                  "batch", "--processes", "2", "--threads", "2"))
     log = open(logdir / f"{name}.log", "ab")
     return subprocess.Popen(["unshare", "-m", "sh", "-c", f"{mounts} && exec {worker}"], cwd=REPO,
-                            env=dict(os.environ, MEMINDEX_BROKER_URL=url, OPENAI_API_KEY=KEY), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            env={**{k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"},
+                                 "MEMINDEX_BROKER_URL": url, **({"OPENAI_API_KEY": key} if key else {})},
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _queues(url: str) -> dict:
@@ -150,6 +152,48 @@ def test_hidden_compute_workers_index_like_the_embedded_default(tmp_path, redis_
         assert vec.keys() == want.keys() and all(v is not None for v in vec.values())
         assert vec == want, a.root.name
         assert _searches(a) == _searches(clean), a.root.name
+
+
+@pytest.mark.redis
+def test_a_compute_host_without_the_key_leaves_the_files_embedding_pending(tmp_path, redis_server, server,
+                                                                           fresh_services):
+    """helper-52: a compute host that could not build the provider (no key in its environment or
+    config copy) wrote the chunks without vectors as if keyword-only: `index` said "indexed 12
+    file(s)", status showed no problem, and no later sync ever embedded them. They are "embedding
+    pending" now: status says why, and the sync after the key is there embeds them."""
+    why = _unshare_ok()
+    if why:
+        pytest.skip(why)
+    url = redis_server.url
+    a = Agent(tmp_path / "agent")
+    _config(a, server, False)
+    _populate(a)
+    procs = [_hidden_compute(url, tmp_path, [a.root], key=None),
+             _spawn(url, tmp_path, "files", "worker", "--queues", "sync", "--processes", "1", "--threads", "2"),
+             _spawn(url, tmp_path, "writer", "worker", "--writer")]
+    try:
+        assert wait_for(lambda: {w["kind"] for w in _queues(url)["workers"]} == {"compute", "worker", "writer"},
+                        30, step=0.3), _queues(url)["workers"]
+        _request_sync(url, a)
+        assert wait_for(lambda: len({r[1] for r in a.store_rows()}) == FILES and _idle(url), 120, step=0.5)
+        status = json.loads(run_cli(*_cli_args(a), "status", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
+        problems = status[0]["status"]["problems"]
+        assert len(problems) == FILES and all("embedding pending (no openai embedding provider on this compute "
+                                              "host" in p["error"] for p in problems), problems
+        assert all(v is None for v in _vectors(a).values())
+        _kill(procs[0])
+        procs[0] = _hidden_compute(url, tmp_path, [a.root], name="compute-keyed")
+        assert wait_for(lambda: any(w["kind"] == "compute" for w in _queues(url)["workers"]), 30, step=0.3)
+        _request_sync(url, a)  # the next sync retries what waits for its vectors
+        assert wait_for(lambda: _idle(url) and all(v is not None for v in _vectors(a).values()), 120, step=0.5), \
+            (tmp_path / "compute-keyed.log").read_text()[-3000:]
+    finally:
+        for p in procs:
+            _kill(p)
+
+
+def _cli_args(a: Agent) -> list[str]:
+    return ["--config", str(a.config_path), "--state-dir", str(a.state), "--workspace", str(a.workspace)]
 
 
 def _request_sync(url: str, a: Agent) -> None:

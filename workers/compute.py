@@ -41,6 +41,7 @@ from memindex.pipeline.errors import UnknownAgent
 from memindex.pipeline.index.prepare import embed_missing
 from memindex.pipeline.index.preparers import needs_embedding
 from memindex.pipeline.index.records import FileRecord
+from memindex.pipeline.store.schema import EMBED_PENDING
 from memindex.workers import queues
 from memindex.workers.broker import is_embedded
 from memindex.workers.messages import EMBED_QUEUE, GROUP_FILES, RETRY, request_resync, write_queue_for
@@ -219,8 +220,19 @@ def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], ite
     embedder = chunk_embedder_for(settings, cache=False,
                                   planned_dims=next((p.dims for p in planned if p is not None and p.dims), None))
     if embedder is None:
-        log.warning("%s: no embedding provider on this compute host (%s); writing the chunks without vectors",
-                    ctx.get("agent_id"), spec["memory_search"].get("provider"))
+        provider = spec["memory_search"].get("provider")
+        why = (f"no {provider} embedding provider on this compute host (no API key in its config copy or "
+               "environment?)")
+        log.warning("%s: %s; writing the chunks without vectors, embedding pending", ctx.get("agent_id"), why)
+        for rec, want in zip(records, planned):
+            # Planned with vectors: written keyword-searchable and "embedding pending", so `index`
+            # fails, status says why and the next sync retries. Written as if keyword-only, the
+            # files counted as indexed and no sync ever embedded them.
+            if want is not None and any(not c.embedding for c in rec.chunks):
+                rec.error = f"{EMBED_PENDING} ({why}); keyword-searchable until a later sync embeds it" + (
+                    f"; {rec.error}" if rec.error else "")
+        for item, rec in zip(items, records):
+            item["record"] = rec.to_message()
     else:
         try:
             embed_missing(records, embedder)
