@@ -192,6 +192,45 @@ def test_a_compute_host_without_the_key_leaves_the_files_embedding_pending(tmp_p
             _kill(p)
 
 
+@pytest.mark.redis
+def test_a_compute_host_without_the_model_file_writes_the_text_at_once(tmp_path, redis_server):
+    """helper-52: provider local, the GGUF not on the compute host: "model file not found" was
+    retried for two minutes, then dead-lettered with the text unwritten (search: "No matches."),
+    on every sync. Now the text is written at once, keyword-searchable, embedding pending."""
+    from tests.conftest import GGUF
+
+    why = _unshare_ok()
+    if why:
+        pytest.skip(why)
+    if not GGUF.is_file():
+        pytest.skip("the shared GGUF is not here")
+    url = redis_server.url
+    a = Agent(tmp_path / "agent")
+    models = tmp_path / "models"
+    models.mkdir()
+    os.symlink(GGUF, models / "model.gguf")
+    a.memory_config({"provider": "local", "fallback": "none", "local": {"modelPath": str(models / "model.gguf")}})
+    _populate(a)
+    procs = [_hidden_compute(url, tmp_path, [a.root, models], key=None),
+             _spawn(url, tmp_path, "files", "worker", "--queues", "sync", "--processes", "1", "--threads", "2"),
+             _spawn(url, tmp_path, "writer", "worker", "--writer")]
+    try:
+        assert wait_for(lambda: {w["kind"] for w in _queues(url)["workers"]} == {"compute", "worker", "writer"},
+                        30, step=0.3), _queues(url)["workers"]
+        _request_sync(url, a)
+        # Written on the first attempt (the retries took two minutes), every file's text searchable.
+        assert wait_for(lambda: len({r[1] for r in a.store_rows()}) == FILES and _idle(url), 45, step=0.5), \
+            (tmp_path / "compute.log").read_text()[-3000:]
+        assert [r["path"] for r in a.search("kumquat harvest", min_score=0)["results"]]
+        status = json.loads(run_cli(*_cli_args(a), "status", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
+        problems = status[0]["status"]["problems"]
+        assert len(problems) == FILES and all("this compute host cannot embed: local: model file not found"
+                                              in p["error"] for p in problems), problems
+    finally:
+        for p in procs:
+            _kill(p)
+
+
 def _cli_args(a: Agent) -> list[str]:
     return ["--config", str(a.config_path), "--state-dir", str(a.state), "--workspace", str(a.workspace)]
 

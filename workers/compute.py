@@ -35,7 +35,8 @@ from typing import Any, Iterator
 import dramatiq
 
 from memindex.pipeline.config.settings import AgentSettings, Context
-from memindex.pipeline.embeddings.base import InvalidVectorError, ProviderAuthError
+from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderError, ProviderRateLimited,
+                                              ProviderTransientError)
 from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
 from memindex.pipeline.errors import UnknownAgent
 from memindex.pipeline.index.prepare import embed_missing
@@ -217,12 +218,19 @@ def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], ite
     settings = settings_from_spec(spec, ctx)
     records = [FileRecord.from_message(item["record"]) for item in items]
     planned = [r.embedding for r in records]
-    embedder = chunk_embedder_for(settings, cache=False,
-                                  planned_dims=next((p.dims for p in planned if p is not None and p.dims), None))
+    provider = spec["memory_search"].get("provider")
+    why = f"no {provider} embedding provider on this compute host (no API key in its config copy or environment?)"
+    try:
+        embedder = chunk_embedder_for(settings, cache=False,
+                                      planned_dims=next((p.dims for p in planned if p is not None and p.dims), None))
+    except (ProviderTransientError, ProviderRateLimited):
+        raise  # retried: it may pass
+    except ProviderError as exc:
+        # The provider cannot be built here (a local model file this host does not have, an SDK
+        # it lacks): no retry fixes that. The message was retried for two minutes, then
+        # dead-lettered with its text unwritten - not even keyword-searchable - on every sync.
+        embedder, why = None, f"this compute host cannot embed: {exc}"
     if embedder is None:
-        provider = spec["memory_search"].get("provider")
-        why = (f"no {provider} embedding provider on this compute host (no API key in its config copy or "
-               "environment?)")
         log.warning("%s: %s; writing the chunks without vectors, embedding pending", ctx.get("agent_id"), why)
         for rec, want in zip(records, planned):
             # Planned with vectors: written keyword-searchable and "embedding pending", so `index`
