@@ -113,8 +113,9 @@ def _check_dead_letters(agent: str | None, new: int) -> None:
                        + after)
 
 
-def plan_now(ctx: Context, *, force: bool = False):
-    """(plan, nothing-to-do) for one agent, computed in this process."""
+def plan_now(ctx: Context, *, force: bool = False, probe: bool = True):
+    """(plan, nothing-to-do) for one agent, computed in this process (``probe`` False: a dry plan
+    that never calls the embedding provider, see ``planning_identity``)."""
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.embeddings.embedder import planning_identity
     from memindex.pipeline.index.indexer import plan_agent
@@ -122,7 +123,7 @@ def plan_now(ctx: Context, *, force: bool = False):
 
     settings = settings_for(ctx)
     # re-index all (force): with the provider's vectors as they are now, their size included
-    return plan_agent(settings, planning_identity(settings, force=force), force=force, journal=active())
+    return plan_agent(settings, planning_identity(settings, force=force, probe=probe), force=force, journal=active())
 
 
 # How long queued work may wait with no live worker consuming its queue before

@@ -3,6 +3,7 @@ wire-protocol server, the embedding cache, fallback, rebuilds and bad vectors.""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -342,6 +343,33 @@ def test_a_new_run_probes_the_failing_primary_once_and_stays_on_the_fallback(age
     reset_services()  # the primary answers again: the next run moves the index back to it
     counts = agent.index()
     assert counts["generation"] == gen + 1 and agent.search("Omada router")["provider"] == "openai"
+
+
+def test_plain_status_never_calls_the_failing_primary(agent, server):
+    """helper-52: with the index on the fallback's vectors, every plain `status` (no --deep, no
+    --index) sent the primary one embedding request (15 s per agent for a hung one): its dry plan
+    probed it. It calls no provider now, and still sees a note changed on disk."""
+    from tests.conftest import run_cli
+
+    _notes(agent, 3)
+    server.always("openai", {"status": 500, "message": "upstream down"})
+    cfg = openai_cfg(server, fallback="gemini")
+    agent.write_config({
+        "agents": {"defaults": {"memorySearch": cfg}},
+        "models": {"providers": {"gemini": {"apiKey": "g-key", "baseUrl": server.base("gemini")}}},
+    })
+    try:
+        agent.index()
+        assert agent.search("Omada router")["provider"] == "gemini"
+        agent.write("memory/2026-03-01.md", "# Later\nA note written after the index.\n")
+        before = server.count("openai"), server.count("gemini")
+        out = run_cli("--workspace", str(agent.workspace), "status", "--json", env=agent.env())
+        assert out.returncode == 0, out.stderr
+        assert (server.count("openai"), server.count("gemini")) == before
+        st = json.loads(out.stdout)[0]["status"]
+        assert st["diskChanges"] == {"toIndex": 1, "toDelete": 0} and st["dirty"] is True, st
+    finally:
+        server.always("openai", None)
 
 
 def test_status_names_the_fallback_that_built_the_index(agent, server):

@@ -143,7 +143,7 @@ def follow_vector_size(settings: AgentSettings, planned: int | None) -> bool:
     return p.dims != old
 
 
-def planning_identity(settings: AgentSettings, *, force: bool = False) -> EmbeddingIdentity:
+def planning_identity(settings: AgentSettings, *, force: bool = False, probe: bool = True) -> EmbeddingIdentity:
     """The identity a sync plans with (its fingerprint carries the vector size).
 
     ``force`` (`index --force`, or the rebuild a writer asks for when vectors came at another
@@ -152,6 +152,10 @@ def planning_identity(settings: AgentSettings, *, force: bool = False) -> Embedd
     the endpoint no longer answers: when `index --force` elsewhere rebuilt at the new size, its
     plans would rebuild at the old one again, from the old vectors in the cache. A live index of
     the same provider at another size makes it ask the endpoint.
+
+    ``probe`` False (status's dry plan): never call the provider; a live index on the fallback's
+    vectors is taken to stay there (plain `status` sent the failing primary a request, and waited
+    15 s per agent for a hung one, where OpenClaw's status calls nothing without --deep).
     """
     if force:
         relearn_vector_size(settings)
@@ -165,8 +169,12 @@ def planning_identity(settings: AgentSettings, *, force: bool = False) -> Embedd
         log.debug("store state for %s unreadable: %s", settings.agent_id, exc)
         return ident
     fp = st.live_fingerprint or {}
-    if fp.get("providerKey") != ident.provider_key and _primary_still_failing(settings, fp):
-        return identity_for(settings)
+    if fp.get("providerKey") != ident.provider_key:
+        fallback = _live_fallback(settings, fp)
+        if fallback is not None and not probe:
+            return _identity(fallback)
+        if fallback is not None and _primary_still_failing(settings):
+            return identity_for(settings)
     live = fp.get("vectorDims")
     if (ident.dims is not None and fp.get("providerKey") == ident.provider_key and isinstance(live, int)
             and live != ident.dims and follow_vector_size(settings, live)):
@@ -174,17 +182,24 @@ def planning_identity(settings: AgentSettings, *, force: bool = False) -> Embedd
     return ident
 
 
-def _primary_still_failing(settings: AgentSettings, live_fp: Mapping[str, Any]) -> bool:
-    """The live index holds the fallback's vectors and this process starts at the primary (a new
-    CLI run, a restarted worker): one probe of the primary decides. Planning at the primary
-    outright re-planned every file into a rebuild each run while the primary kept failing (its
-    retries, the switch back to the fallback, "indexed 64 file(s)" with nothing changed). True
-    when the probe failed and the service now uses the fallback."""
+def _live_fallback(settings: AgentSettings, live_fp: Mapping[str, Any]) -> Any:
+    """The fallback provider, when the live index holds its vectors while this process starts at
+    the primary (a new CLI run, a restarted worker); else None."""
     service, _ = _service(settings)
     choice = service.choice if service is not None else None
     if (choice is None or choice.primary is None or choice.fallback is None or service.fallback_active
             or live_fp.get("providerKey") != choice.fallback.fingerprint()):
-        return False
+        return None
+    return choice.fallback
+
+
+def _primary_still_failing(settings: AgentSettings) -> bool:
+    """The live index holds the fallback's vectors (``_live_fallback``): one probe of the primary
+    decides. Planning at the primary outright re-planned every file into a rebuild each run while
+    the primary kept failing (its retries, the switch back to the fallback, "indexed 64 file(s)"
+    with nothing changed). True when the probe failed and the service now uses the fallback."""
+    service, _ = _service(settings)
+    choice = service.choice
     try:
         service.embed_query("ping", probe_timeout_s(choice.primary.id), any_size=True)
     except ProviderError as exc:

@@ -300,7 +300,7 @@ def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, A
     from memindex.producers.enqueue import plan_now
 
     try:
-        plan, noop = plan_now(_ctx(args, agent))
+        plan, noop = plan_now(_ctx(args, agent), probe=False)  # plain status calls no provider
     except Exception as exc:  # noqa: BLE001 - status reports; the sync itself says what is wrong
         log.debug("dry plan for %s failed: %s", agent, exc)
         return
