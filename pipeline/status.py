@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memindex.pipeline.display import escape_controls
-from memindex.pipeline.errors import StoreError, require
+from memindex.pipeline.errors import StoreCorrupt, StoreError, require
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.workspace import (
@@ -63,6 +63,8 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out.setdefault("vector", _vector_info(reader, False, None))
             out.setdefault("fts", {"enabled": True, "available": None, "error": None})
             out["damaged"] = str(exc)
+            if not isinstance(exc, StoreCorrupt):  # not moved aside and rebuilt: the problem says why
+                out["corrupt"] = False
             out["problems"].append({"path": str(settings.store_path), "error": str(exc)})
             if invariant:
                 out["invariant"] = {"ok": False, "problems": [str(exc)]}
@@ -327,6 +329,7 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
            else "")
         + ("" if s.get("indexed") else "  (memory search disabled for this agent: not indexed)"
            if not s.get("enabled", True) else "  (store damaged: `memindex index` moves it aside and rebuilds it)"
+           if s.get("damaged") and s.get("corrupt", True) else "  (store unusable: see the problem line)"
            if s.get("damaged") else "  (never indexed: run `memindex index`)"),
     ]
     for sc in s["sourceCounts"]:

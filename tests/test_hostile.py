@@ -397,6 +397,28 @@ def test_a_utf16_note_with_a_byte_order_mark_is_read_as_text(agent):
     assert not st.get("problems"), st
 
 
+def test_a_search_that_fails_says_so_and_a_directory_store_is_one_line(agent, tmp_path):
+    """helper-51: a store path that is a directory: `search` printed "No matches." (exit 0), the
+    servers answered 200 with an empty list, and `index` died with a traceback ("disk I/O error").
+    A failed search now answers OpenClaw's failure shape and exits 1; the store path is named."""
+    agent.write("memory/a.md", "# A\nkumquat\n")
+    store = tmp_path / "storedir"
+    store.mkdir()
+    agent.memory_config({"provider": "none", "store": {"path": str(store)}})
+    out = _cli(agent, "search", "kumquat")
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert "memory search is unavailable" in out.stderr and "is a directory, not a SQLite file" in out.stderr
+    out = _cli(agent, "search", "--json", "kumquat")
+    payload = json.loads(out.stdout)
+    assert out.returncode == 1 and payload["results"] == [] and payload["unavailable"] is True
+    assert payload["disabled"] is True and "is a directory" in payload["error"] and payload["action"]
+    out = _cli(agent, "index")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"the store path {store} is a directory" in out.stderr, out.stderr
+    text = _cli(agent, "status").stdout
+    assert "store unusable: see the problem line" in text and "moves it aside" not in text, text
+
+
 # --------------------------------------------------------------------- failing services
 
 def _openai(server, **remote) -> dict:

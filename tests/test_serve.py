@@ -290,6 +290,29 @@ def test_an_agentless_call_follows_the_default_agent_as_the_config_reads_now(tmp
         proc.wait(30)
 
 
+def test_a_failed_search_and_an_unreadable_store_are_503_not_an_empty_200(tmp_path: Path) -> None:
+    """helper-51: with the store unusable (its path a directory), /v1/search answered 200 with
+    `results: []` and a warning, and /v1/status 500 "internal" with a traceback in the log."""
+    a = Agent(tmp_path / "a")
+    a.write("memory/a.md", "# A\nkumquat\n")
+    store = tmp_path / "storedir"
+    store.mkdir()
+    a.memory_config({"provider": "none", "store": {"path": str(store)}})
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc, url = serve(a, cwd)
+    try:
+        r = httpx.post(f"{url}/v1/search", json={"query": "kumquat"}, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable", r.text
+        assert "is a directory, not a SQLite file" in r.json()["error"]["message"]
+        r = httpx.get(f"{url}/v1/status", timeout=30)  # the damage is reported, as by the CLI's status
+        assert r.status_code == 200 and any("is a directory" in p["error"] for p in r.json()["problems"]), r.text
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("command", ["serve", "mcp-http"])
 def test_sigterm_stops_cleanly_with_exit_0(indexed: Agent, tmp_path: Path, command: str) -> None:
     # uvicorn re-raises the SIGTERM it drained for; with the default handler the process died

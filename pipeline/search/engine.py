@@ -89,6 +89,17 @@ class SearchResponse:
         return d
 
 
+def unavailable_response(resp: SearchResponse, exc: BaseException) -> SearchResponse:
+    """A search that failed, in OpenClaw's memory_search failure shape (``disabled``,
+    ``unavailable``, ``error``, ``action``): an empty list with only a warning read as "nothing
+    recorded" to a runtime written for OpenClaw, and the servers answered it with 200."""
+    error = f"{type(exc).__name__}: {exc}"
+    resp.warning = f"Memory search is unavailable ({error}); no results"
+    resp.extra.update(disabled=True, unavailable=True, error=error,
+                      action="Check the memory index (`memindex status`), then retry memory_search.")
+    return resp
+
+
 def citation_for(path: str, start: int, end: int) -> str:
     return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
 
@@ -262,9 +273,7 @@ class MemorySearch(AsyncSearch):
                                 session_key=session_key, chat_type=chat_type)
         except Exception as exc:  # noqa: BLE001 - an agent's tool call must always get an answer
             log.warning("memory search failed for %s: %s: %s", self.settings.agent_id, type(exc).__name__, exc)
-            resp = self._empty_response(self.settings.memory["citations"])
-            resp.warning = f"memory search failed ({type(exc).__name__}: {exc}); no results"
-            return resp
+            return unavailable_response(self._empty_response(self.settings.memory["citations"]), exc)
 
     def _search(
         self,

@@ -39,6 +39,11 @@ CONTENTLESS_DELETE = sqlite3.sqlite_version_info >= (3, 43, 0)
 
 def connect(path: Path | str, *, readonly: bool = False) -> Connection:
     """Open a store. Writers get WAL; readers open ``mode=ro`` and never write."""
+    if Path(path).is_dir():  # SQLite says only "disk I/O error" (a traceback from `index`)
+        from memindex.pipeline.errors import StoreError
+
+        raise StoreError(f"the store path {path} is a directory, not a SQLite file: point "
+                         "memorySearch.store.path at a file (e.g. {agentId}.sqlite) or move the directory")
     if readonly:
         uri = f"file:{Path(path).as_posix()}?mode=ro"
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)

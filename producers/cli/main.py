@@ -205,6 +205,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                     continue
                 resp = engine.search(query, **opts).as_dict()
                 print(json.dumps({"id": qid, **resp}, ensure_ascii=False))
+                bad += bool(resp.get("unavailable"))  # answered, but the search failed
         if bad:
             say_error(f"{bad} line(s) of {args.queries} could not be searched (their answers say why)")
         return 1 if bad else 0
@@ -215,9 +216,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         say_error("the query is empty; give the words to search for")
         return 2
     resp = engine.search(" ".join(args.query), **opts)
+    failed = bool(resp.extra.get("unavailable"))  # "No matches." said a failed search found nothing
     if args.json:
         print(json.dumps(resp.as_dict(), ensure_ascii=False, indent=2))
-        return 0
+        return 1 if failed else 0
+    if failed:
+        say_error(f"memory search is unavailable: {resp.extra.get('error')}")
+        return 1
     # stdout is OpenClaw's shape exactly; what it does not print goes to stderr.
     if resp.extra.get("disabled"):  # OpenClaw's CLI line when the agent has no memory manager
         print("Memory search disabled.")

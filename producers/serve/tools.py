@@ -13,6 +13,7 @@ Payloads are exactly the in-process API's (``SearchResponse.as_dict()``,
 from __future__ import annotations
 
 import math
+import sqlite3
 import threading
 import time
 from contextlib import contextmanager
@@ -41,6 +42,9 @@ def refusals() -> Iterator[None]:
         raise OperationError("config_error", str(exc), 500) from None
     except StoreError as exc:
         raise OperationError("store_error", str(exc), 503) from None
+    except (sqlite3.Error, OSError) as exc:  # the store file itself (unreadable, a directory, corrupt)
+        raise OperationError("store_error", f"cannot read the memory index: {type(exc).__name__}: {exc}", 503) \
+            from None
     except MemindexError as exc:
         raise OperationError("error", str(exc), 500) from None
 
@@ -194,6 +198,9 @@ class MemoryTools:
         try:
             with refusals():
                 result = (await self.engine(settings).asearch(query, **opts)).as_dict()
+            if result.get("unavailable"):  # the engine answers every failure; a server says it failed
+                raise OperationError("unavailable", f"memory search is unavailable for agent {settings.agent_id!r}: "
+                                     f"{result.get('error')}", 503)
             ok = True
             return result
         finally:
