@@ -372,6 +372,48 @@ def test_plain_status_never_calls_the_failing_primary(agent, server):
         server.always("openai", None)
 
 
+def test_a_slow_provider_of_one_agent_never_delays_another_agents_async_calls(tmp_path, server):
+    """helper-51: on one server, eight searches of an agent whose endpoint answered in 2 s held the
+    one async thread for 16 s, and another agent's keyword search and plain `get` waited behind
+    them. Searches that wait on a remote provider run on their agent's own threads now."""
+    import asyncio
+
+    import memindex
+    from tests.conftest import Agent
+
+    slow, fast = Agent(tmp_path / "slow"), Agent(tmp_path / "fast")
+    for a in (slow, fast):
+        a.write("memory/a.md", "# A\npapaya smoothie recipe\n")
+    slow.memory_config(openai_cfg(server))
+    fast.memory_config({"provider": "none"})
+    slow.index()
+    fast.index()
+    delay = 1.5
+    server.always("openai", {"kind": "delay", "seconds": delay})
+    slow_engine, fast_engine = memindex.open_search(slow.settings()), memindex.open_search(fast.settings())
+
+    async def timed(coro):
+        t0 = time.monotonic()
+        result = await coro
+        return result, time.monotonic() - t0
+
+    async def main():
+        slows = [timed(slow_engine.asearch(f"papaya question {i}")) for i in range(6)]
+        return await asyncio.gather(*slows, timed(fast_engine.asearch("papaya")),
+                                    timed(memindex.amemory_get(fast.settings(), "memory/a.md")))
+
+    try:
+        *slow_runs, (resp, t_search), (got, t_get) = asyncio.run(main())
+    finally:
+        server.always("openai", None)
+        slow_engine.close()
+        fast_engine.close()
+    assert all(r.results for r, _ in slow_runs) and max(t for _, t in slow_runs) >= delay
+    assert resp.results and "papaya" in got.text
+    # Queued behind the slow searches they took 6 x 1.5 s; alone they take milliseconds.
+    assert t_search < 2 * delay and t_get < 2 * delay, (t_search, t_get)
+
+
 def test_status_names_the_fallback_that_built_the_index(agent, server):
     """The primary answered 503 while indexing and the fallback built the index: status still
     said openai, fallback None, while search said fallback true."""

@@ -9,6 +9,8 @@ seen by indexing and search alike.
 
 from __future__ import annotations
 
+import functools
+
 import logging
 import os
 import threading
@@ -401,6 +403,15 @@ class AgentQueryEmbedder:
         fb = self.service.choice.fallback
         return fb is not None and fb.fingerprint() == index_fp.get("providerKey")
 
+    def waits_on_network(self, text: str) -> bool:
+        """Would a query vector for ``text`` be a request to a remote provider (not a cached vector,
+        not the local model)? The async API runs such searches on the agent's own threads."""
+        p = self.service.active_provider
+        if p is None or p.id not in _remote_ids():
+            return False
+        with self._lock:
+            return not any(key[1] == text for key in self._cache)
+
     def embed_query(self, text: str, index_fp: Mapping[str, Any] | None = None) -> list[float] | None:
         if not index_fp or index_fp.get("provider") in (None, "none"):
             return None  # the live index has no vectors: keyword search only
@@ -422,6 +433,18 @@ class AgentQueryEmbedder:
             while len(self._cache) > QUERY_CACHE_SIZE:
                 self._cache.popitem(last=False)
         return vec
+
+
+@functools.lru_cache(maxsize=1)
+def _remote_ids() -> frozenset[str]:
+    from memindex.pipeline.embeddings import registry
+
+    return frozenset(registry.remote_ids())
+
+
+def is_remote_provider(provider_id: str) -> bool:
+    """A provider whose embeddings are requests to an HTTP API (not the local model)."""
+    return provider_id in _remote_ids()
 
 
 def query_embedder_for(settings: AgentSettings) -> AgentQueryEmbedder | None:

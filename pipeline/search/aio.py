@@ -26,6 +26,11 @@ POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_THREADS", "1"))
 # their own: one hung qmd must not hold the thread every other agent's search and get queue for.
 WAIT_POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_WAIT_THREADS", "4"))
 
+# Searches whose query vector is a request to a remote provider: threads per agent, so one
+# agent's slow or hung endpoint never holds the shared thread every other agent's search and get
+# queue for (8 searches at 2 s each held a plain `get` of another agent for 16 s on one server).
+EMBED_POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_EMBED_THREADS", "2"))
+
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
 
@@ -46,7 +51,8 @@ def _executor(kind: str = "async") -> ThreadPoolExecutor:
     with _lock:
         pool = _pools.get(kind)
         if pool is None:
-            size = POOL_THREADS if kind == "async" else WAIT_POOL_THREADS
+            size = (POOL_THREADS if kind == "async" else EMBED_POOL_THREADS if kind.startswith("embed:")
+                    else WAIT_POOL_THREADS)
             pool = _pools[kind] = ThreadPoolExecutor(max_workers=max(1, size), thread_name_prefix=f"memindex-{kind}")
         return pool
 
@@ -59,6 +65,11 @@ async def _run(kind: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
 async def run_in_pool(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
     """``fn(*args, **kwargs)`` on the shared pool, awaited without blocking the running loop."""
     return await _run("async", fn, args, kwargs)
+
+
+async def run_embedding(owner: str, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+    """``run_in_pool`` for a call that waits on ``owner``'s embedding endpoint: ``owner``'s threads."""
+    return await _run(f"embed:{owner}", fn, args, kwargs)
 
 
 async def run_waiting(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:

@@ -165,10 +165,13 @@ class AsyncSearch:
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
                       min_score: float | None = None, session_key: str | None = None,
                       chat_type: str | None = None) -> SearchResponse:
-        from memindex.pipeline.search.aio import run_in_pool  # asyncio: only for async callers (~30 ms)
+        from memindex.pipeline.search import aio  # asyncio: only for async callers (~30 ms)
 
-        return await run_in_pool(self.search, query, max_results=max_results, min_score=min_score,
-                                 session_key=session_key, chat_type=chat_type)
+        kw = dict(max_results=max_results, min_score=min_score, session_key=session_key, chat_type=chat_type)
+        waits = getattr(self, "_query_waits", None)
+        if isinstance(query, str) and waits is not None and waits(query.strip()):
+            return await aio.run_embedding(str(self.settings.store_path), self.search, query, **kw)
+        return await aio.run_in_pool(self.search, query, **kw)
 
 
 @runtime_checkable
@@ -409,6 +412,19 @@ class MemorySearch(AsyncSearch):
             self.query_embedder = query_embedder_for(self.settings)
             self._auto_embedder = False
         return self.query_embedder
+
+    def _query_waits(self, query: str) -> bool:
+        """Would this search wait on a remote provider for its query vector (``asearch`` then runs
+        it on this agent's own threads)? Before the embedder is built, the configured provider says."""
+        emb = self.query_embedder
+        if emb is not None:
+            waits = getattr(emb, "waits_on_network", None)
+            return bool(waits(query)) if waits is not None else False
+        if not self._auto_embedder:
+            return False
+        from memindex.pipeline.embeddings.embedder import is_remote_provider
+
+        return is_remote_provider(str(self.settings.memory_search.get("provider")))
 
     def _query_vector(self, query: str, resp: SearchResponse, fp: dict[str, Any] | None) -> list[float] | None:
         if not fp or fp.get("provider") in (None, "none"):
