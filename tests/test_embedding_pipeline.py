@@ -414,6 +414,27 @@ def test_a_slow_provider_of_one_agent_never_delays_another_agents_async_calls(tm
     assert t_search < 2 * delay and t_get < 2 * delay, (t_search, t_get)
 
 
+def test_a_switch_to_the_fallback_is_said_once_not_once_per_file(agent, server, caplog):
+    """helper-52: one switch to the fallback logged, in one process, a warning per file queued
+    before it ("was planned for provider openai but this compute host embeds with gemini
+    (different config?)"): 72 lines for 72 files. Once per agent and pair of providers now."""
+    for i in range(80):
+        agent.write(f"memory/n{i:03d}.md", f"# Day {i}\n" + "".join(
+            f"The Omada router VLAN {i} serves device {j} in rack {j * i}.\n" for j in range(60)))
+    server.always("openai", {"status": 500, "message": "upstream down"})
+    agent.memory_config(openai_cfg(server, fallback="local", local={"modelPath": str(GGUF)}))
+    try:
+        with caplog.at_level("WARNING", logger="memindex"):
+            agent.index()
+    finally:
+        server.always("openai", None)
+    assert agent.search("Omada router")["provider"] == "local"
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert not [m for m in lines if "was planned for provider" in m], lines
+    said = [m for m in lines if "the writer re-plans them" in m]
+    assert len(said) <= 1 and all("before this process switched to its fallback local" in m for m in said), said
+
+
 def test_status_names_the_fallback_that_built_the_index(agent, server):
     """The primary answered 503 while indexing and the fallback built the index: status still
     said openai, fallback None, while search said fallback true."""

@@ -212,6 +212,26 @@ def forward(ctx: dict[str, Any], queue: str, generation: int, items: list[dict[s
 
 # --- the compute actor ------------------------------------------------------------------------
 
+_mismatch_said: set[tuple[Any, ...]] = set()
+
+
+def _say_mismatch(agent: Any, embedder: Any, planned: list[Any], paths: list[str]) -> None:
+    """Files planned for one provider, embedded here with another: the writer re-plans them. Said
+    once per agent and pair of providers (it was one warning per file: 72 lines for one switch),
+    and after a switch to the fallback in this process, as that rather than "different config?"."""
+    want = next(p for p in planned if p is not None and p.provider_key != embedder.identity.provider_key)
+    key = (agent, want.provider_key, embedder.identity.provider_key)
+    first = key not in _mismatch_said
+    _mismatch_said.add(key)
+    service = getattr(embedder, "service", None)
+    if service is not None and getattr(service, "fallback_active", False):
+        why = f"planned for {want.provider} before this process switched to its fallback {embedder.identity.provider}"
+    else:
+        why = (f"planned for {want.provider} but this compute host embeds with {embedder.identity.provider} "
+               "(different config?)")
+    (log.warning if first else log.debug)("%s: %d file(s) (%s%s) %s; the writer re-plans them", agent, len(paths),
+                                          paths[0], ", ..." if len(paths) > 1 else "", why)
+
 @dramatiq.actor(queue_name=EMBED_QUEUE, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
 def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], items: list[dict[str, Any]]) -> None:
     """Embed the chunks without a vector in ``items`` and hand them to the store's writer."""
@@ -249,10 +269,10 @@ def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], ite
             log.warning("%s: %s", ctx.get("agent_id"), exc)
             request_resync(ctx, "fallback")
             return
-        for item, rec, want in zip(items, records, planned):
-            if want is not None and rec.embedding is not None and want.provider_key != rec.embedding.provider_key:
-                log.warning("%s: %s was planned for provider %s but this compute host embeds with %s "
-                            "(different config?); the writer will re-plan it", ctx.get("agent_id"), rec.path,
-                            want.provider, rec.embedding.provider)
+        mismatched = [rec.path for rec, want in zip(records, planned) if want is not None
+                      and rec.embedding is not None and want.provider_key != rec.embedding.provider_key]
+        if mismatched:
+            _say_mismatch(ctx.get("agent_id"), embedder, planned, mismatched)
+        for item, rec in zip(items, records):
             item["record"] = rec.to_message()
     forward(ctx, write_queue_for(spec["store"]), generation, items)
