@@ -505,6 +505,32 @@ def test_header_secret_echoed_by_a_401_never_appears_at_debug(agent, fresh_servi
     assert secret not in text and "sk-test-123" not in text
 
 
+def test_a_half_masked_key_echoed_by_the_provider_never_appears(agent, fresh_services, server):
+    """helper-52: OpenAI's 401 echoes the key half-masked ("sk-proj-****...cdef"); the full key was
+    scrubbed but that echo, the key's prefix and last characters, was kept in `index`'s line,
+    status, the logs and the store."""
+    import sqlite3
+
+    agent.write("MEMORY.md", "the router is an Omada ER605\n")
+    agent.memory_config(_openai(server))
+    echo = "sk-proj-" + "*" * 40 + "-123"
+    server.always("openai", {"status": 401, "message": f"Incorrect API key provided: {echo}. You can find your "
+                                                       "API key at https://platform.openai.com/account/api-keys."})
+    out = [_cli(agent, *args) for args in (("-vv", "index"), ("status",), ("status", "--json"))]
+    text = "\n".join(p.stdout + p.stderr for p in out)
+    assert out[0].returncode == 1 and "Incorrect API key provided: ***" in text, text
+    assert "****" not in text and "sk-proj-" not in text, text
+    conn = sqlite3.connect(agent.settings().store_path)
+    try:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE "
+                                             "'files%'")]
+        stored = " ".join(str(e) for t in tables for (e,) in conn.execute(f"SELECT error FROM {t} WHERE error "
+                                                                          "IS NOT NULL"))
+    finally:
+        conn.close()
+    assert "Incorrect API key" in stored and "sk-proj-" not in stored and "****" not in stored, stored
+
+
 def test_hung_redis_does_not_stall_search(agent, tmp_path):
     agent.memory_config({"sync": {"onSearch": True}})
     for i in range(30):

@@ -12,6 +12,8 @@ are redacted when the error is built (``EmbeddingProvider.redact``).
 
 from __future__ import annotations
 
+import re
+
 import logging
 import threading
 from typing import Any
@@ -46,11 +48,18 @@ def url_secrets(url: str | None) -> list[str]:
     return list(dict.fromkeys([unquote(v) for v in found if v] + [v for v in found if v]))
 
 
+# A key a provider echoes half-masked ("Incorrect API key provided: sk-proj-****...cdef", OpenAI's
+# 401): its prefix and last characters are still part of the key. The whole token goes.
+_MASKED_ECHO = re.compile(r"[A-Za-z0-9_\-]{2,}[*\u2022]{4,}[A-Za-z0-9_\-]{1,12}")
+
+
 def redact(text: str) -> str:
-    """``text`` with every registered secret replaced by ``***``."""
+    """``text`` with every registered secret, and any half-masked key echo, replaced by ``***``."""
     for s in sorted(_secrets, key=len, reverse=True):  # longest first: a key containing another
         if s in text:
             text = text.replace(s, MASK)
+    if "**" in text or "\u2022" in text:
+        text = _MASKED_ECHO.sub(MASK, text)
     return text
 
 
