@@ -195,6 +195,29 @@ def test_an_outage_too_short_for_the_watcher_to_see_is_counted_by_the_workers(re
 
 
 @pytest.mark.redis
+def test_one_redis_restart_is_one_verdict_not_two(redis_server, monkeypatch):
+    """helper-49: one Redis restart without persistence re-planned every agent twice within
+    seconds ("Redis lost its data", then "a worker lost its connection" as the workers reconnected
+    and counted it), the second after forgetting the leases the first re-plan had set: every
+    pending file was queued two or three times. The counter's change right after a verdict is the
+    same outage; a later one is a new one. A data-loss verdict leaves the leases alone (they went
+    with the data; any there now stand for work queued since)."""
+    from memindex.workers import lifecycle
+    from memindex.workers.lifecycle import DataLossProbe
+
+    client = redis.Redis.from_url(redis_server.url)
+    probe = DataLossProbe(client, "memindex-t")
+    assert probe() is None and probe() is None
+    client.flushall()
+    assert "lost its data" in (probe() or "") and probe.kind == "data_lost"
+    client.incr("memindex-t:outages")  # the workers, reconnected, count the outage they saw
+    assert probe() is None
+    monkeypatch.setattr(lifecycle, "OUTAGE_SETTLE_S", 0.0)  # long after: another outage
+    client.incr("memindex-t:outages")
+    assert "lost its connection to Redis" in (probe() or "") and probe.kind == "outage"
+
+
+@pytest.mark.redis
 def test_a_worker_whose_main_process_is_killed_does_not_leave_its_child_running(tmp_path, redis_server):
     """helper-46: SIGKILL to the `memindex worker --writer` pid (what a supervisor knows) left its
     dramatiq child consuming the write queue on its own, a writer nobody could stop but by pid."""

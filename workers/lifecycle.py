@@ -335,6 +335,10 @@ class DataLossProbe:
         self._armed = False
         self._unreachable = False
         self._outages: bytes | None = None
+        self._verdict_at = float("-inf")
+        # What the last verdict was: "data_lost" (leases went with the data: any there now stand
+        # for work queued since), "unreachable" or "outage" (leases may outlive dropped work).
+        self.kind: str | None = None
 
     def __call__(self) -> str | None:
         try:
@@ -348,16 +352,30 @@ class DataLossProbe:
             return None
         armed, unreachable, seen = self._armed, self._unreachable, self._outages
         self._armed, self._unreachable, self._outages = True, False, outages
+        now = time.monotonic()
         if armed and not present:
-            return "Redis lost its data (flushed or restarted without persistence)"
+            return self._verdict("data_lost", now, "Redis lost its data (flushed or restarted without persistence)")
         if unreachable:
-            return "Redis was unreachable for a while (work in flight then may have been dropped)"
+            return self._verdict("unreachable", now,
+                                 "Redis was unreachable for a while (work in flight then may have been dropped)")
         if armed and outages != seen:
-            return "a worker lost its connection to Redis for a moment (work in flight then may have been dropped)"
+            if now - self._verdict_at < OUTAGE_SETTLE_S:
+                # The workers counting the outage the last verdict already answered (they bump the
+                # counter as they reconnect): a second re-plan queued every pending file again.
+                return None
+            return self._verdict("outage", now, "a worker lost its connection to Redis for a moment (work in "
+                                               "flight then may have been dropped)")
         return None
+
+    def _verdict(self, kind: str, now: float, reason: str) -> str:
+        self.kind, self._verdict_at = kind, now
+        return reason
 
 
 OUTAGES_TTL_S = 7 * 86400
+# After a verdict, changes of the outage counter within this are the same outage's (workers
+# reconnecting to the restarted Redis), not another one.
+OUTAGE_SETTLE_S = 60.0
 
 
 def outages_key(namespace: str) -> str:
