@@ -176,8 +176,7 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
             elif time.monotonic() - unconsumed_since > NO_WORKER_GRACE_S:
                 raise NoWorkerError(
                     f"no worker is consuming queue(s) {', '.join(orphaned)} on the broker; start the Procfile's "
-                    "processes (`memindex worker --queues sync embed`, `memindex worker --writer`); "
-                    "the work stays queued")
+                    f"processes ({', '.join(f'`{c}`' for c in _starts(orphaned))}); the work stays queued")
         if progress is not None and total:
             progress(_done(reader, total, since_ns), total)
         quiet = quiet + 1 if queues.total_outstanding() == 0 else 0
@@ -190,6 +189,23 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
         if deadline is not None and time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+
+
+def _starts(queues: list[str]) -> list[str]:
+    """The commands that consume ``queues`` (a shard's writer by its K/N: a plain `--writer` is
+    refused in a sharded deployment)."""
+    from memindex.workers.broker import write_shards
+
+    out = []
+    side = [q for q in queues if not q.startswith("write")]
+    if side:
+        out.append(f"memindex worker --queues {' '.join(side)}")
+    for q in queues:
+        if q == "write":
+            out.append("memindex worker --writer")
+        elif q.startswith("write."):
+            out.append(f"memindex worker --writer --shard {q.split('.', 1)[1]}/{write_shards()}")
+    return out
 
 
 # How often the bar is redrawn while the embedded workers run. The wait itself is
