@@ -265,10 +265,26 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
             issues.append(f"no memory files found in {ws}")
         scans.append({"source": "memory", "totalFiles": total, "issues": issues})
     if "sessions" in settings.sources:
+        from memindex.pipeline.index.sessions import discover_sessions
+
         d = settings.sessions_dir
         try:
-            total = sum(1 for e in os.scandir(d) if e.is_file(follow_symlinks=False) and e.name.endswith(".jsonl"))
-            scans.append({"source": "sessions", "totalFiles": total, "issues": []})
+            if d.is_symlink():  # refused (it could be another agent's transcripts): said, not silent
+                scans.append({"source": "sessions", "totalFiles": 0, "issues": [
+                    f"sessions directory {d} is a symlink; not read (transcripts are never read through a "
+                    "symlink: it could point at another agent's)"]})
+            else:
+                os.scandir(d).close()  # missing / not accessible: the lines below
+                facts = ListingFacts()
+                total = len(discover_sessions(settings, facts))
+                issues = []
+                if facts.symlinks:
+                    issues.append(f"{len(facts.symlinks)} symlinked transcript(s) not followed: "
+                                  f"{_first_few(d, facts.symlinks)}")
+                if facts.specials:
+                    issues.append(f"{len(facts.specials)} special file(s) (FIFO, socket or device) named like a "
+                                  f"transcript not read: {_first_few(d, facts.specials)}")
+                scans.append({"source": "sessions", "totalFiles": total, "issues": issues})
         except FileNotFoundError:
             scans.append({"source": "sessions", "totalFiles": 0, "issues": [f"sessions directory missing ({d})"]})
         except OSError as exc:

@@ -13,7 +13,7 @@ from tests.conftest import Agent, run_cli
 from memindex.pipeline.search.get import MemoryGetError, memory_get
 from memindex.pipeline.search.engine import MemorySearch
 from memindex.pipeline.index.sessions import discover_sessions, parse_extra
-from memindex.pipeline.status import format_status, index_status
+from memindex.pipeline.status import source_scan, format_status, index_status
 from memindex.pipeline.store.core import open_reader
 
 OPT_IN = {"sources": ["memory", "sessions"], "experimental": {"sessionMemory": True}}
@@ -166,6 +166,24 @@ def test_symlinked_sessions_dir_is_refused(sess, tmp_path):
     (sess.state / "agents" / "main").mkdir(parents=True)
     (sess.state / "agents" / "main" / "sessions").symlink_to(other)
     assert discover_sessions(sess.settings()) == []
+    # Said, as for memory files (it was silent: helper-50).
+    scan = {sc["source"]: sc for sc in source_scan(sess.settings())["sources"]}["sessions"]
+    assert scan["totalFiles"] == 0 and any("is a symlink; not read" in i for i in scan["issues"]), scan
+
+
+def test_symlinked_and_special_transcripts_are_named_by_status(sess, tmp_path):
+    """helper-50: symlinked `.jsonl` files and FIFOs named like transcripts were skipped without a
+    word in status, where the same under memory/ get an issue line."""
+    transcript(sess, "real.jsonl", msg("user", "a real transcript"))
+    d = sess.state / "agents" / "main" / "sessions"
+    elsewhere = tmp_path / "other.jsonl"
+    elsewhere.write_text(msg("user", "someone else's"))
+    (d / "linked.jsonl").symlink_to(elsewhere)
+    os.mkfifo(d / "pipe.jsonl")
+    scan = {sc["source"]: sc for sc in source_scan(sess.settings())["sources"]}["sessions"]
+    assert scan["totalFiles"] == 1, scan
+    assert any("1 symlinked transcript(s) not followed" in i and "linked.jsonl" in i for i in scan["issues"]), scan
+    assert any("1 special file(s)" in i and "pipe.jsonl" in i for i in scan["issues"]), scan
 
 
 @pytest.mark.parametrize("ms", [

@@ -69,7 +69,11 @@ def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None
     transcripts and break per-agent isolation.
     """
     d = settings.sessions_dir
-    if d.is_symlink() or not d.is_dir():
+    if d.is_symlink():
+        if facts is not None:
+            facts.symlinks.append(str(d))
+        return []
+    if not d.is_dir():
         return []
     out: list[MemoryFile] = []
     try:
@@ -83,6 +87,9 @@ def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None
             st = e.stat(follow_symlinks=False)
         except OSError:
             continue
+        if facts is not None and not stat.S_ISREG(st.st_mode):  # said by status, as under memory/
+            (facts.symlinks if stat.S_ISLNK(st.st_mode) else facts.specials if not stat.S_ISDIR(st.st_mode)
+             else []).append(e.path)
         if stat.S_ISREG(st.st_mode):
             if facts is not None and st.st_nlink > 1:
                 facts.hard_links = True
