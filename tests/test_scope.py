@@ -189,8 +189,28 @@ def test_builtin_search_answers_group_and_channel_keys(agent, caplog, memory) ->
     agent.memory_config({"provider": "hash"}, memory=memory)
     agent.index()
     with caplog.at_level(logging.WARNING, logger="memindex.scope"):
-        for key in (GROUP, CHANNEL, WORK_GROUP, DIRECT):
+        for key in (GROUP, CHANNEL, "agent:main:slack:group:eng", DIRECT):
             res = agent.search("router VLAN", session_key=key)
             assert res["results"], key
             assert "not allowed" not in (res.get("warning") or "")
     assert not [r for r in caplog.records if r.name == "memindex.scope"]
+
+
+@pytest.mark.parametrize("backend", ["builtin", "qmd"])
+def test_a_session_key_of_another_agent_is_refused_in_process(agent, backend: str) -> None:
+    """helper-51: in-process, `engine.search(..., session_key="agent:ops:...")` on main's engine
+    quietly answered from main's memory, where the servers and the CLI refuse the mismatch."""
+    import memindex
+
+    agent.write("memory/a.md", "# A\nkumquat\n")
+    if backend == "qmd":
+        from tests.test_qmd import configure
+
+        configure(agent)
+    agent.index()
+    with memindex.open_search(agent.settings()) as engine:
+        with pytest.raises(memindex.UsageError, match="a session of agent 'ops'"):
+            engine.search("kumquat", session_key="agent:ops:telegram:direct:1")
+        # Its own agent's key (any case), a key without an agent, and none at all are fine.
+        for key in ("agent:Main:main", "telegram:group:42", None):
+            engine.search("kumquat", session_key=key)

@@ -134,7 +134,7 @@ class FallbackSearch(AsyncSearch):
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
         self._check_open()
-        check_search_args(query, max_results, min_score, session_key, chat_type)
+        check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
         citations = self.settings.memory["citations"]
         resp = SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
                               citations=citations, mode=self.manager.search_mode, backend="qmd")

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
+from memindex.pipeline.config.paths import normalize_agent_id
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.fts_budget import FtsBudget
@@ -24,6 +25,7 @@ from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, match_query_and_ke
 from memindex.pipeline.search.ranking import (
     Candidate, calibrated_text_scores, keyword_coverage, normalize_weights, rank_pipeline, relative_text_score,
 )
+from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.search.snippet import centred_snippet
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.schema import vec_dims_key
@@ -127,8 +129,11 @@ def citations_on(mode: str, session_key: str | None) -> bool:
     return not ({"group", "channel"} & set(rest))
 
 
-def check_search_args(query: Any, max_results: Any, min_score: Any, session_key: Any, chat_type: Any) -> None:
-    """What every engine's ``search`` accepts (the MCP and HTTP tools check the same before calling)."""
+def check_search_args(query: Any, max_results: Any, min_score: Any, session_key: Any, chat_type: Any,
+                      agent_id: str | None = None) -> None:
+    """What every engine's ``search`` accepts (the MCP and HTTP tools check the same before calling).
+    ``agent_id``: the engine's agent; a session key of another agent (``agent:<id>:...``) is refused,
+    as the servers and the CLI refuse it (in-process it quietly answered from this agent's memory)."""
     require("query", query, str)
     require("max_results", max_results, int, optional=True)
     require("min_score", min_score, (int, float), optional=True)
@@ -138,6 +143,10 @@ def check_search_args(query: Any, max_results: Any, min_score: Any, session_key:
         raise UsageError(f"max_results must be at least 1, not {max_results}")
     if min_score is not None and not math.isfinite(min_score):
         raise UsageError(f"min_score must be a finite number, not {min_score}")
+    keyed = agent_from_key(session_key)
+    if agent_id is not None and keyed is not None and normalize_agent_id(keyed) != agent_id:
+        raise UsageError(f"session_key {session_key!r} is a session of agent {keyed!r}, and this engine searches "
+                         f"agent {agent_id!r}'s memory; open the engine of that agent")
 
 
 class _Searches(Protocol):
@@ -270,7 +279,7 @@ class MemorySearch(AsyncSearch):
         """Never raises for what happens at run time: a store it cannot read answers no results,
         with a warning saying why. Arguments of the wrong type are the caller's bug: ``UsageError``."""
         self._check_open()
-        check_search_args(query, max_results, min_score, session_key, chat_type)
+        check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
         try:
             return self._search(query, max_results=max_results, min_score=min_score,
                                 session_key=session_key, chat_type=chat_type)
