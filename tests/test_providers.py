@@ -21,6 +21,7 @@ from memindex.pipeline.embeddings import (
     EmbeddingService,
     InvalidVectorError,
     ProviderAuthError,
+    ProviderModelNotFound,
     ProviderChoice,
     ProviderError,
     ProviderRateLimited,
@@ -462,7 +463,8 @@ def test_api_key_never_appears_in_errors(server, policy):
 
 def test_unknown_model_is_not_retried(server, policy):
     server.script("ollama", {"status": 404, "message": 'model "nomic-embed-text" not found, try pulling it first'})
-    with pytest.raises(ProviderAuthError, match="model not found: nomic-embed-text"):
+    # Permanent like a rejected key, but named for what it is (status said "ProviderAuthError").
+    with pytest.raises(ProviderModelNotFound, match="model not found: nomic-embed-text"):
         service_for(server, policy, "ollama").embed_documents(["a"])
     assert server.count("ollama") == 1
 

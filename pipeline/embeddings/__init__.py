@@ -17,7 +17,8 @@ from typing import Any
 _WHERE = {
     "EmbeddingProvider": "base", "InvalidVectorError": "base", "ProviderAuthError": "base",
     "ProviderError": "base", "ProviderRateLimited": "base", "ProviderTooManyItems": "base",
-    "ProviderTransientError": "base", "resolve_api_key": "keys", "ConcurrencyLimiter": "limiter",
+    "ProviderTransientError": "base", "ProviderModelNotFound": "base", "ProviderQuotaExhausted": "base",
+    "resolve_api_key": "keys", "ConcurrencyLimiter": "limiter",
     "Limiter": "limiter", "default_limiter": "limiter", "RetryPolicy": "retry", "call_with_retry": "retry",
     "embed_with_splitting": "retry", "pack_batches": "retry", "ProviderChoice": "select",
     "build_provider": "select", "select_provider": "select", "EmbeddingService": "service",
@@ -28,6 +29,8 @@ __all__ = [
     "EmbeddingProvider",
     "ProviderError",
     "ProviderAuthError",
+    "ProviderModelNotFound",
+    "ProviderQuotaExhausted",
     "ProviderRateLimited",
     "ProviderTransientError",
     "ProviderTooManyItems",

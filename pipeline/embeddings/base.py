@@ -42,6 +42,15 @@ class ProviderBadInput(ProviderAuthError):
     per_input = True
 
 
+class ProviderModelNotFound(ProviderAuthError):
+    """HTTP 404: the model (or the endpoint: a wrong baseUrl) does not exist. Not a key problem,
+    though as permanent (status said "ProviderAuthError: ... model not found")."""
+
+
+class ProviderQuotaExhausted(ProviderAuthError):
+    """HTTP 429 about billing or plan: waiting does not help."""
+
+
 class ProviderKeyMissing(ProviderAuthError):
     """No API key anywhere for a provider that needs one: OpenClaw's "No API key found"."""
 

@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterator, Mapping
 from memindex.pipeline.embeddings.base import (
     EmbeddingProvider,
     ProviderAuthError,
+    ProviderModelNotFound,
+    ProviderQuotaExhausted,
     ProviderBadInput,
     ProviderError,
     ProviderRateLimited,
@@ -124,11 +126,11 @@ def from_status(
     if status in (401, 403):
         return ProviderAuthError(f"{provider_id} rejected the API key{suffix}")
     if status == 404:
-        return ProviderAuthError(f"{provider_id}: model not found: {model or '?'} (or wrong baseUrl){suffix}")
+        return ProviderModelNotFound(f"{provider_id}: model not found: {model or '?'} (or wrong baseUrl){suffix}")
     if status == 429:
         if re.search(r"insufficient_quota|billing|exceeded your current quota, please check your plan", detail, re.I):
             # A billing problem, not a rate window: waiting will not fix it.
-            return ProviderAuthError(f"{provider_id}: quota exhausted, check the account's plan/billing{suffix}")
+            return ProviderQuotaExhausted(f"{provider_id}: quota exhausted, check the account's plan/billing{suffix}")
         ra = retry_after if retry_after is not None else retry_after_from_headers(headers)
         return ProviderRateLimited(f"{provider_id}: rate limited{suffix}", retry_after=ra)
     if status in (408, 409, 425) or status >= 500:
