@@ -427,3 +427,46 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     for issue in (scan or {}).get("issues", []):
         lines.append(f"issue:        {issue}")
     return "\n".join(map(escape_controls, lines))  # a file name with a newline is still one line
+
+
+# --- OpenClaw's shape ---------------------------------------------------------------------------
+
+# OpenClaw's status() keys, in its order; each is always present in ours.
+STATUS_KEYS = ("backend", "files", "chunks", "dirty", "workspaceDir", "dbPath", "provider", "model",
+               "requestedProvider", "sources", "extraPaths", "sourceCounts", "cache", "fts", "fallback",
+               "vector", "batch")
+
+
+def status_entry(report: dict[str, Any], *, embedding_probe: dict[str, Any] | None = None,
+                 index_error: str | None = None, scan: dict[str, Any] | None = None,
+                 batch_jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One element of ``status --json``: ``{agentId, status, embeddingProbe, indexError, scan}``."""
+    status = dict(report)
+    status["workspaceDir"] = report["workspace"]
+    status["dbPath"] = report["store"]
+    status["fallback"] = report.get("fallback") or _provider_fallback(report)
+    status.setdefault("cache", {"enabled": None, "entries": None, "maxEntries": None})
+    status["batch"] = {**report["batch"], **_batch_counts(batch_jobs or [])}
+    status["custom"] = {"searchMode": "fts-only" if report["provider"] == "none" else "hybrid",
+                        "providerUnavailableReason": report.get("providerReason")
+                        if report["provider"] == "none" else None}
+    ordered = {k: status[k] for k in STATUS_KEYS}
+    ordered.update((k, v) for k, v in status.items() if k not in ordered)
+    return {"agentId": report["agent"], "status": ordered, "embeddingProbe": embedding_probe,
+            "indexError": index_error, "scan": scan}
+
+
+def _provider_fallback(report: dict[str, Any]) -> dict[str, Any] | None:
+    """A provider that failed over: OpenClaw's ``fallback {from, reason}``."""
+    if not report.get("providerFallback"):
+        return None
+    return {"from": report.get("requestedProvider"), "reason": report.get("providerFallbackReason")}
+
+
+def _batch_counts(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Failure counts from the batch jobs on record. memindex never switches batching off after
+    failures (each failed item goes the synchronous way), hence no ``limit``."""
+    failed = [j for j in jobs if j.get("error")]
+    last = jobs[0] if jobs else None
+    return {"failures": len(failed), "limit": None, "lastError": failed[0]["error"] if failed else None,
+            "lastProvider": last["provider"] if last else None}

@@ -60,10 +60,18 @@ def test_results_identical_to_the_cli(indexed: Agent, local: str) -> None:
     assert r.json()["text"] == "Café meeting at 10."
 
 
-def test_status_and_health(local: str) -> None:
+def test_status_and_health(local: str, indexed: Agent) -> None:
     assert httpx.get(f"{local}/healthz").json() == {"ok": True}
     s = httpx.get(f"{local}/v1/status", timeout=30).json()
     assert s["agent"] == "main" and s["agents"] == ["main"] and s["files"] == 2
+    # The same object as `status --json`'s "status" (OpenClaw's keys: workspaceDir, dbPath, custom,
+    # fallback, batch counts), with agentId and scan beside it (helper-51: other names, keys missing).
+    out = run_cli(*cli_args(indexed)[2:], "status", "--json")
+    [cli] = json.loads(out.stdout)
+    for key in ("backend", "files", "chunks", "workspaceDir", "dbPath", "provider", "model", "sources",
+                "sourceCounts", "fts", "fallback", "vector", "batch", "custom"):
+        assert s[key] == cli["status"][key], key
+    assert s["agentId"] == cli["agentId"] and s["scan"] == cli["scan"]
 
 
 @pytest.mark.parametrize("method,path,body,status,code", [

@@ -521,11 +521,12 @@ class MemorySearch(AsyncSearch):
 
     def status(self, *, probe: bool = False) -> dict[str, Any]:
         """The index status report (same shape as ``memindex status --json``); ``probe`` is for qmd."""
+        from memindex.pipeline.embeddings.embedder import provider_info
         from memindex.pipeline.status import index_status
 
         self._check_open()
-        emb = self.query_embedder
-        return index_status(self.settings, {"provider": emb.provider, "model": emb.model} if emb else None)
+        # The provider as `memindex status` describes it (with the reason when there is none).
+        return index_status(self.settings, provider_info(self.settings))
 
     def close(self) -> None:
         self._closed = True

@@ -27,6 +27,7 @@ from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.backend import SearchEngine, engine_for
 from memindex.pipeline.search.get import amemory_get
 from memindex.pipeline.search.scope import agent_from_key
+from memindex.pipeline.status import source_scan, status_entry
 from memindex.producers.hooks import schedule_sync
 
 
@@ -238,7 +239,12 @@ class MemoryTools:
             raise OperationError("path_rejected", str(exc)) from None
 
     async def status(self, *, agent: Any = None) -> dict[str, Any]:
+        """The agent's status: ``status --json``'s ``status`` object (OpenClaw's keys, ours beside
+        them) with ``agentId`` and ``scan`` beside it, flat, plus the configured ``agents``."""
         settings = self.settings(agent)
         with refusals():
             report = await run_in_pool(self.engine(settings).status, probe=True)
+            if "workspace" in report and "store" in report:  # the builtin store's report
+                entry = status_entry(report, scan=await run_in_pool(source_scan, settings))
+                report = {**entry["status"], "agentId": entry["agentId"], "scan": entry["scan"]}
         return {**report, "agents": self.agent_ids()}
