@@ -312,7 +312,18 @@ def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, A
     if noop or plan.role != "live":  # a rebuild is already said (configChanged / rebuilding)
         return
     # Files re-planned only for their vectors did not change: status says "keyword-only" for them.
-    changed = len(plan.jobs) - plan.vector_retries + len(plan.session_deltas)
+    # Files a sync already queued (pending in the store) are said as pending, not as changes that
+    # `memindex index` must take (on Redis, while the workers indexed them, it said just that).
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.store.core import open_reader
+
+    reader = open_reader(settings_for(_ctx(args, agent)))
+    try:
+        queued = reader.pending_paths(plan.generation, limit=len(plan.jobs) + 1)
+    finally:
+        reader.close()
+    changed = (sum(1 for j in plan.jobs if j.path not in queued and (j.source, j.path) not in plan.retry_keys)
+               + len(plan.session_deltas))
     deleted = len(plan.deletes)
     if changed or deleted:
         report["diskChanges"] = {"toIndex": changed, "toDelete": deleted}
