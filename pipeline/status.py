@@ -339,7 +339,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         f"sources:      {', '.join(s['sources'])}",
         f"store:        {s['store']}  (driver {s['driver']})",
         f"indexed:      {s['files'] - s.get('skipped', 0)}/{_on_disk(scan)} files, {s['chunks']} chunks"
-        + (f", {s['pending']} pending" if s.get("pending") else "")
+        + (f", {s['pending']} pending (queued by a sync; if none runs, `memindex index` takes them)"
+           if s.get("pending") else "")
         + (f", {s['skipped']} skipped (see problem lines)" if s.get("skipped") else "")
         + (f", {s['vectorsPending']} keyword-only (vectors failed; the next sync retries)" if s.get("vectorsPending")
            else "")
