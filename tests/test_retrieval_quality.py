@@ -52,6 +52,19 @@ def test_snippet_shows_a_match_past_the_first_700_characters(agent, ms):
     assert got.text == body
 
 
+@pytest.mark.parametrize("query", ["creme brulee", "cafe segur", "Zoe", "crème brûlée"])
+def test_snippet_shows_a_match_spelt_without_its_accents(agent, query):
+    """helper-55: "creme brulee" matched "crème brûlée" (the FTS table folds diacritics) but the
+    snippet, looking for the unfolded word, showed other lines, and the citation pointed there."""
+    agent.write("memory/food.md", "# Food\n" + "\n".join(FILLER[:14])
+                + "\nZoë recommended the crème brûlée at Café Ségur.\n" + "\n".join(FILLER[14:18]) + "\n")
+    agent.index()
+    [top] = _search(agent, query, session_key="agent:main:direct:alice")["results"][:1]
+    assert top["path"] == "memory/food.md" and top["startLine"] == 1  # the match is past 700 characters
+    assert "crème brûlée at Café Ségur" in top["snippet"], top["snippet"]
+    assert top["snippetStartLine"] <= 16 <= top["snippetEndLine"]  # the matching line
+
+
 def test_snippet_of_a_hit_without_a_matching_line_starts_at_the_chunk() -> None:
     text = "\n".join(FILLER)
     snip = centred_snippet(text, 5, 5 + len(FILLER) - 1, query_keywords("zebra quartz"))

@@ -291,6 +291,8 @@ def match_key(token: str) -> str:
     """A crude stem, so that text tokens and query tokens the FTS table's porter stemmer
     conflates mostly compare equal here too ("works"/"work", "standups"/"standup").
     Only used to *locate* matches in a chunk, never to decide what matches."""
+    if not token.isascii():
+        token = token.translate(_LATIN_BASE)  # as the FTS table folds diacritics
     for suf in _SUFFIXES:
         if token.endswith(suf) and len(token) - len(suf) >= 3:
             token = token[: -len(suf)]
@@ -332,8 +334,25 @@ def _token_starts_at(low: str, i: int) -> bool:
     return not _joins_token(ch)
 
 
+class _LatinBase(dict):
+    """str.translate table: a Latin letter with diacritics -> its ASCII base ("é" -> "e"), one
+    character for one (offsets stay put), filled as characters are met. The FTS table folds them
+    the same way (``remove_diacritics 2``): "creme brulee" matched "crème brûlée", and the snippet,
+    looking for the unfolded key, showed other lines than the match."""
+
+    def __missing__(self, cp: int) -> str:
+        ch = chr(cp)
+        d = unicodedata.normalize("NFD", ch)
+        base = d[0] if len(d) > 1 and d[0].isascii() and d[0].isalpha() and all(map(is_mark, d[1:])) else ch
+        self[cp] = base
+        return base
+
+
+_LATIN_BASE = _LatinBase()
+
+
 def _lowered(text: str) -> str:
-    return text.lower() if text.isascii() else _fold(text).lower()
+    return text.lower() if text.isascii() else _fold(text).lower().translate(_LATIN_BASE)
 
 
 _NON_ASCII_RE = re.compile(r"[^\x00-\x7f]")
