@@ -22,6 +22,10 @@ def test_reads_whole_file_and_windows(ws):
     assert (r.text, r.path, r.from_line, r.lines) == ("b\nc", "memory/2026-02-10.md", 2, 2)
     assert memory_get(s, "memory/2026-02-10.md", from_line=99, lines=2).text == ""
     assert memory_get(s, "./memory/2026-02-10.md", from_line=4).text.startswith("d")
+    # OpenClaw's count = max(1, lines ?? total): lines 0 with a start is one line (helper-55: the
+    # rest of the file); both 0 are "not given", the whole file.
+    assert memory_get(s, "memory/2026-02-10.md", from_line=2, lines=0).text == "b"
+    assert memory_get(s, "MEMORY.md", from_line=0, lines=0).text == "root\nline2\nline3\n"
 
 
 def test_a_final_line_end_does_not_count_as_a_line(ws):

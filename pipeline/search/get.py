@@ -196,7 +196,8 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     if len(all_lines) > 1 and all_lines[-1] == "":
         all_lines.pop()  # a final line end ends the last line; it does not start one ("a\nb\n" is 2 lines)
     start = max(1, from_line or 1)
-    count = max(1, lines or len(all_lines))
+    # OpenClaw's max(1, lines ?? total): `lines` 0 with a `from` is one line, not the rest.
+    count = max(1, len(all_lines) if lines is None else lines)
     window = all_lines[start - 1 : start - 1 + count]
     return MemoryGetResult(display, "\n".join(window), start, len(window), len(all_lines))
 
