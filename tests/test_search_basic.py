@@ -56,6 +56,9 @@ def test_citations_modes(agent):
     r = agent.search("papaya", session_key="agent:main:discord:group:123")
     # auto in a group chat: no citation (and the default scope denies group chats anyway)
     assert r["results"] == [] or "Source:" not in r["results"][0]["snippet"]
+    # OpenClaw parses only `agent:<id>:<rest>` keys: any other shape is a direct chat (helper-55).
+    r = agent.search("papaya", session_key="discord:group:123")
+    assert "Source: memory/a.md#L1" in r["results"][0]["snippet"]
 
 
 def test_snippets_are_capped(agent):

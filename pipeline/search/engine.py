@@ -125,8 +125,9 @@ def citations_on(mode: str, session_key: str | None) -> bool:
     if not session_key:
         return True
     parts = session_key.lower().split(":")
-    rest = parts[2:] if len(parts) > 2 and parts[0] == "agent" else parts
-    return not ({"group", "channel"} & set(rest))
+    if len(parts) < 3 or parts[0] != "agent":
+        return True  # OpenClaw parses only `agent:<id>:<rest>` keys; any other is a direct chat
+    return not ({"group", "channel"} & set(parts[2:]))
 
 
 def check_search_args(query: Any, max_results: Any, min_score: Any, session_key: Any, chat_type: Any,
