@@ -65,6 +65,29 @@ def test_snippet_shows_a_match_spelt_without_its_accents(agent, query):
     assert top["snippetStartLine"] <= 16 <= top["snippetEndLine"]  # the matching line
 
 
+@needs_gguf
+def test_a_vector_hit_scores_the_same_whether_or_not_another_note_shares_a_query_word(agent):
+    """helper-55: "internet filtering ad blocker" found the AdGuard note at its cosine (0.42) alone,
+    but once an unrelated note held the word "blocker" it scored 0.7 x cosine (0.29) and fell
+    under minScore: a vector hit's score depended on other notes. It is its cosine either way."""
+    agent.memory_config(LOCAL)
+    agent.write("memory/2026-11-28.md", "Set up AdGuard DNS on 192.168.10.2\n")
+    agent.index()
+    query = "internet filtering ad blocker"
+
+    def adguard() -> float | None:
+        res = _search(agent, query, min_score=0)["results"]
+        return next((r["score"] for r in res if r["path"] == "memory/2026-11-28.md"), None)
+
+    alone = adguard()
+    assert alone is not None and alone > 0
+    agent.write("memory/2026-11-27.md", "Sprint blocker: the CI runner is out of disk.\n")
+    agent.index()
+    assert adguard() == pytest.approx(alone, abs=1e-6)
+    paths = [r["path"] for r in _search(agent, query)["results"]]
+    assert ("memory/2026-11-28.md" in paths) is (alone >= 0.35), paths  # minScore judges it alike
+
+
 def test_snippet_of_a_hit_without_a_matching_line_starts_at_the_chunk() -> None:
     text = "\n".join(FILLER)
     snip = centred_snippet(text, 5, 5 + len(FILLER) - 1, query_keywords("zebra quartz"))

@@ -97,7 +97,8 @@ def calibrated_text_scores(ranks: list[float], coverages: list[float]) -> list[f
     the query's terms a chunk holds (relative to the best-covered hit) carries half the
     evidence. The square root is the calibration: a hit holding half of what the best hit
     holds scores 0.5, so the default minScore 0.35 keeps chunks that match the query's
-    subject and drops those matching only a small share of it. Monotone in each part.
+    subject and drops those far weaker than the best hit. Relative: the best hit scores ~1
+    however little of the query it holds. Monotone in each part.
     """
     best = min((_finite(r) for r in ranks), default=0.0)
     best_cov = max(coverages, default=0.0)
@@ -157,11 +158,12 @@ def merge_hybrid(
 ) -> list[Candidate]:
     """Union both arms by chunk id and score them; sorted best first.
 
-    ``fusion`` "calibrated" with both arms: ``max(0.9*ts + 0.1*vs/best_vs, vw*vs)``
+    ``fusion`` "calibrated" with both arms: ``max(0.9*ts + 0.1*vs/best_vs, vs)``
     (:data:`CALIBRATED_VECTOR_SHARE`): keyword evidence leads, so a chunk matching
     the query's terms is not cut by minScore because the vector arm is weak (a poor
     embedding model); the cosine relative to the query's best breaks near-ties; a
-    strong vector hit keeps its weighted cosine. With one arm, the working arm's
+    vector hit keeps its cosine, as with the vector arm alone (``vw*vs`` here made a
+    vector hit's score drop by 30% as soon as any note shared a query word). With one arm, the working arm's
     score (keyword evidence, or the cosine). With calibrated keyword scores
     (:func:`calibrated_text_scores`) this is one scale in every mode. "weighted"
     is the formula below alone.
@@ -227,7 +229,7 @@ def merge_hybrid(
             # Clamped at 0: a negative cosine over a tiny best one (a weak embedder: best ~0.04)
             # gave -6 here, and a chunk matching half the query's terms scored -0.25.
             rel_vs = max(0.0, vs / anchor) if has_vector and anchor > 0 else 0.0
-            score = max((1 - CALIBRATED_VECTOR_SHARE) * ts + CALIBRATED_VECTOR_SHARE * rel_vs, vw * vs)
+            score = max((1 - CALIBRATED_VECTOR_SHARE) * ts + CALIBRATED_VECTOR_SHARE * rel_vs, vs)
         elif fusion == "calibrated" and has_text and tw > 0:
             score = max(score, ts)
         out.append(Candidate(hit.chunk_id, hit.path, hit.source, hit.start_line, hit.end_line, text,
