@@ -497,7 +497,9 @@ def test_search_answers_while_a_writer_holds_a_long_transaction(hybrid_agent, ve
             dt_ = time.perf_counter() - t0
             n += 1
             assert res.results, q  # answered from the last committed state
-            if dt_ >= 0.2:
+            # Blocked by the writer, a search would wait out its 2 s transaction; a loaded CI
+            # machine made unblocked ones take 0.22 s (the bound was 0.2 s).
+            if dt_ >= 1.0:
                 slow.append((q, dt_))
         release.set()
         t.join(10)
