@@ -232,6 +232,17 @@ def _first_few(ws: Path, paths: list[str]) -> str:
     return ", ".join(rel_path(ws, Path(s)) for s in paths[:3]) + (f" and {n - 3} more" if n > 3 else "")
 
 
+def _skipped_entries(facts: ListingFacts, root: Path, symlinks: str, specials: str) -> list[str]:
+    """The issue lines for the symlinks and special files a listing skipped."""
+    out = []
+    if facts.symlinks:
+        out.append(f"{len(facts.symlinks)} {symlinks}: {_first_few(root, facts.symlinks)}")
+    if facts.specials:
+        out.append(f"{len(facts.specials)} special file(s) (FIFO, socket or device) {specials} not read: "
+                   f"{_first_few(root, facts.specials)}")
+    return out
+
+
 def source_scan(settings: AgentSettings) -> dict[str, Any]:
     """Files on disk per source and what looks wrong (OpenClaw's ``scan`` in ``status --json``)."""
     scans = []
@@ -255,12 +266,8 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
                           "kept as they were")
         if len(facts.unreadable) > 5:
             issues.append(f"{len(facts.unreadable) - 5} more unreadable directories")
-        if facts.symlinks:
-            issues.append(f"{len(facts.symlinks)} symlink(s) not followed (memory files are never read through a "
-                          f"symlink; move the files themselves in place): {_first_few(ws, facts.symlinks)}")
-        if facts.specials:
-            issues.append(f"{len(facts.specials)} special file(s) (FIFO, socket or device) with a memory file's name "
-                          f"not read: {_first_few(ws, facts.specials)}")
+        issues += _skipped_entries(facts, ws, "symlink(s) not followed (memory files are never read through a "
+                                   "symlink; move the files themselves in place)", "with a memory file's name")
         if total == 0 and not issues:
             issues.append(f"no memory files found in {ws}")
         scans.append({"source": "memory", "totalFiles": total, "issues": issues})
@@ -277,13 +284,7 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
                 os.scandir(d).close()  # missing / not accessible: the lines below
                 facts = ListingFacts()
                 total = len(discover_sessions(settings, facts))
-                issues = []
-                if facts.symlinks:
-                    issues.append(f"{len(facts.symlinks)} symlinked transcript(s) not followed: "
-                                  f"{_first_few(d, facts.symlinks)}")
-                if facts.specials:
-                    issues.append(f"{len(facts.specials)} special file(s) (FIFO, socket or device) named like a "
-                                  f"transcript not read: {_first_few(d, facts.specials)}")
+                issues = _skipped_entries(facts, d, "symlinked transcript(s) not followed", "named like a transcript")
                 scans.append({"source": "sessions", "totalFiles": total, "issues": issues})
         except FileNotFoundError:
             scans.append({"source": "sessions", "totalFiles": 0, "issues": [f"sessions directory missing ({d})"]})

@@ -293,3 +293,10 @@ def kill_groups(procs, sig: int = signal.SIGKILL, wait_s: float = 10) -> None:
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(wait_s)
+
+
+async def timed(coro):
+    """(what ``coro`` returns, seconds it took)."""
+    t0 = time.monotonic()
+    result = await coro
+    return result, time.monotonic() - t0

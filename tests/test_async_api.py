@@ -148,10 +148,7 @@ def test_a_hung_qmd_never_delays_another_agents_async_calls(tmp_path) -> None:
     set_mode(qmd_agent, "hang", only=["search"])
     hung, fine = memindex.open_search(qmd_agent.settings()), memindex.open_search(other.settings())
 
-    async def timed(coro):
-        t0 = time.monotonic()
-        result = await coro
-        return result, time.monotonic() - t0
+    from tests.conftest import timed
 
     async def main():
         return await asyncio.gather(timed(hung.asearch("papaya")), timed(fine.asearch("papaya")),

@@ -312,6 +312,23 @@ def test_a_query_vector_of_another_size_answers_keyword_only_and_says_why(agent,
     assert res["results"] and res["results"][0]["path"] == "MEMORY.md"
 
 
+def _indexed_on_the_fallback(agent, server) -> None:
+    """Three notes indexed by gemini, the fallback, while openai (the primary) answers 500 - and
+    keeps doing so until the caller's ``server.always("openai", None)``."""
+    _notes(agent, 3)
+    server.always("openai", {"status": 500, "message": "upstream down"})
+    agent.write_config({
+        "agents": {"defaults": {"memorySearch": openai_cfg(server, fallback="gemini")}},
+        "models": {"providers": {"gemini": {"apiKey": "g-key", "baseUrl": server.base("gemini")}}},
+    })
+    try:
+        agent.index()
+    except BaseException:
+        server.always("openai", None)
+        raise
+    assert agent.search("Omada router")["provider"] == "gemini"
+
+
 def test_a_new_run_probes_the_failing_primary_once_and_stays_on_the_fallback(agent, server, caplog):
     """With the index on the fallback's vectors, every new process (each `memindex index`)
     planned at the primary: a rebuild of every file, the primary's retries, the switch back and
@@ -319,16 +336,8 @@ def test_a_new_run_probes_the_failing_primary_once_and_stays_on_the_fallback(age
     again, the index moves back to it."""
     from memindex.pipeline.embeddings.embedder import reset_services
 
-    _notes(agent, 3)
-    server.always("openai", {"status": 500, "message": "upstream down"})
-    cfg = openai_cfg(server, fallback="gemini")
-    agent.write_config({
-        "agents": {"defaults": {"memorySearch": cfg}},
-        "models": {"providers": {"gemini": {"apiKey": "g-key", "baseUrl": server.base("gemini")}}},
-    })
+    _indexed_on_the_fallback(agent, server)
     try:
-        agent.index()
-        assert agent.search("Omada router")["provider"] == "gemini"
         gen = agent.index()["generation"]
         reset_services()  # a new process
         before = server.count("openai")
@@ -351,16 +360,8 @@ def test_plain_status_never_calls_the_failing_primary(agent, server):
     probed it. It calls no provider now, and still sees a note changed on disk."""
     from tests.conftest import run_cli
 
-    _notes(agent, 3)
-    server.always("openai", {"status": 500, "message": "upstream down"})
-    cfg = openai_cfg(server, fallback="gemini")
-    agent.write_config({
-        "agents": {"defaults": {"memorySearch": cfg}},
-        "models": {"providers": {"gemini": {"apiKey": "g-key", "baseUrl": server.base("gemini")}}},
-    })
+    _indexed_on_the_fallback(agent, server)
     try:
-        agent.index()
-        assert agent.search("Omada router")["provider"] == "gemini"
         agent.write("memory/2026-03-01.md", "# Later\nA note written after the index.\n")
         before = server.count("openai"), server.count("gemini")
         out = run_cli("--workspace", str(agent.workspace), "status", "--json", env=agent.env())
@@ -392,10 +393,7 @@ def test_a_slow_provider_of_one_agent_never_delays_another_agents_async_calls(tm
     server.always("openai", {"kind": "delay", "seconds": delay})
     slow_engine, fast_engine = memindex.open_search(slow.settings()), memindex.open_search(fast.settings())
 
-    async def timed(coro):
-        t0 = time.monotonic()
-        result = await coro
-        return result, time.monotonic() - t0
+    from tests.conftest import timed
 
     async def main():
         slows = [timed(slow_engine.asearch(f"papaya question {i}")) for i in range(6)]

@@ -168,12 +168,8 @@ def test_a_compute_host_without_the_key_leaves_the_files_embedding_pending(tmp_p
     a = Agent(tmp_path / "agent")
     _config(a, server, False)
     _populate(a)
-    procs = [_hidden_compute(url, tmp_path, [a.root], key=None),
-             _spawn(url, tmp_path, "files", "worker", "--queues", "sync", "--processes", "1", "--threads", "2"),
-             _spawn(url, tmp_path, "writer", "worker", "--writer")]
+    procs = _keyless_deployment(url, tmp_path, [a.root])
     try:
-        assert wait_for(lambda: {w["kind"] for w in _queues(url)["workers"]} == {"compute", "worker", "writer"},
-                        30, step=0.3), _queues(url)["workers"]
         _request_sync(url, a)
         assert wait_for(lambda: len({r[1] for r in a.store_rows()}) == FILES and _idle(url), 120, step=0.5)
         status = json.loads(run_cli(*_cli_args(a), "status", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
@@ -211,12 +207,8 @@ def test_a_compute_host_without_the_model_file_writes_the_text_at_once(tmp_path,
     os.symlink(GGUF, models / "model.gguf")
     a.memory_config({"provider": "local", "fallback": "none", "local": {"modelPath": str(models / "model.gguf")}})
     _populate(a)
-    procs = [_hidden_compute(url, tmp_path, [a.root, models], key=None),
-             _spawn(url, tmp_path, "files", "worker", "--queues", "sync", "--processes", "1", "--threads", "2"),
-             _spawn(url, tmp_path, "writer", "worker", "--writer")]
+    procs = _keyless_deployment(url, tmp_path, [a.root, models])
     try:
-        assert wait_for(lambda: {w["kind"] for w in _queues(url)["workers"]} == {"compute", "worker", "writer"},
-                        30, step=0.3), _queues(url)["workers"]
         _request_sync(url, a)
         # Written on the first attempt (the retries took two minutes), every file's text searchable.
         assert wait_for(lambda: len({r[1] for r in a.store_rows()}) == FILES and _idle(url), 45, step=0.5), \
@@ -229,6 +221,21 @@ def test_a_compute_host_without_the_model_file_writes_the_text_at_once(tmp_path,
     finally:
         for p in procs:
             _kill(p)
+
+
+def _keyless_deployment(url: str, logdir, hide: list) -> list[subprocess.Popen]:
+    """A hidden compute host without OPENAI_API_KEY, a file-side worker and a writer, all up."""
+    procs = [_hidden_compute(url, logdir, hide, key=None),
+             _spawn(url, logdir, "files", "worker", "--queues", "sync", "--processes", "1", "--threads", "2"),
+             _spawn(url, logdir, "writer", "worker", "--writer")]
+    try:
+        assert wait_for(lambda: {w["kind"] for w in _queues(url)["workers"]} == {"compute", "worker", "writer"},
+                        30, step=0.3), _queues(url)["workers"]
+    except BaseException:
+        for p in procs:
+            _kill(p)
+        raise
+    return procs
 
 
 def _cli_args(a: Agent) -> list[str]:
