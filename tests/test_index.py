@@ -472,6 +472,56 @@ def test_leases_on_the_embedded_broker_match_size_and_mtime_and_are_released():
     assert leases.held(broker, "/s/main.sqlite", 1, [a, b]) == set()
 
 
+def test_writes_dropped_for_a_generation_that_is_gone_end_their_leases(agent):
+    """helper-54: after a full disk, writes dropped because their generation no longer existed
+    kept their files leased: every later sync of a running watch skipped them as "already queued
+    by another sync" for 6 h, and they stayed unindexed. Dropped, their leases end."""
+    from memindex.pipeline.index.records import FileJob, FileRecord
+    from memindex.workers import embedded, leases
+    from memindex.workers.broker import broker
+    from memindex.workers.writer import _write_files
+
+    note = agent.write("memory/a.md", "# A\nkumquat\n")
+    agent.index()
+    st = note.stat()
+    job = FileJob("memory", "memory/a.md", str(note), st.st_size, st.st_mtime_ns)
+    store = str(agent.settings().store_path)
+    embedded.start()
+    leases.grant(broker, store, 99, [job])
+    assert leases.held(broker, store, 99, [job]) == {("memory", "memory/a.md")}
+    rec = FileRecord("memory", "memory/a.md", str(note), "h", st.st_size, st.st_mtime_ns)
+    from memindex.pipeline.config.settings import pinned
+
+    _write_files(pinned(agent.settings()).as_dict(), 99, [rec])
+    assert leases.held(broker, store, 99, [job]) == set()
+
+
+def test_a_failed_message_ends_its_leases_even_when_its_failure_cannot_be_recorded(agent):
+    """helper-54: on a full disk the failure record beside the store could not be written, the
+    exception skipped the lease release, and a running watch skipped those files for 6 h."""
+    import dramatiq
+
+    from memindex.pipeline.config.settings import pinned
+    from memindex.pipeline.index.records import FileJob
+    from memindex.workers import embedded, leases
+    from memindex.workers.broker import broker
+    from memindex.workers.failures import FailureReporter
+
+    note = agent.write("memory/a.md", "# A\nkumquat\n")
+    agent.index()
+    settings = agent.settings()
+    st = note.stat()
+    job = FileJob("memory", "memory/a.md", str(note), st.st_size, st.st_mtime_ns)
+    embedded.start()
+    leases.grant(broker, str(settings.store_path), 1, [job])
+    os.mkdir(f"{settings.store_path}.failures.json")  # the record cannot be written (as on a full disk)
+    message = dramatiq.Message(queue_name="write", actor_name="write_files", kwargs={}, options={},
+                               args=(pinned(settings).as_dict(), 1, [{"source": "memory", "path": "memory/a.md"}]))
+    with pytest.raises(OSError):
+        FailureReporter()._record(broker, message, "disk full")
+    assert leases.held(broker, str(settings.store_path), 1, [job]) == set()
+
+
 def test_a_note_appended_to_all_the_time_is_indexed_and_index_returns(agent, monkeypatch):
     """helper-43: an agent appending a line a second to today's note. Each pass read and embedded
     the note, the writer dropped it as stale (the file had grown) and re-planned it: `index` never

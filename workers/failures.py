@@ -132,9 +132,13 @@ class FailureReporter(Middleware):
         ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
         settings = settings_for(Context.from_dict(ctx)) if ctx else None
         keys = list(message_keys(message.args[1:]))
-        note_failure(settings, reason, [p for _, p in keys], f"{describe(message)} failed for good")
-        if settings is not None:
-            _release(broker, message, settings.store_path, keys)
+        try:
+            note_failure(settings, reason, [p for _, p in keys], f"{describe(message)} failed for good")
+        finally:
+            # Released even when the failure cannot be recorded (a full disk: ENOSPC beside the
+            # store): held, every later sync skipped the files as "already queued" for 6 h.
+            if settings is not None:
+                _release(broker, message, settings.store_path, keys)
 
 
 def _release(broker: Any, message: Any, store_path: Any, keys: list[tuple[str, str]]) -> None:

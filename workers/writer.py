@@ -347,6 +347,7 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         # for one, each re-plan failing and sending its writes again, grew without end.
         log.info("dropping %d write(s) for %s: generation %d does not exist", len(fresh), context.agent_id,
                  generation)
+        _written(w, generation, records)  # nothing writes them now: no plan may skip them as queued
         now = time.monotonic()
         if not w.full and now - _gone_resync.get(str(w.path), -GONE_RESYNC_S) >= GONE_RESYNC_S:
             _gone_resync[str(w.path)] = now
@@ -446,8 +447,9 @@ def _resync_after_snapshots(w: StoreWriter, ctx: dict[str, Any], late: list[File
 
 
 def _written(w: StoreWriter, generation: int, records: list[FileRecord]) -> None:
-    """These files are written (held writes included: a writer dying with them leaves the mark its
-    successor acts on): their leases end, so no plan takes them for queued any more."""
+    """These files are written, or dropped for good (held writes included: a writer dying with
+    them leaves the mark its successor acts on): their leases end, so no plan takes them for
+    queued any more (dropped writes still leased kept files out of every sync for 6 h)."""
     try:
         leases.release(broker, str(w.path), generation, [(r.source, r.path) for r in records])
     except Exception as exc:  # noqa: BLE001 - a lease left over only covers a file as it was written
