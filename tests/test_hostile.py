@@ -834,3 +834,28 @@ def test_index_on_a_full_disk_does_not_count_unwritten_files_as_indexed(tmp_path
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("main: "))
     assert line.startswith("main: indexed 0 file(s), 60 not written (see below)"), line
     assert "its disk is full" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
+def test_commands_on_a_store_whose_disk_is_full_say_so_in_one_line(tmp_path) -> None:
+    """helper-54: with the store's disk completely full, `status`, `index` and `index --force`
+    died with a traceback ("disk I/O error" from PRAGMA cache_size: even a read-only open
+    creates the -shm file), and `search` did not name the disk."""
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    (ws / "memory").mkdir(parents=True)
+    state.mkdir()
+    for i in range(5):
+        (ws / "memory" / f"n{i}.md").write_text(f"# Note {i}\nThe kestrel {i} nests on tower {i}.\n")
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}}))
+    cli = f"{sys.executable} -m memindex --config {cfg} --state-dir {state}"
+    script = (f"mount -t tmpfs -o size=2m tmpfs {state} && {cli} index >/dev/null && "
+              f"rm -f {state}/memory/*-shm {state}/memory/*-wal; dd if=/dev/zero of={state}/fill bs=64k 2>/dev/null; "
+              f"for c in status index 'index --force' 'search kestrel'; do echo \"== $c\" >&2; {cli} $c; "
+              "echo \"rc=$?\" >&2; done")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                       cwd=str(tmp_path), env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+    assert "Traceback" not in r.stderr, r.stderr
+    for part in r.stderr.split("== ")[2:4]:  # index, index --force: one line naming the full disk
+        assert "its disk is full" in part and "rc=1" in part, part
+    assert "its disk is full" in r.stdout + r.stderr.split("== ")[1], r.stdout + r.stderr  # status

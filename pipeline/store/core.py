@@ -155,6 +155,26 @@ def store_full(path: Path | str) -> StoreError:
                       "then `memindex index` writes the rest")
 
 
+# Below this much free space a reader's "disk I/O error" is the disk being full: a read-only open
+# still creates the store's -shm file (status, index and search died with a traceback).
+FULL_DISK_BYTES = 1 << 20
+
+
+def unreadable(path: Path | str, exc: BaseException) -> StoreError:
+    """The one line for a store SQLite cannot open for reading (not damage: that is ``corrupt``)."""
+    import shutil
+
+    where = nearest_existing(Path(path).parent)
+    try:
+        full = where is not None and shutil.disk_usage(where).free < FULL_DISK_BYTES
+    except OSError:
+        full = False
+    if full:
+        return StoreError(f"cannot read the store {printable(str(path))}: its disk is full (SQLite needs room "
+                          "for its shared-memory file even to read); free some space")
+    return StoreError(f"cannot read the store {printable(str(path))}: {type(exc).__name__}: {exc}")
+
+
 def nearest_existing(path: Path | str) -> Path | None:
     """``path`` if it exists, else its nearest existing parent (where a new store will be made)."""
     p = Path(path)
@@ -1113,7 +1133,7 @@ class StoreReader:
         except db.DatabaseError as exc:
             if is_corruption(exc):
                 raise corrupt(self.path, exc) from None
-            raise
+            raise unreadable(self.path, exc) from None
         damage = store_problem(c, self.path)
         if damage:
             c.close()
