@@ -16,17 +16,23 @@ def _openai_at(agent, server) -> None:
         "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-test-123"}}}}})
 
 
-def _interrupt_once_embedding(cmd: list[str], env: dict, server):
-    """Run ``cmd``, SIGINT it once an embedding request has reached ``server``: (proc, out, err)."""
+def _interrupt_once_embedding(cmd: list[str], env: dict, server, times: int = 1):
+    """Run ``cmd``, SIGINT it once an embedding request has reached ``server`` (``times`` times,
+    0.2 s apart, as an impatient user does): (proc, out, err)."""
     import signal
     import subprocess
+    import time
 
     from tests.conftest import wait_for
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert wait_for(lambda: server.requests, 60, step=0.05), "no embedding request was made"
-        proc.send_signal(signal.SIGINT)
+        for i in range(times):
+            if i:
+                time.sleep(0.2)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -209,3 +215,21 @@ def test_watch_re_embeds_keyword_only_files_once_the_provider_is_back(agent, fre
     assert proc.returncode == 0, err
     res = agent.search("lantern door")
     assert res["mode"] == "hybrid" and len(res["results"]) == 3, res
+
+
+def test_ctrl_c_twice_prints_the_one_line_and_no_traceback(agent, fresh_server):
+    """helper-53: a second Ctrl-C while the in-process workers stopped printed a traceback ending
+    in KeyboardInterrupt (from dramatiq's join in the CLI's clean-up)."""
+    import os
+    import sys
+
+    _openai_at(agent, fresh_server)
+    for i in range(30):
+        agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
+    fresh_server.always("openai", {"kind": "delay", "seconds": 3.0})
+    cmd = [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
+           "index"]
+    proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server, times=2)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "interrupted: what was written is kept" in err, err

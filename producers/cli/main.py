@@ -681,7 +681,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         if "memindex.workers.embedded" in sys.modules:
-            sys.modules["memindex.workers.embedded"].stop(idle=True)
+            try:
+                sys.modules["memindex.workers.embedded"].stop(idle=True)
+            except KeyboardInterrupt:
+                # A second Ctrl-C while the workers stop (impatient users press it twice): the
+                # "interrupted" line is said; a traceback from dramatiq's join adds nothing. (What
+                # the writer committed is kept; an uncommitted transaction rolls back.)
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:  # noqa: BLE001 - exiting anyway
+                        pass
+                os._exit(130)
 
 
 if __name__ == "__main__":  # pragma: no cover
