@@ -504,3 +504,21 @@ def test_files_skipped_for_their_content_are_not_promised_a_retry(tmp_path):
     assert "1 file(s) not fully indexed (at most keyword-searchable); the next sync retries them" in text, text
     assert "1 file(s) skipped for their content; indexed once they change" in text, text
     assert "TypeError: boom (skipped until the file changes)" in text, text
+
+
+def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(agent):
+    """helper-53: with an ISO-8859-1 locale (or PYTHONIOENCODING=ascii) an emoji in a note made
+    `search` and `get` die with UnicodeEncodeError and print nothing; with Python's UTF-8 mode off
+    in the C locale a query typed with "Über" held surrogates and matched nothing."""
+    agent.write("memory/a.md", "# Owls\nthe \U0001f989 owl of the Über garden\n")
+    agent.memory_config({"provider": "none"})
+    agent.index()
+    base = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
+    env = {"PYTHONIOENCODING": "ascii", "MEMINDEX_RESIDENT": "off"}
+    out = run_cli(*base, "search", "owl", env=env)
+    assert out.returncode == 0 and "\\U0001f989 owl" in out.stdout and "Traceback" not in out.stderr, out.stderr
+    out = run_cli(*base, "get", "memory/a.md", env=env)
+    assert out.returncode == 0 and "\\U0001f989 owl" in out.stdout, out.stderr
+    out = run_cli(*base, "search", "Über", env={"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C",
+                                                  "MEMINDEX_RESIDENT": "off"})
+    assert out.returncode == 0 and "memory/a.md" in out.stdout, (out.stdout, out.stderr)

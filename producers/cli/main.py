@@ -212,6 +212,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not args.query:
         say_error("give a QUERY or --queries FILE")
         return 2
+    args.query = [_arg_text(q) for q in args.query]
     if not " ".join(args.query).strip():  # `search ""` answered "No matches." where no query is a usage error
         say_error("the query is empty; give the words to search for")
         return 2
@@ -623,6 +624,28 @@ def _one_line_error(exc: BaseException) -> str | None:
     return None
 
 
+def _lenient_streams() -> None:
+    """A terminal that is not UTF-8 (an ISO-8859-1 locale, PYTHONIOENCODING=ascii) gets ``\\u…``
+    for what it cannot show: an emoji in a note made `search` and `get` die with
+    UnicodeEncodeError and print nothing."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+        if encoding not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change now: left as it is
+                pass
+
+
+def _arg_text(text: str) -> str:
+    """A command-line argument as the UTF-8 the user typed: Python without UTF-8 mode in the C
+    locale hands non-ASCII bytes over as surrogates, and a query holding them failed to embed
+    (and matched nothing)."""
+    if not any("\udc80" <= ch <= "\udcff" for ch in text):
+        return text
+    return os.fsencode(text).decode("utf-8", "replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     completing = "_ARGCOMPLETE" in os.environ
     command = None if completing else core_command(sys.argv[1:] if argv is None else argv)
@@ -644,6 +667,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if blank:
         say_error(blank)
         return 2
+    _lenient_streams()
     _setup_logging(args)
     from memindex.pipeline.store.locks import set_process_label
 
