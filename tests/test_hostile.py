@@ -275,6 +275,19 @@ def test_read_only_state_dir_is_one_error_line(agent):
     _one_line_error(proc, "read-only")
 
 
+def test_a_state_dir_that_is_a_file_is_one_error_line_before_any_work(agent, tmp_path):
+    """helper-53: `--state-dir ~/notes.txt` passed the writable check (the file is writable), so a
+    whole sync was read and embedded, then every write failed ("Not a directory") and the hint
+    blamed a read-only state dir."""
+    agent.write("memory/a.md", "fox\n")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    proc = run_cli("--config", str(agent.config_path), "--state-dir", str(notes), "--workspace",
+                   str(agent.workspace), "index", env={"MEMINDEX_RESIDENT": "off"}, timeout=120)
+    _one_line_error(proc, f"{notes} is a file, not a directory")
+    assert notes.read_text() == "my notes\n"
+
+
 def _cli_without_root_override(agent: Agent, *args: str) -> subprocess.CompletedProcess:
     """The CLI as a user whom file permissions apply to (root reads every directory: its
     override capabilities are dropped with setpriv)."""
