@@ -756,6 +756,13 @@ def test_a_bad_queries_line_keeps_its_own_id_and_never_borrows_another(agent) ->
     assert "not JSON" in got[1]["error"] and 'no "query"' in got[2]["error"]
     assert "not a string" in got[3]["error"] and "not a string" in got[5]["error"]
     assert "empty query" in got[7]["error"]  # as `search ""` is a usage error (it answered [] here)
+    # helper-53: fields a line cannot take were dropped ("agent" answered from the default agent),
+    # and query words given beside --queries were ignored with exit 0.
+    out = _cli(agent, "search", "--queries", "-", input='{"id": "z", "query": "kiwi", "agent": "ops"}\n')
+    [got] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert out.returncode == 1 and got["id"] == "z" and "'agent'" in got["error"] and "results" not in got, got
+    out = _cli(agent, "search", "kiwi", "--queries", "-", input='{"query": "kiwi"}\n')
+    assert out.returncode == 2 and "not both" in out.stderr and out.stdout == "", out.stderr
 
 
 def test_a_query_longer_than_the_keyword_budget_says_what_was_searched(agent) -> None:

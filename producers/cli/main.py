@@ -177,6 +177,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     engine = _search_engine(args, settings)
     opts = dict(max_results=args.max_results, min_score=args.min_score, session_key=args.session_key)
     if args.queries:
+        if args.query:  # they were ignored, with exit 0
+            say_error(f"give either a QUERY or --queries FILE, not both ({' '.join(args.query)!r} was given too)")
+            return 2
         bad = 0  # lines answered with an error: exit 1 once every line has had its answer
         src = sys.stdin if args.queries == "-" else open(args.queries, encoding="utf-8")
         with src:
@@ -197,6 +200,14 @@ def cmd_search(args: argparse.Namespace) -> int:
                     bad += 1
                     continue
                 qid, query = item.get("id", n), item.get("query")
+                unknown = sorted(set(item) - {"id", "query"})
+                if unknown:  # `"agent"` or `"maxResults"` were silently dropped: another agent's answer
+                    print(json.dumps({"id": item.get("id"), "line": n, "error": (
+                        f"line {n} has field(s) {', '.join(map(repr, unknown))} that --queries does not take; a line "
+                        "takes \"id\" and \"query\" (give --agent, --max-results, --min-score on the command)")},
+                        ensure_ascii=False))
+                    bad += 1
+                    continue
                 if not isinstance(query, str) or not query.strip():
                     what = ("has no \"query\"" if query is None else "has an empty query" if isinstance(query, str)
                             else f"has a {type(query).__name__} query, not a string")
