@@ -233,3 +233,19 @@ def test_ctrl_c_twice_prints_the_one_line_and_no_traceback(agent, fresh_server):
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "interrupted: what was written is kept" in err, err
+
+
+def test_the_bar_moves_on_between_files(capsys, monkeypatch):
+    """helper-53: the bar was drawn only when a file finished, so between two big files (30-45 s on
+    a local model) its elapsed time and ETA stood still and it looked hung."""
+    import time
+
+    from memindex.producers.cli import progress
+
+    monkeypatch.setattr(progress, "REFRESH_S", 0.2, raising=False)
+    bar = progress.Progress("indexing", True)
+    bar(0, 5)
+    time.sleep(1.1)
+    bar(0, 5)  # no file done since: redrawn all the same, with the time that passed
+    bar.close()
+    assert "00:01" in capsys.readouterr().err

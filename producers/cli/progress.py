@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
+
+# How often a bar with no new file done is redrawn (its elapsed time moves on).
+REFRESH_S = 1.0
 
 
 class Progress:
@@ -13,6 +17,7 @@ class Progress:
         self.bar: Any = None
         self.desc = desc
         self.enabled = enabled
+        self._drawn = 0.0
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
@@ -25,6 +30,13 @@ class Progress:
             self.bar.total = total
         if done > self.bar.n:
             self.bar.update(done - self.bar.n)
+        elif time.monotonic() - self._drawn >= REFRESH_S:
+            # tqdm draws on updates only: between two files (30-45 s for a big one on a local
+            # model) its elapsed time and ETA stood still, and the bar looked hung.
+            self.bar.refresh()
+        else:
+            return
+        self._drawn = time.monotonic()
 
     def close(self) -> None:
         if self.bar is not None:
