@@ -88,6 +88,18 @@ def test_ctrl_c_during_index_says_what_it_left(agent):
     assert "Traceback" not in err
 
 
+def _thirty_notes_and_a_slow_provider(agent, server) -> list[str]:
+    """30 notes, an openai endpoint answering in 3 s: the `memindex index` command line."""
+    import sys
+
+    _openai_at(agent, server)
+    for i in range(30):
+        agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
+    server.always("openai", {"kind": "delay", "seconds": 3.0})
+    return [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
+            "index"]
+
+
 def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_finishes(agent, fresh_server):
     """The stopping in-process workers used to add an INFO line per embedding request they handed
     back ("the message is retried later"), which the exiting CLI never does."""
@@ -95,12 +107,7 @@ def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_fin
     import subprocess
     import sys
 
-    _openai_at(agent, fresh_server)
-    for i in range(30):
-        agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
-    fresh_server.always("openai", {"kind": "delay", "seconds": 3.0})
-    cmd = [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
-           "index"]
+    cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
     env = dict(os.environ, MEMINDEX_RESIDENT="off")
     proc, out, err = _interrupt_once_embedding(cmd, env, fresh_server)
     assert proc.returncode == 130, (out, err)
@@ -223,12 +230,7 @@ def test_ctrl_c_twice_prints_the_one_line_and_no_traceback(agent, fresh_server):
     import os
     import sys
 
-    _openai_at(agent, fresh_server)
-    for i in range(30):
-        agent.write(f"memory/2026-01-{i % 28 + 1:02d}-{i}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
-    fresh_server.always("openai", {"kind": "delay", "seconds": 3.0})
-    cmd = [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
-           "index"]
+    cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
     proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server, times=2)
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
