@@ -105,7 +105,6 @@ def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_fin
     back ("the message is retried later"), which the exiting CLI never does."""
     import os
     import subprocess
-    import sys
 
     cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
     env = dict(os.environ, MEMINDEX_RESIDENT="off")
@@ -228,7 +227,6 @@ def test_ctrl_c_twice_prints_the_one_line_and_no_traceback(agent, fresh_server):
     """helper-53: a second Ctrl-C while the in-process workers stopped printed a traceback ending
     in KeyboardInterrupt (from dramatiq's join in the CLI's clean-up)."""
     import os
-    import sys
 
     cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
     proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server, times=2)

@@ -101,6 +101,24 @@ def test_the_error_line_of_a_failing_command_is_json_under_the_json_format(tmp_p
     assert out.returncode == 2 and out.stderr.startswith("error: invalid config:"), out.stderr
 
 
+def test_note_lines_are_json_under_the_json_format_too(agent):
+    """helper-53: under --log-format json, `error:` lines were records but `note:` lines (a missing
+    file for `get`, a warning of `search`) and `-v search`'s count line were plain text."""
+    agent.write("memory/a.md", "# A\nkumquat\n")
+    agent.memory_config({"provider": "none"})
+    agent.index()
+    common = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace",
+              str(agent.workspace)]
+    for args, needle in ((["get", "memory/nope.md"], "does not exist"), (["-v", "search", "kumquat"], "1 result(s)")):
+        out = run_cli("--log-format", "json", *common, *args, env={"MEMINDEX_RESIDENT": "off"})
+        lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert out.returncode == 0 and lines, out
+        records = [json.loads(ln) for ln in lines]  # every line a record
+        assert any(needle in r["message"] for r in records), records
+        plain = run_cli(*common, *args, env={"MEMINDEX_RESIDENT": "off"})  # the text format as before
+        assert needle in plain.stderr and not plain.stderr.lstrip().startswith("{"), plain.stderr
+
+
 def test_a_malformed_log_call_never_raises_into_its_caller():
     """The control-character filter formats each record; a record whose arguments do not fit its
     format must stay the handler's problem (logging's handleError), as without the filter. In a

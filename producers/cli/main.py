@@ -20,7 +20,7 @@ from memindex.producers.cli.agents import agent_contexts, base_context, configur
 from memindex.producers.cli.argv import command_of
 from memindex.producers.cli.openclaw_format import search_text, status_entry
 from memindex.producers.cli.options import (
-    add_global_options, command_parsers, examples, has_option, say_error, share_global_options,
+    add_global_options, command_parsers, examples, has_option, say, say_error, share_global_options,
 )
 from memindex.producers.cli.progress import Progress
 
@@ -123,7 +123,7 @@ def _say_keyword_only(settings: Any) -> None:
 
     info = provider_info(settings)
     if info["provider"] == "none" and info.get("reason"):
-        print(f"warning: {settings.agent_id}: {info['reason']}", file=sys.stderr)
+        say(f"{settings.agent_id}: {info['reason']}", prefix="warning")
 
 
 def _qmd_index(settings: Any, quiet: bool) -> bool:
@@ -240,12 +240,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         print("Memory search disabled.")
         return 0
     if resp.warning:
-        print(f"note: {resp.warning}", file=sys.stderr)
+        say(resp.warning)
     if resp.indexing:
-        print("note: indexing is pending; results may be incomplete", file=sys.stderr)
+        say("indexing is pending; results may be incomplete")
     if args.verbose and resp.results:
-        print(f"{len(resp.results)} result(s) [{resp.mode}, provider {resp.provider}"
-              + (" (fallback)" if resp.fallback else "") + "]", file=sys.stderr)
+        say(f"{len(resp.results)} result(s) [{resp.mode}, provider {resp.provider}"
+            + (" (fallback)" if resp.fallback else "") + "]", prefix=None, level=logging.INFO)
     print(search_text(resp.results))
     return 0
 
@@ -266,7 +266,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(json.dumps(res.as_dict(), ensure_ascii=False))
     else:
         if res.missing:  # not an error (nothing recorded yet, as in OpenClaw), but not silence either
-            print(f"note: {res.path} does not exist ({res.warning or 'nothing recorded yet'})", file=sys.stderr)
+            say(f"{res.path} does not exist ({res.warning or 'nothing recorded yet'})")
         sys.stdout.write(res.text + ("" if res.text.endswith("\n") or not res.text else "\n"))
     return 0
 

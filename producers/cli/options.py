@@ -87,13 +87,28 @@ def command_parsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argp
             yield from action.choices.items()
 
 
+def _json_logging() -> bool:
+    handlers = logging.getLogger().handlers
+    return bool(handlers) and all(isinstance(h.formatter, JsonFormatter) for h in handlers)
+
+
+def say(line: str, *, prefix: str | None = "note", level: int = logging.WARNING) -> None:
+    """A line for the person at the terminal (``note: ...`` on stderr), a JSON record like every
+    other line under ``--log-format json`` (they were plain text there)."""
+    log = logging.getLogger("memindex.cli")
+    if _json_logging():
+        if log.isEnabledFor(level):
+            log.log(level, "%s", line)
+    else:
+        print(f"{prefix}: {line}" if prefix else line, file=sys.stderr)
+
+
 def say_error(line: str) -> None:
     """The one line that says why a command failed (``error: ...`` on stderr). Under
     ``--log-format json`` it is a JSON record like every other line there: a worker or watcher
     feeding a log pipeline must not emit the one line the pipeline cannot parse."""
     log = logging.getLogger("memindex.cli")
-    handlers = logging.getLogger().handlers
-    if handlers and all(isinstance(h.formatter, JsonFormatter) for h in handlers) and log.isEnabledFor(logging.ERROR):
+    if _json_logging() and log.isEnabledFor(logging.ERROR):
         log.error("%s", line)
     else:
         print(f"error: {line}", file=sys.stderr)
