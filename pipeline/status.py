@@ -368,6 +368,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     if s.get("cache"):
         c = s["cache"]
         lines.append(f"cache:        {c['entries']} embeddings (max {c['maxEntries']})")
+    if s.get("batch") is not None:  # OpenClaw's "Batch: enabled|disabled" line
+        lines.append(f"batch:        {'enabled' if s['batch'].get('enabled') else 'disabled'}")
     if s.get("fingerprint"):
         lines.append(f"fingerprint:  {json.dumps(s['fingerprint'], sort_keys=True)}")
     if s.get("rebuilding"):

@@ -522,3 +522,14 @@ def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(agent):
     out = run_cli(*base, "search", "Über", env={"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C",
                                                   "MEMINDEX_RESIDENT": "off"})
     assert out.returncode == 0 and "memory/a.md" in out.stdout, (out.stdout, out.stderr)
+
+
+def test_status_text_says_whether_batch_embedding_is_on(agent):
+    """helper-52: OpenClaw's text status prints "Batch: enabled|disabled"; ours said nothing (only
+    --json had it)."""
+    agent.write("memory/a.md", "# A\nkumquat\n")
+    base = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
+    for enabled, word in ((False, "disabled"), (True, "enabled")):
+        agent.memory_config({"provider": "none", "remote": {"batch": {"enabled": enabled}}})
+        out = run_cli(*base, "status", env={"MEMINDEX_RESIDENT": "off"})
+        assert out.returncode == 0 and f"batch:        {word}\n" in out.stdout, out.stdout
