@@ -194,10 +194,10 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
 def _starts(queues: list[str]) -> list[str]:
     """The commands that consume ``queues`` (a shard's writer by its K/N: a plain `--writer` is
     refused in a sharded deployment)."""
-    from memindex.workers.broker import write_shards
+    from memindex.workers.broker import is_write_queue, write_shards
 
     out = []
-    side = [q for q in queues if not q.startswith("write")]
+    side = [q for q in queues if not is_write_queue(q)]
     if side:
         out.append(f"memindex worker --queues {' '.join(side)}")
     for q in queues:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
@@ -30,8 +31,8 @@ SHARDS_ENV = "MEMINDEX_WRITE_SHARDS"
 
 
 SHARDS_KEY = "memindex:write-shards"  # the N the deployment's first writer recorded
-# (when read, value, 1.0 once Redis had a value): re-read from Redis at most every 5 s
-_shards_seen: list[float] = [0.0, 1.0, 0.0]
+# (when read, the N recorded in Redis or None before any was seen): re-read at most every 5 s
+_shards_seen: list[Any] = [0.0, None]
 _shards_warned: set[int] = set()
 
 
@@ -52,19 +53,17 @@ def write_shards() -> int:
 
     now = time.monotonic()
     if now - _shards_seen[0] > 5.0:
+        _shards_seen[0] = now
         try:
-            raw = broker.client.get(SHARDS_KEY)  # type: ignore[attr-defined]
             # A missing key keeps the last N seen: Redis restarted without its data loses it until
             # a writer's heartbeat records it again, and N = 1 meanwhile routed writes to `write`,
             # which no sharded writer consumes. (To change N, restart every process: README.)
-            if raw:
-                _shards_seen[1:] = [float(int(raw)), 1.0]
-            _shards_seen[0] = now
+            _shards_seen[1] = recorded_write_shards() or _shards_seen[1]
         except Exception:  # noqa: BLE001 - Redis down: sends fail anyway; keep the last value
-            _shards_seen[0] = now
-    if not _shards_seen[2]:  # nothing recorded yet: this process's own N
+            pass
+    recorded = _shards_seen[1]
+    if recorded is None:  # nothing recorded yet: this process's own N
         return mine or 1
-    recorded = int(_shards_seen[1])
     if mine is not None and mine != recorded and mine not in _shards_warned:
         _shards_warned.add(mine)
         log.warning("%s=%d here, but this deployment's writers run %d write shard(s) (recorded in Redis): "

@@ -232,6 +232,7 @@ def _say_mismatch(agent: Any, embedder: Any, planned: list[Any], paths: list[str
     (log.warning if first else log.debug)("%s: %d file(s) (%s%s) %s; the writer re-plans them", agent, len(paths),
                                           paths[0], ", ..." if len(paths) > 1 else "", why)
 
+
 @dramatiq.actor(queue_name=EMBED_QUEUE, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
 def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], items: list[dict[str, Any]]) -> None:
     """Embed the chunks without a vector in ``items`` and hand them to the store's writer."""

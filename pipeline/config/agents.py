@@ -23,8 +23,6 @@ _lock = threading.Lock()
 _cache: dict[Context, tuple[tuple[object, ...], AgentSettings]] = {}
 
 
-
-
 class ContextMismatch(ConfigError):
     """A queue message names another state dir or config than this worker was started with."""
 

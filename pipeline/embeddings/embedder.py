@@ -9,8 +9,6 @@ seen by indexing and search alike.
 
 from __future__ import annotations
 
-import functools
-
 import logging
 import os
 import threading
@@ -406,8 +404,10 @@ class AgentQueryEmbedder:
     def waits_on_network(self, text: str) -> bool:
         """Would a query vector for ``text`` be a request to a remote provider (not a cached vector,
         not the local model)? The async API runs such searches on the agent's own threads."""
+        from memindex.pipeline.embeddings import registry
+
         p = self.service.active_provider
-        if p is None or p.id not in _remote_ids():
+        if p is None or not registry.is_remote(p.id):
             return False
         with self._lock:
             return not any(key[1] == text for key in self._cache)
@@ -433,18 +433,6 @@ class AgentQueryEmbedder:
             while len(self._cache) > QUERY_CACHE_SIZE:
                 self._cache.popitem(last=False)
         return vec
-
-
-@functools.lru_cache(maxsize=1)
-def _remote_ids() -> frozenset[str]:
-    from memindex.pipeline.embeddings import registry
-
-    return frozenset(registry.remote_ids())
-
-
-def is_remote_provider(provider_id: str) -> bool:
-    """A provider whose embeddings are requests to an HTTP API (not the local model)."""
-    return provider_id in _remote_ids()
 
 
 def query_embedder_for(settings: AgentSettings) -> AgentQueryEmbedder | None:

@@ -264,6 +264,12 @@ def remote_ids() -> tuple[str, ...]:
     return tuple(s.id for s in specs() if s.remote)
 
 
+def is_remote(provider_id: str) -> bool:
+    """A provider whose embeddings are requests to an HTTP API (not the local model)."""
+    spec = find(provider_id)
+    return spec is not None and spec.remote
+
+
 def batch_ids() -> tuple[str, ...]:
     return tuple(s.id for s in specs() if s.batch_client is not None)
 

@@ -12,9 +12,8 @@ are redacted when the error is built (``EmbeddingProvider.redact``).
 
 from __future__ import annotations
 
-import re
-
 import logging
+import re
 import threading
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit

@@ -151,12 +151,14 @@ def _read_cap() -> str:
     return f"{mib:g} MiB" if mib >= 1 else f"{MAX_READ_BYTES} bytes"
 
 
-def _skip_long_line(fh: Any, start: int, start_line: int) -> tuple[Transcript, bytes] | None:
-    """A read of MAX_READ_BYTES from ``start`` held no line end: the line is longer than any read
-    (a tool result carrying a base64 image). Skipped whole, so the lines after it are indexed - read
-    after read stopped inside it, and nothing after it was ever indexed while `index` said done.
-    Returns (a transcript of that one skipped line, its last HEAD_BYTES bytes), or None while the
-    line has no end yet (still being written: the next read looks again)."""
+def _skip_long_line(fh: Any, data: bytes, start: int, start_line: int, path: str) -> tuple[Transcript, bytes] | None:
+    """``data``, read from ``start``, is a whole read with no line end: the line is longer than any
+    read (a tool result carrying a base64 image). Skipped whole, so the lines after it are indexed -
+    read after read stopped inside it, and nothing after it was ever indexed while `index` said done.
+    Returns (a transcript of that one skipped line, its last HEAD_BYTES bytes); None for any other
+    read, and while the line has no end yet (still being written: the next read looks again)."""
+    if len(data) < MAX_READ_BYTES or b"\n" in data:
+        return None
     fh.seek(start + MAX_READ_BYTES)
     pos = start + MAX_READ_BYTES
     while True:
@@ -172,6 +174,7 @@ def _skip_long_line(fh: Any, start: int, start_line: int) -> tuple[Transcript, b
     tail = fh.read(end - max(start, end - HEAD_BYTES))
     t = Transcript(lines_total=1, bytes_total=end - start, skipped_too_long=1, consumed_bytes=end - start,
                    next_start_line=start_line + 1)
+    log.warning("%s: line %d is longer than %s; skipped (not indexed)", path, start_line, _read_cap())
     return t, tail
 
 
@@ -245,8 +248,7 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
         with open(path, "rb") as fh:
             ino = os.fstat(fh.fileno()).st_ino
             data = fh.read(MAX_READ_BYTES)
-            if len(data) >= MAX_READ_BYTES and b"\n" not in data:
-                long = _skip_long_line(fh, 0, 1)
+            long = _skip_long_line(fh, data, 0, 1, job.path)
             after = os.fstat(fh.fileno())
             mtime_ns = after.st_mtime_ns  # after the read: no append goes unseen
     except FileNotFoundError:
@@ -256,7 +258,6 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
         return Prepared(None)  # left as is; the next sync or check retries
     if long is not None:
         t, tail = long
-        log.warning("%s: line 1 is longer than %s; skipped (not indexed)", job.path, _read_cap())
         digest = hashlib.sha256(data + tail + str(t.consumed_bytes).encode()).hexdigest()
     else:
         t = read_transcript(data)
@@ -304,8 +305,7 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
             before = fh.read(min(HEAD_BYTES, delta.start_byte))  # the bytes that end the indexed prefix
             if _extends(prev, st, head, before):
                 data = fh.read(MAX_READ_BYTES)
-                if len(data) >= MAX_READ_BYTES and b"\n" not in data:
-                    long = _skip_long_line(fh, delta.start_byte, delta.start_line)
+                long = _skip_long_line(fh, data, delta.start_byte, delta.start_line, delta.path)
                 after = os.fstat(fh.fileno())
                 mtime_ns = after.st_mtime_ns
     except FileNotFoundError:
@@ -317,8 +317,6 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
         return prepare_session(settings, job, embedder)
     if long is not None:
         t, tail = long
-        log.warning("%s: line %d is longer than %s; skipped (not indexed)", delta.path, delta.start_line,
-                    _read_cap())
         new_digest = hashlib.sha256(tail + str(t.consumed_bytes).encode()).hexdigest()
     else:
         t = read_transcript(data, start_line=delta.start_line)

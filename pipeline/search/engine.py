@@ -432,9 +432,9 @@ class MemorySearch(AsyncSearch):
             return bool(waits(query)) if waits is not None else False
         if not self._auto_embedder:
             return False
-        from memindex.pipeline.embeddings.embedder import is_remote_provider
+        from memindex.pipeline.embeddings import registry
 
-        return is_remote_provider(str(self.settings.memory_search.get("provider")))
+        return registry.is_remote(str(self.settings.memory_search.get("provider")))
 
     def _query_vector(self, query: str, resp: SearchResponse, fp: dict[str, Any] | None) -> list[float] | None:
         if not fp or fp.get("provider") in (None, "none"):

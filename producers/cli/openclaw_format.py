@@ -15,6 +15,7 @@ from memindex.pipeline.status import STATUS_KEYS, status_entry  # noqa: F401 - t
 
 __all__ = ["STATUS_KEYS", "search_text", "status_entry"]
 
+
 def _snippet_text(r: Any) -> str:
     """The snippet's lines as lines; its ``Source:`` citation (a path) as one line."""
     tail = f"\n\nSource: {r.citation}" if getattr(r, "citation", None) else None
