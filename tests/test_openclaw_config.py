@@ -105,6 +105,32 @@ def test_unknown_agent_names_the_configured_ones(tmp_path):
         resolve_agent({}, "nosuch", state_dir=tmp_path)
 
 
+@pytest.mark.parametrize("env, expected", [
+    ({"HOME": "/h", "USERPROFILE": "/u"}, "/h"),
+    ({"HOME": " ", "USERPROFILE": "/u"}, "/u"),  # blank is unset (normalize)
+    ({"HOME": "undefined"}, "cwd"),  # a shell placeholder is no home (normalizeHomeValue)
+    ({"HOME": ""}, "cwd"),  # Node's os.homedir() is "" then: the cwd, never "/"
+    ({"HOME": "", "OPENCLAW_HOME": "~/oc"}, "cwd"),  # '~' with no OS home to stand for
+    ({"HOME": "", "OPENCLAW_HOME": "/oc"}, "/oc"),
+    ({"HOME": "/h", "OPENCLAW_HOME": "~"}, "/h"),
+])
+def test_resolve_required_home_dir(tmp_path, monkeypatch, env, expected):
+    from memindex.pipeline.config.paths import resolve_home
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_home(env) == (tmp_path.resolve() if expected == "cwd" else Path(expected))
+    if expected == "cwd":
+        assert resolve_agent({}, None, env=env).state_dir == tmp_path.resolve() / ".openclaw"
+
+
+def test_home_unset_is_the_os_users_home():
+    import pwd
+
+    from memindex.pipeline.config.paths import resolve_home
+
+    assert resolve_home({}) == Path(pwd.getpwuid(os.getuid()).pw_dir).resolve()
+
+
 # --- the same through the CLI ------------------------------------------------------------------
 
 def _cli(cwd: Path, env: dict, *args: str):

@@ -38,17 +38,35 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 
 def _nonblank(value: str | None) -> str | None:
     value = (value or "").strip()
-    return value or None
+    # OpenClaw's normalizeHomeValue: a shell placeholder is no home at all.
+    return value if value and value not in ("undefined", "null") else None
+
+
+def _os_homedir(env: Mapping[str, str]) -> str | None:
+    """Node's ``os.homedir()``: ``HOME`` as set (even blank), the passwd entry only when unset.
+    Python's ``expanduser`` reads a blank ``HOME`` as ``/``, which made the state dir ``/.openclaw``."""
+    if "HOME" in env:
+        return None
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError, OSError):
+        return None
 
 
 def resolve_home(env: Mapping[str, str] | None = None) -> Path:
-    """resolveRequiredHomeDir: ``OPENCLAW_HOME`` (its ``~`` is the OS home), else ``HOME``."""
+    """resolveRequiredHomeDir: ``OPENCLAW_HOME`` (its ``~`` is the OS home), else ``HOME``, else
+    ``USERPROFILE``, else the OS user's home; with none of them, the working directory."""
     env = _env(env)
-    os_home = _nonblank(env.get("HOME")) or _nonblank(env.get("USERPROFILE")) or os.path.expanduser("~")
+    os_home = _nonblank(env.get("HOME")) or _nonblank(env.get("USERPROFILE")) or _nonblank(_os_homedir(env))
     explicit = _nonblank(env.get("OPENCLAW_HOME"))
-    if explicit:
-        return Path(re.sub(r"^~(?=$|[\\/])", lambda _: os_home, explicit)).resolve()
-    return Path(os_home).resolve()
+    if explicit and re.match(r"~(?=$|[\\/])", explicit):
+        # A ``~`` with no OS home to stand for is no home at all (OpenClaw falls back to the cwd).
+        explicit = os_home and os_home + explicit[1:]
+    elif explicit is None:
+        explicit = os_home
+    return Path(explicit or os.getcwd()).resolve()
 
 
 def expand_home(raw: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
