@@ -250,3 +250,16 @@ def test_the_bar_moves_on_between_files(capsys, monkeypatch):
     drawn = capsys.readouterr().err  # (before close: closing draws the elapsed time anyway)
     bar.close()
     assert "00:01" in drawn, drawn
+
+
+def test_ctrl_c_during_status_index_says_what_it_left(agent, fresh_server):
+    """`status --index` syncs as `index` does, and Ctrl-C during its sync ended with exit 130 and
+    not a word about what the interruption left."""
+    import os
+
+    cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
+    cmd[cmd.index("index")] = "status"
+    cmd.append("--index")
+    proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server)
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == ["interrupted: what was written is kept; `memindex index` finishes the rest"], err

@@ -350,11 +350,16 @@ def _status_index(args: argparse.Namespace, agent: str) -> str | None:
 
     say_failures_once(args)
     since = run_started()
+    # The bar `index` draws (only on a terminal: the event-driven wait otherwise).
+    bar = Progress(f"indexing {agent}", True) if sys.stderr.isatty() else None
     try:
-        sync_and_wait(_ctx(args, agent), force=args.force)
+        sync_and_wait(_ctx(args, agent), force=args.force, progress=bar)
     except MemindexError as exc:
         print(f"Memory index failed ({agent}): {exc}", file=sys.stderr)
         return str(exc)
+    finally:
+        if bar is not None:
+            bar.close()
     failed = report_failures([_settings(args, agent)], since)
     return f"{failed} file(s) failed to index" if failed else None
 
@@ -701,7 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say_error(line)
         return 1
     except KeyboardInterrupt:
-        if args.command in ("index", "backfill"):  # not silent: say what the interruption left
+        if args.command in ("index", "backfill") or getattr(args, "index", False):  # say what it left
             from memindex.workers.broker import broker_url
 
             if broker_url():  # the work is on the broker: its workers go on without this process
