@@ -57,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "StoreError": "memindex.pipeline.errors",
     "ProviderError": "memindex.pipeline.errors",
     "FallbackSwitched": "memindex.pipeline.errors",
+    "IndexTimeout": "memindex.pipeline.errors",
     "MemoryGetError": "memindex.pipeline.errors",
     "QmdError": "memindex.pipeline.errors",
     "UsageError": "memindex.pipeline.errors",
@@ -88,6 +89,7 @@ __all__ = [
     "StoreError",
     "ProviderError",
     "FallbackSwitched",
+    "IndexTimeout",
     "MemoryGetError",
     "QmdError",
     "UsageError",
@@ -100,6 +102,7 @@ if TYPE_CHECKING:
     from memindex.pipeline.errors import (
         ConfigError,
         FallbackSwitched,
+        IndexTimeout,
         MemindexError,
         MemoryGetError,
         ProviderError,

@@ -124,6 +124,15 @@ class ProviderError(MemindexError):
     endpoint = True  # the provider's endpoint failed (False: this process's config cannot use the index)
 
 
+class IndexTimeout(MemindexError, TimeoutError):
+    """``sync_and_wait``'s timeout passed before the sync's work was written. Nothing is lost:
+    the queued work goes on, and ``pending`` says how many files were still to be written."""
+
+    def __init__(self, message: str, pending: int) -> None:
+        super().__init__(message)
+        self.pending = pending
+
+
 class FallbackSwitched(MemindexError, RuntimeError):
     """The provider changed while embedding: these vectors belong to another index."""
 

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from memindex.pipeline.errors import require
+from memindex.pipeline.errors import checked_call, require
 from memindex.pipeline.config.settings import DEFAULT_RESERVE_TOKENS_FLOOR, DEFAULT_SOFT_THRESHOLD_TOKENS
 
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -130,6 +130,7 @@ def already_flushed(session_entry: Mapping[str, Any]) -> bool:
     return flushed_at is not None and flushed_at == (_count(session_entry, FIELD_COMPACTION_COUNT) or 0)
 
 
+@checked_call("flush_decision")
 def flush_decision(
     token_estimate: int | None,
     context_window: int,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memindex.pipeline.display import escape_controls
-from memindex.pipeline.errors import StoreCorrupt, StoreError, require
+from memindex.pipeline.errors import StoreCorrupt, StoreError, checked_call, require
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.workspace import (
@@ -21,6 +21,7 @@ from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.core import ReadSnapshot, StoreReader, nearest_existing, open_reader
 
 
+@checked_call("index_status")
 def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None, *,
                  invariant: bool = False) -> dict[str, Any]:
     """A JSON-able status report. ``provider`` describes the embedding provider, if any (the CLI

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
-from memindex.pipeline.errors import MemindexError
+from memindex.pipeline.errors import IndexTimeout, MemindexError, checked_call
 
 log = logging.getLogger("memindex.sync")
 
@@ -30,6 +30,7 @@ def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -
     sync_agent.send(msg, force=force, reason=reason)
 
 
+@checked_call("sync_and_wait")
 def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None,
                   timeout: float | None = None) -> dict[str, int]:
     """Plan now, then block until every queued job for it is written.
@@ -37,7 +38,12 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     Returns the plan's counts (``generation``, ``to_index``, ``to_delete``, ``unchanged``), plus,
     when any, ``queued`` (files another sync had queued as they are: written when this returns,
     not queued again), ``pending_sessions`` (of the unchanged, transcripts grown below the delta
-    thresholds) and ``vanished`` (planned files deleted on disk before they were written).
+    thresholds), ``vanished`` (planned files deleted on disk before they were written) and
+    ``failed`` (files this sync could not index fully, e.g. a provider that refused every
+    request: ``index_status()["problems"]`` says why, as ``memindex index`` does when it exits 1).
+
+    ``timeout`` (seconds): when it passes first, ``IndexTimeout`` is raised (its ``pending`` is
+    how many files were still to be written); the queued work goes on without the caller.
 
     A sync with nothing to do returns without touching the broker: no dramatiq
     import, no worker threads, no writer message - just the stats. An agent whose memory
@@ -63,6 +69,7 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     from memindex.workers.sync import dispatch_plan
 
     embedded.start()
+    started_ms = int(time.time() * 1000)  # this sync's failures are the ones recorded from now on
     deadline = None if timeout is None else time.monotonic() + timeout
     dead = queues.dead_count()
     sent_ns = time.time_ns()  # the plan's planned_at is later: the writer records it (StoreState.last_plan_ns)
@@ -79,13 +86,27 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
         log.info("sync %s: %d file(s) another sync had queued were not written; queued them again",
                  settings_for(ctx).agent_id, redo["to_index"])
         left = None if timeout is None else max(0.0, deadline - time.monotonic())
-        wait_idle(ctx, total=total, progress=progress, timeout=left, since_ns=sent_ns)
+        idle = wait_idle(ctx, total=total, progress=progress, timeout=left, since_ns=sent_ns)
         _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
+    if not idle:
+        # A timed-out wait used to return the same counts as a finished one: the caller could not
+        # tell "written" from "still queued" (index_status right after read 0 files).
+        pending = pending_files(settings_for(ctx))
+        raise IndexTimeout(f"sync of agent '{settings_for(ctx).agent_id}' did not finish within {timeout or 0:g} s: "
+                           f"{pending} file(s) still to be written; the queued work goes on "
+                           "(`memindex status` shows it)", pending)
     # Planned files deleted (or replaced by a symlink, never followed) before they were written:
     # their writes were dropped, and the re-plan that asked for removes what the store had of them.
     # Not "indexed".
     gone = sum(1 for job in plan.jobs if os.path.islink(job.abs_path) or not os.path.isfile(job.abs_path))
-    return {**counts, "vanished": gone} if gone else counts
+    if gone:
+        counts = {**counts, "vanished": gone}
+    # Files that failed (a wrong key, an unreachable provider: every embedding refused) are not
+    # "indexed": the counts said the same as a good sync's, and only index_status told.
+    from memindex.pipeline.index.failures import failures_since
+
+    failed = sum(g["count"] for g in failures_since(settings_for(ctx).store_path, started_ms).values())
+    return {**counts, "failed": failed} if failed else counts
 
 
 class DeadLettered(MemindexError):

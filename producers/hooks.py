@@ -21,7 +21,7 @@ import threading
 import time
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
-from memindex.pipeline.errors import require
+from memindex.pipeline.errors import checked_call, require
 from memindex.workers.flags import send_once
 
 log = logging.getLogger("memindex.hooks")
@@ -38,6 +38,7 @@ def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None 
     return send_once(settings.store_path, lambda: request_sync(ctx, reason=reason))
 
 
+@checked_call("on_session_start")
 def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     """A session started: schedule a sync if ``sync.onSessionStart`` (default on)."""
     from memindex.pipeline.config.agents import settings_for
@@ -59,6 +60,7 @@ _last_search_sync: dict[str, float] = {}
 _last_lock = threading.Lock()
 
 
+@checked_call("schedule_sync")
 def schedule_sync(settings: AgentSettings, reason: str) -> None:
     """``MemorySearch(schedule_sync=schedule_sync)``: enqueue, never wait."""
     require("settings", settings, AgentSettings)

@@ -294,3 +294,25 @@ sys.exit(os.waitstatus_to_exitcode(status))
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [1, True]
+
+
+def test_a_call_no_signature_takes_is_a_usage_error_on_every_public_function(agent: Agent) -> None:
+    """helper-57: memory_search, memory_get, amemory_get, Context and engine.search turned a call
+    their signature could not take into a UsageError, but load_settings(ctx, foo=1), open_search(),
+    index_status(s, deep=True), sync_and_wait(ctx, forse=True), schedule_sync(s),
+    on_session_start() and flush_decision() raised Python's TypeError, outside the error root."""
+    s = agent.settings()
+    calls = {
+        "load_settings": lambda: memindex.load_settings(agent.ctx, foo=1),
+        "open_search": lambda: memindex.open_search(),
+        "index_status": lambda: memindex.index_status(s, deep=True),
+        "sync_and_wait": lambda: memindex.sync_and_wait(agent.ctx, forse=True),
+        "schedule_sync": lambda: memindex.schedule_sync(s),
+        "on_session_start": lambda: memindex.on_session_start(),
+        "flush_decision": lambda: memindex.flush_decision(),
+    }
+    for name, call in calls.items():
+        with pytest.raises(memindex.UsageError, match=rf"^{name}\(\): .*it takes ") as exc:
+            call()
+        assert isinstance(exc.value, memindex.MemindexError)
+    assert memindex.index_status(s)["files"] == 0  # the right call still answers

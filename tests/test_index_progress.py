@@ -263,3 +263,29 @@ def test_ctrl_c_during_status_index_says_what_it_left(agent, fresh_server):
     proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server)
     assert proc.returncode == 130, (out, err)
     assert err.splitlines() == ["interrupted: what was written is kept; `memindex index` finishes the rest"], err
+
+
+def test_sync_and_wait_says_a_timeout_and_files_that_failed(agent, fresh_server):
+    """helper-57: sync_and_wait(ctx, timeout=...) returned the counts of a finished sync when its
+    timeout passed (index_status right after: 0 files), and a sync whose every embedding was refused
+    returned the same counts as a good one; only index_status told either."""
+    import pytest
+
+    import memindex
+    from tests.conftest import wait_for
+
+    _thirty_notes_and_a_slow_provider(agent, fresh_server)
+    with pytest.raises(memindex.IndexTimeout, match=r"did not finish within 0.5 s: \d+ file\(s\) still") as exc:
+        memindex.sync_and_wait(agent.ctx, timeout=0.5)
+    assert exc.value.pending > 0
+    fresh_server.reset()  # the queued work goes on and finishes
+    assert wait_for(lambda: memindex.index_status(agent.settings())["files"] == 30, 120, step=0.2)
+
+    agent.write("memory/good.md", "# Good\na lantern that embeds\n")
+    counts = memindex.sync_and_wait(agent.ctx, timeout=120)
+    assert counts["to_index"] == 1 and "failed" not in counts, counts
+
+    agent.write("memory/extra.md", "# Extra\nanother lantern\n")
+    fresh_server.always("openai", {"status": 401, "message": "bad key"})
+    counts = memindex.sync_and_wait(agent.ctx, timeout=120)
+    assert counts["to_index"] == 1 and counts["failed"] == 1, counts

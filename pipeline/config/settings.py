@@ -839,6 +839,7 @@ def _load(ctx: Context, env: Mapping[str, str] | None) -> tuple[dict[str, Any], 
     return load_config(path, state_dir, target), state_dir, path, target
 
 
+@checked_call("load_settings")
 def load_settings(ctx: Context, env: Mapping[str, str] | None = None) -> AgentSettings:
     require("ctx", ctx, Context)
     cfg, state_dir, path, target = _load(ctx, env)

@@ -248,6 +248,7 @@ def check_keywords(call: str, given: Mapping[str, Any], accepted: tuple[str, ...
                          f"it takes {', '.join(accepted)}")
 
 
+@checked_call("open_search")
 def open_search(settings: AgentSettings, **kw: Any) -> SearchEngine:
     """The engine for ``memory.backend`` (builtin, or qmd with builtin fallback).
 
