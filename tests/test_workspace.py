@@ -1,6 +1,10 @@
+import json
 import os
 
-from memindex.pipeline.config.settings import resolve_agent
+import pytest
+
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import Context, resolve_agent
 from memindex.pipeline.index.workspace import discover
 
 
@@ -126,3 +130,42 @@ def test_a_large_walk_split_across_two_processes_lists_exactly_what_one_process_
 
     files = list(workspace._walk(s.workspace / "memory", dying_keep, workspace.ListingFacts()))
     assert [f[0] for f in files] == [f.abs_path for f in one]
+
+
+def _cfg(tmp_path, ws, *extra):
+    path = tmp_path / "openclaw.json"
+    path.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws), "memorySearch": {
+        "provider": "none", "extraPaths": list(extra)}}}}))
+    st = path.stat()  # a rewrite within the same mtime tick must still be seen
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    return path
+
+
+@pytest.mark.parametrize("change", ["removed", "narrowed", "file entry removed"])
+def test_files_of_an_extra_path_no_longer_configured_are_deleted(tmp_path, change):
+    """helper-58: after an extraPaths entry was removed (or narrowed to a subfolder), every sync said
+    "removed N" and kept the rows (the files were still on disk), status read "indexed: 305/5 files"
+    forever, and the hidden rows took search's candidate slots (a relevant note scored 0 results)."""
+    from memindex.pipeline.status import index_status
+    from memindex.producers.enqueue import sync_and_wait
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-07-01.md").write_text("Salamander habitat survey at the north pond.\n")
+    team = tmp_path / "team"
+    (team / "keep").mkdir(parents=True)
+    for i in range(30):
+        (team / f"n{i}.md").write_text(f"salamander salamander habitat habitat survey survey note {i}\n")
+    (team / "keep" / "k.md").write_text("a kept note about newts\n")
+    single = tmp_path / "single.md"
+    single.write_text("salamander habitat survey single file\n")
+    before = {"removed": [str(team)], "narrowed": [str(team)], "file entry removed": [str(team), str(single)]}[change]
+    after = {"removed": [], "narrowed": [str(team / "keep")], "file entry removed": [str(team)]}[change]
+    ctx = Context(state_dir=str(tmp_path / "state"), workspace=str(ws), config=str(_cfg(tmp_path, ws, *before)))
+    sync_and_wait(ctx, timeout=120)
+    ctx = Context(state_dir=str(tmp_path / "state"), workspace=str(ws), config=str(_cfg(tmp_path, ws, *after)))
+    counts = sync_and_wait(ctx, timeout=120)
+    expected = {"removed": 1, "narrowed": 2, "file entry removed": 32}[change]
+    status = index_status(settings_for(ctx))
+    assert status["files"] == expected, (counts, status["files"])
+    assert sync_and_wait(ctx, timeout=120)["to_delete"] == 0  # converged: nothing is re-announced

@@ -23,6 +23,7 @@ from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.preparers import is_current, snapshot_writable
 from memindex.pipeline.index.records import FileRecord, TouchRecord
+from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
 from memindex.pipeline.store.core import StoreWriter, open_writer, same_space, store_full
 from memindex.workers import leases, queues
@@ -323,7 +324,8 @@ def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any]
                keep: list[list[str]] | None = None) -> None:
     settings, w = _writer(Context.from_dict(ctx))
     # A delete is applied only if the file really is gone: a re-created file keeps its rows.
-    real_deletes = [tuple(k) for k in deletes if not still_on_disk(settings, tuple(k))]
+    visible = indexed_path_filter(settings)
+    real_deletes = [tuple(k) for k in deletes if not still_on_disk(settings, tuple(k), visible)]
     w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at,
            keep=[tuple(k) for k in keep or ()])
 
@@ -527,7 +529,8 @@ def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, An
 @write_actor
 def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
     settings, w = _writer(Context.from_dict(ctx))
-    w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k))])
+    visible = indexed_path_filter(settings)
+    w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k), visible)])
 
 
 GroupCommit.after_message = after_message

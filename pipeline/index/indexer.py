@@ -15,7 +15,7 @@ import stat
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
@@ -24,7 +24,8 @@ from memindex.pipeline.index.prepare import embedding_pending, is_read_error
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.workspace import (
-    MEMORY_DIR, ListingFacts, MemoryFile, check_roots, iter_discover, listing_roots, rel_path, resolve_extra_paths,
+    MEMORY_DIR, ListingFacts, MemoryFile, check_roots, indexed_path_filter, iter_discover, listing_roots, rel_path,
+    resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
 from memindex.pipeline.store.core import FileKey, StoreReader, StoreState, check_writable, open_reader, quarantine
@@ -240,14 +241,20 @@ def iter_collect_files(settings: AgentSettings, facts: ListingFacts | None = Non
         yield from discover_sessions(settings, facts)
 
 
-def still_on_disk(settings: AgentSettings, key: FileKey) -> bool:
-    """Is this indexed path still a file the walk lists: a regular file (no symlink) reached
-    through no symlinked directory below its root? Deletes are applied only if not.
+def still_on_disk(settings: AgentSettings, key: FileKey,
+                  visible: Callable[[str, str], bool] | None = None) -> bool:
+    """Is this indexed path still a file the walk lists: under a root configured now, a regular
+    file (no symlink) reached through no symlinked directory below that root? Deletes are
+    applied only if not. ``visible`` is ``indexed_path_filter(settings)``, made once per batch.
 
     A ``memory/`` (or a folder in it) moved behind a symlink stops being listed, as OpenClaw's
     walk does; checking the leaf alone followed the symlinked folder, so every such delete was
-    announced ("removed 1", "40002 to delete") and dropped, and the old text stayed searchable."""
+    announced ("removed 1", "40002 to delete") and dropped, and the old text stayed searchable.
+    So did every file of an extraPaths entry removed from the config (OpenClaw deletes each row
+    its walk did not see): it is still on disk, but no longer the agent's memory."""
     source, path = key
+    if not (visible or indexed_path_filter(settings))(source, path):
+        return False
     base = settings.sessions_dir.parent if source == "sessions" else settings.workspace
     candidate = Path(os.path.normpath(base / path))
     try:
