@@ -103,6 +103,52 @@ def test_symlinks_refused(ws):
             memory_get(ws.settings(), p)
 
 
+@pytest.mark.parametrize("swap", ["file", "folder"])
+def test_a_file_swapped_for_a_symlink_while_read_never_reads_outside(ws, swap):
+    """helper-62: the checks (lstat, realpath) and the open() were apart, so a file (or its folder)
+    swapped for a symlink in between was read through it: 46 of 440 reads returned a file outside
+    the workspace. The swapper runs in its own process, as the attacker's writes would."""
+    import subprocess
+    import sys
+    import time
+
+    outside = ws.root / "outside"
+    outside.mkdir()
+    (outside / "race.md").write_text("TOPSECRET outside\n")
+    sub = ws.workspace / "memory" / "sub"
+    sub.mkdir()
+    (sub / "race.md").write_text("harmless\n")
+    # Each loop puts the symlink in place, then the real file (or folder) back.
+    loop = {
+        "file": f"""
+f, tmp = {str(sub / "race.md")!r}, {str(sub / "race.tmp")!r}
+while True:
+    os.symlink({str(outside / "race.md")!r}, tmp); os.replace(tmp, f)
+    open(tmp, "w").write("harmless\\n"); os.replace(tmp, f)
+""",
+        "folder": f"""
+d, keep = {str(sub)!r}, {str(sub) + ".keep"!r}
+while True:
+    os.rename(d, keep); os.symlink({str(outside)!r}, d)
+    os.unlink(d); os.rename(keep, d)
+"""}[swap]
+    swapper = subprocess.Popen([sys.executable, "-c", "import os" + loop])
+    try:
+        leaked, reads, deadline = 0, 0, time.monotonic() + 6
+        while time.monotonic() < deadline:
+            try:
+                got = memory_get(ws.settings(), "memory/sub/race.md").text
+            except MemoryGetError:
+                continue
+            reads += 1
+            leaked += "TOPSECRET" in got
+        assert leaked == 0, f"{leaked} of {reads} reads returned the file outside"
+        assert swapper.poll() is None, "the swapper stopped: the race was not run"
+    finally:
+        swapper.kill()
+        swapper.wait()
+
+
 def test_directory_refused(ws):
     (ws.workspace / "memory" / "dir.md").mkdir()
     with pytest.raises(MemoryGetError, match="regular file"):
