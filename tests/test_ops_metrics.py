@@ -142,7 +142,7 @@ def test_worker_metrics_dir_is_reused_per_port_and_keeps_live_processes_only(tmp
     from memindex.workers.metrics import worker_env
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    env = worker_env(9431)
+    env = worker_env("127.0.0.1", 9431)
     db = env["PROMETHEUS_MULTIPROC_DIR"]
     assert env["dramatiq_prom_db"] == db and os.path.dirname(db) == str(tmp_path)
     assert os.stat(db).st_mode & 0o777 == 0o700
@@ -150,11 +150,65 @@ def test_worker_metrics_dir_is_reused_per_port_and_keeps_live_processes_only(tmp
     dead.wait()
     for name in (f"counter_{dead.pid}.db", f"gauge_livesum_{dead.pid}.db", f"counter_{os.getpid()}.db", "notes.txt"):
         (tmp_path / os.path.basename(db) / name).write_bytes(b"x")
-    assert worker_env(9431)["PROMETHEUS_MULTIPROC_DIR"] == db  # the same directory again
+    assert worker_env("127.0.0.1", 9431)["PROMETHEUS_MULTIPROC_DIR"] == db  # the same directory again
     assert sorted(os.listdir(db)) == [f"counter_{os.getpid()}.db", "notes.txt"]
-    assert worker_env(9432)["PROMETHEUS_MULTIPROC_DIR"] != db  # another port, another directory
+    assert worker_env("127.0.0.1", 9432)["PROMETHEUS_MULTIPROC_DIR"] != db  # another port, another directory
     # A path that is not ours to use (here: readable by others) is not used.
     other = tmp_path / f"memindex-metrics-{os.getuid()}-9433"
     other.mkdir(mode=0o755)
     os.chmod(other, 0o755)
-    assert worker_env(9433)["PROMETHEUS_MULTIPROC_DIR"] != str(other)
+    assert worker_env("127.0.0.1", 9433)["PROMETHEUS_MULTIPROC_DIR"] != str(other)
+
+
+def _listening_on(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp has them) listening on ``port``."""
+    from pathlib import Path
+
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        addr, hexport = local.split(":")
+        if int(hexport, 16) == port and state == "0A":  # LISTEN
+            found.add(addr)
+    return found
+
+
+def test_the_metrics_port_is_loopback_unless_a_host_is_given_and_a_busy_one_is_one_line(tmp_path):
+    """helper-62: `mcp --metrics-port P` listened on 0.0.0.0 with no token (the series name agents;
+    `serve` refuses a non-loopback bind without one), and a port in use ended in a traceback."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, free_port, wait_for
+
+    a = Agent(tmp_path / "a")
+    a.write("memory/2026-02-10.md", "Configured VLAN 10 for IoT devices.\n")
+    env = dict(os.environ, OPENCLAW_STATE_DIR=str(a.state), OPENCLAW_CONFIG_PATH=str(a.config_path))
+    env.pop("MEMINDEX_BROKER_URL", None)
+    for given, expected in (("{port}", {"0100007F"}), ("0.0.0.0:{port}", {"00000000"})):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "memindex", "--workspace", str(a.workspace), "watch",
+                                 "--metrics-port", given.format(port=port)], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            assert wait_for(lambda: _listening_on(port), 60, step=0.2)
+            assert _listening_on(port) == expected
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(30)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "memindex", "--workspace", str(a.workspace), "watch",
+                            "--metrics-port", str(port)], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: cannot serve metrics on 127.0.0.1:{port}: "
+                                             "Address already in use"], r.stderr
+    r = subprocess.run([sys.executable, "-m", "memindex", "watch", "--metrics-port", "nine"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "expected [HOST:]PORT" in r.stderr, r.stderr

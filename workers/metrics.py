@@ -32,14 +32,22 @@ from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware
 
+from memindex.pipeline.errors import MemindexError
+
 PORT_ENV = "MEMINDEX_METRICS_PORT"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def worker_env(port: int) -> dict[str, str]:
-    """Environment for ``dramatiq`` children that makes them export metrics on ``port``."""
+def worker_env(host: str, port: int) -> dict[str, str]:
+    """Environment for ``dramatiq`` children that makes them export metrics on ``host:port``
+    (dramatiq's own default host is every interface)."""
     db = _multiproc_dir(port)
-    return {PORT_ENV: str(port), "dramatiq_prom_port": str(port), "dramatiq_prom_db": db, MULTIPROC_ENV: db}
+    return {PORT_ENV: str(port), "dramatiq_prom_host": host, "dramatiq_prom_port": str(port),
+            "dramatiq_prom_db": db, MULTIPROC_ENV: db}
+
+
+class MetricsPortError(MemindexError):
+    """The metrics port cannot be listened on (in use, no permission): one line, not a traceback."""
 
 
 def _multiproc_dir(port: int) -> str:
@@ -233,7 +241,7 @@ class PendingCollector:
 
 
 
-def serve_metrics(port: int, contexts: Iterable[Any] = (),
+def serve_metrics(address: tuple[str, int], contexts: Iterable[Any] = (),
                   batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
     """``--metrics-port`` of a long-running process (``watch``, ``mcp``): this process's series on
     ``port`` from a daemon thread, plus files pending per agent for ``contexts`` (what it watches).
@@ -241,9 +249,13 @@ def serve_metrics(port: int, contexts: Iterable[Any] = (),
     ``batch_states`` is passed in: the batch package imports the broker, which imports this module."""
     from prometheus_client import REGISTRY, start_http_server
 
+    host, port = address
+    try:
+        start_http_server(port, addr=host)
+    except OSError as exc:
+        raise MetricsPortError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
     Recorders().install()
     search_recorders()  # the search series exist (at zero) before the first search
     contexts = list(contexts)
     if contexts:
         REGISTRY.register(PendingCollector(contexts, batch_states))
-    start_http_server(port)

@@ -22,7 +22,7 @@ from memindex.pipeline.config.settings import Context
 from memindex.pipeline.index.workspace import display_path
 from memindex.pipeline.errors import ConfigError, MemindexError, WorkspaceError
 from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
-from memindex.producers.cli.options import examples, say_error
+from memindex.producers.cli.options import examples, metrics_address, say_error
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex.ops")
@@ -207,14 +207,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if refused:
             say_error(refused)
             return 2
-    running = start_producers(contexts, initial_sync=not args.no_initial_sync,
-                              max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
-                              reload=lambda: agent_contexts(args), need_a_workspace=True)
-    if args.metrics_port:
+    if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
 
         serve_metrics(args.metrics_port, contexts, job_state_counts)
+    running = start_producers(contexts, initial_sync=not args.no_initial_sync,
+                              max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
+                              reload=lambda: agent_contexts(args), need_a_workspace=True)
     where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
     print(f"watching {running.agents} agent(s){_others_hint(args, contexts)}, "
           f"{len(running.watcher.watched_dirs)} directories; {where}. Ctrl-C to stop.", file=sys.stderr, flush=True)
@@ -637,7 +637,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.metrics_port:
         from memindex.workers.metrics import worker_env
 
-        os.environ.update(worker_env(args.metrics_port))
+        os.environ.update(worker_env(*args.metrics_port))
     from memindex.pipeline.store.locks import LABEL_ENV
 
     # What another writer of the same store names while it waits for this one (dramatiq's child
@@ -666,8 +666,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 # --- registration ---------------------------------------------------------------------------
 
 def _metrics_opt(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--metrics-port", metavar="PORT", type=int, default=None,
-                   help="serve Prometheus metrics on PORT (off by default; see README, Operations)")
+    s.add_argument("--metrics-port", metavar="[HOST:]PORT", type=metrics_address, default=None,
+                   help="serve Prometheus metrics on PORT, 127.0.0.1 unless HOST is given (off by default; see README, Operations)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -112,3 +112,20 @@ def say_error(line: str) -> None:
         log.error("%s", line)
     else:
         print(f"error: {line}", file=sys.stderr)
+
+
+def metrics_address(text: str) -> tuple[str, int]:
+    """``--metrics-port [HOST:]PORT``: the series name agents, so a bare PORT is loopback only
+    (it listened on every interface, no token asked, while ``serve`` refuses that for memory);
+    ``0.0.0.0:PORT`` is for a scraper on another machine or container."""
+    from memindex.producers.serve import DEFAULT_HOST
+
+    host, sep, port = text.strip().rpartition(":")
+    try:
+        n = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected [HOST:]PORT, e.g. 9191 or 0.0.0.0:9191, not {text!r}") from None
+    if not 0 < n < 65536:
+        raise argparse.ArgumentTypeError(f"bad port {n}: expected 1-65535")
+    return (host.strip("[]") if sep and host.strip("[]") else DEFAULT_HOST), n
+

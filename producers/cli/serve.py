@@ -14,7 +14,7 @@ import os
 import sys
 
 from memindex.producers.cli.agents import base_context
-from memindex.producers.cli.options import examples, say_error
+from memindex.producers.cli.options import examples, metrics_address, say_error
 from memindex.producers.serve import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
 
 EXTRA_HINT = "pip install 'memindex[serve]'"
@@ -69,16 +69,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     tools = _tools(args)
     running = None
     contexts = [tools.context(a) for a in tools.agent_ids()]
+    if args.metrics_port:  # first: a busy port is said before anything has started
+        from memindex.workers.batch.backend import job_state_counts
+        from memindex.workers.metrics import serve_metrics
+
+        serve_metrics(args.metrics_port, contexts, job_state_counts)
     if args.watch:
         from memindex.producers.cli.ops import start_producers
 
         # The agents the config lists as it changes (added, removed, workspace moved), as `watch --all`.
         running = start_producers(contexts, reload=lambda: [tools.context(a) for a in tools.agent_ids()])
-    if args.metrics_port:
-        from memindex.workers.batch.backend import job_state_counts
-        from memindex.workers.metrics import serve_metrics
-
-        serve_metrics(args.metrics_port, contexts, job_state_counts)
     try:
         mcp.run(tools, http=http, token=_token(args) if http else None)
     finally:
@@ -120,9 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--watch", action="store_true",
                    help="also run the file watcher and interval sync in this process (default: a sync is "
                         "scheduled on each search, as the runtime hooks do)")
-    s.add_argument("--metrics-port", metavar="PORT", type=int, default=None,
+    s.add_argument("--metrics-port", metavar="[HOST:]PORT", type=metrics_address, default=None,
                    help="serve Prometheus metrics (searches, latency, files pending per agent) on "
-                        "PORT at /metrics (off by default; see README, Operations)")
+                        "PORT at /metrics, 127.0.0.1 unless HOST is given (off by default; see README, Operations)")
     s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("serve", help="JSON HTTP API: POST /v1/search, POST /v1/get, GET /v1/status",
