@@ -226,6 +226,12 @@ def test_broad_extra_paths_are_refused_unless_opted_in(agent):
     _one_line_error(_cli(agent, "index"), "too broad")
     agent.memory_config({"extraPaths": ["notes"]})
     assert _cli(agent, "index").returncode == 0
+    # helper-56: "~" is $OPENCLAW_HOME in the config, and the check compared the OS home only,
+    # so with OPENCLAW_HOME set `extraPaths: ["~"]` indexed all of it.
+    oc_home = agent.root / "oc-home"
+    (oc_home / "sub").mkdir(parents=True)
+    agent.memory_config({"extraPaths": ["~"]})
+    _one_line_error(_cli(agent, "index", env={"OPENCLAW_HOME": str(oc_home)}), "too broad")
 
 
 # --------------------------------------------------------------------- stores

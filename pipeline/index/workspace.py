@@ -19,7 +19,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from memindex.pipeline.config.paths import expand_home
+from memindex.pipeline.config.paths import expand_home, resolve_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.errors import ConfigError, WorkspaceError
 
@@ -298,14 +298,15 @@ def _markdown_only(name: str) -> str | None:
 
 
 def _too_broad(p: Path, settings: AgentSettings) -> bool:
-    """``/``, the home directory, or the state dir (or anything holding it): the index would index itself."""
+    """``/``, the home directory (the OS one, and ``~`` as the config reads it: ``$OPENCLAW_HOME``
+    when set), or the state dir (or anything holding it): the index would index itself."""
     try:
         real = Path(os.path.realpath(p))
         state = Path(os.path.realpath(settings.state_dir))
-        home = Path(os.path.realpath(Path.home()))
+        homes = {Path(os.path.realpath(Path.home())), Path(os.path.realpath(resolve_home()))}
     except (OSError, RuntimeError):
         return False
-    return real == Path(real.anchor) or real == home or real == state or real in state.parents
+    return real == Path(real.anchor) or real in homes or real == state or real in state.parents
 
 
 def _allow_broad() -> bool:
