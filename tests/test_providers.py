@@ -582,6 +582,19 @@ def test_fallback_serves_when_primary_keeps_failing(server, policy, caplog):
     assert svc.provider_for(svc.choice.fallback.fingerprint()).id == "gemini"
 
 
+@pytest.mark.parametrize("providers_cfg, what", [
+    ({"openai": {"apiKey": "sk-\u2026"}}, "the API key"),  # the README's placeholder, pasted as is
+    ({"openai": {"apiKey": "sk-good", "headers": {"X-Team": "caf\u00e9"}}}, "header 'X-Team'"),
+])
+def test_a_key_or_header_an_http_request_cannot_carry_is_said_as_such(providers_cfg, what):
+    """helper-56: it failed at the first request as "InvalidVectorError: openai: 'ascii' codec can't
+    encode character" and promised that the next sync retries (it never could)."""
+    ms = make_ms(provider="openai", fallback="none")
+    with pytest.raises(ProviderError, match=f"openai: {what} holds a character an HTTP header cannot carry") as exc:
+        choose(ms, providers_cfg)
+    assert "\u2026" not in str(exc.value) and "caf" not in str(exc.value)  # the value itself is never echoed
+
+
 def test_fallback_from_start_when_primary_has_no_key(server, policy):
     ms = make_ms(provider="openai", fallback="voyage")
     choice = choose(ms, {"voyage": {"baseUrl": server.base("voyage"), "apiKey": "vk"}}, {})

@@ -52,10 +52,12 @@ def build_provider(
     key = resolve_api_key(provider_id, ms, providers_cfg, env, auth_profiles)
     if spec.needs_key and not key:
         raise ProviderKeyMissing(missing_key_message(provider_id))
+    headers = resolve_headers(provider_id, ms, providers_cfg)
+    _require_ascii(provider_id, key, headers)
     args = ProviderArgs(
         model=resolve_model(provider_id, ms, as_fallback=as_fallback),
         base_url=resolve_base_url(provider_id, ms, providers_cfg) or spec.default_base_url,
-        headers=resolve_headers(provider_id, ms, providers_cfg),
+        headers=headers,
         api_key=key,
         memory_search=ms,
         env=env,
@@ -68,6 +70,19 @@ def build_provider(
     if provider.id != spec.id:
         raise ProviderError(f"embedding provider {spec.id!r}: its factory built a {provider.id!r} provider")
     return provider
+
+
+def _require_ascii(provider_id: str, key: str | None, headers: Mapping[str, str]) -> None:
+    """A key or header value an HTTP request cannot carry (a pasted placeholder such as "sk-…"):
+    said as what it is. It failed at the first request as "InvalidVectorError: 'ascii' codec can't
+    encode character", promising a retry that could never succeed. Never echoes the value."""
+    for what, value in (("the API key", key), *((f"header {name!r}", v) for name, v in headers.items())):
+        if value is None:
+            continue
+        bad = next((i for i, ch in enumerate(value) if not " " <= ch <= "~" and ch != "\t"), None)
+        if bad is not None:
+            raise ProviderAuthError(f"{provider_id}: {what} holds a character an HTTP header cannot carry "
+                                    f"(U+{ord(value[bad]):04X} at position {bad + 1}; a copied placeholder?)")
 
 
 def select_provider(
