@@ -541,6 +541,16 @@ def test_invalid_vectors_rejected_without_retry(server, policy, kind):
     assert server.count("openai") == 1
 
 
+@pytest.mark.parametrize("flavor", ["mistral", "voyage"])  # (openai's SDK says "No embedding data")
+def test_a_query_answered_with_no_vector_is_an_invalid_vector_error(server, policy, flavor):
+    """helper-57: mistral answering {"data": []} to a query leaked "IndexError: list index out of
+    range" (its embed_query takes vectors[0]); the document path said "expected N vectors"."""
+    server.script(flavor, {"kind": "short"})
+    svc = service_for(server, policy, flavor)
+    with pytest.raises(InvalidVectorError, match="expected 1 vector"):
+        svc.embed_query("router")
+
+
 def test_dims_learned_then_enforced(server, policy):
     svc = service_for(server, policy, "voyage")
     svc.active_provider.dims = None

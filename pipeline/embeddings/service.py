@@ -225,7 +225,7 @@ class EmbeddingService:
             if attempts > 1:
                 observe.hooks.embedding_retry(provider.id)
             with self.limiter.acquire(provider.id), observe.embedding_request(provider.id):
-                vecs = [provider.embed_query(texts[0])] if query else provider.embed_documents(texts)
+                vecs = _query_vectors(provider, texts[0]) if query else provider.embed_documents(texts)
             dims = validate_vectors(vecs, expected_count=len(texts), expected_dims=None if any_size else provider.dims,
                                     provider_id=provider.id)
             if provider.dims is None and not any_size:
@@ -335,3 +335,15 @@ class EmbeddingService:
             fallback_used=used,
             fallback_reason=self._fallback_reason if used else None,
         )
+
+
+def _query_vectors(provider: EmbeddingProvider, text: str) -> list[list[float]]:
+    """``[embed_query(text)]``, or ``[]`` when the answer held no vector: providers take the first
+    of the vectors they got (``vectors[0]``), and an empty answer leaked as "IndexError: list index
+    out of range" where the document path says "expected 12 vectors, got 11". The count check
+    after this says it the same way for queries."""
+    try:
+        return [provider.embed_query(text)]
+    except IndexError:
+        return []
+
