@@ -85,3 +85,19 @@ def test_max_results_above_what_a_search_returns_is_said(agent):
     res = agent.search("soursop", max_results=MAX_CANDIDATES + 1)
     assert res["results"] and f"at most {MAX_CANDIDATES} results" in res["warning"], res
     assert "warning" not in agent.search("soursop", max_results=MAX_CANDIDATES)
+
+
+def test_max_results_above_the_cap_returns_at_most_the_cap(agent):
+    """helper-62: each arm returns at most MAX_CANDIDATES, and their union was ranked to maxResults:
+    maxResults 300 answered 300 under the warning "at most 200 results" (and that top 300 was not
+    the top 300 of the store)."""
+    from memindex.pipeline.search.engine import MAX_CANDIDATES
+
+    agent.memory_config({"provider": "hash"})
+    for i in range(450):
+        agent.write(f"memory/n{i:03d}.md", f"quokka note {i} about the router\n" if i % 2 else f"router {i}\n")
+    agent.index()
+    res = agent.search("quokka router", max_results=300, min_score=0)
+    assert res["mode"] == "hybrid", res.get("warning")
+    assert len(res["results"]) == MAX_CANDIDATES, len(res["results"])
+    assert f"at most {MAX_CANDIDATES} results" in res["warning"]

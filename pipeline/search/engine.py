@@ -367,7 +367,9 @@ class MemorySearch(AsyncSearch):
             cands = rank_pipeline(
                 vector_hits, text_hits,
                 vector_weight=hybrid["vectorWeight"], text_weight=hybrid["textWeight"],
-                min_score=min_score, max_results=max_results,
+                # Each arm returns at most MAX_CANDIDATES, so their union could be twice that: 300
+                # answered 300 under a warning of "at most 200", and its top-300 was not the top 300.
+                min_score=min_score, max_results=min(max_results, MAX_CANDIDATES),
                 temporal_decay=decay["enabled"], half_life_days=decay["halfLifeDays"],
                 now=self.clock(), mtimes=mtimes,
                 mmr=mmr["enabled"], mmr_lambda=mmr["lambda"], fusion=q["fusion"],
