@@ -670,6 +670,10 @@ def test_former_tracebacks_are_one_line_errors(agent, tmp_path) -> None:
         assert "Traceback" not in r.stderr, (argv, r.stderr)
         assert needle in r.stderr, (argv, r.stderr)
         assert "hunter2" not in r.stderr + r.stdout
+    # helper-56: with nothing to index no broker is asked, and the wrong URL was "0 indexed", exit 0.
+    assert run_cli(*args, "index").returncode == 0
+    r = run_cli(*args, "index", env=wrong)
+    assert r.returncode == 2 and "MEMINDEX_BROKER_URL: expected a redis://" in r.stderr, r.stderr
 
 
 def test_a_config_path_that_is_a_device_or_fifo_is_refused_not_read(agent, tmp_path) -> None:
