@@ -867,6 +867,28 @@ def test_index_on_a_full_disk_does_not_count_unwritten_files_as_indexed(tmp_path
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
+def test_index_on_a_full_disk_embeds_nothing(tmp_path, server) -> None:
+    """helper-58: with the store's disk full, every `index` embedded the whole backlog (3.5 min of a
+    local model; a paid API's tokens) and then failed every write, again at each retry."""
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    (ws / "memory").mkdir(parents=True)
+    state.mkdir()
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws), "memorySearch": {
+        "provider": "openai", "fallback": "none", "remote": {"baseUrl": server.base("openai"), "apiKey": "sk-t"}}}}}))
+    for i in range(20):
+        (ws / "memory" / f"new{i}.md").write_text(f"# New {i}\nThe heron {i} fishes at dawn.\n")
+    cli = f"{sys.executable} -m memindex --config {cfg} --state-dir {state}"
+    before = server.count("openai")
+    script = (f"mount -t tmpfs -o size=2m tmpfs {state} && dd if=/dev/zero of={state}/fill bs=64k 2>/dev/null; "
+              f"{cli} index")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                       cwd=str(tmp_path), env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+    assert r.returncode == 1 and "its disk is full" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert server.count("openai") == before, "embedded before finding the disk full"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
 def test_commands_on_a_store_whose_disk_is_full_say_so_in_one_line(tmp_path) -> None:
     """helper-54: with the store's disk completely full, `status`, `index` and `index --force`
     died with a traceback ("disk I/O error" from PRAGMA cache_size: even a read-only open

@@ -28,7 +28,9 @@ from memindex.pipeline.index.workspace import (
     resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
-from memindex.pipeline.store.core import FileKey, StoreReader, StoreState, check_writable, open_reader, quarantine
+from memindex.pipeline.store.core import (
+    FileKey, StoreReader, StoreState, check_writable, disk_full, open_reader, quarantine, store_full,
+)
 
 log = logging.getLogger("memindex.sync")
 
@@ -151,6 +153,11 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
 
 
 
+# Below this much free space on the store's disk not even a sync's first write fits: a plan with
+# files to write is refused before anything is embedded.
+WRITE_ROOM_BYTES = 256 << 10
+
+
 def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY, *,
                force: bool = False, journal: unchanged.ListingJournal | None = None) -> tuple[SyncPlan, bool]:
     """(plan, nothing-to-do) for one agent, reading the store through its own reader.
@@ -163,15 +170,20 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
     reader = open_reader(settings)
     try:
         try:
-            return _plan_agent(settings, reader, ident, force, journal)
+            plan, noop = _plan_agent(settings, reader, ident, force, journal)
         except StoreCorrupt as exc:
             # The Markdown is the source of truth: a damaged store is moved aside and rebuilt.
             log.warning("%s", exc)
             reader.close()
             quarantine(settings.store_path)
-            return _plan_agent(settings, reader, ident, force, journal)
+            plan, noop = _plan_agent(settings, reader, ident, force, journal)
     finally:
         reader.close()
+    if not noop and (plan.jobs or plan.session_deltas) and disk_full(settings.store_path, WRITE_ROOM_BYTES):
+        # Every file would be embedded (minutes of a local model, or a paid API's tokens, the
+        # cache included) and then fail to be written, again at each retry: said before any of it.
+        raise store_full(settings.store_path)
+    return plan, noop
 
 
 def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIdentity,

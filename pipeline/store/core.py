@@ -160,16 +160,20 @@ def store_full(path: Path | str) -> StoreError:
 FULL_DISK_BYTES = 1 << 20
 
 
-def unreadable(path: Path | str, exc: BaseException) -> StoreError:
-    """The one line for a store SQLite cannot open for reading (not damage: that is ``corrupt``)."""
+def disk_full(path: Path | str, below: int = FULL_DISK_BYTES) -> bool:
+    """Has the disk that holds (or will hold) the store less than ``below`` bytes free?"""
     import shutil
 
     where = nearest_existing(Path(path).parent)
     try:
-        full = where is not None and shutil.disk_usage(where).free < FULL_DISK_BYTES
+        return where is not None and shutil.disk_usage(where).free < below
     except OSError:
-        full = False
-    if full:
+        return False
+
+
+def unreadable(path: Path | str, exc: BaseException) -> StoreError:
+    """The one line for a store SQLite cannot open for reading (not damage: that is ``corrupt``)."""
+    if disk_full(path):
         return StoreError(f"cannot read the store {printable(str(path))}: its disk is full (SQLite needs room "
                           "for its shared-memory file even to read); free some space")
     return StoreError(f"cannot read the store {printable(str(path))}: {type(exc).__name__}: {exc}")
