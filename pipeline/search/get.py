@@ -10,6 +10,7 @@ absolute); never a symlink, never anything that resolves outside those roots.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -63,6 +64,12 @@ def _no_symlinks_between(root: Path, target: Path) -> bool:
 
 def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     """Validate ``raw`` and return (absolute path, display path) or raise MemoryGetError."""
+    candidate, display, _root = _resolve(settings, raw)
+    return candidate, display
+
+
+def _resolve(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
+    """``resolve_memory_path`` plus the root the path was vetted under (read below it)."""
     if not isinstance(raw, str) or not raw.strip():
         raise MemoryGetError("path required: give a workspace-relative path such as memory/2026-02-10.md")
     raw = raw.strip()
@@ -106,7 +113,7 @@ def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     real = os.path.realpath(candidate)
     if not (real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)):
         raise MemoryGetError("path rejected: resolves outside the memory roots")
-    return candidate, rel_path(ws, candidate)
+    return candidate, rel_path(ws, candidate), root
 
 
 def _memory_root(settings: AgentSettings, candidate: Path) -> Path | None:
@@ -131,7 +138,7 @@ def _memory_root(settings: AgentSettings, candidate: Path) -> Path | None:
     return None
 
 
-def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
+def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
     """``qmd/<collection>/<rel>``: inside that collection's root, matching its pattern (F15)."""
     if settings.memory["backend"] != "qmd":
         raise MemoryGetError("path rejected: qmd/ paths are served only by the qmd backend")
@@ -147,7 +154,7 @@ def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
     real = os.path.realpath(candidate)
     if not real.startswith(real_root.rstrip(os.sep) + os.sep):
         raise MemoryGetError("path rejected: qmd path escapes its collection")
-    return candidate, display
+    return candidate, display, coll.path
 
 
 @checked_call("memory_get")
@@ -171,22 +178,15 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
 
 
 def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int | None) -> MemoryGetResult:
-    target, display = resolve_memory_path(settings, path)
+    target, display, root = _resolve(settings, path)
     try:
-        st = os.lstat(target)
+        data = _read_beneath(root, target)
     except (FileNotFoundError, NotADirectoryError):
         ws = settings.workspace
         # A client that started the server with another HOME or state dir reads a workspace that
         # is not there: every file is "missing", which said nothing (search warns; get did not).
         warning = None if os.path.isdir(ws) else f"the workspace of agent {settings.agent_id!r}, {ws}, does not exist"
         return MemoryGetResult(display, "", missing=True, warning=warning)
-    if not stat.S_ISREG(st.st_mode):
-        raise MemoryGetError("path rejected: not a regular file (directories and symlinks are refused)")
-    if st.st_size > MAX_READ_BYTES:
-        raise MemoryGetError(f"file too large to read ({st.st_size:,} bytes; memory files are read up to "
-                             f"{MAX_READ_BYTES:,}, and indexing skips larger ones too)")
-    with open(target, "rb") as fh:
-        data = fh.read()
     text, _problem = read_text(data)  # the text indexing chunked (status reports the problem)
     if text is None:
         raise MemoryGetError("path rejected: binary file")
@@ -200,6 +200,46 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     count = max(1, len(all_lines) if lines is None else lines)
     window = all_lines[start - 1 : start - 1 + count]
     return MemoryGetResult(display, "\n".join(window), start, len(window), len(all_lines))
+
+
+def _read_beneath(root: Path, target: Path) -> bytes:
+    """The bytes of ``target``, opened one component at a time below ``root`` without following a
+    symlink anywhere (the root itself, e.g. a symlinked workspace, may be one, as before). The checks
+    in ``_resolve`` and a plain open() were apart: a file or folder swapped for a symlink in between
+    was read through it, outside the workspace (helper-62: 46 reads of 440)."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    parts = target.relative_to(root).parts
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            # O_NONBLOCK: a FIFO put in the file's place must not hang the reader.
+            flags = os.O_RDONLY | nofollow | (getattr(os, "O_NONBLOCK", 0) if last else getattr(os, "O_DIRECTORY", 0))
+            try:
+                nfd = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and _is_link(part, fd)):
+                    raise MemoryGetError("path rejected: symlinks are not followed") from None
+                raise
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MemoryGetError("path rejected: not a regular file (directories and symlinks are refused)")
+        if st.st_size > MAX_READ_BYTES:
+            raise MemoryGetError(f"file too large to read ({st.st_size:,} bytes; memory files are read up to "
+                                 f"{MAX_READ_BYTES:,}, and indexing skips larger ones too)")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(MAX_READ_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
 
 
 @checked_call("amemory_get")
