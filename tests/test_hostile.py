@@ -866,6 +866,27 @@ def test_index_on_a_full_disk_does_not_count_unwritten_files_as_indexed(tmp_path
     assert "its disk is full" in r.stderr, r.stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a mount)")
+def test_a_store_on_a_read_only_mount_says_why_it_cannot_be_read(tmp_path) -> None:
+    """helper-58: a cleanly closed store (no -shm file) on a read-only mount: `search` said "cannot read
+    the store ...: OperationalError: unable to open database file", as for a damaged or missing one;
+    SQLite must create the -shm file to read a WAL store."""
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("# A\nThe kestrel nests on the tower.\n")
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}}))
+    cli = f"{sys.executable} -m memindex --config {cfg} --state-dir {state}"
+    assert subprocess.run(f"{cli} index", shell=True, capture_output=True, timeout=120).returncode == 0
+    for extra in state.glob("memory/*.sqlite-*"):
+        extra.unlink()
+    script = (f"mount --bind {state} {state} && mount -o remount,bind,ro {state} && {cli} search kestrel")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                       cwd=str(tmp_path), env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "SQLite must create main.sqlite-shm beside it to read it" in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
 def test_index_on_a_full_disk_embeds_nothing(tmp_path, server) -> None:
     """helper-58: with the store's disk full, every `index` embedded the whole backlog (3.5 min of a

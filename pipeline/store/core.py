@@ -176,6 +176,15 @@ def unreadable(path: Path | str, exc: BaseException) -> StoreError:
     if disk_full(path):
         return StoreError(f"cannot read the store {printable(str(path))}: its disk is full (SQLite needs room "
                           "for its shared-memory file even to read); free some space")
+    folder = Path(path).parent
+    if not os.path.exists(f"{path}-shm") and folder.is_dir() and not os.access(folder, os.W_OK):
+        # A WAL store closed cleanly has no -shm file, and reading it means creating one beside it:
+        # on a read-only mount (or a folder another user owns) that fails, and said only "unable to
+        # open database file", which read as a damaged or missing store.
+        return StoreError(f"cannot read the store {printable(str(path))}: SQLite must create "
+                          f"{printable(Path(path).name)}-shm beside it to read it, and {printable(str(folder))} is "
+                          "not writable here (a read-only mount, or another user's folder): give this user write "
+                          "access to that folder, or run memindex where the store is written")
     return StoreError(f"cannot read the store {printable(str(path))}: {type(exc).__name__}: {exc}")
 
 
