@@ -85,8 +85,17 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out["providerFallbackReason"] = out["providerFallbackReason"] or (
                 f"{out['provider']} failed while indexing; the index holds {fallback}'s vectors")
             out["provider"], out["model"] = live["provider"], live.get("model", out["model"])
+        from memindex.pipeline.embeddings.embedder import PROVIDER_ERROR
+
         stale = []
-        if (out.get("indexed") and provider is not None and live.get("provider") is not None
+        broken = str((provider or {}).get("reason") or "")
+        if (out.get("indexed") and broken.startswith(PROVIDER_ERROR) and live.get("provider") not in (None, "none")):
+            # The configured provider cannot be built (its model file gone, ...): no sync rebuilds
+            # anything (`index` fails on it), so "the config now selects none: index rebuilds it" misled.
+            stale.append(f"the configured provider cannot be used ({broken[len(PROVIDER_ERROR):].strip()}): "
+                         f"the index keeps its {live['provider']} / {live.get('model')} vectors and searches "
+                         "are keyword-only until that is fixed")
+        elif (out.get("indexed") and provider is not None and live.get("provider") is not None
                 and (live["provider"], live.get("model")) != (out["provider"], out["model"])):
             # The config now selects another provider or model: until a sync rebuilds, searches
             # cannot embed queries in the index's space and answer by keyword only.

@@ -438,6 +438,15 @@ def test_status_says_when_the_config_selects_another_model_than_the_index_holds(
                          "remote": {**remote, "headers": {"X-Proxy-Token": "rotated"}}})  # a credential: same space
     st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
     assert "configChanged" not in st, st
+    # helper-58: a provider that cannot be built (here a header no request can carry; there a local
+    # model file gone) read "the config now selects none / fts-only: `memindex index` rebuilds it",
+    # while `index` fails on it and rebuilds nothing.
+    agent.memory_config({"provider": "openai", "model": "text-embedding-3-large", "fallback": "none",
+                         "remote": {**remote, "headers": {"X-Team": "caf\u00e9"}}})
+    st = json.loads(_cli(agent, "status", "--json").stdout)[0]["status"]
+    assert "the configured provider cannot be used" in st["configChanged"], st
+    assert "rebuilds" not in st["configChanged"] and "none / fts-only" not in st["configChanged"], st
+    assert _cli(agent, "index").returncode != 0
 
 
 @pytest.mark.redis
