@@ -53,9 +53,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     )
     from memindex.producers.enqueue import sync_and_wait
 
-    from memindex.workers.broker import broker_url
+    if os.environ.get("MEMINDEX_BROKER_URL", "").strip():
+        from memindex.workers.broker import broker_url
 
-    broker_url()  # a URL no broker can have is said even when nothing changed (no broker is asked then)
+        broker_url()  # a URL no broker can have is said even when nothing changed (no broker is asked then)
     say_failures_once(args)
     agents = _command_agents(args)
     since = run_started()
