@@ -265,3 +265,40 @@ def test_the_next_writer_forgets_the_store_s_leases_and_re_plans(agent, caplog):
     embedded.start()
     assert embedded.wait_idle(timeout=60)
     writer.close_writers()
+
+
+def test_a_stale_write_dropped_releases_its_lease(agent):
+    """helper-60: a note moved out of memory/ while its write was in flight had that write dropped
+    as stale, but its lease was kept; moved back (a move, `cp -p`, a restore keep the mtime), every
+    later sync took it for "already queued by another sync" and it was never indexed (17 minutes,
+    queues empty), with status saying only "78/80 files"."""
+    import os
+
+    from memindex.pipeline.index.preparers import prepare_file
+    from memindex.pipeline.index.records import FileJob
+    from memindex.workers import leases, writer
+    from memindex.workers.broker import broker
+
+    agent.write("memory/a.md", "alpha\n")
+    agent.index()
+    settings = agent.settings()
+    path = agent.write("memory/b.md", "bravo note\n")
+    st = path.stat()
+    job = FileJob("memory", "memory/b.md", str(path), st.st_size, st.st_mtime_ns)
+    from memindex.pipeline.config.settings import pinned
+    from memindex.pipeline.store.core import open_reader
+
+    reader = open_reader(settings)
+    try:
+        gen = reader.state().live_generation
+    finally:
+        reader.close()
+    leases.grant(broker, settings.store_path, gen, [job])
+    record = prepare_file(settings, job).record
+    moved = agent.root / "b.md"
+    os.rename(path, moved)  # out of memory/ while the write is in flight: the write is stale
+    writer._write_files(pinned(settings).as_dict(), gen, [record])
+    assert leases.held(broker, settings.store_path, gen, [job]) == set()
+    os.rename(moved, path)  # back, at the same size and mtime
+    agent.index()
+    assert [r["path"] for r in agent.search("bravo")["results"]] == ["memory/b.md"]

@@ -394,9 +394,12 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         if any(r.embedding is not None for r in fresh) and max_entries:
             w.prune_cache(max_entries)
     if stale:
-        # The file changed after it was chunked: drop the write, re-plan from disk.
+        # The file changed after it was chunked: drop the write, re-plan from disk. Its lease ends
+        # with it: kept, a file moved away and back at the same size and mtime (a move, `cp -p`, a
+        # restore) read as "already queued by another sync" to every later plan, and stayed out.
         log.info("dropped %d stale write(s) for %s: %s", len(stale), context.agent_id,
                  ", ".join(r.path for r in stale[:5]))
+        _written(w, generation, stale)
         request_resync(ctx, "stale-write", delay_ms=STALE_RESYNC_DELAY_MS)
 
 
@@ -426,6 +429,7 @@ def _append(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> 
     current = [r for r in records if is_current(r)]
     note_record_failures(settings, current)
     w.append_chunks(generation, current)
+    _written(w, generation, [r for r in records if r not in current])  # dropped: their leases end
     _continue_transcripts(w, ctx, current)
 
 
