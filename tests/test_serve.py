@@ -390,3 +390,68 @@ def test_a_blank_token_is_no_token(indexed: Agent, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _start(a: Agent, cwd: Path, command: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    argv = ["serve", "--port", str(port)] if command == "serve" else ["mcp", "--http", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen([sys.executable, *cli_args(a), *argv], cwd=cwd, env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_port(port, proc)
+    return proc, port
+
+
+def _stall_mid_body(port: int, command: str):
+    """A client that declares 100 bytes of body and sends a few (helper-h39h's slow client)."""
+    import socket
+
+    path = "/v1/search" if command == "serve" else "/mcp"
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{\"query\"".encode())
+    return s
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp-http"])
+@pytest.mark.parametrize("second_signal", [False, True])
+def test_a_client_stalled_mid_body_does_not_hold_the_stop(indexed: Agent, tmp_path: Path, command: str,
+                                                           second_signal: bool) -> None:
+    """helper-h39h: after SIGTERM the port closed but the process never exited while a client sat
+    mid-body; a second SIGTERM did nothing, a second SIGINT forced it out with CancelledError
+    tracebacks. The drain is bounded (MEMINDEX_SERVE_DRAIN_S) and a second signal stops at once."""
+    import signal
+
+    # With a second signal, drain and body timeouts far beyond the wait: only the signal can end it.
+    env = {"MEMINDEX_SERVE_DRAIN_S": "600", "MEMINDEX_SERVE_BODY_TIMEOUT_S": "600"} if second_signal else {}
+    proc, port = _start(indexed, tmp_path, command, env)
+    client = _stall_mid_body(port, command)
+    try:
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        if second_signal:
+            time.sleep(2)
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err and "CancelledError" not in err, err
+        client.settimeout(30)  # the stalled client is answered, not left hanging
+        assert client.recv(4096).startswith(b"HTTP/1.1 503"), command
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_body_that_stalls_is_refused_with_408(indexed: Agent, tmp_path: Path) -> None:
+    proc, port = _start(indexed, tmp_path, "serve", {"MEMINDEX_SERVE_BODY_TIMEOUT_S": "1"})
+    client = _stall_mid_body(port, "serve")
+    try:
+        client.settimeout(60)
+        answer = client.recv(4096).decode()
+        assert answer.startswith("HTTP/1.1 408"), answer
+        assert '"code":"timeout"' in answer and "did not arrive within 1 s" in answer, answer
+    finally:
+        client.close()
+        proc.terminate()
+        proc.communicate(timeout=30)
