@@ -9,8 +9,11 @@ memory, bad arguments) is a tool error (``is_error``) whose message says why.
 from __future__ import annotations
 
 import inspect
+import signal
+import threading
 from typing import Annotated, Any, Awaitable
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -137,7 +140,31 @@ def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str |
     """stdio (the default) or streamable HTTP at ``http`` = (host, port), endpoint ``/mcp``."""
     server = build_server(tools)
     if http is None:
-        server.run("stdio")
+        _run_stdio(server)
         return
     host, port = http
     run_uvicorn(protect(server.streamable_http_app(host=host), token, host), host, port, "memindex mcp (endpoint /mcp)")
+
+
+def _run_stdio(server: MCPServer) -> None:
+    """The stdio session until the client closes stdin, Ctrl-C, or SIGTERM. SIGTERM ends it as
+    Ctrl-C does (the session is cancelled) but returns, so the caller's clean stop runs and the exit
+    is 0, as for ``serve`` and ``mcp --http``: the default action killed the process (143), and with
+    ``--watch`` its embedded workers mid-work."""
+    if threading.current_thread() is not threading.main_thread():  # no signals off the main thread
+        server.run("stdio")
+        return
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as group:
+            async def stop_on_sigterm() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        group.cancel_scope.cancel()
+                        return
+
+            group.start_soon(stop_on_sigterm)
+            await server.run_stdio_async()
+            group.cancel_scope.cancel()  # the client closed stdin: stop watching for SIGTERM too
+
+    anyio.run(serve)
