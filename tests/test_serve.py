@@ -459,3 +459,59 @@ def test_a_body_that_stalls_is_refused_with_408(indexed: Agent, tmp_path: Path) 
         client.close()
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def _two_agents(tmp_path: Path, ops: dict, default: str = "main") -> list[str]:
+    """main and ops, each with a workspace of its own (``ops``: extra keys of ops' entry); the CLI's
+    global options for them."""
+    state = tmp_path / "state"
+    state.mkdir()
+    entries = []
+    for agent, text in (("main", "# Main\nThe VLAN plan is main's.\n"), ("ops", "# Ops\nThe VLAN plan is ops'.\n")):
+        ws = tmp_path / f"ws-{agent}"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text(text)
+        entries.append({"id": agent, "workspace": str(ws), **({"default": True} if agent == default else {}),
+                        **(ops if agent == "ops" else {})})
+    config = tmp_path / "openclaw.json"
+    config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "none"}}, "list": entries}}))
+    return ["--config", str(config), "--state-dir", str(state)]
+
+
+def test_a_disabled_agents_search_is_refused_like_its_get(tmp_path: Path) -> None:
+    """helper-h39h: /v1/search for an agent whose memory search is off answered 200 with no results
+    (and MCP memory_search no tool error) while /v1/get answered 403 disabled, as the README says.
+    Both are 403 `disabled`; MCP's tool error keeps OpenClaw's failure payload as structured content."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    base = _two_agents(tmp_path, {"memorySearch": {"enabled": False}})
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        for route, body in (("search", {"query": "VLAN"}), ("get", {"path": "MEMORY.md"})):
+            r = httpx.post(f"{url}/v1/{route}", json={**body, "agent": "ops"}, timeout=30)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "disabled", (route, r.text)
+        assert "disabled for agent 'ops'" in r.json()["error"]["message"]
+        assert httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, timeout=30).status_code == 200  # main's
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "memindex", *base, "mcp"],
+                                       cwd=str(tmp_path))
+        async with Client(params) as client:
+            res = await client.call_tool("memory_search", {"query": "VLAN", "agent": "ops"})
+            assert res.is_error, res
+            assert res.content[0].text == "memory_search: memory search is disabled for agent 'ops'"
+            payload = res.structured_content
+            assert payload["results"] == [] and payload["disabled"] is True and "ops" in payload["error"], payload
+            assert not (await client.call_tool("memory_search", {"query": "VLAN"})).is_error
+
+    asyncio.run(main())

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Awaitable
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from memindex import __version__
@@ -57,10 +57,13 @@ Agent = Annotated[str | None, Field(description="Which agent's memory (default: 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
-async def _answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+async def _answer(name: str, call: Awaitable[dict[str, Any]]) -> Any:  # the payload, or a CallToolResult
     try:
         return await call
     except OperationError as exc:
+        if exc.payload is not None:  # a failed search: a tool error that keeps OpenClaw's payload
+            return CallToolResult(content=[TextContent(type="text", text=f"{name}: {exc}")],
+                                  structured_content=exc.payload, is_error=True)
         raise ToolError(str(exc)) from None  # the model reads the reason and can correct its call
 
 
@@ -107,12 +110,12 @@ def build_server(tools: MemoryTools) -> MCPServer:
                                                 "(agent:<id>:<channel>:...): its agent is searched when "
                                                 "`agent` is not given; decides citations and scope.")] = None,
     ) -> dict[str, Any]:
-        return await _answer(tools.search(query, max_results=maxResults, min_score=minScore,
-                                          agent=agent, session_key=sessionKey))
+        return await _answer("memory_search", tools.search(query, max_results=maxResults, min_score=minScore,
+                                                           agent=agent, session_key=sessionKey))
 
     async def memory_get(**args: Any) -> dict[str, Any]:
-        return await _answer(tools.get(args["path"], from_line=args.get("from"), lines=args.get("lines"),
-                                       agent=args.get("agent")))
+        return await _answer("memory_get", tools.get(args["path"], from_line=args.get("from"),
+                                                     lines=args.get("lines"), agent=args.get("agent")))
 
     # "from" is a Python keyword, so the signature the SDK derives the input schema from is built
     # by hand; the SDK then calls the function with the wire names, which **args receives as is.
@@ -128,7 +131,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
     ], return_annotation=dict[str, Any])
 
     async def memory_status(agent: Agent = None) -> dict[str, Any]:
-        return await _answer(tools.status(agent=agent))
+        return await _answer("memory_status", tools.status(agent=agent))
 
     for fn, desc in ((memory_search, SEARCH_DESCRIPTION), (memory_get, GET_DESCRIPTION),
                      (memory_status, STATUS_DESCRIPTION)):

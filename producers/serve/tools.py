@@ -54,9 +54,10 @@ class OperationError(MemindexError):
     """A request the server refuses: ``code`` is stable for programs, the message is for people
     (and models); ``status`` is the HTTP status the JSON API answers with."""
 
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
+    def __init__(self, code: str, message: str, status: int = 400, payload: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.code, self.status = code, status
+        # payload: a failed search's answer in OpenClaw's failure shape (MCP keeps it beside the error)
+        self.code, self.status, self.payload = code, status, payload
 
     def as_dict(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": str(self)}}
@@ -115,6 +116,13 @@ def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: 
     if minimum is not None and value < minimum:
         raise OperationError("bad_request", f"{name} must be at least {minimum:g}")
     return value
+
+
+# A search the engine answered with OpenClaw's failure shape, by its flag (first match: an unavailable
+# search is flagged disabled too): the error code, HTTP status and message a server refuses it with. A
+# disabled agent is 403 as for memory_get (its search answered 200 with no results).
+_FAILED_SEARCH = (("unavailable", 503, "memory search is unavailable for agent {agent!r}: {error}"),
+                  ("disabled", 403, "memory search is disabled for agent {agent!r}"))
 
 
 class MemoryTools:
@@ -199,9 +207,10 @@ class MemoryTools:
         try:
             with refusals():
                 result = (await self.engine(settings).asearch(query, **opts)).as_dict()
-            if result.get("unavailable"):  # the engine answers every failure; a server says it failed
-                raise OperationError("unavailable", f"memory search is unavailable for agent {settings.agent_id!r}: "
-                                     f"{result.get('error')}", 503)
+            for flag, status, why in _FAILED_SEARCH:  # the engine answers every failure; a server says it failed
+                if result.get(flag):
+                    raise OperationError(flag, why.format(agent=settings.agent_id, error=result.get("error")),
+                                         status, payload=result)
             ok = True
             return result
         finally:
