@@ -515,3 +515,35 @@ def test_a_disabled_agents_search_is_refused_like_its_get(tmp_path: Path) -> Non
             assert not (await client.call_tool("memory_search", {"query": "VLAN"})).is_error
 
     asyncio.run(main())
+
+
+def test_an_agent_id_with_no_valid_character_is_refused_never_read_as_main(tmp_path: Path) -> None:
+    """helper-h39h: `"agent": "*"`, `"é"`, `"!!!"` and `/v1/status?agent=%FF` normalise (as OpenClaw's
+    normalizeAgentId) to nothing, i.e. `main`, and answered from main's memory though the default
+    agent is ops; `memindex --agent '!!!'` did the same. They are invalid ids: 400 / exit 2."""
+    base = _two_agents(tmp_path, {}, default="ops")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        for agent in ("*", "é", "!!!", "-", " ! "):
+            for route, body in (("search", {"query": "VLAN"}), ("get", {"path": "MEMORY.md"})):
+                r = httpx.post(f"{url}/v1/{route}", json={**body, "agent": agent}, timeout=30)
+                assert r.status_code == 400 and "invalid agent id" in r.json()["error"]["message"], (agent, r.text)
+        r = httpx.get(f"{url}/v1/status?agent=%FF", timeout=30)
+        assert r.status_code == 400 and "invalid agent id" in r.json()["error"]["message"], r.text
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN", "agent": "nobody"}, timeout=30)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_agent", r.text
+        # Real ids still normalise as in OpenClaw, and no agent is the default one (ops).
+        r = httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md", "agent": "MAIN"}, timeout=30)
+        assert r.status_code == 200 and "main's" in r.json()["text"], r.text
+        r = httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md"}, timeout=30)
+        assert r.status_code == 200 and "ops'" in r.json()["text"], r.text
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    for agent in ("!!!", "é"):
+        out = run_cli(*base, "--agent", agent, "search", "VLAN")
+        assert out.returncode == 2 and "invalid agent id" in out.stderr and out.stdout == "", (agent, out)
