@@ -547,3 +547,17 @@ def test_an_agent_id_with_no_valid_character_is_refused_never_read_as_main(tmp_p
     for agent in ("!!!", "é"):
         out = run_cli(*base, "--agent", agent, "search", "VLAN")
         assert out.returncode == 2 and "invalid agent id" in out.stderr and out.stdout == "", (agent, out)
+
+
+def test_an_unknown_field_with_a_lone_surrogate_is_a_400_that_escapes_it(indexed: Agent, tmp_path: Path) -> None:
+    """helper-h39h: `{"query":"x","bogus\\ud800":1}` answered 500 internal "UnicodeEncodeError" (the
+    refusal echoed the raw name, which UTF-8 cannot encode) with two tracebacks in the log."""
+    proc, url = serve(indexed, tmp_path)
+    try:
+        r = httpx.post(f"{url}/v1/search", content=b'{"query":"x","bogus\\ud800":1,"caf\xc3\xa9":2}', timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request", r.text
+        assert r.json()["error"]["message"].startswith("unknown field(s) bogus\\ud800, café; expected query"), r.text
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err

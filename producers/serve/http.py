@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memindex.pipeline.errors import MemindexError
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
 from memindex.producers.serve.tools import (
-    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
+    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments, escaped,
 )
 
 MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
@@ -166,7 +166,7 @@ def _known_query_params(request: Request, fields: dict[str, str]) -> None:
     misspelt ``?agnet=ops`` answered the default agent's status, as if it were ops'."""
     unknown = sorted(set(request.query_params.keys()) - set(fields))
     if unknown:
-        raise OperationError("bad_request", f"unknown query parameter(s) {', '.join(unknown)}; "
+        raise OperationError("bad_request", f"unknown query parameter(s) {', '.join(map(escaped, unknown))}; "
                                             f"expected {', '.join(fields)}")
 
 

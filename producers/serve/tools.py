@@ -71,11 +71,18 @@ GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "a
 STATUS_FIELDS = {"agent": "agent"}
 
 
+def escaped(name: str) -> str:
+    """A client's name as a message can carry it: a lone surrogate (JSON's ``"\\ud800"``) as its
+    escape. Echoed raw, no UTF-8 answer could encode it: 500 internal, with tracebacks."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def check_fields(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
     """``data``'s arguments as MemoryTools keywords; an unknown one is an ``OperationError``."""
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise OperationError("bad_request", f"unknown field(s) {', '.join(unknown)}; expected {', '.join(fields)}")
+        raise OperationError("bad_request", f"unknown field(s) {', '.join(map(escaped, unknown))}; "
+                                            f"expected {', '.join(fields)}")
     return {fields[k]: v for k, v in data.items()}
 
 
