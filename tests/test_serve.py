@@ -561,3 +561,37 @@ def test_an_unknown_field_with_a_lone_surrogate_is_a_400_that_escapes_it(indexed
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "Traceback" not in err, err
+
+
+def test_the_servers_refuse_what_the_cli_refuses_in_its_words(indexed: Agent, local: str, tmp_path: Path) -> None:
+    """helper-h39a: `memindex search --min-score 2 x` and `memindex search ""` exit 2 with a reason,
+    while /v1/search and MCP memory_search took `minScore: 2` and `query: ""` and answered 200 with
+    no results. They are refused everywhere, in the same words (one check)."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    cases = ((["--min-score", "2", "VLAN"], {"query": "VLAN", "minScore": 2}, "minScore "),
+             (["--min-score", "-0.5", "VLAN"], {"query": "VLAN", "minScore": -0.5}, "minScore "),
+             ([""], {"query": ""}, ""), (["  "], {"query": "  "}, ""))
+    said = []
+    for argv, body, name in cases:
+        cli = run_cli(*cli_args(indexed)[2:], "search", *argv)
+        assert cli.returncode == 2, cli
+        line = cli.stderr.strip().splitlines()[-1]  # "... --min-score: <why>" / "error: <why>"
+        why = line.split("--min-score: ", 1)[-1] if name else line.split(": ", 1)[-1]
+        r = httpx.post(f"{local}/v1/search", json=body, timeout=30)
+        assert r.status_code == 400 and r.json()["error"] == {"code": "bad_request", "message": name + why}, \
+            (body, r.text, cli.stderr)
+        said.append((body, name + why))
+    assert "between 0 and 1" in said[0][1] and "the query is empty" in said[2][1], said
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=[*cli_args(indexed), "mcp"], cwd=str(tmp_path))
+        async with Client(params) as client:
+            for body, message in said:
+                res = await client.call_tool("memory_search", body)
+                assert res.is_error and res.content[0].text == f"memory_search: {message}", (body, res)
+
+    asyncio.run(main())

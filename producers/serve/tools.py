@@ -25,6 +25,7 @@ from memindex.pipeline.config.paths import default_agent_id, validate_agent_id
 from memindex.pipeline.errors import ConfigError, MemindexError, MemoryGetError, StoreError
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.backend import SearchEngine, engine_for
+from memindex.pipeline.search.engine import min_score_problem, query_problem
 from memindex.pipeline.search.get import amemory_get
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.status import source_scan, status_entry
@@ -207,6 +208,11 @@ class MemoryTools:
             raise OperationError("bad_request", "query must be a string")
         opts = dict(max_results=_wire("maxResults", max_results), min_score=_wire("minScore", min_score),
                     session_key=_wire("sessionKey", session_key))
+        # What `memindex search` refuses, refused here in its words (both answered 200, no results).
+        if why := query_problem(query):
+            raise OperationError("bad_request", why)
+        if min_score is not None and (why := min_score_problem(min_score)):
+            raise OperationError("bad_request", f"minScore {why}")
         settings = self.settings(self._session_agent(_wire("agent", agent), session_key))
         from memindex.workers.metrics import search_recorders
 
