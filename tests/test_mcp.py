@@ -178,3 +178,35 @@ def test_a_config_that_turns_invalid_is_a_tool_error_that_says_why(tmp_path: Pat
                 assert res.is_error and "providr" in text and '"provider"' in text, text
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("watch", [False, True])
+def test_stdio_sigterm_stops_cleanly_with_exit_0(tmp_path: Path, watch: bool) -> None:
+    """helper-h39h: a stdio `memindex mcp` died of SIGTERM (143) while `serve` and `mcp --http`
+    stop cleanly with 0; with --watch its embedded workers were killed mid-work, not stopped."""
+    import signal
+
+    a = Agent(tmp_path / "a")
+    for i in range(40):  # work in flight for --watch's workers when the signal comes
+        a.write(f"memory/n{i}.md", f"# Note {i}\nquokka {i} note.\n")
+    proc = subprocess.Popen([sys.executable, *cli_args(a), "mcp", *(["--watch"] if watch else [])], cwd=tmp_path,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        ).encode() + b"\n")
+        proc.stdin.flush()
+        assert b'"result"' in proc.stdout.readline()  # serving; the client keeps stdin open
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert b"Traceback" not in err, err.decode()
+    r = subprocess.run([sys.executable, *cli_args(a), "index"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr  # what was stopped mid-work is finished by the next sync

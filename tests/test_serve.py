@@ -390,3 +390,208 @@ def test_a_blank_token_is_no_token(indexed: Agent, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _start(a: Agent, cwd: Path, command: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    argv = ["serve", "--port", str(port)] if command == "serve" else ["mcp", "--http", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen([sys.executable, *cli_args(a), *argv], cwd=cwd, env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_port(port, proc)
+    return proc, port
+
+
+def _stall_mid_body(port: int, command: str):
+    """A client that declares 100 bytes of body and sends a few (helper-h39h's slow client)."""
+    import socket
+
+    path = "/v1/search" if command == "serve" else "/mcp"
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{\"query\"".encode())
+    return s
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp-http"])
+@pytest.mark.parametrize("second_signal", [False, True])
+def test_a_client_stalled_mid_body_does_not_hold_the_stop(indexed: Agent, tmp_path: Path, command: str,
+                                                           second_signal: bool) -> None:
+    """helper-h39h: after SIGTERM the port closed but the process never exited while a client sat
+    mid-body; a second SIGTERM did nothing, a second SIGINT forced it out with CancelledError
+    tracebacks. The drain is bounded (MEMINDEX_SERVE_DRAIN_S) and a second signal stops at once."""
+    import signal
+
+    # With a second signal, drain and body timeouts far beyond the wait: only the signal can end it.
+    env = {"MEMINDEX_SERVE_DRAIN_S": "600", "MEMINDEX_SERVE_BODY_TIMEOUT_S": "600"} if second_signal else {}
+    proc, port = _start(indexed, tmp_path, command, env)
+    client = _stall_mid_body(port, command)
+    try:
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        if second_signal:
+            time.sleep(2)
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err and "CancelledError" not in err, err
+        client.settimeout(30)  # the stalled client is answered, not left hanging
+        assert client.recv(4096).startswith(b"HTTP/1.1 503"), command
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_body_that_stalls_is_refused_with_408(indexed: Agent, tmp_path: Path) -> None:
+    proc, port = _start(indexed, tmp_path, "serve", {"MEMINDEX_SERVE_BODY_TIMEOUT_S": "1"})
+    client = _stall_mid_body(port, "serve")
+    try:
+        client.settimeout(60)
+        answer = ""
+        while "}}" not in answer:  # headers and body may come in separate reads
+            chunk = client.recv(4096).decode()
+            assert chunk, answer
+            answer += chunk
+        assert answer.startswith("HTTP/1.1 408"), answer
+        assert '"code":"timeout"' in answer and "did not arrive within 1 s" in answer, answer
+    finally:
+        client.close()
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def _two_agents(tmp_path: Path, ops: dict, default: str = "main") -> list[str]:
+    """main and ops, each with a workspace of its own (``ops``: extra keys of ops' entry); the CLI's
+    global options for them."""
+    state = tmp_path / "state"
+    state.mkdir()
+    entries = []
+    for agent, text in (("main", "# Main\nThe VLAN plan is main's.\n"), ("ops", "# Ops\nThe VLAN plan is ops'.\n")):
+        ws = tmp_path / f"ws-{agent}"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text(text)
+        entries.append({"id": agent, "workspace": str(ws), **({"default": True} if agent == default else {}),
+                        **(ops if agent == "ops" else {})})
+    config = tmp_path / "openclaw.json"
+    config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "none"}}, "list": entries}}))
+    return ["--config", str(config), "--state-dir", str(state)]
+
+
+def test_a_disabled_agents_search_is_refused_like_its_get(tmp_path: Path) -> None:
+    """helper-h39h: /v1/search for an agent whose memory search is off answered 200 with no results
+    (and MCP memory_search no tool error) while /v1/get answered 403 disabled, as the README says.
+    Both are 403 `disabled`; MCP's tool error keeps OpenClaw's failure payload as structured content."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    base = _two_agents(tmp_path, {"memorySearch": {"enabled": False}})
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        for route, body in (("search", {"query": "VLAN"}), ("get", {"path": "MEMORY.md"})):
+            r = httpx.post(f"{url}/v1/{route}", json={**body, "agent": "ops"}, timeout=30)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "disabled", (route, r.text)
+        assert "disabled for agent 'ops'" in r.json()["error"]["message"]
+        assert httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, timeout=30).status_code == 200  # main's
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "memindex", *base, "mcp"],
+                                       cwd=str(tmp_path))
+        async with Client(params) as client:
+            res = await client.call_tool("memory_search", {"query": "VLAN", "agent": "ops"})
+            assert res.is_error, res
+            assert res.content[0].text == "memory_search: memory search is disabled for agent 'ops'"
+            payload = res.structured_content
+            assert payload["results"] == [] and payload["disabled"] is True and "ops" in payload["error"], payload
+            assert not (await client.call_tool("memory_search", {"query": "VLAN"})).is_error
+
+    asyncio.run(main())
+
+
+def test_an_agent_id_with_no_valid_character_is_refused_never_read_as_main(tmp_path: Path) -> None:
+    """helper-h39h: `"agent": "*"`, `"é"`, `"!!!"` and `/v1/status?agent=%FF` normalise (as OpenClaw's
+    normalizeAgentId) to nothing, i.e. `main`, and answered from main's memory though the default
+    agent is ops; `memindex --agent '!!!'` did the same. They are invalid ids: 400 / exit 2."""
+    base = _two_agents(tmp_path, {}, default="ops")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        for agent in ("*", "é", "!!!", "-", " ! "):
+            for route, body in (("search", {"query": "VLAN"}), ("get", {"path": "MEMORY.md"})):
+                r = httpx.post(f"{url}/v1/{route}", json={**body, "agent": agent}, timeout=30)
+                assert r.status_code == 400 and "invalid agent id" in r.json()["error"]["message"], (agent, r.text)
+        r = httpx.get(f"{url}/v1/status?agent=%FF", timeout=30)
+        assert r.status_code == 400 and "invalid agent id" in r.json()["error"]["message"], r.text
+        r = httpx.post(f"{url}/v1/search", json={"query": "VLAN", "agent": "nobody"}, timeout=30)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_agent", r.text
+        # Real ids still normalise as in OpenClaw, and no agent is the default one (ops).
+        r = httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md", "agent": "MAIN"}, timeout=30)
+        assert r.status_code == 200 and "main's" in r.json()["text"], r.text
+        r = httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md"}, timeout=30)
+        assert r.status_code == 200 and "ops'" in r.json()["text"], r.text
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    for agent in ("!!!", "é"):
+        out = run_cli(*base, "--agent", agent, "search", "VLAN")
+        assert out.returncode == 2 and "invalid agent id" in out.stderr and out.stdout == "", (agent, out)
+
+
+def test_an_unknown_field_with_a_lone_surrogate_is_a_400_that_escapes_it(indexed: Agent, tmp_path: Path) -> None:
+    """helper-h39h: `{"query":"x","bogus\\ud800":1}` answered 500 internal "UnicodeEncodeError" (the
+    refusal echoed the raw name, which UTF-8 cannot encode) with two tracebacks in the log."""
+    proc, url = serve(indexed, tmp_path)
+    try:
+        r = httpx.post(f"{url}/v1/search", content=b'{"query":"x","bogus\\ud800":1,"caf\xc3\xa9":2}', timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request", r.text
+        assert r.json()["error"]["message"].startswith("unknown field(s) bogus\\ud800, café; expected query"), r.text
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+
+
+def test_the_servers_refuse_what_the_cli_refuses_in_its_words(indexed: Agent, local: str, tmp_path: Path) -> None:
+    """helper-h39a: `memindex search --min-score 2 x` and `memindex search ""` exit 2 with a reason,
+    while /v1/search and MCP memory_search took `minScore: 2` and `query: ""` and answered 200 with
+    no results. They are refused everywhere, in the same words (one check)."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    cases = ((["--min-score", "2", "VLAN"], {"query": "VLAN", "minScore": 2}, "minScore "),
+             (["--min-score", "-0.5", "VLAN"], {"query": "VLAN", "minScore": -0.5}, "minScore "),
+             ([""], {"query": ""}, ""), (["  "], {"query": "  "}, ""))
+    said = []
+    for argv, body, name in cases:
+        cli = run_cli(*cli_args(indexed)[2:], "search", *argv)
+        assert cli.returncode == 2, cli
+        line = cli.stderr.strip().splitlines()[-1]  # "... --min-score: <why>" / "error: <why>"
+        why = line.split("--min-score: ", 1)[-1] if name else line.split(": ", 1)[-1]
+        r = httpx.post(f"{local}/v1/search", json=body, timeout=30)
+        assert r.status_code == 400 and r.json()["error"] == {"code": "bad_request", "message": name + why}, \
+            (body, r.text, cli.stderr)
+        said.append((body, name + why))
+    assert "between 0 and 1" in said[0][1] and "the query is empty" in said[2][1], said
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=[*cli_args(indexed), "mcp"], cwd=str(tmp_path))
+        async with Client(params) as client:
+            for body, message in said:
+                res = await client.call_tool("memory_search", body)
+                assert res.is_error and res.content[0].text == f"memory_search: {message}", (body, res)
+
+    asyncio.run(main())

@@ -137,9 +137,12 @@ def normalize_agent_id(raw: str | None) -> str:
 
 def validate_agent_id(raw: str, key: str = "--agent") -> str:
     """An id given by a user (``--agent``, a queue message): normalised like OpenClaw, but
-    one that would name a path (``a/b``, ``..``, absolute) or nothing is refused, not rewritten."""
+    one that would name a path (``a/b``, ``..``, absolute) or nothing is refused, not rewritten.
+    Nothing includes an id with no character an id keeps (``*``, ``!!!``, ``é``): OpenClaw makes it
+    ``main``, which read main's memory for a server's or ``--agent``'s typo, main being the default or not."""
     text = raw.strip() if isinstance(raw, str) else ""
-    if not text or "/" in text or "\\" in text or text in (".", "..") or "\0" in text:
+    if (not text or "/" in text or "\\" in text or text in (".", "..") or "\0" in text
+            or not _INVALID_CHARS.sub("-", text.lower()).strip("-")):
         raise ConfigError(key, f"invalid agent id {raw!r}: expected letters, digits, '_' or '-'")
     return normalize_agent_id(text)
 

@@ -138,8 +138,9 @@ class FallbackSearch(AsyncSearch):
         citations = self.settings.memory["citations"]
         resp = SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
                               citations=citations, mode=self.manager.search_mode, backend="qmd")
-        if not self.settings.enabled:
+        if not self.settings.enabled:  # OpenClaw's failure shape, as the builtin engine answers it
             resp.warning = "memory search is disabled for this agent"
+            resp.extra.update(disabled=True, error=f"memory search is disabled for agent {self.settings.agent_id!r}")
             return resp
         # Scope first: a denied chat must not even reach qmd.
         if not check_scope(qmd_scope(self.settings), session_key, chat_type).allowed:

@@ -150,6 +150,23 @@ def check_search_args(query: Any, max_results: Any, min_score: Any, session_key:
                          f"agent {agent_id!r}'s memory; open the engine of that agent")
 
 
+def query_problem(query: str) -> str | None:
+    """Why a user's query is refused, or None: the CLI's QUERY and the servers' ``query`` say it in these
+    words (an empty query answered "No matches." there, 200 with no results here). In-process an empty
+    query is OpenClaw's: no results."""
+    return None if query.strip() else "the query is empty; give the words to search for"
+
+
+def min_score_problem(min_score: float) -> str | None:
+    """Why a user's minScore is refused, or None (the CLI's ``--min-score``, the servers' ``minScore``):
+    scores are 0..1 (query.minScore's range), so 2 matched nothing and inf/nan all or nothing, silently."""
+    if not math.isfinite(min_score):
+        return f"must be a finite number, got {min_score}"
+    if not 0 <= min_score <= 1:
+        return f"must be between 0 and 1 (scores are 0..1), got {min_score:g}"
+    return None
+
+
 class _Searches(Protocol):
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None) -> SearchResponse: ...

@@ -164,6 +164,7 @@ def _search_engine(args: argparse.Namespace, settings: Any) -> Any:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from memindex.pipeline.config.paths import validate_agent_id
+    from memindex.pipeline.search.engine import query_problem
     from memindex.pipeline.search.scope import agent_from_key
 
     keyed = agent_from_key(args.session_key)
@@ -228,8 +229,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         say_error("give a QUERY or --queries FILE")
         return 2
     args.query = [_arg_text(q) for q in args.query]
-    if not " ".join(args.query).strip():  # `search ""` answered "No matches." where no query is a usage error
-        say_error("the query is empty; give the words to search for")
+    why = query_problem(" ".join(args.query))  # `search ""` answered "No matches." where no query is a usage error
+    if why:
+        say_error(why)
         return 2
     resp = engine.search(" ".join(args.query), **opts)
     failed = bool(resp.extra.get("unavailable"))  # "No matches." said a failed search found nothing
@@ -441,17 +443,16 @@ def _non_negative(text: str) -> int:
 
 
 def _finite(text: str) -> float:
-    """``--min-score``: a number from 0 to 1 (inf and nan made every or no result pass, silently)."""
-    import math
+    """``--min-score``: a number from 0 to 1, as the servers' minScore (one check, ``min_score_problem``)."""
+    from memindex.pipeline.search.engine import min_score_problem
 
     try:
         x = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    if not 0 <= x <= 1:  # scores are 0..1 (query.minScore's range): 2 answered "No matches." always
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (scores are 0..1), got {text}")
+    why = min_score_problem(x)
+    if why:
+        raise argparse.ArgumentTypeError(why)
     return x
 
 

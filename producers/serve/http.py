@@ -14,9 +14,11 @@ capped at ``MAX_BODY_BYTES``.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
+import os
 import signal
 import socket
 import sys
@@ -34,11 +36,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memindex.pipeline.errors import MemindexError
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
 from memindex.producers.serve.tools import (
-    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
+    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments, escaped,
 )
 
 MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
+# A request body must arrive whole within this many seconds: a client that stalled mid-body held its
+# connection (and a SIGTERM's drain) for ever.
+BODY_TIMEOUT_S = float(os.environ.get("MEMINDEX_SERVE_BODY_TIMEOUT_S", "10"))
+# SIGTERM / Ctrl-C waits this long for open requests, then cancels them (503): under docker's default
+# 10 s stop grace the process still exits by itself, with 0, rather than being killed.
+DRAIN_S = float(os.environ.get("MEMINDEX_SERVE_DRAIN_S", "5"))
 
 
 def is_loopback(host: str) -> bool:
@@ -158,7 +166,7 @@ def _known_query_params(request: Request, fields: dict[str, str]) -> None:
     misspelt ``?agnet=ops`` answered the default agent's status, as if it were ops'."""
     unknown = sorted(set(request.query_params.keys()) - set(fields))
     if unknown:
-        raise OperationError("bad_request", f"unknown query parameter(s) {', '.join(unknown)}; "
+        raise OperationError("bad_request", f"unknown query parameter(s) {', '.join(map(escaped, unknown))}; "
                                             f"expected {', '.join(fields)}")
 
 
@@ -176,10 +184,13 @@ async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         raise too_large  # refused before reading a byte
     body = bytearray()
     try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_bytes:
-                raise too_large
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise too_large
+    except TimeoutError:
+        raise OperationError("timeout", f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", 408) from None
     except ClientDisconnect:  # the client left mid-body: nobody reads an answer, nothing to log
         raise OperationError("client_disconnected", "the client closed the connection before its body ended",
                              400) from None
@@ -276,12 +287,60 @@ def _shown(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+class CancelledRequests:
+    """ASGI middleware: a request the stop cancels (the drain's ``DRAIN_S`` passed, or a second
+    signal) answers 503 ``shutting_down`` when nothing was answered yet, and ends quietly: uvicorn
+    logged each as "Exception in ASGI application" with a CancelledError traceback."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            # Not raised on: this task is the request's own, and the server is stopping.
+            if not started:
+                err = OperationError("shutting_down", "the server is stopping; retry elsewhere or later", 503)
+                await _send_json(send, 503, err.as_dict(), {"Connection": "close"})
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, where a second SIGTERM or SIGINT cancels the open requests at once, as the
+    drain's end does (uvicorn waited on: only a second SIGINT forced it, skipping the app's own
+    shutdown, with CancelledError tracebacks); a third forces the exit."""
+
+    hurried = False
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.should_exit and not self.hurried:
+            self.hurried = True
+            for task in list(self.server_state.tasks):  # each answers 503 (CancelledRequests) and ends
+                task.get_loop().call_soon_threadsafe(task.cancel)
+            return
+        if self.should_exit:
+            self.force_exit = True
+        super().handle_exit(sig, frame)
+
+
 def run_uvicorn(app: ASGIApp, host: str, port: int, what: str) -> None:
-    """Serve until Ctrl-C / SIGTERM (uvicorn handles both and drains open requests); ``CannotListen``
-    before anything is served or said when the address cannot be bound."""
+    """Serve until Ctrl-C / SIGTERM: uvicorn drains open requests for up to ``DRAIN_S`` seconds,
+    then cancels the rest (a second signal: at once); ``CannotListen`` before anything is served or
+    said when the address cannot be bound."""
     sock = listen_socket(host, port)
     print(f"{what} listening on http://{_shown(host)}:{port}", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    server = _Server(uvicorn.Config(CancelledRequests(app), host=host, port=port, log_level="warning",
+                                    access_log=False, timeout_graceful_shutdown=DRAIN_S))  # type: ignore[arg-type]
     # uvicorn drains, restores the handlers it found, then raises the signal it caught again; with
     # the default SIGTERM handler that kills the process (exit 143 after a clean stop). A handler
     # that ignores it makes a SIGTERM stop exit 0, as `memindex watch` and the workers do.

@@ -9,11 +9,14 @@ memory, bad arguments) is a tool error (``is_error``) whose message says why.
 from __future__ import annotations
 
 import inspect
+import signal
+import threading
 from typing import Annotated, Any, Awaitable
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from memindex import __version__
@@ -54,10 +57,13 @@ Agent = Annotated[str | None, Field(description="Which agent's memory (default: 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
-async def _answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+async def _answer(name: str, call: Awaitable[dict[str, Any]]) -> Any:  # the payload, or a CallToolResult
     try:
         return await call
     except OperationError as exc:
+        if exc.payload is not None:  # a failed search: a tool error that keeps OpenClaw's payload
+            return CallToolResult(content=[TextContent(type="text", text=f"{name}: {exc}")],
+                                  structured_content=exc.payload, is_error=True)
         raise ToolError(str(exc)) from None  # the model reads the reason and can correct its call
 
 
@@ -104,12 +110,12 @@ def build_server(tools: MemoryTools) -> MCPServer:
                                                 "(agent:<id>:<channel>:...): its agent is searched when "
                                                 "`agent` is not given; decides citations and scope.")] = None,
     ) -> dict[str, Any]:
-        return await _answer(tools.search(query, max_results=maxResults, min_score=minScore,
-                                          agent=agent, session_key=sessionKey))
+        return await _answer("memory_search", tools.search(query, max_results=maxResults, min_score=minScore,
+                                                           agent=agent, session_key=sessionKey))
 
     async def memory_get(**args: Any) -> dict[str, Any]:
-        return await _answer(tools.get(args["path"], from_line=args.get("from"), lines=args.get("lines"),
-                                       agent=args.get("agent")))
+        return await _answer("memory_get", tools.get(args["path"], from_line=args.get("from"),
+                                                     lines=args.get("lines"), agent=args.get("agent")))
 
     # "from" is a Python keyword, so the signature the SDK derives the input schema from is built
     # by hand; the SDK then calls the function with the wire names, which **args receives as is.
@@ -125,7 +131,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
     ], return_annotation=dict[str, Any])
 
     async def memory_status(agent: Agent = None) -> dict[str, Any]:
-        return await _answer(tools.status(agent=agent))
+        return await _answer("memory_status", tools.status(agent=agent))
 
     for fn, desc in ((memory_search, SEARCH_DESCRIPTION), (memory_get, GET_DESCRIPTION),
                      (memory_status, STATUS_DESCRIPTION)):
@@ -137,7 +143,31 @@ def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str |
     """stdio (the default) or streamable HTTP at ``http`` = (host, port), endpoint ``/mcp``."""
     server = build_server(tools)
     if http is None:
-        server.run("stdio")
+        _run_stdio(server)
         return
     host, port = http
     run_uvicorn(protect(server.streamable_http_app(host=host), token, host), host, port, "memindex mcp (endpoint /mcp)")
+
+
+def _run_stdio(server: MCPServer) -> None:
+    """The stdio session until the client closes stdin, Ctrl-C, or SIGTERM. SIGTERM ends it as
+    Ctrl-C does (the session is cancelled) but returns, so the caller's clean stop runs and the exit
+    is 0, as for ``serve`` and ``mcp --http``: the default action killed the process (143), and with
+    ``--watch`` its embedded workers mid-work."""
+    if threading.current_thread() is not threading.main_thread():  # no signals off the main thread
+        server.run("stdio")
+        return
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as group:
+            async def stop_on_sigterm() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        group.cancel_scope.cancel()
+                        return
+
+            group.start_soon(stop_on_sigterm)
+            await server.run_stdio_async()
+            group.cancel_scope.cancel()  # the client closed stdin: stop watching for SIGTERM too
+
+    anyio.run(serve)

@@ -25,6 +25,7 @@ from memindex.pipeline.config.paths import default_agent_id, validate_agent_id
 from memindex.pipeline.errors import ConfigError, MemindexError, MemoryGetError, StoreError
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.backend import SearchEngine, engine_for
+from memindex.pipeline.search.engine import min_score_problem, query_problem
 from memindex.pipeline.search.get import amemory_get
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.status import source_scan, status_entry
@@ -54,9 +55,10 @@ class OperationError(MemindexError):
     """A request the server refuses: ``code`` is stable for programs, the message is for people
     (and models); ``status`` is the HTTP status the JSON API answers with."""
 
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
+    def __init__(self, code: str, message: str, status: int = 400, payload: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.code, self.status = code, status
+        # payload: a failed search's answer in OpenClaw's failure shape (MCP keeps it beside the error)
+        self.code, self.status, self.payload = code, status, payload
 
     def as_dict(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": str(self)}}
@@ -70,11 +72,18 @@ GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "a
 STATUS_FIELDS = {"agent": "agent"}
 
 
+def escaped(name: str) -> str:
+    """A client's name as a message can carry it: a lone surrogate (JSON's ``"\\ud800"``) as its
+    escape. Echoed raw, no UTF-8 answer could encode it: 500 internal, with tracebacks."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def check_fields(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
     """``data``'s arguments as MemoryTools keywords; an unknown one is an ``OperationError``."""
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise OperationError("bad_request", f"unknown field(s) {', '.join(unknown)}; expected {', '.join(fields)}")
+        raise OperationError("bad_request", f"unknown field(s) {', '.join(map(escaped, unknown))}; "
+                                            f"expected {', '.join(fields)}")
     return {fields[k]: v for k, v in data.items()}
 
 
@@ -115,6 +124,13 @@ def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: 
     if minimum is not None and value < minimum:
         raise OperationError("bad_request", f"{name} must be at least {minimum:g}")
     return value
+
+
+# A search the engine answered with OpenClaw's failure shape, by its flag (first match: an unavailable
+# search is flagged disabled too): the error code, HTTP status and message a server refuses it with. A
+# disabled agent is 403 as for memory_get (its search answered 200 with no results).
+_FAILED_SEARCH = (("unavailable", 503, "memory search is unavailable for agent {agent!r}: {error}"),
+                  ("disabled", 403, "memory search is disabled for agent {agent!r}"))
 
 
 class MemoryTools:
@@ -192,6 +208,11 @@ class MemoryTools:
             raise OperationError("bad_request", "query must be a string")
         opts = dict(max_results=_wire("maxResults", max_results), min_score=_wire("minScore", min_score),
                     session_key=_wire("sessionKey", session_key))
+        # What `memindex search` refuses, refused here in its words (both answered 200, no results).
+        if why := query_problem(query):
+            raise OperationError("bad_request", why)
+        if min_score is not None and (why := min_score_problem(min_score)):
+            raise OperationError("bad_request", f"minScore {why}")
         settings = self.settings(self._session_agent(_wire("agent", agent), session_key))
         from memindex.workers.metrics import search_recorders
 
@@ -199,9 +220,10 @@ class MemoryTools:
         try:
             with refusals():
                 result = (await self.engine(settings).asearch(query, **opts)).as_dict()
-            if result.get("unavailable"):  # the engine answers every failure; a server says it failed
-                raise OperationError("unavailable", f"memory search is unavailable for agent {settings.agent_id!r}: "
-                                     f"{result.get('error')}", 503)
+            for flag, status, why in _FAILED_SEARCH:  # the engine answers every failure; a server says it failed
+                if result.get(flag):
+                    raise OperationError(flag, why.format(agent=settings.agent_id, error=result.get("error")),
+                                         status, payload=result)
             ok = True
             return result
         finally:
