@@ -195,6 +195,10 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
             elif unconsumed_since is None:
                 unconsumed_since = time.monotonic()
             elif time.monotonic() - unconsumed_since > NO_WORKER_GRACE_S:
+                from memindex.workers.broker import broker, oom_line, redis_full
+
+                if redis_full(broker.client):  # workers cannot beat (or take work) while it refuses writes
+                    raise NoWorkerError(oom_line())
                 raise NoWorkerError(
                     f"no worker is consuming queue(s) {', '.join(orphaned)} on the broker; start the Procfile's "
                     f"processes ({', '.join(f'`{c}`' for c in _starts(orphaned))}); the work stays queued")

@@ -143,3 +143,53 @@ def test_a_message_that_ended_while_redis_was_down_stops_counting_as_running(red
     hb.beat()
     assert processes(client, "memindex-t")[0]["running"] == []
     hb.stop()
+
+
+@pytest.mark.redis
+def test_a_redis_out_of_memory_is_said_as_such(tmp_path, redis_server):
+    """helper-60: Redis at maxmemory (noeviction) answers and refuses every write. `index` said "cannot
+    reach the broker ... start Redis", `health` "no memindex process has a live heartbeat (none
+    running ...)", and the workers' lines "(redis unreachable: ...)"."""
+    import redis
+
+    a = Agent(tmp_path / "a")
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace)}}})
+    a.write("memory/n.md", "# Note\nThe kumquat ledger.\n")
+    env = a.env(redis_server.url)
+    client = redis.Redis.from_url(redis_server.url)
+    client.set("ballast", b"x" * (2 << 20))
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1 << 20)  # below the ballast: every write is refused
+    for cmd in ("index", "health"):
+        out = run_cli(cmd, env=env)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, (cmd, out.stderr)
+        assert "is out of memory (Redis's maxmemory reached, no eviction)" in out.stderr, (cmd, out.stderr)
+        assert "start Redis" not in out.stderr and "none running" not in out.stderr, (cmd, out.stderr)
+
+
+def test_an_oom_line_is_held_back_as_an_outage_and_named(caplog):
+    """The workers' outage filter took only connection errors: an OOM logged a CRITICAL traceback per
+    consumer fetch and ack, and its one line said "redis unreachable"."""
+    import logging
+
+    from redis.exceptions import OutOfMemoryError
+
+    from memindex.workers import logs
+
+    handler = logging.Handler()
+    seen: list[logging.LogRecord] = []
+    handler.emit = seen.append  # type: ignore[method-assign]
+    handler.addFilter(logs._RedisOutage())
+    log = logging.getLogger("dramatiq.worker.ConsumerThread(embed)")
+    log.addHandler(handler)
+    try:
+        for _ in range(5):
+            try:
+                raise OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'.")
+            except OutOfMemoryError:
+                log.critical("Consumer encountered an unexpected error.", exc_info=True)
+        assert len(seen) == 1 and seen[0].levelno == logging.WARNING and seen[0].exc_info is None
+        assert "redis out of memory (maxmemory reached" in seen[0].getMessage()
+    finally:
+        log.removeHandler(handler)
+        logs.redis_answered()

@@ -16,6 +16,7 @@ import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
 from memindex.workers.encoder import MessageEncoder
+from memindex.workers.logs import out_of_memory as out_of_memory
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
 from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmbedsOnStop, Lifecycle, WorkContext
@@ -110,6 +111,23 @@ def broker_url() -> str | None:
 
         raise ConfigError(BROKER_ENV, f"expected a redis://, rediss:// or unix:// URL, got {redact(url)!r}")
     return url or None
+
+
+def oom_line() -> str:
+    """The one line for a broker out of memory: what it means, and what to do."""
+    return (f"the broker at {redact(broker_url() or '?')} is out of memory (Redis's maxmemory reached, no "
+            "eviction): it refuses new work; raise maxmemory or free memory, and the next sync queues again "
+            "whatever could not be queued")
+
+
+def redis_full(client: Any) -> bool:
+    """Does this Redis refuse writes for memory now (used >= maxmemory under noeviction)?"""
+    try:
+        info = client.info("memory")
+    except Exception:  # noqa: BLE001 - a broker that does not answer is another line's story
+        return False
+    limit = int(info.get("maxmemory") or 0)
+    return bool(limit) and int(info.get("used_memory") or 0) >= limit and info.get("maxmemory_policy") == "noeviction"
 
 
 def refused_credentials(exc: BaseException) -> str | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from memindex.workers.broker import is_write_queue
+from memindex.workers.broker import is_write_queue, oom_line, redis_full
 from memindex.workers.lifecycle import BEAT_S, PROC_TTL_S, processes
 from memindex.workers.queues import ready, unconsumed_queues
 
@@ -30,6 +30,8 @@ def check(client: Any, namespace: str, host: str, stall_s: float | None = None) 
     now = time.time()
     every = processes(client, namespace)
     procs = [p for p in every if p["host"] == host]
+    if redis_full(client):  # no heartbeat can be written: "none running" would send the operator astray
+        return False, [oom_line()]
     if not procs:
         return False, [f"no memindex process on {host} has a live heartbeat (none running, or all of them "
                        f"stopped or paused for over {PROC_TTL_S:.0f} s)"]

@@ -100,6 +100,7 @@ _OUTAGE_LINES = (
     ("memindex.limits", "%s: could not release an embedding slot"),
 )
 _outage_log = logging.getLogger("memindex.redis")
+UNREACHABLE, OOM = "unreachable", "out of memory (maxmemory reached: raise it or free memory)"
 
 
 class _RedisOutage(logging.Filter):
@@ -109,6 +110,7 @@ class _RedisOutage(logging.Filter):
     since: float | None = None
     reported = 0.0
     held = 0
+    kind = UNREACHABLE  # what the outage is, as the lines say it
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.msg if isinstance(record.msg, str) else ""
@@ -122,7 +124,7 @@ class _RedisOutage(logging.Filter):
         with cls.lock:
             if cls.since is None:
                 cls.since, cls.reported, cls.held = now, now, 0
-                record.msg = (f"{record.msg} (redis unreachable: this process waits for it, and says so once "
+                record.msg = (f"{record.msg} (redis {cls.kind}: this process waits for it, and says so once "
                               f"every {OUTAGE_REPORT_S:.0f} s until redis answers)")
                 # dramatiq's consumer says it at CRITICAL; a process that waits for Redis is not in
                 # a critical state (an operator's alerting keys on the level).
@@ -131,7 +133,7 @@ class _RedisOutage(logging.Filter):
             if now - cls.reported < OUTAGE_REPORT_S:
                 cls.held += 1
                 return False
-            record.msg = f"redis still unreachable after %.0f s (%d line(s) like this held back): {record.msg}"
+            record.msg = f"redis still {cls.kind} after %.0f s (%d line(s) like this held back): {record.msg}"
             record.args = (now - cls.since, cls.held, *(record.args if isinstance(record.args, tuple) else ()))
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             cls.reported, cls.held = now, 0
@@ -151,6 +153,12 @@ def _redis_down(record: logging.LogRecord) -> bool:
     return is_redis_down(record.exc_info[1] if record.exc_info else None)
 
 
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Redis at its ``maxmemory`` with no eviction: it answers, and refuses every write ("OOM
+    command not allowed"). Not an outage of the connection, and "start Redis" would mislead."""
+    return exc is not None and (type(exc).__name__ == "OutOfMemoryError" or "OOM command not allowed" in str(exc))
+
+
 def is_redis_down(exc: BaseException | None) -> bool:
     if exc is None:
         return False
@@ -159,18 +167,25 @@ def is_redis_down(exc: BaseException | None) -> bool:
         from redis.exceptions import TimeoutError as RedisTimeoutError
     except ImportError:  # pragma: no cover - the worker extra always has redis
         return False
-    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
+    if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+        return True
+    # Out of memory (maxmemory, no eviction) repeats as much: every consumer's fetch and every ack
+    # logged a CRITICAL with its traceback (23,000 lines in 90 s for the Procfile).
+    if out_of_memory(exc):
+        _RedisOutage.kind = OOM
+        return True
+    return False
 
 
 def redis_answered() -> bool:
     """Redis answered this process (its heartbeat): ends an outage the logs are holding back.
     True when one ended (however short: the heartbeat then tells the watchers, see lifecycle)."""
     with _RedisOutage.lock:
-        since, held = _RedisOutage.since, _RedisOutage.held
-        _RedisOutage.since = None
+        since, held, kind = _RedisOutage.since, _RedisOutage.held, _RedisOutage.kind
+        _RedisOutage.since, _RedisOutage.kind = None, UNREACHABLE
     if since is not None:
-        _outage_log.warning("redis answers again after %.0f s (%d line(s) about it held back)",
-                            time.monotonic() - since, held)
+        _outage_log.warning("redis %s again after %.0f s (%d line(s) about it held back)",
+                            "takes writes" if kind == OOM else "answers", time.monotonic() - since, held)
     return since is not None
 
 

@@ -631,11 +631,13 @@ def _setup_logging(args: argparse.Namespace) -> None:
 def _one_line_error(exc: BaseException) -> str | None:
     """The one line for an error the user can act on (a file they named, the broker); None: a bug."""
     if type(exc).__module__.split(".")[0] == "redis":  # broker unreachable, hung or refusing
-        from memindex.workers.broker import broker_url, redact, refused_credentials
+        from memindex.workers.broker import broker_url, oom_line, out_of_memory, redact, refused_credentials
 
         refused = refused_credentials(exc)
         if refused:
             return refused
+        if out_of_memory(exc):
+            return oom_line()
         return (f"cannot reach the broker at {redact(broker_url() or '?')} ({exc}); "
                 "start Redis or unset MEMINDEX_BROKER_URL to use the embedded default")
     if isinstance(exc, UnicodeDecodeError):
