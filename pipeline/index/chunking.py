@@ -60,6 +60,15 @@ def break_lines(text: str) -> list[str]:
     return text.split("\n") if "\r" not in text else LINE_BREAK.split(text)
 
 
+def lf_line_ends(text: str) -> str:
+    """``text`` with every line end as LF: a CRLF or a lone CR becomes ``\n``, so its lines are
+    exactly :func:`split_lines`' (what snippets show), and no CR is left over."""
+    return text if "\r" not in text else _CR_LINE_END.sub("\n", text)
+
+
+_CR_LINE_END = re.compile(r"\r\n?")
+
+
 def split_lines(text: str) -> list[str]:
     """Split on CRLF, LF or a lone CR; no line keeps its terminator, so snippets and
     hashes carry none. A final line end ends the last line rather than starting an empty one.
