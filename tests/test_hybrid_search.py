@@ -344,6 +344,24 @@ def test_decay_ages_invalid_dated_names_by_mtime_and_upper_case_names_by_date(ag
     assert got["memory/platypus.md"] == pytest.approx(plain["memory/platypus.md"])  # evergreen
 
 
+def test_hybrid_disabled_is_plain_vector_search_without_decay_or_mmr(hybrid_agent):
+    """With query.hybrid.enabled false, memindex still applied hybrid.temporalDecay and hybrid.mmr (a
+    raw cosine of 0.72 scored 2.5e-05). OpenClaw returns the plain vector results then: each score is
+    its cosine, best first, filtered by minScore and cut at maxResults."""
+    off = with_ms(hybrid_agent.settings(), **{"query.hybrid.enabled": False})
+    on_top = with_ms(off, **{"query.hybrid.temporalDecay.enabled": True, "query.hybrid.mmr.enabled": True,
+                             "query.hybrid.mmr.lambda": 0.0})
+    far_future = FEB_10 + 3650 * 86400.0
+    for max_results in (3, 8):
+        plain = run(off, "router VLAN IoT", clock=far_future, min_score=0.0, max_results=max_results)
+        got = run(on_top, "router VLAN IoT", clock=far_future, min_score=0.0, max_results=max_results)
+        assert ranked(got) == ranked(plain) and len(got["results"]) == max_results
+        assert all(r["score"] == pytest.approx(r["vectorScore"]) for r in got["results"])
+        scores = [r["score"] for r in got["results"]]
+        assert scores == sorted(scores, reverse=True)
+    assert any(r["path"].startswith("memory/2026-") for r in got["results"])  # dated notes, not decayed
+
+
 # ----------------------------------------------------- results and citations (F13)
 
 
