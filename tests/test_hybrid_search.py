@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import calendar
 import copy
+import os
 import datetime as dt
 import threading
 import time
@@ -317,6 +318,48 @@ def test_decay_keeps_evergreen_files(hybrid_agent):
     assert res["results"][0]["path"] in ("MEMORY.md", "memory/network.md", "memory/projects/alpha.md")
     dated = [r for r in res["results"] if r["path"].startswith("memory/2026-")]
     assert all(r["score"] < 0.01 for r in dated)
+
+
+def test_decay_ages_invalid_dated_names_by_mtime_and_upper_case_names_by_date(agent):
+    """With decay on, memory/2026-02-30.md, memory/2026-13-45.md and memory/2026-09-04.MD (an mtime
+    of 2020) scored 1.000 as if evergreen while memory/2026-09-04.md decayed. Now the invalid
+    dates age by their mtime (as OpenClaw's regex test makes them non-evergreen), the .MD note by its
+    name's date, and an undated note under memory/ still never decays."""
+    names = ["memory/2026-02-30.md", "memory/2026-13-45.md", "memory/2026-09-04.MD", "memory/2026-09-04.md",
+             "memory/platypus.md"]
+    old = float(calendar.timegm(dt.date(2020, 1, 1).timetuple()))
+    for rel in names:
+        os.utime(agent.write(rel, f"# N\nplatypus in {rel}\n"), (old, old))
+    agent.index()
+    month_later = float(calendar.timegm(dt.date(2026, 10, 4).timetuple()))  # 30 days after 2026-09-04
+    plain = {r["path"]: r["score"] for r in run(agent.settings(), "platypus", min_score=0.0)["results"]}
+    decayed_settings = with_ms(agent.settings(), **{"query.hybrid.temporalDecay.enabled": True})
+    got = {r["path"]: r["score"] for r in run(decayed_settings, "platypus", clock=month_later,
+                                               min_score=0.0)["results"]}
+    assert set(got) == set(names)
+    for rel in ("memory/2026-09-04.MD", "memory/2026-09-04.md"):
+        assert got[rel] / plain[rel] == pytest.approx(0.5)  # one half-life since the name's date
+    for rel in ("memory/2026-02-30.md", "memory/2026-13-45.md"):
+        assert got[rel] / plain[rel] < 1e-3  # aged from their 2020 mtime
+    assert got["memory/platypus.md"] == pytest.approx(plain["memory/platypus.md"])  # evergreen
+
+
+def test_hybrid_disabled_is_plain_vector_search_without_decay_or_mmr(hybrid_agent):
+    """With query.hybrid.enabled false, memindex still applied hybrid.temporalDecay and hybrid.mmr (a
+    raw cosine of 0.72 scored 2.5e-05). OpenClaw returns the plain vector results then: each score is
+    its cosine, best first, filtered by minScore and cut at maxResults."""
+    off = with_ms(hybrid_agent.settings(), **{"query.hybrid.enabled": False})
+    on_top = with_ms(off, **{"query.hybrid.temporalDecay.enabled": True, "query.hybrid.mmr.enabled": True,
+                             "query.hybrid.mmr.lambda": 0.0})
+    far_future = FEB_10 + 3650 * 86400.0
+    for max_results in (3, 8):
+        plain = run(off, "router VLAN IoT", clock=far_future, min_score=0.0, max_results=max_results)
+        got = run(on_top, "router VLAN IoT", clock=far_future, min_score=0.0, max_results=max_results)
+        assert ranked(got) == ranked(plain) and len(got["results"]) == max_results
+        assert all(r["score"] == pytest.approx(r["vectorScore"]) for r in got["results"])
+        scores = [r["score"] for r in got["results"]]
+        assert scores == sorted(scores, reverse=True)
+    assert any(r["path"].startswith("memory/2026-") for r in got["results"])  # dated notes, not decayed
 
 
 # ----------------------------------------------------- results and citations (F13)

@@ -1,3 +1,4 @@
+import json
 import os
 
 import pytest
@@ -38,6 +39,52 @@ def test_a_final_line_end_does_not_count_as_a_line(ws):
     assert memory_get(s, "memory/crlf.md", from_line=1).total_lines == 2
     ws.write("memory/blank-end.md", "one\n\n")  # a blank last line is still a line
     assert memory_get(s, "memory/blank-end.md", from_line=1).total_lines == 2
+
+
+LINE_END_FILES = {  # the same four lines with CRLF, lone-CR and mixed line ends
+    "memory/crlf.md": "# CRLF note\r\nline two\r\nthe marmoset code is XJ-9\r\nline four\r\n",
+    "memory/cr.md": "# CR note\rline two\rthe ocelot code is XJ-9\rline four\r",
+    "memory/mixed.md": "# Mixed note\r\nline two\rthe quokka code is XJ-9\nline four\r\n",
+}
+
+
+def test_every_read_ends_its_lines_in_lf_whatever_the_file_uses(agent):
+    """A window of a CRLF file kept every CR ("line two\r\n...XJ-9\r", one dangling), a window of a
+    lone-CR file turned its CRs into LF while the whole-file read kept them. Now every read, whole
+    file or window, ends its lines in LF: a window is a slice of the whole file, as snippets show it."""
+    for rel, text in LINE_END_FILES.items():
+        agent.write(rel, text)
+    s = agent.settings()
+    for rel, raw in LINE_END_FILES.items():
+        whole = memory_get(s, rel).text
+        title = raw.split("\r")[0]
+        animal = raw.split("the ")[1].split(" ")[0]
+        assert whole == f"{title}\nline two\nthe {animal} code is XJ-9\nline four\n", rel
+        r = memory_get(s, rel, from_line=2, lines=2)
+        assert (r.text, r.lines, r.total_lines) == (f"line two\nthe {animal} code is XJ-9", 2, 4), rel
+        assert r.text == "\n".join(whole.split("\n")[1:3])
+        assert memory_get(s, rel, from_line=1, lines=4).text == whole.rstrip("\n")
+        assert memory_get(s, rel, from_line=4).text == "line four"
+
+
+def test_get_of_a_cited_range_prints_the_snippet_for_any_line_end(agent):
+    """The README's promise, through the CLI: `get PATH --from snippetStartLine --lines N` prints the
+    snippet's text. For a CRLF file it printed the lines with their CRs (the snippet has none)."""
+    agent.memory_config({}, memory={"citations": "off"})
+    for rel, text in LINE_END_FILES.items():
+        agent.write(rel, text)
+    from tests.conftest import run_cli
+
+    base = ("--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace))
+    assert run_cli(*base, "index").returncode == 0
+    for rel, animal in (("memory/crlf.md", "marmoset"), ("memory/cr.md", "ocelot"), ("memory/mixed.md", "quokka")):
+        out = run_cli(*base, "search", "--json", animal)
+        [hit] = json.loads(out.stdout)["results"]
+        start, end = hit["snippetStartLine"], hit["snippetEndLine"]
+        got = run_cli(*base, "get", "--json", rel, "--from", str(start), "--lines", str(end - start + 1))
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout)["text"] == hit["snippet"], (rel, hit)
+        assert "\r" not in hit["snippet"] and animal in hit["snippet"]
 
 
 def test_missing_file_is_empty_not_an_error(ws):

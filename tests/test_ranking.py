@@ -188,11 +188,25 @@ def test_evergreen_rules() -> None:
     assert is_evergreen("memory.md", "memory")
     assert is_evergreen("memory/network.md", "memory")
     assert is_evergreen("memory/projects/alpha.md", "memory")
-    assert is_evergreen("memory/2026-02-30.md", "memory")  # not a real date -> undated
+    assert not is_evergreen("memory/2026-02-30.md", "memory")  # dated name, impossible date: aged by mtime
     assert not is_evergreen("memory/2026-02/2026-02-15.md", "memory")
     assert not is_evergreen("sessions/abc.jsonl", "sessions")
     assert not is_evergreen("MEMORY.md", "sessions")
     assert not is_evergreen("notes/ideas.md", "memory")  # extraPaths file -> mtime
+
+
+def test_invalid_and_upper_case_daily_names_are_not_evergreen() -> None:
+    """memory/2026-02-30.md, memory/2026-13-45.md and memory/2026-09-04.MD scored 1.000 with decay on,
+    for ever: the first two are dated names (the reference's regex matches them, so they age by their
+    mtime), and memindex indexes .MD files, so the third ages by its name's date like its .md twin."""
+    for bad in ("memory/2026-02-30.md", "memory/2026-13-45.md", "memory/2026-02/2026-02-30.Md"):
+        assert not is_evergreen(bad, "memory") and dated_path_date(bad) is None
+        assert result_timestamp(bad, "memory", 123.0) == 123.0
+    for upper in ("memory/2026-09-04.MD", "memory/2026-09-04.Md", "memory/2026-09/2026-09-04.mD"):
+        assert dated_path_date(upper) == dt.date(2026, 9, 4) and not is_evergreen(upper, "memory")
+        assert result_timestamp(upper, "memory", 123.0) == midnight(2026, 9, 4)
+    assert is_evergreen("memory/Network.MD", "memory")  # undated stays evergreen in any case
+    assert dated_path_date("MEMORY/2026-09-04.md") is None  # only the extension's case is free
 
 
 def test_result_timestamp_sources() -> None:

@@ -163,6 +163,8 @@ def test_file_context_names_the_title_and_the_daily_notes_date() -> None:
     assert file_context("memory/2023-07-07.md", "\n# Standups\nbody\n") == "Standups 2023-07-07 Friday 7 July 2023"
     assert file_context("notes/router.md", "# Router notes ##\nVLAN 20\n") == "Router notes"
     assert file_context("memory/2026-02-30.md", "no heading\n") == ""  # not a date, no title
+    # memindex indexes .MD files: a daily note named so carries its date too (it carried none)
+    assert file_context("memory/2023-07-07.MD", "no heading\n") == "2023-07-07 Friday 7 July 2023"
     chunks = with_context(chunk_markdown("# T\n" + "\n".join(FILLER), 50, 10), "T")
     assert len(chunks) > 1 and all(c.context == "T" for c in chunks)
     assert all(c.hash == sha256_hex(c.text) for c in chunks)  # the embedding cache key ignores the context

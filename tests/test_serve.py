@@ -60,6 +60,26 @@ def test_results_identical_to_the_cli(indexed: Agent, local: str) -> None:
     assert r.json()["text"] == "Café meeting at 10."
 
 
+def test_get_over_http_ends_lines_in_lf_as_the_cli_does(tmp_path: Path) -> None:
+    """The HTTP (and MCP) memory_get is the in-process one: a CRLF file's window has no CR there either."""
+    from tests.test_memory_get import LINE_END_FILES
+
+    a = Agent(tmp_path / "agent")
+    for rel, text in LINE_END_FILES.items():
+        a.write(rel, text)
+    proc, url = serve(a, tmp_path)
+    try:
+        for rel in LINE_END_FILES:
+            for body, flags in (({}, []), ({"from": 2, "lines": 2}, ["--from", "2", "--lines", "2"])):
+                r = httpx.post(f"{url}/v1/get", json={"path": rel, **body}, timeout=30)
+                cli = run_cli(*cli_args(a)[2:], "get", "--json", rel, *flags)
+                assert r.status_code == 200 and r.json() == json.loads(cli.stdout), (rel, body)
+                assert "\r" not in r.json()["text"] and "line two" in r.json()["text"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def test_status_and_health(local: str, indexed: Agent) -> None:
     assert httpx.get(f"{local}/healthz").json() == {"ok": True}
     s = httpx.get(f"{local}/v1/status", timeout=30).json()

@@ -21,7 +21,9 @@ from operator import add
 CHARS_PER_TOKEN = 4
 # Bump when the chunking algorithm changes in a way that moves chunk boundaries
 # or ids: it is part of the index fingerprint, so existing indexes are rebuilt.
-CHUNKER_VERSION = 3  # 2: a lone CR ends a line; 3: chunks carry keyword context (file_context)
+# 2: a lone CR ends a line; 3: chunks carry keyword context (file_context); 4: a daily note
+# named ``.MD`` (any case) carries its date in that context too.
+CHUNKER_VERSION = 4
 
 # Where a line ends, for the chunker's line numbers and memory_get's alike: at LF, or at a
 # lone CR (classic Mac files). The CR of a CRLF stays with its line (split_lines drops it).
@@ -56,6 +58,15 @@ def break_lines(text: str) -> list[str]:
     was ~8x slower, a tenth of a cold index's CPU.
     """
     return text.split("\n") if "\r" not in text else LINE_BREAK.split(text)
+
+
+def lf_line_ends(text: str) -> str:
+    """``text`` with every line end as LF: a CRLF or a lone CR becomes ``\n``, so its lines are
+    exactly :func:`split_lines`' (what snippets show), and no CR is left over."""
+    return text if "\r" not in text else _CR_LINE_END.sub("\n", text)
+
+
+_CR_LINE_END = re.compile(r"\r\n?")
 
 
 def split_lines(text: str) -> list[str]:
@@ -133,8 +144,8 @@ def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chun
     return [c for c in chunks if c.text.strip()]
 
 
-# A daily note's name: memory/[...]/YYYY-MM-DD.md (as ranking.dated_path_date reads it).
-_DATED_NAME = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})\.md$")
+# A daily note's name: memory/[...]/YYYY-MM-DD.md, ``.md`` in any case (as ranking.dated_path_date reads it).
+_DATED_NAME = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?i:\.md)$")
 # The file's title: its first ATX heading, when it is the first non-blank line.
 _TITLE = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$")
 MAX_CONTEXT_CHARS = 200

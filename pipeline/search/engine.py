@@ -378,8 +378,11 @@ class MemorySearch(AsyncSearch):
             if q["fusion"] == "calibrated" and vector_hits and text_hits:
                 vector_hits += self._keyword_hit_cosines(snap, vector_hits, text_hits, qvec)
             decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
+            # Decay and MMR are steps of the hybrid merge: with hybrid off OpenClaw returns the plain
+            # vector results (minScore, then maxResults), whatever hybrid.temporalDecay/mmr say.
+            decaying, diversifying = hybrid["enabled"] and decay["enabled"], hybrid["enabled"] and mmr["enabled"]
             mtimes = None
-            if decay["enabled"]:
+            if decaying:
                 mtimes = snap.file_mtimes((c.source, c.path) for c in vector_hits + text_hits)
             cands = rank_pipeline(
                 vector_hits, text_hits,
@@ -387,9 +390,9 @@ class MemorySearch(AsyncSearch):
                 # Each arm returns at most MAX_CANDIDATES, so their union could be twice that: 300
                 # answered 300 under a warning of "at most 200", and its top-300 was not the top 300.
                 min_score=min_score, max_results=min(max_results, MAX_CANDIDATES),
-                temporal_decay=decay["enabled"], half_life_days=decay["halfLifeDays"],
+                temporal_decay=decaying, half_life_days=decay["halfLifeDays"],
                 now=self.clock(), mtimes=mtimes,
-                mmr=mmr["enabled"], mmr_lambda=mmr["lambda"], fusion=q["fusion"],
+                mmr=diversifying, mmr_lambda=mmr["lambda"], fusion=q["fusion"],
                 # a full top-K from the vector arm bounds the cosine of every chunk it did not return
                 unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
             )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from memindex.pipeline.config.paths import expand_home
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.index.chunking import break_lines
+from memindex.pipeline.index.chunking import lf_line_ends, split_lines
 from memindex.pipeline.index.markdown import MAX_MARKDOWN_BYTES, read_text
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
@@ -190,11 +190,14 @@ def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int 
     text, _problem = read_text(data)  # the text indexing chunked (status reports the problem)
     if text is None:
         raise MemoryGetError("path rejected: binary file")
+    # Every line ends in LF, whole file or window: the window a snippet cites reads back as the
+    # snippet's text (snippets hold no CR), and a window is a slice of the whole file. (OpenClaw
+    # splits on "\n" alone: its windows of a CRLF file keep each CR, one dangling at the end.)
     if not from_line and not lines:
-        return MemoryGetResult(display, text)
-    all_lines = break_lines(text)  # the lines citations count (a lone CR ends one too)
-    if len(all_lines) > 1 and all_lines[-1] == "":
-        all_lines.pop()  # a final line end ends the last line; it does not start one ("a\nb\n" is 2 lines)
+        return MemoryGetResult(display, lf_line_ends(text))
+    # The lines citations count (a lone CR ends one too); a final line end ends the last line, it
+    # does not start one ("a\nb\n" is 2 lines).
+    all_lines = split_lines(text)
     start = max(1, from_line or 1)
     # OpenClaw's max(1, lines ?? total): `lines` 0 with a `from` is one line, not the rest.
     count = max(1, len(all_lines) if lines is None else lines)

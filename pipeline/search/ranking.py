@@ -239,7 +239,9 @@ def merge_hybrid(
 
 # ---------------------------------------------------------- F11 temporal decay
 
-_DATED_PATH = re.compile(r"(?:^|/)memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})\.md$")
+# The reference's dated-path regex, except that ``.md`` matches in any case: memindex indexes
+# ``memory/2026-09-04.MD`` (workspace.is_markdown_name), so it ages like its ``.md`` twin.
+_DATED_PATH = re.compile(r"(?:^|/)memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?i:\.md)$")
 
 
 def _norm_path(path: str) -> str:
@@ -272,13 +274,18 @@ def dated_path_date(path: str) -> _dt.date | None:
 
 def is_evergreen(path: str, source: str) -> bool:
     """Curated memory never decays: ``MEMORY.md``/``memory.md`` and undated
-    files under ``memory/`` (only for the ``memory`` source)."""
+    files under ``memory/`` (only for the ``memory`` source).
+
+    A daily-note name with an impossible date (``memory/2026-02-30.md``) is not
+    undated: as in the reference (its regex test, not the date check), it is
+    aged by its mtime rather than kept at full score forever.
+    """
     if source != "memory":
         return False
     p = _norm_path(path)
     if p in ("MEMORY.md", "memory.md"):
         return True
-    return p.startswith("memory/") and dated_path_date(p) is None
+    return p.startswith("memory/") and _DATED_PATH.search(p) is None
 
 
 def result_timestamp(path: str, source: str, mtime: float | None) -> float | None:
