@@ -493,9 +493,10 @@ class Watcher:
         if reason:
             log.warning("watcher: %s; re-planning every watched agent (%s) so pending files are queued again",
                         reason, ", ".join(a.ctx.agent_id or "default" for a in self.agents))
-            if getattr(self._lost, "kind", None) != "data_lost":
+            if getattr(self._lost, "kind", None) not in ("data_lost", "paused"):
                 # Lost data took its leases along; any there now are for work queued since (a
-                # start-up catch-up), and forgetting them queued those files a second time.
+                # start-up catch-up), and forgetting them queued those files a second time. A pause
+                # lost nothing: the leases stand for work still queued.
                 _forget_leases()
             with self._lock:
                 for idx in range(len(self.agents)):

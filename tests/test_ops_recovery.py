@@ -169,6 +169,24 @@ def test_the_loss_probe_also_reports_an_outage_with_the_data_kept(redis_server):
 
 
 @pytest.mark.redis
+def test_a_paused_process_whose_marker_expired_is_not_told_redis_lost_its_data(redis_server, monkeypatch):
+    """helper-60: a watcher SIGSTOPped for longer than its marker lives (120 s) logged "Redis lost its
+    data (flushed or restarted without persistence)" on CONT, and re-planned as after a loss."""
+    from memindex.workers import lifecycle
+
+    monkeypatch.setattr(lifecycle, "ALIVE_TTL_S", 1)  # the marker lives 1 s here
+    client = redis.Redis.from_url(redis_server.url)
+    probe = lifecycle.DataLossProbe(client, "memindex-t")
+    assert probe() is None and probe() is None
+    time.sleep(2.2)  # the pause: no renewal for longer than the marker lives
+    said = probe() or ""
+    assert "paused for" in said and "lost its data" not in said and probe.kind == "paused", said
+    assert probe() is None
+    client.flushall()  # a real loss between two timely probes is still one
+    assert "lost its data" in (probe() or "") and probe.kind == "data_lost"
+
+
+@pytest.mark.redis
 def test_an_outage_too_short_for_the_watcher_to_see_is_counted_by_the_workers(redis_server, monkeypatch):
     """A Redis restarted within a second falls between two probes of the watcher (every 2 s), yet a
     worker's retry may have been dropped in it: the worker's heartbeat counts the outage it saw,

@@ -336,8 +336,10 @@ class DataLossProbe:
         self._unreachable = False
         self._outages: bytes | None = None
         self._verdict_at = float("-inf")
+        self._renewed_at = time.monotonic()
         # What the last verdict was: "data_lost" (leases went with the data: any there now stand
-        # for work queued since), "unreachable" or "outage" (leases may outlive dropped work).
+        # for work queued since), "paused" (nothing lost: leases hold), "unreachable" or "outage"
+        # (leases may outlive dropped work).
         self.kind: str | None = None
 
     def __call__(self) -> str | None:
@@ -353,6 +355,12 @@ class DataLossProbe:
         armed, unreachable, seen = self._armed, self._unreachable, self._outages
         self._armed, self._unreachable, self._outages = True, False, outages
         now = time.monotonic()
+        gap, self._renewed_at = now - self._renewed_at, now
+        if armed and not present and gap >= ALIVE_TTL_S:
+            # Not renewed for longer than it lives: this process was paused (SIGSTOP, a suspended
+            # VM) and its own key expired; Redis kept its data. A re-plan still catches up.
+            return self._verdict("paused", now, f"this process was paused for {gap:.0f} s (its Redis marker "
+                                                "expired meanwhile; Redis kept its data)")
         if armed and not present:
             return self._verdict("data_lost", now, "Redis lost its data (flushed or restarted without persistence)")
         if unreachable:
