@@ -36,6 +36,15 @@ def serve(a: Agent, cwd: Path, *extra: str, env: dict | None = None) -> tuple[su
     return proc, f"http://127.0.0.1:{port}"
 
 
+def _serve_args(base: list[str], cwd: Path) -> tuple[subprocess.Popen, str]:
+    """``memindex <base> serve`` on a free port, once it listens: (process, its URL)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_port(port, proc)
+    return proc, f"http://127.0.0.1:{port}"
+
+
 @pytest.fixture(scope="module")
 def local(indexed: Agent, tmp_path_factory) -> Iterator[str]:
     proc, url = serve(indexed, tmp_path_factory.mktemp("cwd"))
@@ -508,12 +517,8 @@ def test_a_disabled_agents_search_is_refused_like_its_get(tmp_path: Path) -> Non
     from mcp.client.stdio import StdioServerParameters
 
     base = _two_agents(tmp_path, {"memorySearch": {"enabled": False}})
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, url = _serve_args(base, tmp_path)
     try:
-        wait_port(port, proc)
-        url = f"http://127.0.0.1:{port}"
         for route, body in (("search", {"query": "VLAN"}), ("get", {"path": "MEMORY.md"})):
             r = httpx.post(f"{url}/v1/{route}", json={**body, "agent": "ops"}, timeout=30)
             assert r.status_code == 403 and r.json()["error"]["code"] == "disabled", (route, r.text)
@@ -542,12 +547,8 @@ def test_an_agent_id_with_no_valid_character_is_refused_never_read_as_main(tmp_p
     normalizeAgentId) to nothing, i.e. `main`, and answered from main's memory though the default
     agent is ops; `memindex --agent '!!!'` did the same. They are invalid ids: 400 / exit 2."""
     base = _two_agents(tmp_path, {}, default="ops")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "serve", "--port", str(port)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, url = _serve_args(base, tmp_path)
     try:
-        wait_port(port, proc)
-        url = f"http://127.0.0.1:{port}"
         for agent in ("*", "é", "!!!", "-", " ! "):
             for route, body in (("search", {"query": "VLAN"}), ("get", {"path": "MEMORY.md"})):
                 r = httpx.post(f"{url}/v1/{route}", json={**body, "agent": agent}, timeout=30)
