@@ -658,3 +658,16 @@ def test_index_with_a_failing_qmd_update_exits_non_zero(ws):
     set_mode(ws, "exit", only=["update"])
     out = run_cli(*args, "index")
     assert out.returncode == 1 and "qmd update failed" in out.stderr and "Traceback" not in out.stderr, out
+
+
+def test_sessions_export_strips_metadata_and_masks_secrets(ws):
+    """The export is cleaned by the function the index uses: qmd's sessions collection held the
+    keys pasted into a chat and OpenClaw's inbound metadata JSON verbatim."""
+    configure(ws, sessions={"enabled": True})
+    _session(ws, "creds", [
+        ("user", "Conversation info (untrusted metadata):\n```json\n{\"sender_id\": \"+15551234567\"}\n```\n\n"
+                 "deploy with OPENAI_API_KEY=sk-1234567890abcdef please"),
+        ("assistant", [{"type": "text", "text": "[[reply_to_current]] Stored; ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"}])])
+    export_sessions(ws.settings())
+    assert (qmd_home(ws) / "sessions" / "creds.md").read_text() == (
+        "# Session creds\n\nUser: deploy with OPENAI_API_KEY=sk-123…cdef please\nAssistant: Stored; ghp_Ab…6789\n")
