@@ -461,3 +461,28 @@ def test_a_transcript_indexed_before_redaction_is_reindexed(sess):
     assert "Zq9aXbYc" not in session_rows(sess)[0][5]
     assert parse_extra(files_row(settings, "sessions/creds.jsonl").extra)["text"] >= 2
     assert sess.index()["to_index"] == 0  # converged: once
+
+
+def test_a_symlinked_agent_directory_is_refused(tmp_path):
+    """<state>/agents/ops -> main: the guard looked at agents/ops/sessions only, so ops indexed and
+    served main's transcripts, and status said nothing. Transcripts ops had indexed before the link
+    are removed, as for a symlinked sessions directory, even where main has a transcript of that name."""
+    main, ops = Agent(tmp_path, "main"), Agent(tmp_path, "ops")  # one state dir
+    main.write_config({"agents": {"defaults": {"memorySearch": OPT_IN}, "list": [{"id": "main"}, {"id": "ops"}]}})
+    main.write("MEMORY.md", "# Memory\n")
+    transcript(main, "same.jsonl", msg("user", "main parked the zeppelin at hangar nineteen"))
+    transcript(ops, "same.jsonl", msg("user", "ops rotates the pager weekly"))
+    ops.index()
+    assert session_rows(ops)
+    agents = main.state / "agents"
+    (agents / "ops").rename(agents / "ops.real")
+    (agents / "ops").symlink_to("main")
+    assert discover_sessions(ops.settings()) == []
+    ops.index()
+    assert session_rows(ops) == []
+    assert not ops.search("zeppelin")["results"]
+    scan = {sc["source"]: sc for sc in source_scan(ops.settings())["sources"]}["sessions"]
+    assert any(f"agent directory {agents / 'ops'} is a symlink" in i for i in scan["issues"]), scan
+    out = run_cli("--config", str(ops.config_path), "--state-dir", str(ops.state), "--workspace", str(ops.workspace),
+                  "--agent", "ops", "status")
+    assert "agent directory" in out.stdout and "is a symlink" in out.stdout, out.stdout

@@ -65,16 +65,26 @@ Step = Union[str, SessionDelta]  # "unchanged" | "pending" | "full" | a delta to
 
 # --- discovery -------------------------------------------------------------------
 
+def symlink_on_the_way(settings: AgentSettings) -> Path | None:
+    """The symlink between ``<state>/agents`` and this agent's transcripts, if any: ``agents/<id>``
+    or ``agents/<id>/sessions``. Either could point at another agent's directory (``agents/ops ->
+    main`` served main's transcripts as ops'), so the transcripts behind it are never read.
+    ``agents`` itself may be a link: each agent still reads its own directory below it."""
+    d = settings.sessions_dir
+    return next((p for p in (d.parent, d) if p.is_symlink()), None)
+
+
 def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None) -> list[MemoryFile]:
     """``<sessions_dir>/*.jsonl``: top level, regular files only, no symlinks.
 
-    A symlinked sessions dir is refused too: it could point at another agent's
-    transcripts and break per-agent isolation.
+    Nothing is listed through a symlinked agent or sessions directory (``symlink_on_the_way``):
+    it could point at another agent's transcripts and break per-agent isolation.
     """
     d = settings.sessions_dir
-    if d.is_symlink():
+    link = symlink_on_the_way(settings)
+    if link is not None:
         if facts is not None:
-            facts.symlinks.append(str(d))
+            facts.symlinks.append(str(link))
         return []
     if not d.is_dir():
         return []
