@@ -12,8 +12,9 @@ searchable by its full value and shown whole in snippets, and the metadata JSON 
 OpenClaw passes ``mode: "tools"`` explicitly there, so ``logging.redactSensitive`` and
 ``logging.redactPatterns`` do not change what its memory indexes: no setting here either.
 
-Bump ``TEXT_VERSION`` whenever what this module keeps changes: rows record the version that wrote
-them, and a transcript indexed under another one is indexed again by the next sync.
+Bump ``TEXT_VERSION`` whenever what a transcript contributes changes (what this module keeps, or
+which records ``transcripts`` reads as messages): rows record the version that wrote them, and a
+transcript indexed under another one is indexed again by the next sync.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# 1: whitespace collapsed only; 2: inbound metadata, directive tags and secrets removed as OpenClaw does.
+# 1: whitespace collapsed only; 2: inbound metadata, directive tags and secrets removed as OpenClaw
+# does, and records without "type": "message" no longer read as turns.
 TEXT_VERSION = 2
 
 # --- inbound metadata (stripInboundMetadata) ---------------------------------------------

@@ -62,12 +62,10 @@ class Transcript:
 
 
 def _message_of(record: dict[str, Any]) -> dict[str, Any] | None:
-    kind = record.get("type")
-    if kind == "message" and isinstance(record.get("message"), dict):
+    # Only OpenClaw's message records, as its buildSessionEntry keeps them: a line without
+    # "type": "message" (a bare {"role", "content"}) is no turn of the session, whatever it holds.
+    if record.get("type") == "message" and isinstance(record.get("message"), dict):
         return record["message"]
-    # Tolerated bare shape: {"role": ..., "content": ...}.
-    if kind in (None, "message") and "role" in record and "content" in record:
-        return record
     return None
 
 
