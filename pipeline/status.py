@@ -282,13 +282,15 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
             issues.append(f"no memory files found in {ws}")
         scans.append({"source": "memory", "totalFiles": total, "issues": issues})
     if "sessions" in settings.sources:
-        from memindex.pipeline.index.sessions import discover_sessions
+        from memindex.pipeline.index.sessions import discover_sessions, symlink_on_the_way
 
         d = settings.sessions_dir
         try:
-            if d.is_symlink():  # refused (it could be another agent's transcripts): said, not silent
+            link = symlink_on_the_way(settings)
+            if link is not None:  # refused (it could be another agent's transcripts): said, not silent
+                what = "sessions directory" if link == d else "agent directory"
                 scans.append({"source": "sessions", "totalFiles": 0, "issues": [
-                    f"sessions directory {d} is a symlink; not read (transcripts are never read through a "
+                    f"{what} {link} is a symlink; not read (transcripts are never read through a "
                     "symlink: it could point at another agent's)"]})
             else:
                 os.scandir(d).close()  # missing / not accessible: the lines below

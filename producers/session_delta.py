@@ -4,7 +4,9 @@
 stat per file, and for grown ones a newline count over the unindexed tail.
 Past ``sync.sessions.deltaBytes`` or ``deltaMessages`` it enqueues an
 incremental index of only the new turns; a truncated or replaced transcript
-is reindexed from scratch. What was indexed lives in the store (files row
+is reindexed from scratch; an indexed transcript no longer listed (deleted, or
+renamed to ``*.jsonl.deleted.<ts>`` / ``*.jsonl.reset.<ts>`` as OpenClaw does) gets a
+sync, whose plan removes its rows. What was indexed lives in the store (files row
 ``extra``), so the detector keeps no state worth losing across restarts;
 the only memory here is which work is already in flight, to avoid flooding
 the queue while a delta waits to be written.
@@ -21,11 +23,12 @@ import time
 from typing import Iterable
 
 from memindex.pipeline.config.agents import settings_for
-from memindex.pipeline.config.settings import Context
+from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.errors import MemindexError
+from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.sessions import KIND, SOURCE, discover_sessions, next_step
-from memindex.pipeline.store.core import open_reader
+from memindex.pipeline.store.core import FileKey, IndexedFile, open_reader
 
 log = logging.getLogger("memindex.session_delta")
 
@@ -73,7 +76,8 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
     embedded.start()
     sent = 0
     store = str(settings.store_path)
-    for f in discover_sessions(settings):
+    listed = discover_sessions(settings)
+    for f in listed:
         prev = indexed.get((f.source, f.path))
         step = next_step(settings, f, prev, flush=flush)
         if step in ("unchanged", "pending"):
@@ -90,7 +94,24 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
             index_files.send(ctx.as_dict(), gen, [job.to_message()])
         sent += 1
         log.debug("%s %s: enqueued %s", ctx.agent_id, f.path, "delta" if isinstance(step, SessionDelta) else "full")
-    return sent
+    return sent + _sync_if_gone(ctx, settings, indexed, {(f.source, f.path) for f in listed})
+
+
+def _sync_if_gone(ctx: Context, settings: AgentSettings, indexed: dict[FileKey, IndexedFile],
+                  listed: set[FileKey]) -> int:
+    """Indexed transcripts that vanished (deleted, renamed to ``.deleted.<ts>``, the directory
+    gone or refused): the watcher sees only Markdown, and deltas never remove rows, so they stayed
+    searchable until a one-shot `index`. A sync's plan removes them (only the writer writes);
+    1 when one was asked for. A row kept because its directory cannot be read is not gone."""
+    gone = sorted(k for k in indexed if k[0] == SOURCE and k not in listed and not still_on_disk(settings, k))
+    if not gone or not _claim((str(settings.store_path), "\0gone"), tuple(gone)):
+        return 0
+    from memindex.producers.hooks import request_sync_once
+
+    request_sync_once(ctx, "sessions-gone", settings)  # False: a queued sync, not yet started, covers it
+    log.info("%s: %d indexed transcript(s) gone from disk (%s); sync enqueued to remove them",
+             ctx.agent_id, len(gone), ", ".join(p for _, p in gone[:3]) + (" ..." if len(gone) > 3 else ""))
+    return 1
 
 
 class DetectorLoop:

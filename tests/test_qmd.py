@@ -658,3 +658,35 @@ def test_index_with_a_failing_qmd_update_exits_non_zero(ws):
     set_mode(ws, "exit", only=["update"])
     out = run_cli(*args, "index")
     assert out.returncode == 1 and "qmd update failed" in out.stderr and "Traceback" not in out.stderr, out
+
+
+def test_sessions_export_strips_metadata_and_masks_secrets(ws):
+    """The export is cleaned by the function the index uses: qmd's sessions collection held the
+    keys pasted into a chat and OpenClaw's inbound metadata JSON verbatim."""
+    configure(ws, sessions={"enabled": True})
+    _session(ws, "creds", [
+        ("user", "Conversation info (untrusted metadata):\n```json\n{\"sender_id\": \"+15551234567\"}\n```\n\n"
+                 "deploy with OPENAI_API_KEY=sk-1234567890abcdef please"),
+        ("assistant", [{"type": "text", "text": "[[reply_to_current]] Stored; ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"}])])
+    export_sessions(ws.settings())
+    assert (qmd_home(ws) / "sessions" / "creds.md").read_text() == (
+        "# Session creds\n\nUser: deploy with OPENAI_API_KEY=sk-123…cdef please\nAssistant: Stored; ghp_Ab…6789\n")
+
+
+def test_sessions_export_does_not_follow_a_symlinked_sessions_dir(ws):
+    """agents/ops/sessions -> ../main/sessions: the builtin store refuses it (status says "is a
+    symlink; not read"), but the export followed it and put main's transcripts in ops' qmd collection."""
+    from memindex.pipeline.config.settings import Context, load_settings
+
+    other_ws = ws.root / "ws-ops"
+    other_ws.mkdir()
+    ws.write_config({"memory": {"backend": "qmd", "qmd": {"command": FAKE_CMD, "sessions": {"enabled": True}}},
+                     "agents": {"list": [{"id": "main", "workspace": str(ws.workspace)},
+                                         {"id": "ops", "workspace": str(other_ws)}]}})
+    _session(ws, "mainchat", [("user", "main's zeppelin is in hangar nineteen")])
+    (ws.state / "agents" / "ops").mkdir(parents=True)
+    (ws.state / "agents" / "ops" / "sessions").symlink_to("../main/sessions")
+    ops = load_settings(Context("ops", str(ws.config_path), str(ws.state), None))
+    rep = export_sessions(ops)
+    assert rep.written == [] and rep.unchanged == []
+    assert list((ws.state / "agents" / "ops" / "qmd" / "sessions").glob("*.md")) == []

@@ -408,3 +408,81 @@ def test_a_transcript_rewritten_in_place_is_reindexed_not_taken_for_growth(sess)
         fh.write("".join(msg("user", f"appended {i} zqapp{i}") for i in range(60)))
     counts = sess.index()
     assert counts["to_index"] == 1 and sess.search("zqapp59")["results"]
+
+
+SECRET_TURNS = (
+    msg("user", [{"type": "text", "text": "my deploy creds: OPENAI_API_KEY=sk-proj-Zq9aXbYcWdVeUfTgShRiQjPkOlNm1234 "
+                                          "and github ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 for the staging host"}]),
+    msg("user", "Conversation info (untrusted metadata):\n```json\n{\"sender_id\": \"+15551234567\", "
+                "\"chat\": \"metadatachatname\"}\n```\n\nwhat is the weather in Oslo"),
+    msg("assistant", [{"type": "text", "text": "Use curl --token abcdef1234567890ghij https://api.test for staging"}]),
+)
+
+
+def test_secrets_and_inbound_metadata_are_not_indexed(sess):
+    """OpenClaw strips its inbound metadata blocks and masks secrets (redactSensitiveText, mode
+    "tools") before indexing a transcript; memindex indexed both verbatim and showed the keys whole
+    in snippets."""
+    transcript(sess, "creds.jsonl", *SECRET_TURNS)
+    sess.index()
+    [row] = session_rows(sess)
+    assert row[5] == ("User: my deploy creds: OPENAI_API_KEY=sk-pro…1234 and github ghp_Ab…6789 for the staging host\n"
+                      "User: what is the weather in Oslo\n"
+                      "Assistant: Use curl --token abcdef…ghij https://api.test for staging")
+    snippet = sess.search("staging host creds")["results"][0]["snippet"]
+    assert "sk-pro…1234" in snippet and "Zq9aXbYc" not in snippet
+    assert not sess.search("ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789")["results"]
+    assert not sess.search("metadatachatname")["results"]
+
+
+def test_a_transcript_indexed_before_redaction_is_reindexed(sess):
+    """A store written before transcripts were cleaned holds the keys verbatim while the file is
+    unchanged (same size and mtime): its rows record no text version, and the next sync redoes them."""
+    p = transcript(sess, "creds.jsonl", *SECRET_TURNS)
+    sess.index()
+    settings = sess.settings()
+    from memindex.pipeline.store import db
+
+    # What the row of an older memindex looks like: no "text" in extra, the key in the chunk text.
+    r = open_reader(settings)
+    gen = r.state().live_generation
+    r.close()
+    conn = db.connect(str(settings.store_path))
+    conn.execute(f"UPDATE files_g{gen} SET extra = json_remove(extra, '$.text') WHERE source = 'sessions'")
+    conn.execute(f"UPDATE chunks_g{gen} SET text = replace(text, 'sk-pro…1234', "
+                 "'sk-proj-Zq9aXbYcWdVeUfTgShRiQjPkOlNm1234') WHERE source = 'sessions'")
+    conn.commit()
+    conn.close()
+    assert "Zq9aXbYc" in session_rows(sess)[0][5]
+    st = p.stat()
+    counts = sess.index()
+    assert counts["to_index"] == 1
+    assert (p.stat().st_size, p.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert "Zq9aXbYc" not in session_rows(sess)[0][5]
+    assert parse_extra(files_row(settings, "sessions/creds.jsonl").extra)["text"] >= 2
+    assert sess.index()["to_index"] == 0  # converged: once
+
+
+def test_a_symlinked_agent_directory_is_refused(tmp_path):
+    """<state>/agents/ops -> main: the guard looked at agents/ops/sessions only, so ops indexed and
+    served main's transcripts, and status said nothing. Transcripts ops had indexed before the link
+    are removed, as for a symlinked sessions directory, even where main has a transcript of that name."""
+    main, ops = Agent(tmp_path, "main"), Agent(tmp_path, "ops")  # one state dir
+    main.write_config({"agents": {"defaults": {"memorySearch": OPT_IN}, "list": [{"id": "main"}, {"id": "ops"}]}})
+    main.write("MEMORY.md", "# Memory\n")
+    transcript(main, "same.jsonl", msg("user", "main parked the zeppelin at hangar nineteen"))
+    transcript(ops, "same.jsonl", msg("user", "ops rotates the pager weekly"))
+    ops.index()
+    assert session_rows(ops)
+    agents = main.state / "agents"
+    (agents / "ops").rename(agents / "ops.real")
+    (agents / "ops").symlink_to("main")
+    assert discover_sessions(ops.settings()) == []
+    ops.index()
+    assert session_rows(ops) == []
+    assert not ops.search("zeppelin")["results"]
+    scan = {sc["source"]: sc for sc in source_scan(ops.settings())["sources"]}["sessions"]
+    assert any(f"agent directory {agents / 'ops'} is a symlink" in i for i in scan["issues"]), scan
+    out = run_cli("--config", str(ops.config_path), "--state-dir", str(ops.state), "--workspace", str(ops.workspace),
+                  "--agent", "ops", "status")
+    assert "agent directory" in out.stdout and "is a symlink" in out.stdout, out.stdout

@@ -73,10 +73,15 @@ def test_tool_system_and_unknown_entries_are_dropped_and_counted():
     assert t.skipped_invalid_json == t.skipped_blank == t.skipped_truncated_last_line == 0
 
 
-def test_top_level_role_content_shape_is_tolerated():
-    data = jsonl({"role": "user", "content": "bare"}, {"role": "assistant", "content": [{"type": "text", "text": "ok"}]})
+def test_records_without_type_message_are_not_turns():
+    """OpenClaw keeps only records with "type": "message" (and a "message" object); a bare
+    {"role", "content"} line was indexed here as a turn."""
+    data = jsonl({"role": "user", "content": "baretypelessword"},
+                 {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "flat"}]},
+                 rec("user", "kept"))
     t = read_transcript(data)
-    assert [(x.role, x.text) for x in t.turns] == [("user", "bare"), ("assistant", "ok")]
+    assert [(x.role, x.text, x.jsonl_line) for x in t.turns] == [("user", "kept", 3)]
+    assert t.skipped_other == 2
 
 
 def test_blank_and_invalid_lines_keep_line_numbers():

@@ -283,11 +283,13 @@ def still_on_disk(settings: AgentSettings, key: FileKey,
 
 def _folders_below_root(settings: AgentSettings, source: str, candidate: Path) -> list[Path]:
     """The directories between ``candidate`` and the configured root it lies under, that root
-    included when the walk refuses it as a symlink (``memory/``, an extraPaths entry, the sessions
-    directory; not the workspace itself, which may be one). None for a path under no root."""
+    included when the walk refuses it as a symlink (``memory/``, an extraPaths entry, the agent's
+    directory above its sessions; not the workspace itself, which may be one). None for a path under no root."""
     ws = Path(os.path.normpath(settings.workspace))
     if source == "sessions":
-        roots = [(Path(os.path.normpath(settings.sessions_dir)), True)]
+        # From agents/<id> down, as discover_sessions refuses (symlink_on_the_way): rows listed before
+        # agents/<id> became a symlink are deleted, not kept because the link still reaches a file.
+        roots = [(Path(os.path.normpath(settings.sessions_dir.parent)), True)]
     else:
         roots = [(Path(os.path.normpath(ws / MEMORY_DIR)), True)]
         roots += [(Path(os.path.normpath(e)), True) for e in resolve_extra_paths(settings)]

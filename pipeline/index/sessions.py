@@ -10,7 +10,9 @@ nothing new. What is session-specific travels in the record's ``extra``
   (indexed bytes/lines, head digest, inode), which the delta detector and
   ``plan_sync`` read back to decide between nothing / append / rebuild;
 - ``skipped``: per-reason counts of dropped JSONL lines (malformed ones show up
-  as the file's problem in ``memindex status``).
+  as the file's problem in ``memindex status``);
+- ``text``: the ``session_text.TEXT_VERSION`` its text was cleaned under: a row of another
+  version is indexed again whole (a row without one predates redaction and holds keys verbatim).
 
 A *delta* prepares only the turns after the indexed byte offset. Its record
 names the files-row ``hash`` it extends (``base_hash``); the writer appends it
@@ -34,6 +36,7 @@ from memindex.pipeline.config.settings import AgentSettings
 # embed_into_record: the exact Markdown record shape, so the writer needs nothing new.
 from memindex.pipeline.index.prepare import ChunkEmbedder, Prepared, build_record, embed_into_record
 from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta
+from memindex.pipeline.index.session_text import TEXT_VERSION
 from memindex.pipeline.index.transcripts import (
     HEAD_BYTES,
     DeltaState,
@@ -62,16 +65,26 @@ Step = Union[str, SessionDelta]  # "unchanged" | "pending" | "full" | a delta to
 
 # --- discovery -------------------------------------------------------------------
 
+def symlink_on_the_way(settings: AgentSettings) -> Path | None:
+    """The symlink between ``<state>/agents`` and this agent's transcripts, if any: ``agents/<id>``
+    or ``agents/<id>/sessions``. Either could point at another agent's directory (``agents/ops ->
+    main`` served main's transcripts as ops'), so the transcripts behind it are never read.
+    ``agents`` itself may be a link: each agent still reads its own directory below it."""
+    d = settings.sessions_dir
+    return next((p for p in (d.parent, d) if p.is_symlink()), None)
+
+
 def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None) -> list[MemoryFile]:
     """``<sessions_dir>/*.jsonl``: top level, regular files only, no symlinks.
 
-    A symlinked sessions dir is refused too: it could point at another agent's
-    transcripts and break per-agent isolation.
+    Nothing is listed through a symlinked agent or sessions directory (``symlink_on_the_way``):
+    it could point at another agent's transcripts and break per-agent isolation.
     """
     d = settings.sessions_dir
-    if d.is_symlink():
+    link = symlink_on_the_way(settings)
+    if link is not None:
         if facts is not None:
-            facts.symlinks.append(str(d))
+            facts.symlinks.append(str(link))
         return []
     if not d.is_dir():
         return []
@@ -196,9 +209,12 @@ def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, 
     """
     if prev is None:
         return "full"
+    extra = parse_extra(prev.extra)
+    if stale_text(extra):
+        log.info("%s: indexed under older transcript text rules; reindexing it whole", f.path)
+        return "full"
     if prev.size == f.size and prev.mtime_ns == f.mtime_ns:
         return "unchanged"
-    extra = parse_extra(prev.extra)
     state = state_from_extra(f.path, extra)
     if state is None:
         return "full"
@@ -221,6 +237,14 @@ def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, 
     if d.action == "none":
         return "pending" if d.reason == "below-threshold" else "unchanged"
     return SessionDelta(f.source, f.path, str(f.abs_path), d.start_byte, d.start_line, prev.hash, extra or {})
+
+
+def stale_text(extra: dict[str, Any] | None) -> bool:
+    """Was this row's text cleaned under other rules than ``session_text`` applies now? Then its
+    chunks may hold what is no longer indexed (a key pasted into a chat, verbatim), and the file
+    is indexed again whole; its bytes are unchanged, so size and mtime alone never said so. A row
+    with no transcript state (a problem row: nothing read) holds no text."""
+    return extra is not None and "session" in extra and extra.get("text") != TEXT_VERSION
 
 
 # --- preparing records ----------------------------------------------------------------
@@ -265,7 +289,7 @@ def prepare_session(settings: AgentSettings, job: FileJob, embedder: ChunkEmbedd
         tail = data[max(0, end - HEAD_BYTES):end]
         digest = hashlib.sha256(data[: t.consumed_bytes]).hexdigest()
     state = indexed_state(job.path, t, head=data[:HEAD_BYTES], tail=tail, inode=ino, mtime_ns=mtime_ns)
-    extra = {"session": _state_dict(state), "turns": len(t.turns), "skipped": _skipped(t)}
+    extra = {"session": _state_dict(state), "turns": len(t.turns), "skipped": _skipped(t), "text": TEXT_VERSION}
     rec = _session_record(settings, job, t, state, digest, extra, embedder)
     rec.continues = _continues(data, t, after.st_size, 0, skipped_line=long is not None)
     if rec.continues:
@@ -293,7 +317,7 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
     prev = state_from_extra(delta.path, delta.prev)
     if not _regular(path):
         return Prepared(None, vanished=True)
-    if prev is None or prev.indexed_bytes != delta.start_byte:
+    if prev is None or prev.indexed_bytes != delta.start_byte or stale_text(delta.prev):
         return prepare_session(settings, job, embedder)
     data: bytes | None = None
     long: tuple[Transcript, bytes] | None = None
@@ -329,7 +353,7 @@ def prepare_session_delta(settings: AgentSettings, delta: SessionDelta,
     # A state token, not a content hash: chains the indexed prefix's digest with the new bytes.
     digest = hashlib.sha256((delta.base_hash + new_digest).encode()).hexdigest()
     extra = {"session": _state_dict(state), "turns": (delta.prev.get("turns") or 0) + len(t.turns),
-             "skipped": _skipped(t, delta.prev.get("skipped"))}
+             "skipped": _skipped(t, delta.prev.get("skipped")), "text": TEXT_VERSION}
     rec = _session_record(settings, job, t, state, digest, extra, embedder)
     rec.base_hash = delta.base_hash
     rec.continues = _continues(data, t, after.st_size, delta.start_byte, skipped_line=long is not None)

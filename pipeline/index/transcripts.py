@@ -3,7 +3,8 @@
 OpenClaw appends one JSON record per line to
 ``<state>/agents/<agentId>/sessions/*.jsonl``. Only user/assistant *text* is
 memory-worthy; everything else (tool traffic, system turns, metadata records)
-is counted and dropped. Each kept message flattens to one line
+is counted and dropped. Each kept message's text is cleaned as OpenClaw cleans it
+(``session_text``: inbound metadata, directive tags and secrets removed) and flattens to one line
 (``User: …`` / ``Assistant: …``) so a line-based chunker can work on it, and a
 line map points every flattened line back at its JSONL line for citations.
 
@@ -16,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from memindex.pipeline.config.settings import DEFAULT_DELTA_BYTES, DEFAULT_DELTA_MESSAGES
+from memindex.pipeline.index.session_text import message_text
 
 Role = Literal["user", "assistant"]
 DeltaAction = Literal["none", "append", "rebuild"]
@@ -60,38 +61,11 @@ class Transcript:
     next_start_line: int = 1
 
 
-# A lone UTF-16 surrogate: JSON may hold one ("\ud83d", half an emoji cut by a JS writer) and
-# json.loads keeps it, but no UTF-8 text (a queue message, the store) can: the whole transcript
-# failed on every retry. It becomes U+FFFD, as undecodable bytes do.
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def normalize_text(text: str) -> str:
-    """Collapse every whitespace run (newlines included) to one space; lone surrogates -> U+FFFD."""
-    return _LONE_SURROGATE.sub("\ufffd", " ".join(text.split()))
-
-
-def _content_text(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        # Only text parts: tool_use/tool_result/image/thinking carry no prose.
-        texts = [
-            p["text"]
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-        ]
-        return " ".join(texts)
-    return None
-
-
 def _message_of(record: dict[str, Any]) -> dict[str, Any] | None:
-    kind = record.get("type")
-    if kind == "message" and isinstance(record.get("message"), dict):
+    # Only OpenClaw's message records, as its buildSessionEntry keeps them: a line without
+    # "type": "message" (a bare {"role", "content"}) is no turn of the session, whatever it holds.
+    if record.get("type") == "message" and isinstance(record.get("message"), dict):
         return record["message"]
-    # Tolerated bare shape: {"role": ..., "content": ...}.
-    if kind in (None, "message") and "role" in record and "content" in record:
-        return record
     return None
 
 
@@ -104,8 +78,7 @@ def _turn_from_record(record: Any, line_no: int) -> Turn | None:
     role = msg.get("role")
     if not isinstance(role, str) or role not in _ROLE_LABEL:  # (a list or object: not hashable)
         return None
-    raw = _content_text(msg.get("content"))
-    text = normalize_text(raw) if raw is not None else ""
+    text = message_text(msg.get("content"))
     if not text:  # e.g. an assistant turn made only of tool calls
         return None
     return Turn(role=role, text=text, jsonl_line=line_no)

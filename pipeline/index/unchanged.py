@@ -29,6 +29,7 @@ from typing import Any, Protocol, Sequence
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity, dumps, index_fingerprint
+from memindex.pipeline.index.session_text import TEXT_VERSION
 from memindex.pipeline.index.workspace import MemoryFile
 from memindex.pipeline.store.core import StoreState
 from memindex.pipeline.store.schema import STORE_ID_KEY, files_version_key
@@ -51,8 +52,10 @@ def store_key(settings: AgentSettings, ident: EmbeddingIdentity, st: StoreState)
     store_id = st.extra.get(STORE_ID_KEY)
     if version is None or store_id is None:
         return None
+    # TEXT_VERSION: rows cleaned under older transcript text rules are re-planned (sessions.stale_text);
+    # a mark made before it changed vouched for them.
     parts = [MARK_VERSION, settings.digest(), dumps(index_fingerprint(settings, ident)), dumps(st.live_fingerprint),
-             st.live_generation, store_id, version]
+             st.live_generation, store_id, version, TEXT_VERSION]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
 

@@ -501,6 +501,7 @@ def listing_roots(settings: AgentSettings) -> list[tuple[str, bool]]:
         for extra in resolve_extra_paths(settings):
             add(extra, True)
     if "sessions" in settings.sources:
+        add(settings.sessions_dir.parent, False)  # agents/<id> replaced by a symlink is refused too
         add(settings.sessions_dir, False)  # its top level only (discover_sessions)
     return list(out)
 

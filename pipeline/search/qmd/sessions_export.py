@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index.sessions import discover_sessions
 from memindex.pipeline.index.transcripts import read_transcript_file, sanitize_for_export
 from memindex.pipeline.search.qmd.collections import sessions_export_dir
 
@@ -65,19 +65,13 @@ def export_sessions(settings: AgentSettings, *, now: float | None = None) -> Exp
     cutoff = None if retention is None else now - float(retention) * _DAY_S
     report = ExportReport()
     keep: set[str] = set()
-    src = settings.sessions_dir
-    entries = sorted(src.iterdir()) if src.is_dir() else []
-    for jsonl in entries:
-        if jsonl.suffix != ".jsonl":
-            continue
-        try:
-            st = jsonl.lstat()
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode):  # never follow a symlinked transcript
-            continue
+    # The builtin index's own listing: top-level regular *.jsonl, nothing through a symlink (a
+    # symlinked sessions directory could hold another agent's transcripts, and this export is
+    # that agent's qmd collection).
+    for f in discover_sessions(settings):
+        jsonl = Path(f.abs_path)
         name = jsonl.stem
-        if cutoff is not None and st.st_mtime < cutoff:
+        if cutoff is not None and f.mtime_ns / 1e9 < cutoff:
             report.skipped_old.append(name)
             continue
         try:
