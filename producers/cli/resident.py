@@ -71,9 +71,31 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         if code is not None:
             return code
-    from memindex.producers.cli.main import main as cli_main
+    # In-process from here (the pipeline's modules cost more than this import): a setting the
+    # resident process reads, or a number the CLI's modules read as they load, that is not one
+    # is the CLI's one error line and exit code, not a traceback.
+    from memindex.pipeline.errors import ConfigError
 
+    try:
+        _check_settings()
+        from memindex.producers.cli.main import main as cli_main
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return cli_main(args)
+
+
+def _check_settings() -> None:
+    """Refuse a ``MEMINDEX_RESIDENT_IDLE_S`` this module cannot take (``EnvError``). Only on the
+    in-process path: a resident process serves only callers with its own environment, and it
+    started only with good ones (``serve``)."""
+    _idle_s()
+
+
+def _idle_s() -> float:
+    from memindex.pipeline.config.environ import env_number
+
+    return env_number(IDLE_ENV, DEFAULT_IDLE_S, above=0)
 
 
 # --- the caller's side ------------------------------------------------------------------------
@@ -336,6 +358,7 @@ def serve(socket_path: str) -> None:
     import socket
 
     identity, cwd = _identity(), os.getcwd()
+    idle = _idle_s()  # a bad value ends this process (its caller says why, in-process)
     directory = os.path.dirname(socket_path)
     place = _Place(identity, directory)
     if place.socket != socket_path or _directory() != directory:
@@ -356,10 +379,6 @@ def serve(socket_path: str) -> None:
 
         journal = ChangeJournal.create()  # before any fork: every call's child shares it
         code_stamp = _code_stamp()
-        try:
-            idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_S)
-        except ValueError:
-            idle = DEFAULT_IDLE_S
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             os.unlink(socket_path)
