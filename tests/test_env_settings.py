@@ -1,7 +1,8 @@
 """``MEMINDEX_*`` environment variables set to a value they cannot take: every command says so in
 its one ``error:`` line naming the variable (a ConfigError, exit 2), never a traceback, and the
 library raises ConfigError. A user trial set each documented number to ``abc``: each command died
-with ``ValueError: invalid literal for int()`` from an import."""
+with ``ValueError: invalid literal for int()`` from an import, and a bad log level or resident
+mode was ignored without a word while ``--log-level verbose`` was refused."""
 
 from __future__ import annotations
 
@@ -75,3 +76,19 @@ def test_async_search_raises_config_error_for_a_bad_pool_size(agent):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ConfigError: MEMINDEX_ASYNC_THREADS must be a whole number of at least 1, not 'abc'"
 
+
+@pytest.mark.parametrize("var, value, choices", [
+    ("MEMINDEX_LOG_LEVEL", "verbose", "debug, info, warning, error"),
+    ("MEMINDEX_LOG_FORMAT", "xml", "text, json"),
+    ("MEMINDEX_RESIDENT", "bogus", "on, off, debug"),
+])
+def test_a_mode_variable_outside_its_choices_is_refused_as_the_flag_is(agent, var, value, choices):
+    """They were ignored without a word (the default level, text, the resident process)."""
+    out = run_cli("status", env=_env(agent, None, False, **{var: value}))
+    _one_line(out, var, value)
+    assert f"must be one of {choices}, not" in out.stderr, out.stderr
+    if var == "MEMINDEX_LOG_LEVEL":  # what the flag says: the same choices
+        flag = run_cli("status", "--log-level", value, env=_env(agent, None, False))
+        assert flag.returncode == 2 and "invalid choice: 'verbose'" in flag.stderr, flag.stderr
+    ok = run_cli("status", env=_env(agent, None, False, **{var: f" {choices.split(', ')[1].upper()} "}))
+    assert ok.returncode == 0, ok.stderr  # any case, blanks around it

@@ -1,4 +1,4 @@
-"""``MEMINDEX_*`` environment variables that tune a number, read in one place.
+"""``MEMINDEX_*`` environment variables that tune a number or pick a mode, read in one place.
 
 Each module keeps its own variable and default; this is the one reader, so a value it cannot
 take is one ``EnvError`` (a ``ConfigError``) naming the variable, the value and what it takes,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping, TypeVar
+from typing import Mapping, Sequence, TypeVar
 
 from memindex.pipeline.errors import EnvError
 
@@ -38,3 +38,17 @@ def env_number(name: str, default: N, *, whole: bool | None = None, minimum: flo
         raise EnvError(name, f"must be {what}{bound}, not {raw!r}")
     return value  # type: ignore[return-value]
 
+
+def env_choice(name: str, choices: Mapping[str, str] | Sequence[str], default: str | None = None, *,
+               env: Mapping[str, str] | None = None) -> str | None:
+    """``name`` (case and surrounding blanks aside) when it is one of ``choices``, else an ``EnvError``
+    listing them; ``default`` when unset or blank. A mapping's keys are the spellings accepted and
+    its values what each means (the error lists those): ``{"0": "off", "off": "off", ...}``."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    table = choices if isinstance(choices, Mapping) else {c: c for c in choices}
+    meaning = table.get(raw.lower())
+    if meaning is None:
+        raise EnvError(name, f"must be one of {', '.join(dict.fromkeys(table.values()))}, not {raw!r}")
+    return meaning

@@ -39,6 +39,10 @@ from memindex.producers.cli.argv import command_of
 RESIDENT_ENV = "MEMINDEX_RESIDENT"
 IDLE_ENV = "MEMINDEX_RESIDENT_IDLE_S"
 DEFAULT_IDLE_S = 300.0
+# What MEMINDEX_RESIDENT may say (any case), and what each spelling means; any other word is
+# refused like a bad --log-level (it was taken for "on" without a word).
+MODES = {"on": "on", "1": "on", "true": "on", "yes": "on", "off": "off", "0": "off", "false": "off", "no": "off",
+         "debug": "debug"}
 MAX_RESIDENT = 4
 # The commands an agent runtime shells out to per tool call or on a timer (QMD's backend in
 # OpenClaw runs `qmd update` that way): their latency is mostly start-up.
@@ -86,9 +90,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_settings() -> None:
-    """Refuse a ``MEMINDEX_RESIDENT_IDLE_S`` this module cannot take (``EnvError``). Only on the
-    in-process path: a resident process serves only callers with its own environment, and it
-    started only with good ones (``serve``)."""
+    """Refuse a ``MEMINDEX_RESIDENT`` or ``MEMINDEX_RESIDENT_IDLE_S`` this module cannot take
+    (``EnvError``). Only on the in-process path: a resident process serves only callers with its
+    own environment, and it started only with good ones (``serve``)."""
+    from memindex.pipeline.config.environ import env_choice
+
+    env_choice(RESIDENT_ENV, MODES)
     _idle_s()
 
 
@@ -100,12 +107,14 @@ def _idle_s() -> float:
 
 # --- the caller's side ------------------------------------------------------------------------
 
-def _mode() -> str:
-    return os.environ.get(RESIDENT_ENV, "").strip().lower()
+def _mode() -> str | None:
+    """on, off or debug; None for a value ``MODES`` does not know (``main`` refuses it in-process)."""
+    value = os.environ.get(RESIDENT_ENV, "").strip().lower()
+    return MODES.get(value) if value else "on"
 
 
 def _enabled() -> bool:
-    return (_mode() not in ("off", "0", "false", "no")
+    return (_mode() in ("on", "debug")
             and hasattr(os, "fork") and hasattr(os, "posix_spawn") and "_ARGCOMPLETE" not in os.environ)
 
 
