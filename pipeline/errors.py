@@ -85,8 +85,24 @@ class ConfigError(MemindexError, ValueError):
             message = _GOT_VALUE.sub(r"\1 a value not shown here (the key may hold a secret)", message)
         self.key = key
         self.detail = f"{key}: {message}"  # without the "invalid config" label (a request argument's error)
+        super().__init__(self._line())
+
+    def _line(self) -> str:
         # A command-line flag (--agent) is an option, not the config file.
-        super().__init__(f"{'invalid option' if key.startswith('-') else 'invalid config'}: {self.detail}")
+        return f"{'invalid option' if self.key.startswith('-') else 'invalid config'}: {self.detail}"
+
+
+class EnvError(ConfigError):
+    """An environment variable set to a value it cannot take (``MEMINDEX_POLL_MS=abc``). It is
+    no key of the config file, so its line names the variable and what it takes, unlabelled:
+    ``MEMINDEX_POLL_MS must be a whole number, not 'abc'``."""
+
+    def __init__(self, var: str, message: str) -> None:
+        self.why = message  # before the base class builds the line from it
+        super().__init__(var, message)
+
+    def _line(self) -> str:
+        return f"{self.key} {self.why}"
 
 
 class UnknownAgent(ConfigError):

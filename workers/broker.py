@@ -15,6 +15,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
+from memindex.pipeline.config.environ import env_number
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.logs import out_of_memory as out_of_memory
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
@@ -45,8 +46,7 @@ def write_shards() -> int:
     the N they recorded, and a process with another N (a compute host with an old ``.env``) routed
     writes to shards nobody consumes, while `index`, `queues` and `health` - counting their own N's
     shards only - all said done. It is said once, as a warning."""
-    env = os.environ.get(SHARDS_ENV, "").strip()
-    mine = max(1, int(env)) if env else None
+    mine = configured_shards()
     url = broker_url()
     if not url or "broker" not in globals():
         return mine or 1
@@ -73,6 +73,12 @@ def write_shards() -> int:
     return recorded
 
 
+def configured_shards() -> int | None:
+    """This process's ``MEMINDEX_WRITE_SHARDS`` (None: unset). Read at each call: `memindex worker
+    --writer --shard K/N` sets it for the worker processes it starts."""
+    return env_number(SHARDS_ENV, None, whole=True, minimum=1)
+
+
 def recorded_write_shards() -> int | None:
     """The N this deployment's writers recorded in Redis, None if none has (or no Redis)."""
     if not broker_url() or is_embedded():
@@ -83,8 +89,8 @@ def recorded_write_shards() -> int | None:
 
 def _shard_record(queues) -> tuple[str, int] | None:
     """A writer's N, for its heartbeat to record again and again (workers/lifecycle.py)."""
-    n = os.environ.get(SHARDS_ENV, "").strip()
-    return (SHARDS_KEY, int(n)) if n.isdigit() and any(map(is_write_queue, queues)) else None
+    n = configured_shards()
+    return (SHARDS_KEY, n) if n is not None and any(map(is_write_queue, queues)) else None
 
 
 def is_write_queue(queue_name: str) -> bool:
@@ -165,7 +171,7 @@ def _middleware() -> list:
 # between polls, and a sync crosses three queues (sync -> embed -> write):
 # capping the idle poll keeps write-to-searchable latency low for ~10 cheap
 # Lua calls per second per idle queue.
-POLL_MS = int(os.environ.get("MEMINDEX_POLL_MS", "100"))
+POLL_MS = env_number("MEMINDEX_POLL_MS", 100, minimum=1)
 
 
 def _redis_broker_class():

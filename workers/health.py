@@ -11,15 +11,15 @@ a writer shard killed outright stops beating, and once its heartbeat record expi
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from memindex.pipeline.config.environ import env_number
 from memindex.workers.broker import is_write_queue, oom_line, redis_full
 from memindex.workers.lifecycle import BEAT_S, PROC_TTL_S, processes
 from memindex.workers.queues import ready, unconsumed_queues
 
 STALE_S = 3 * BEAT_S
-STALL_S = float(os.environ.get("MEMINDEX_HEALTH_STALL_S", "300"))
+STALL_S = env_number("MEMINDEX_HEALTH_STALL_S", 300.0, above=0)
 
 
 def check(client: Any, namespace: str, host: str, stall_s: float | None = None) -> tuple[bool, list[str]]:

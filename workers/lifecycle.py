@@ -39,6 +39,7 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware, Shutdown, ShutdownNotifications
+from memindex.pipeline.config.environ import env_number
 from memindex.workers.logs import clear_work, redis_answered, set_work
 
 log = logging.getLogger("memindex.lifecycle")
@@ -47,8 +48,8 @@ log = logging.getLogger("memindex.lifecycle")
 STOPPING = threading.Event()
 
 # Heartbeat period, and how long a silent process's entries live on.
-BEAT_S = float(os.environ.get("MEMINDEX_HEARTBEAT_S", "2"))
-PROC_TTL_S = float(os.environ.get("MEMINDEX_PROC_TTL_S", "10"))
+BEAT_S = env_number("MEMINDEX_HEARTBEAT_S", 2.0, above=0)
+PROC_TTL_S = env_number("MEMINDEX_PROC_TTL_S", 10.0, minimum=1)  # whole seconds in Redis: 0.5 expired them at once
 # A stop signal repeated within this window is the same stop (see the module docstring).
 REPEAT_WINDOW_S = 3.0
 

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 
+from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.display import escape_controls
 
 LEVEL_ENV, FORMAT_ENV = "MEMINDEX_LOG_LEVEL", "MEMINDEX_LOG_FORMAT"
@@ -88,7 +89,7 @@ class _HttpAtDebug(logging.Filter):
 # line every 3 s, and every heartbeat a WARNING: ~12 lines a second for the Procfile's
 # processes, which bury everything else. Each process says it once, then once a minute while it
 # lasts, then when Redis answers again (its heartbeat succeeds), with how many lines it held back.
-OUTAGE_REPORT_S = float(os.environ.get("MEMINDEX_OUTAGE_REPORT_S", "60"))
+OUTAGE_REPORT_S = env_number("MEMINDEX_OUTAGE_REPORT_S", 60.0, minimum=0)
 # (logger name prefix, start of the message format) of the lines one outage repeats.
 _OUTAGE_LINES = (
     ("dramatiq.worker.ConsumerThread", "Consumer encountered a connection error: %s"),
@@ -227,7 +228,7 @@ def configure_from_env() -> None:
 
 # The writer's INFO summary: at most one line per agent this often (a backfill writes
 # hundreds of transactions a minute; one DEBUG line each, one INFO line per period).
-WRITE_SUMMARY_S = float(os.environ.get("MEMINDEX_WRITE_SUMMARY_S", "10"))
+WRITE_SUMMARY_S = env_number("MEMINDEX_WRITE_SUMMARY_S", 10.0, minimum=0)
 
 
 class WriteSummary:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
+from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.failures import SUMMARISED
@@ -102,11 +103,12 @@ def _retry_policy() -> Any:
     from memindex.pipeline.embeddings import RetryPolicy
 
     kw: dict[str, Any] = {}
-    if os.environ.get("MEMINDEX_RETRY_BASE_DELAY_S"):
-        kw["base_delay_s"] = float(os.environ["MEMINDEX_RETRY_BASE_DELAY_S"])
-        kw["rate_limit_delay_s"] = float(os.environ["MEMINDEX_RETRY_BASE_DELAY_S"])
-    if os.environ.get("MEMINDEX_RETRY_ATTEMPTS"):
-        kw["transient_attempts"] = int(os.environ["MEMINDEX_RETRY_ATTEMPTS"])
+    delay_s = env_number("MEMINDEX_RETRY_BASE_DELAY_S", None, whole=False, minimum=0)
+    if delay_s is not None:
+        kw["base_delay_s"] = kw["rate_limit_delay_s"] = delay_s
+    attempts = env_number("MEMINDEX_RETRY_ATTEMPTS", None, whole=True, minimum=1)
+    if attempts is not None:
+        kw["transient_attempts"] = attempts
     return RetryPolicy(**kw)
 
 

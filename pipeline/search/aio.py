@@ -16,20 +16,22 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
+from memindex.pipeline.config.environ import env_number
+
 T = TypeVar("T")
 
 # One thread by default: each extra thread running Python (ranking) competes with the
 # loop for the GIL, and with two the loop stalled 30-60 ms under 50 concurrent searches.
-POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_THREADS", "1"))
+POOL_THREADS = env_number("MEMINDEX_ASYNC_THREADS", 1, minimum=1)
 
 # Calls that mostly wait for another process (a qmd search, up to its timeout) get threads of
 # their own: one hung qmd must not hold the thread every other agent's search and get queue for.
-WAIT_POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_WAIT_THREADS", "4"))
+WAIT_POOL_THREADS = env_number("MEMINDEX_ASYNC_WAIT_THREADS", 4, minimum=1)
 
 # Searches whose query vector is a request to a remote provider: threads per agent, so one
 # agent's slow or hung endpoint never holds the shared thread every other agent's search and get
 # queue for (8 searches at 2 s each held a plain `get` of another agent for 16 s on one server).
-EMBED_POOL_THREADS = int(os.environ.get("MEMINDEX_ASYNC_EMBED_THREADS", "2"))
+EMBED_POOL_THREADS = env_number("MEMINDEX_ASYNC_EMBED_THREADS", 2, minimum=1)
 
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
@@ -53,7 +55,7 @@ def _executor(kind: str = "async") -> ThreadPoolExecutor:
         if pool is None:
             size = (POOL_THREADS if kind == "async" else EMBED_POOL_THREADS if kind.startswith("embed:")
                     else WAIT_POOL_THREADS)
-            pool = _pools[kind] = ThreadPoolExecutor(max_workers=max(1, size), thread_name_prefix=f"memindex-{kind}")
+            pool = _pools[kind] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"memindex-{kind}")
         return pool
 
 

@@ -19,6 +19,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
+from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreCorrupt, StoreError
 from memindex.pipeline.store import db
@@ -56,7 +57,7 @@ FileKey = tuple[str, str]  # (source, path)
 # How long a writer waits for another process's writer of the same store before its write fails
 # (StoreError; the next sync plans it again). Writers close a store after a few idle seconds
 # (workers/writer.py), so this is reached only behind one that keeps writing, or is stuck.
-WRITER_WAIT_S = float(os.environ.get("MEMINDEX_WRITER_WAIT_S", "600"))
+WRITER_WAIT_S = env_number("MEMINDEX_WRITER_WAIT_S", 600.0, minimum=0)
 
 # What makes one record unstorable however often it is retried (unlike a locked or full
 # disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses

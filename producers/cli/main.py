@@ -607,13 +607,13 @@ def _setup_logging(args: argparse.Namespace) -> None:
     """Level: --log-level, else $MEMINDEX_LOG_LEVEL (the Procfile's .env), else INFO for the
     long-running commands and WARNING for the rest (-v INFO, -vv DEBUG). Format likewise:
     --log-format, else $MEMINDEX_LOG_FORMAT, else text. Both are resolved here once, so the
-    worker processes ``memindex worker`` starts receive exactly what this process uses."""
+    worker processes ``memindex worker`` starts receive exactly what this process uses. A
+    variable is held to the flag's choices (``EnvError``): ``verbose`` was ignored without a word."""
+    from memindex.pipeline.config.environ import env_choice
     from memindex.workers.logs import FORMAT_ENV, FORMATS, HTTP_LOGGERS, LEVEL_ENV, LEVELS, configure
 
-    env_level = os.environ.get(LEVEL_ENV, "").strip().lower()
-    env_format = os.environ.get(FORMAT_ENV, "").strip().lower()
-    args.log_level = args.log_level or (env_level if env_level in LEVELS else None)
-    args.log_format = args.log_format or (env_format if env_format in FORMATS else "text")
+    args.log_level = args.log_level or env_choice(LEVEL_ENV, LEVELS)
+    args.log_format = args.log_format or env_choice(FORMAT_ENV, FORMATS, "text")
     quiet = logging.INFO if args.command in LONG_RUNNING else logging.WARNING
     level = quiet if args.verbose == 0 else min(quiet, logging.INFO) if args.verbose == 1 else logging.DEBUG
     if args.log_level:
@@ -691,11 +691,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         say_error(blank)
         return 2
     _lenient_streams()
-    _setup_logging(args)
-    from memindex.pipeline.store.locks import set_process_label
-
-    set_process_label(f"memindex {args.command}")  # who holds a store, in another writer's wait line
     try:
+        _setup_logging(args)  # (a bad $MEMINDEX_LOG_LEVEL is a ConfigError, said below)
+        from memindex.pipeline.store.locks import set_process_label
+
+        set_process_label(f"memindex {args.command}")  # who holds a store, in another writer's wait line
         return int(args.func(args) or 0)
     except ConfigError as exc:
         say_error(str(exc))

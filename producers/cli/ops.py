@@ -610,10 +610,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       "one with another --shard K/N")
             return 2
     else:
-        from memindex.workers.broker import SHARDS_ENV, recorded_write_shards
+        from memindex.workers.broker import SHARDS_ENV, configured_shards, recorded_write_shards
 
-        mine, recorded = os.environ.get(SHARDS_ENV, "").strip(), recorded_write_shards()
-        if mine and recorded is not None and max(1, int(mine)) != recorded:
+        mine, recorded = configured_shards(), recorded_write_shards()
+        if mine is not None and recorded is not None and mine != recorded:
             # Its sends would go to shards no writer consumes (they now follow the recorded N, with
             # a warning): refused at start, where the operator sees it, like a writer's mismatch.
             say_error(f"this deployment's writers run {recorded} write shard(s) but {SHARDS_ENV}={mine} here; "
@@ -644,6 +644,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # would say "__main__.py").
     os.environ[LABEL_ENV] = ("memindex worker --writer" + (f" --shard {args.shard}" if args.shard else "")
                              if args.writer else "memindex worker --queues " + " ".join(qs))
+    # What the worker processes import, imported here first: a MEMINDEX_* number they read that
+    # is not one (MEMINDEX_BATCH_LEASE_S=abc) is this command's one line, not a traceback from each.
+    import memindex.workers.actors  # noqa: F401
+
     argv = [sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()

@@ -39,6 +39,10 @@ from memindex.producers.cli.argv import command_of
 RESIDENT_ENV = "MEMINDEX_RESIDENT"
 IDLE_ENV = "MEMINDEX_RESIDENT_IDLE_S"
 DEFAULT_IDLE_S = 300.0
+# What MEMINDEX_RESIDENT may say (any case), and what each spelling means; any other word is
+# refused like a bad --log-level (it was taken for "on" without a word).
+MODES = {"on": "on", "1": "on", "true": "on", "yes": "on", "off": "off", "0": "off", "false": "off", "no": "off",
+         "debug": "debug"}
 MAX_RESIDENT = 4
 # The commands an agent runtime shells out to per tool call or on a timer (QMD's backend in
 # OpenClaw runs `qmd update` that way): their latency is mostly start-up.
@@ -71,19 +75,46 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         if code is not None:
             return code
-    from memindex.producers.cli.main import main as cli_main
+    # In-process from here (the pipeline's modules cost more than this import): a setting the
+    # resident process reads, or a number the CLI's modules read as they load, that is not one
+    # is the CLI's one error line and exit code, not a traceback.
+    from memindex.pipeline.errors import ConfigError
 
+    try:
+        _check_settings()
+        from memindex.producers.cli.main import main as cli_main
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return cli_main(args)
+
+
+def _check_settings() -> None:
+    """Refuse a ``MEMINDEX_RESIDENT`` or ``MEMINDEX_RESIDENT_IDLE_S`` this module cannot take
+    (``EnvError``). Only on the in-process path: a resident process serves only callers with its
+    own environment, and it started only with good ones (``serve``)."""
+    from memindex.pipeline.config.environ import env_choice
+
+    env_choice(RESIDENT_ENV, MODES)
+    _idle_s()
+
+
+def _idle_s() -> float:
+    from memindex.pipeline.config.environ import env_number
+
+    return env_number(IDLE_ENV, DEFAULT_IDLE_S, above=0)
 
 
 # --- the caller's side ------------------------------------------------------------------------
 
-def _mode() -> str:
-    return os.environ.get(RESIDENT_ENV, "").strip().lower()
+def _mode() -> str | None:
+    """on, off or debug; None for a value ``MODES`` does not know (``main`` refuses it in-process)."""
+    value = os.environ.get(RESIDENT_ENV, "").strip().lower()
+    return MODES.get(value) if value else "on"
 
 
 def _enabled() -> bool:
-    return (_mode() not in ("off", "0", "false", "no")
+    return (_mode() in ("on", "debug")
             and hasattr(os, "fork") and hasattr(os, "posix_spawn") and "_ARGCOMPLETE" not in os.environ)
 
 
@@ -336,6 +367,7 @@ def serve(socket_path: str) -> None:
     import socket
 
     identity, cwd = _identity(), os.getcwd()
+    idle = _idle_s()  # a bad value ends this process (its caller says why, in-process)
     directory = os.path.dirname(socket_path)
     place = _Place(identity, directory)
     if place.socket != socket_path or _directory() != directory:
@@ -356,10 +388,6 @@ def serve(socket_path: str) -> None:
 
         journal = ChangeJournal.create()  # before any fork: every call's child shares it
         code_stamp = _code_stamp()
-        try:
-            idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_S)
-        except ValueError:
-            idle = DEFAULT_IDLE_S
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             os.unlink(socket_path)
