@@ -18,7 +18,6 @@ import asyncio
 import hmac
 import ipaddress
 import json
-import os
 import signal
 import socket
 import sys
@@ -34,6 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memindex.pipeline.errors import MemindexError
+from memindex.pipeline.config.environ import env_number
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
 from memindex.producers.serve.tools import (
     GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments, escaped,
@@ -43,10 +43,10 @@ MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can mak
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
 # A request body must arrive whole within this many seconds: a client that stalled mid-body held its
 # connection (and a SIGTERM's drain) for ever.
-BODY_TIMEOUT_S = float(os.environ.get("MEMINDEX_SERVE_BODY_TIMEOUT_S", "10"))
+BODY_TIMEOUT_S = env_number("MEMINDEX_SERVE_BODY_TIMEOUT_S", 10.0, above=0)
 # SIGTERM / Ctrl-C waits this long for open requests, then cancels them (503): under docker's default
 # 10 s stop grace the process still exits by itself, with 0, rather than being killed.
-DRAIN_S = float(os.environ.get("MEMINDEX_SERVE_DRAIN_S", "5"))
+DRAIN_S = env_number("MEMINDEX_SERVE_DRAIN_S", 5.0, minimum=0)
 
 
 def is_loopback(host: str) -> bool:
