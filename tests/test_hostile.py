@@ -586,9 +586,10 @@ os._exit(0)
         hung.close()
     assert proc.returncode == 0, proc.stderr
     p95 = json.loads(proc.stdout.strip().splitlines()[-1])
-    # 2x, plus a few ms of slack for sub-millisecond searches on a loaded machine
-    # (a search that waited on the hung broker took seconds).
-    assert p95["hung"] <= 2 * p95["plain"] + 0.005, p95
+    # A search that waited on the hung broker took seconds (its socket timeout); 3x plus 50 ms of
+    # slack keeps that apart from a loaded machine's jitter on sub-millisecond searches (a helper
+    # saw 14 ms against a 5.9 ms bound with other suites running).
+    assert p95["hung"] <= 3 * p95["plain"] + 0.05, p95
 
 
 def test_writer_that_lost_its_wal_reopens_and_replans(agent):
