@@ -10,6 +10,7 @@ tests/provider_server.py.
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 import pytest
@@ -193,3 +194,35 @@ def test_an_oom_line_is_held_back_as_an_outage_and_named(caplog):
     finally:
         log.removeHandler(handler)
         logs.redis_answered()
+
+
+@pytest.mark.redis
+def test_a_stopped_worker_is_unhealthy_after_its_heartbeat_record_expired(tmp_path, redis_server):
+    """helper-60: `kill -STOP` on a worker, then `health` past the record's TTL said "healthy" (exit 0)
+    without listing it: the record had expired and the paused process was forgotten."""
+    import os
+    import signal
+
+    a = Agent(tmp_path / "a")
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace)}}})
+    env = {**a.env(redis_server.url), "MEMINDEX_PROC_TTL_S": "1", "MEMINDEX_HEARTBEAT_S": "0.2"}
+    procs = [subprocess.Popen([sys.executable, "-m", "memindex", "worker", *args], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             for args in (["--queues", "sync", "embed", "--processes", "1", "--threads", "1"], ["--writer"])]
+    try:
+        assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 60, step=0.5), \
+            run_cli("health", env=env).stderr
+        os.killpg(procs[0].pid, signal.SIGSTOP)
+        try:
+            def stopped() -> bool:
+                out = run_cli("health", env=env)
+                return out.returncode == 1 and "stopped (SIGSTOP" in out.stderr
+
+            time.sleep(3)  # past the record's TTL: the paused worker has no record any more
+            assert wait_for(stopped, 30, step=0.5), run_cli("health", env=env)
+        finally:
+            os.killpg(procs[0].pid, signal.SIGCONT)
+        assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 60, step=0.5), \
+            run_cli("health", env=env).stderr
+    finally:
+        kill_groups(procs)

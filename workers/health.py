@@ -11,6 +11,8 @@ a writer shard killed outright stops beating, and once its heartbeat record expi
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from memindex.pipeline.config.environ import env_number
@@ -20,6 +22,34 @@ from memindex.workers.queues import ready, unconsumed_queues
 
 STALE_S = 3 * BEAT_S
 STALL_S = env_number("MEMINDEX_HEALTH_STALL_S", 300.0, above=0)
+
+
+def _stopped_here() -> list[tuple[int, str]]:
+    """memindex processes of this machine in the stopped state (``T``/``t`` in /proc). A paused
+    process's heartbeat record expires after ``PROC_TTL_S``, and it was then forgotten: `health`
+    said "healthy" while it held its queue's share of the work. (No /proc: nothing to add.)"""
+    out = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+            if state not in (b"T", b"t"):
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if _is_memindex(argv):
+            out.append((int(entry.name), " ".join(argv[1:4] if len(argv) > 1 else argv)))
+    return out
+
+
+def _is_memindex(argv: list[str]) -> bool:
+    """``memindex ...``, ``python -m memindex ...``, ``python .../bin/memindex ...``, or a dramatiq
+    worker process of memindex's actors."""
+    return "memindex" in (os.path.basename(a) for a in argv[:3]) or "memindex.workers.actors" in argv
 
 
 def check(client: Any, namespace: str, host: str, stall_s: float | None = None) -> tuple[bool, list[str]]:
@@ -32,10 +62,13 @@ def check(client: Any, namespace: str, host: str, stall_s: float | None = None) 
     procs = [p for p in every if p["host"] == host]
     if redis_full(client):  # no heartbeat can be written: "none running" would send the operator astray
         return False, [oom_line()]
-    if not procs:
+    stopped = _stopped_here() if host == socket.gethostname() else []
+    if not procs and not stopped:
         return False, [f"no memindex process on {host} has a live heartbeat (none running, or all of them "
                        f"stopped or paused for over {PROC_TTL_S:.0f} s)"]
-    ok, lines = True, []
+    ok, lines = not stopped, [f"pid {pid} ({cmd}): stopped (SIGSTOP, a debugger or a suspended job): it takes no "
+                              "work until continued (kill -CONT)" for pid, cmd in stopped]
+    procs = [p for p in procs if p["pid"] not in {pid for pid, _ in stopped}]
     for p in sorted(procs, key=lambda p: (p["kind"], p["pid"])):
         beat_s, idle_s = now - p["beat"] / 1000, now - p["last_consume"] / 1000
         waiting = sum(ready(q) for q in p["queues"])
