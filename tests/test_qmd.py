@@ -690,3 +690,23 @@ def test_sessions_export_does_not_follow_a_symlinked_sessions_dir(ws):
     rep = export_sessions(ops)
     assert rep.written == [] and rep.unchanged == []
     assert list((ws.state / "agents" / "ops" / "qmd" / "sessions").glob("*.md")) == []
+
+
+def test_a_symlinked_agent_directory_gets_no_qmd(ws):
+    """helper-65: with agents/ops -> main, ops' qmd home (agents/ops/qmd) was main's: the two agents
+    shared one qmd index and config, and ops' searches read main's memory."""
+    from memindex.pipeline.config.settings import Context, load_settings
+    from memindex.pipeline.search.qmd.runner import QmdHomeRefused
+
+    other_ws = ws.root / "ws-ops"
+    other_ws.mkdir()
+    ws.write_config({"memory": {"backend": "qmd", "qmd": {"command": FAKE_CMD}},
+                     "agents": {"list": [{"id": "main", "workspace": str(ws.workspace)},
+                                         {"id": "ops", "workspace": str(other_ws)}]}})
+    (ws.state / "agents" / "main").mkdir(parents=True)
+    (ws.state / "agents" / "ops").symlink_to("main")
+    ops = load_settings(Context("ops", str(ws.config_path), str(ws.state), None))
+    with pytest.raises(QmdHomeRefused, match="is a symlink"):
+        QmdRunner(ops).run(["status"], timeout_ms=10_000)
+    assert not (ws.state / "agents" / "main" / "qmd").exists()  # nothing made in main's directory
+    QmdRunner(ws.settings()).prepare_dirs()  # main's own directory is fine

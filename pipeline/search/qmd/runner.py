@@ -47,6 +47,13 @@ class QmdBadOutput(QmdError):
     kind = "invalid-json"
 
 
+class QmdHomeRefused(QmdError):
+    """The agent's directory under the state dir is a symlink: its qmd home (index, config) could
+    be another agent's (``agents/ops -> main`` searched main's qmd index as ops')."""
+
+    kind = "refused"
+
+
 @dataclass
 class QmdOutput:
     argv: list[str]
@@ -131,6 +138,10 @@ class QmdRunner:
         self._lock = threading.Lock()
 
     def prepare_dirs(self) -> None:
+        agent_dir = qmd_home(self.settings).parent
+        if agent_dir.is_symlink():  # as the transcripts behind it are never read (index/sessions.py)
+            raise QmdHomeRefused(f"the agent directory {agent_dir} is a symlink; its qmd index could be "
+                                 "another agent's, so qmd is not used for this agent")
         for key in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
             Path(self.env[key]).mkdir(parents=True, exist_ok=True)
         link_shared_models(Path(self.env["XDG_CACHE_HOME"]))
