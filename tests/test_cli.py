@@ -533,3 +533,12 @@ def test_status_text_says_whether_batch_embedding_is_on(agent):
         agent.memory_config({"provider": "none", "remote": {"batch": {"enabled": enabled}}})
         out = run_cli(*base, "status", env={"MEMINDEX_RESIDENT": "off"})
         assert out.returncode == 0 and f"batch:        {word}\n" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["watch", "--max-watch-dirs", "0"], "must be at least 1, got 0"),  # its variable refuses 0 too
+    (["watch", "--debounce-ms", "-5"], "must be 0 or more, got -5"),
+])
+def test_watch_numbers_out_of_range_are_usage_errors(tmp_path, args, says):
+    r = run_cli("--state-dir", str(tmp_path / "state"), *args, timeout=60)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -20,7 +20,8 @@ from memindex.producers.cli.agents import agent_contexts, base_context, configur
 from memindex.producers.cli.argv import command_of
 from memindex.producers.cli.openclaw_format import search_text, status_entry
 from memindex.producers.cli.options import (
-    add_global_options, command_parsers, examples, has_option, say, say_error, share_global_options,
+    add_global_options, at_least_one, command_parsers, examples, has_option, non_negative, say, say_error,
+    share_global_options,
 )
 from memindex.producers.cli.progress import Progress
 
@@ -406,7 +407,7 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
                     "unless --agent. Text output is `openclaw memory search`'s."))
     s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
     s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
-    s.add_argument("--max-results", metavar="N", type=_at_least_one, default=None,
+    s.add_argument("--max-results", metavar="N", type=at_least_one, default=None,
                    help="at most N results (default: query.maxResults, 6)")
     s.add_argument("--min-score", metavar="X", type=_finite, default=None,
                    help="drop results scoring below X (default: query.minScore, 0.35)")
@@ -416,30 +417,6 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--queries", metavar="FILE",
                    help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
     s.set_defaults(func=cmd_search)
-
-
-def _whole_number(text: str) -> int:
-    # argparse names a type's function when it raises ValueError ("invalid _at_least_one value").
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-
-
-def _at_least_one(text: str) -> int:
-    """``--max-results``: what the MCP and HTTP tools accept (0 would answer "No matches.")."""
-    n = _whole_number(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
-def _non_negative(text: str) -> int:
-    """``get --from/--lines``: a usage error like the other numbers (memory_get refuses it anyway)."""
-    n = _whole_number(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
-    return n
 
 
 def _finite(text: str) -> float:
@@ -463,9 +440,9 @@ def _add_get(sub: argparse._SubParsersAction) -> None:
         description="Read a memory Markdown file the way the memory_get tool does: MEMORY.md, "
                     "memory/**.md and extraPaths only; symlinks and traversal are refused."))
     s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
-    s.add_argument("--from", dest="from_line", metavar="LINE", type=_non_negative, default=None,
+    s.add_argument("--from", dest="from_line", metavar="LINE", type=non_negative, default=None,
                    help="1-based start line")
-    s.add_argument("--lines", metavar="N", type=_non_negative, default=None, help="number of lines to return")
+    s.add_argument("--lines", metavar="N", type=non_negative, default=None, help="number of lines to return")
     s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
     s.set_defaults(func=cmd_get)
 

@@ -22,7 +22,7 @@ from memindex.pipeline.config.settings import Context
 from memindex.pipeline.index.workspace import display_path
 from memindex.pipeline.errors import ConfigError, MemindexError, WorkspaceError
 from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
-from memindex.producers.cli.options import examples, metrics_address, say_error
+from memindex.producers.cli.options import at_least_one, examples, metrics_address, non_negative, say_error
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex.ops")
@@ -682,9 +682,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                               "without MEMINDEX_BROKER_URL the workers run in this process."))
     add_all_opt(s)
     s.add_argument("--no-initial-sync", action="store_true", help="do not sync once at start")
-    s.add_argument("--max-watch-dirs", metavar="N", type=int, default=None,
+    s.add_argument("--max-watch-dirs", metavar="N", type=at_least_one, default=None,
                    help="cap on watched directories (default $MEMINDEX_WATCH_MAX_DIRS or 512)")
-    s.add_argument("--debounce-ms", metavar="MS", type=int, default=None, help="override sync.watchDebounceMs")
+    s.add_argument("--debounce-ms", metavar="MS", type=non_negative, default=None, help="override sync.watchDebounceMs")
     s.add_argument("--drain-timeout", metavar="S", type=float, default=30.0,
                    help="embedded: seconds to let queued work finish on exit")
     _metrics_opt(s)

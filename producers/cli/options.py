@@ -129,3 +129,27 @@ def metrics_address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"bad port {n}: expected 1-65535")
     return (host.strip("[]") if sep and host.strip("[]") else DEFAULT_HOST), n
 
+
+def whole_number(text: str) -> int:
+    # argparse names a type's function when it raises ValueError ("invalid at_least_one value").
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def at_least_one(text: str) -> int:
+    """``--max-results`` (what the MCP and HTTP tools accept: 0 would answer "No matches."),
+    ``--max-watch-dirs`` (as its variable, MEMINDEX_WATCH_MAX_DIRS)."""
+    n = whole_number(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def non_negative(text: str) -> int:
+    """``get --from/--lines``: a usage error like the other numbers (memory_get refuses it anyway)."""
+    n = whole_number(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
