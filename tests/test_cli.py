@@ -542,3 +542,20 @@ def test_status_text_says_whether_batch_embedding_is_on(agent):
 def test_watch_numbers_out_of_range_are_usage_errors(tmp_path, args, says):
     r = run_cli("--state-dir", str(tmp_path / "state"), *args, timeout=60)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    # helper-56: taken and ignored without a word
+    (["backfill", "--timeout", "5"], "backfill --timeout goes with --wait"),
+    (["queues", "--interval", "5"], "queues --interval goes with --watch"),
+])
+def test_an_option_that_needs_another_is_a_usage_error(tmp_path, args, says):
+    r = run_cli("--state-dir", str(tmp_path / "state"), *args, timeout=60)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+def test_a_worker_for_a_queue_that_does_not_exist_is_refused(tmp_path, redis_server):
+    """helper-56: `worker --queues bogus` started a worker that consumed nothing, and said nothing."""
+    r = run_cli("--state-dir", str(tmp_path / "state"), "worker", "--queues", "sync", "bogus",
+                env={"MEMINDEX_BROKER_URL": redis_server.url}, timeout=60)
+    assert r.returncode == 2 and "no queue named bogus; the queues are sync, embed, batch, write" in r.stderr, r.stderr

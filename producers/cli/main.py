@@ -562,6 +562,11 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if args.command == "status" and args.force and not args.index:
         # It was ignored: a user asking for a rebuild got the status of the old index, exit 0.
         command.error("status --force goes with --index (re-index every file, then show the status)")
+    # Options that mean something only with another were taken and ignored, without a word.
+    if args.command == "backfill" and args.timeout is not None and not args.wait:
+        command.error("backfill --timeout goes with --wait (it bounds the wait; without --wait nothing waits)")
+    if args.command == "queues" and args.interval is not None and not args.watch:
+        command.error("queues --interval goes with --watch (seconds between refreshes)")
 
 
 def _blank_path(args: argparse.Namespace) -> str | None:

@@ -27,6 +27,9 @@ from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex.ops")
 
+# `queues --watch`: seconds between refreshes unless --interval says.
+QUEUES_INTERVAL_S = 2.0
+
 
 def _progress(desc: str, enabled: bool) -> Progress:
     return Progress(desc, enabled)
@@ -388,7 +391,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
                 say_error(refused_credentials(exc) or f"cannot read the queues: {type(exc).__name__}: {exc}")
                 if stop is None:
                     return 1
-                stop.wait(args.interval)
+                stop.wait(args.interval or QUEUES_INTERVAL_S)
                 continue
             if args.json:
                 print(json.dumps(report, indent=None if args.watch else 2), flush=True)
@@ -396,7 +399,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
                 if args.watch and sys.stdout.isatty():
                     sys.stdout.write("\x1b[H\x1b[2J")
                 print(_format_report(report), flush=True)
-            if stop is None or stop.wait(args.interval):
+            if stop is None or stop.wait(args.interval or QUEUES_INTERVAL_S):
                 return 0
             if not args.json and not sys.stdout.isatty():
                 print()
@@ -571,7 +574,7 @@ def _claim_writer_start(queue: str) -> str | None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """exec ``dramatiq memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
-    from memindex.workers.broker import BROKER_ENV, QUEUES
+    from memindex.workers.broker import BROKER_ENV, QUEUES, is_write_queue
 
     if not os.environ.get(BROKER_ENV):
         say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
@@ -621,6 +624,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return 2
         processes, threads = args.processes, args.threads
         qs = args.queues or [q for q in QUEUES if q != "write"]
+        unknown = [q for q in qs if q not in QUEUES and not is_write_queue(q)]
+        if unknown:  # dramatiq would start a worker that consumes nothing, and say nothing
+            say_error(f"no queue named {', '.join(unknown)}; the queues are {', '.join(QUEUES)} "
+                      "(and write.K with sharded writers, through --writer --shard K/N)")
+            return 2
         if "write" in qs and (processes, threads) != (1, 1):
             say_error("the write queue must be consumed by exactly one thread (use --writer)")
             return 2
@@ -711,8 +719,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "unless --agent)."))
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    s.add_argument("--interval", metavar="S", type=float, default=2.0,
-                   help="with --watch: seconds between refreshes (default 2)")
+    s.add_argument("--interval", metavar="S", type=float, default=None,
+                   help=f"with --watch: seconds between refreshes (default {QUEUES_INTERVAL_S:g})")
     s.set_defaults(func=cmd_queues)
 
     s = sub.add_parser("health", help="exit non-zero unless this host's memindex processes are consuming",
