@@ -200,7 +200,11 @@ def test_stdio_sigterm_stops_cleanly_with_exit_0(tmp_path: Path, watch: bool) ->
         assert b'"result"' in proc.stdout.readline()  # serving; the client keeps stdin open
         time.sleep(1)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+        # The client still holds stdin open: the stop must not wait for it to close (helper-67 saw the
+        # process wait for the client's stdin, up to 54 s, after SIGTERM; communicate() closed it).
+        proc.wait(timeout=60)
+        proc.stdin.close()
+        err = proc.stderr.read() if proc.stderr is not None else b""
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,12 +9,15 @@ memory, bad arguments) is a tool error (``is_error``) whose message says why.
 from __future__ import annotations
 
 import inspect
+import os
 import signal
+import stat
 import threading
 from typing import Annotated, Any, Awaitable
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
@@ -154,20 +157,72 @@ def _run_stdio(server: MCPServer) -> None:
     Ctrl-C does (the session is cancelled) but returns, so the caller's clean stop runs and the exit
     is 0, as for ``serve`` and ``mcp --http``: the default action killed the process (143), and with
     ``--watch`` its embedded workers mid-work."""
-    if threading.current_thread() is not threading.main_thread():  # no signals off the main thread
-        server.run("stdio")
+    lowlevel = getattr(server, "_lowlevel_server", None)
+    if threading.current_thread() is not threading.main_thread() or lowlevel is None:
+        server.run("stdio")  # (no signals off the main thread)
         return
 
     async def serve() -> None:
-        async with anyio.create_task_group() as group:
-            async def stop_on_sigterm() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        group.cancel_scope.cancel()
-                        return
+        wire = _claim_stdin()
+        try:
+            async with anyio.create_task_group() as group:
+                async def stop_on_sigterm() -> None:
+                    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                        async for _ in signals:
+                            group.cancel_scope.cancel()
+                            return
 
-            group.start_soon(stop_on_sigterm)
-            await server.run_stdio_async()
-            group.cancel_scope.cancel()  # the client closed stdin: stop watching for SIGTERM too
+                group.start_soon(stop_on_sigterm)
+                stdin = _WireLines(wire) if wire is not None else None
+                async with stdio_server(stdin=stdin) as (read, write):
+                    await lowlevel.run(read, write, lowlevel.create_initialization_options())
+                group.cancel_scope.cancel()  # the client closed stdin: stop watching for SIGTERM too
+        finally:
+            if wire is not None:
+                os.dup2(wire, 0)
+                os.close(wire)
 
     anyio.run(serve)
+
+
+def _claim_stdin() -> int | None:
+    """The wire's descriptor, moved off fd 0 (which then reads the null device, as the SDK's own
+    claim does: a handler or child process must not read the client's messages). None when stdin
+    is a regular file (never "not ready": the SDK's reader ends at its EOF)."""
+    if stat.S_ISREG(os.fstat(0).st_mode):
+        return None
+    wire = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return wire
+
+
+class _WireLines:
+    """The client's lines from ``fd``, read when the event loop says it is readable. The SDK reads
+    stdin in a worker thread, which no cancellation interrupts: a SIGTERM (or Ctrl-C) while the
+    client kept stdin open left the process waiting for a line that never came."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf, self.eof = fd, b"", False
+        os.set_blocking(fd, False)
+
+    def __aiter__(self) -> "_WireLines":
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            end = self.buf.find(b"\n")
+            if end >= 0 or (self.eof and self.buf):
+                cut = end + 1 if end >= 0 else len(self.buf)
+                line, self.buf = self.buf[:cut], self.buf[cut:]
+                return line.decode("utf-8", "replace")
+            if self.eof:
+                raise StopAsyncIteration
+            await anyio.wait_readable(self.fd)
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            self.eof = not chunk
+            self.buf += chunk
