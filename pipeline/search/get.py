@@ -109,11 +109,21 @@ def _resolve(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
         raise MemoryGetError("path rejected: inside an ignored directory")
     if not _no_symlinks_between(root, candidate):
         raise MemoryGetError("path rejected: symlinks are not followed")
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(candidate)
+    real_root, real = _realpath(root), _realpath(candidate)
     if not (real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)):
         raise MemoryGetError("path rejected: resolves outside the memory roots")
     return candidate, rel_path(ws, candidate), root
+
+
+def _realpath(p: Path) -> str:
+    """``os.path.realpath``, whose readlink fails with EINVAL when a symlink on the path is swapped
+    for a directory while it resolves: said as the race it is, not "cannot read: Invalid argument"."""
+    try:
+        return os.path.realpath(p)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise MemoryGetError("path rejected: it changed while it was checked (a symlink swapped in or out)") from None
+        raise
 
 
 def _memory_root(settings: AgentSettings, candidate: Path) -> Path | None:
@@ -150,8 +160,7 @@ def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str, Pat
         raise MemoryGetError(str(exc)) from None
     if not _no_symlinks_between(coll.path, candidate):
         raise MemoryGetError("path rejected: qmd path escapes its collection (symlinks are not followed)")
-    real_root = os.path.realpath(coll.path)
-    real = os.path.realpath(candidate)
+    real_root, real = _realpath(coll.path), _realpath(candidate)
     if not real.startswith(real_root.rstrip(os.sep) + os.sep):
         raise MemoryGetError("path rejected: qmd path escapes its collection")
     return candidate, display, coll.path
