@@ -316,3 +316,14 @@ def test_a_call_no_signature_takes_is_a_usage_error_on_every_public_function(age
             call()
         assert isinstance(exc.value, memindex.MemindexError)
     assert memindex.index_status(s)["files"] == 0  # the right call still answers
+
+
+def test_a_min_score_above_1_is_a_usage_error_in_process_too(agent: Agent) -> None:
+    """helper-67: `search(..., min_score=2)` answered no results, silently, where the CLI and the
+    servers refuse it (scores are 0..1). Below 0 stays open to library callers (every cosine)."""
+    agent.write("memory/a.md", "papaya smoothie recipe\n")
+    agent.index()
+    with memindex.open_search(agent.settings()) as engine:
+        with pytest.raises(memindex.UsageError, match="min_score must be at most 1"):
+            engine.search("papaya", min_score=2)
+        assert engine.search("papaya", min_score=-1.0).results
