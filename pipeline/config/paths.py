@@ -132,7 +132,12 @@ def normalize_agent_id(raw: str | None) -> str:
         return DEFAULT_AGENT
     if _VALID_ID.match(text):
         return text.lower()
-    return _INVALID_CHARS.sub("-", text.lower()).strip("-")[:64] or DEFAULT_AGENT
+    return _collapsed(text)[:64] or DEFAULT_AGENT
+
+
+def _collapsed(text: str) -> str:
+    """normalizeAgentId's rewrite: lower case, each run of other characters one ``-``, none at the ends."""
+    return _INVALID_CHARS.sub("-", text.lower()).strip("-")
 
 
 def validate_agent_id(raw: str, key: str = "--agent") -> str:
@@ -142,7 +147,7 @@ def validate_agent_id(raw: str, key: str = "--agent") -> str:
     ``main``, which read main's memory for a server's or ``--agent``'s typo, main being the default or not."""
     text = raw.strip() if isinstance(raw, str) else ""
     if (not text or "/" in text or "\\" in text or text in (".", "..") or "\0" in text
-            or not _INVALID_CHARS.sub("-", text.lower()).strip("-")):
+            or not _collapsed(text)):
         raise ConfigError(key, f"invalid agent id {raw!r}: expected letters, digits, '_' or '-'")
     return normalize_agent_id(text)
 
