@@ -18,7 +18,7 @@ from memindex.pipeline.index.workspace import (
 from memindex.pipeline.store.schema import fts_table, vec_dims_key, vec_table
 from memindex.pipeline.index.failures import read_failures
 from memindex.pipeline.index.fingerprint import other_workspace
-from memindex.pipeline.store.core import ReadSnapshot, StoreReader, nearest_existing, open_reader
+from memindex.pipeline.store.core import ReadSnapshot, StoreReader, disk_free, open_reader
 
 
 @checked_call("index_status")
@@ -85,14 +85,12 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
             out["providerFallbackReason"] = out["providerFallbackReason"] or (
                 f"{out['provider']} failed while indexing; the index holds {fallback}'s vectors")
             out["provider"], out["model"] = live["provider"], live.get("model", out["model"])
-        from memindex.pipeline.embeddings.embedder import PROVIDER_ERROR
-
         stale = []
-        broken = str((provider or {}).get("reason") or "")
-        if (out.get("indexed") and broken.startswith(PROVIDER_ERROR) and live.get("provider") not in (None, "none")):
+        broken = (provider or {}).get("error")
+        if out.get("indexed") and broken and live.get("provider") not in (None, "none"):
             # The configured provider cannot be built (its model file gone, ...): no sync rebuilds
             # anything (`index` fails on it), so "the config now selects none: index rebuilds it" misled.
-            stale.append(f"the configured provider cannot be used ({broken[len(PROVIDER_ERROR):].strip()}): "
+            stale.append(f"the configured provider cannot be used ({broken}): "
                          f"the index keeps its {live['provider']} / {live.get('model')} vectors and searches "
                          "are keyword-only until that is fixed")
         elif (out.get("indexed") and provider is not None and live.get("provider") is not None
@@ -126,7 +124,7 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
                          "`memindex index` rebuilds it (searches answer nothing until then)")
         if stale:
             out["configChanged"] = "; ".join(stale)
-        out["diskFree"] = _disk_free(settings.store_path)
+        out["diskFree"] = disk_free(settings.store_path)
         # Files waiting for their vectors (the provider failed) are keyword-only until a sync retries them.
         out["dirty"] = bool(not out["indexed"] or out["pending"] or out.get("rebuilding") or out.get("configChanged")
                             or out.get("vectorsPending"))
@@ -138,17 +136,6 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
 # Below this much free space on the store's filesystem `status` says writes may fail: a full disk
 # can leave nothing written beside the store either, so no recorded error would say why.
 LOW_DISK_BYTES = 16 * 2**20
-
-
-def _disk_free(store_path: Any) -> int | None:
-    """Bytes free on the filesystem that holds (or will hold) the store."""
-    import shutil
-
-    target = nearest_existing(store_path)
-    try:
-        return shutil.disk_usage(target).free if target is not None else None
-    except OSError:
-        return None
 
 
 def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: StoreReader,

@@ -239,16 +239,13 @@ def relearn_vector_size(settings: AgentSettings) -> None:
         log.debug("vector size probe for %s failed: %s", settings.agent_id, exc)
 
 
-# How provider_info's reason starts when the configured provider cannot be built at all.
-PROVIDER_ERROR = "provider error:"
-
-
 def provider_info(settings: AgentSettings) -> dict[str, Any]:
-    """For status: which provider serves this agent, and why."""
+    """For status: which provider serves this agent, and why (``error``: the configured provider
+    cannot be built at all)."""
     try:
         service, reason = _service(settings)
     except Exception as exc:  # noqa: BLE001 - status must always answer
-        return {"provider": "none", "model": "fts-only", "reason": f"{PROVIDER_ERROR} {exc}"}
+        return {"provider": "none", "model": "fts-only", "reason": f"provider error: {exc}", "error": str(exc)}
     if service is None or service.active_provider is None:
         return {"provider": "none", "model": "fts-only", "reason": reason}
     p = service.active_provider

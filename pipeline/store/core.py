@@ -161,15 +161,21 @@ def store_full(path: Path | str) -> StoreError:
 FULL_DISK_BYTES = 1 << 20
 
 
-def disk_full(path: Path | str, below: int = FULL_DISK_BYTES) -> bool:
-    """Has the disk that holds (or will hold) the store less than ``below`` bytes free?"""
+def disk_free(path: Path | str) -> int | None:
+    """Bytes free on the filesystem that holds (or will hold) the store; None when it cannot be told."""
     import shutil
 
-    where = nearest_existing(Path(path).parent)
+    where = nearest_existing(path)
     try:
-        return where is not None and shutil.disk_usage(where).free < below
+        return shutil.disk_usage(where).free if where is not None else None
     except OSError:
-        return False
+        return None
+
+
+def disk_full(path: Path | str, below: int = FULL_DISK_BYTES) -> bool:
+    """Has the disk that holds (or will hold) the store less than ``below`` bytes free?"""
+    free = disk_free(path)
+    return free is not None and free < below
 
 
 def unreadable(path: Path | str, exc: BaseException) -> StoreError:
