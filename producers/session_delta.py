@@ -28,6 +28,7 @@ from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.sessions import KIND, SOURCE, discover_sessions, next_step
+from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.store.core import FileKey, IndexedFile, open_reader
 
 log = logging.getLogger("memindex.session_delta")
@@ -103,7 +104,11 @@ def _sync_if_gone(ctx: Context, settings: AgentSettings, indexed: dict[FileKey, 
     gone or refused): the watcher sees only Markdown, and deltas never remove rows, so they stayed
     searchable until a one-shot `index`. A sync's plan removes them (only the writer writes);
     1 when one was asked for. A row kept because its directory cannot be read is not gone."""
-    gone = sorted(k for k in indexed if k[0] == SOURCE and k not in listed and not still_on_disk(settings, k))
+    missing = [k for k in indexed if k[0] == SOURCE and k not in listed]
+    if not missing:
+        return 0
+    visible = indexed_path_filter(settings)  # made once, not per transcript
+    gone = sorted(k for k in missing if not still_on_disk(settings, k, visible))
     if not gone or not _claim((str(settings.store_path), "\0gone"), tuple(gone)):
         return 0
     from memindex.producers.hooks import request_sync_once
