@@ -111,20 +111,21 @@ class _RedisOutage(logging.Filter):
     since: float | None = None
     reported = 0.0
     held = 0
-    kind = UNREACHABLE  # what the outage is, as the lines say it
+    kind = UNREACHABLE  # what the outage is, as its first line showed it (``_outage_kind``)
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.msg if isinstance(record.msg, str) else ""
         if not (any(record.name.startswith(name) and msg.startswith(fmt) for name, fmt in _OUTAGE_LINES)
                 or _redis_down(record)):
             return True
+        exc = record.exc_info[1] if record.exc_info else None
         # A traceback of a refused connection says nothing the line does not (~120 lines each, for
         # every message that finished while Redis was away: its ack, its retry, post-processing).
         record.exc_info, record.exc_text = None, None
         now, cls = time.monotonic(), type(self)
         with cls.lock:
             if cls.since is None:
-                cls.since, cls.reported, cls.held = now, now, 0
+                cls.since, cls.reported, cls.held, cls.kind = now, now, 0, _outage_kind(record, exc)
                 record.msg = (f"{record.msg} (redis {cls.kind}: this process waits for it, and says so once "
                               f"every {OUTAGE_REPORT_S:.0f} s until redis answers)")
                 # dramatiq's consumer says it at CRITICAL; a process that waits for Redis is not in
@@ -154,10 +155,20 @@ def _redis_down(record: logging.LogRecord) -> bool:
     return is_redis_down(record.exc_info[1] if record.exc_info else None)
 
 
+# What Redis says when it refuses a write for memory (redis-py keeps it, without the "OOM" code).
+_OOM_TEXT = "command not allowed when used memory > 'maxmemory'"
+
+
 def out_of_memory(exc: BaseException | None) -> bool:
-    """Redis at its ``maxmemory`` with no eviction: it answers, and refuses every write ("OOM
-    command not allowed"). Not an outage of the connection, and "start Redis" would mislead."""
-    return exc is not None and (type(exc).__name__ == "OutOfMemoryError" or "OOM command not allowed" in str(exc))
+    """Redis at its ``maxmemory`` with no eviction: it answers, and refuses every write. Not an
+    outage of the connection, and "start Redis" would mislead."""
+    return exc is not None and (type(exc).__name__ == "OutOfMemoryError" or _OOM_TEXT in str(exc))
+
+
+def _outage_kind(record: logging.LogRecord, exc: BaseException | None) -> str:
+    """What the first line of an outage shows it is: Redis out of memory (by its exception, or by its
+    words in a line whose exception was taken off it), else unreachable."""
+    return OOM if out_of_memory(exc) or _OOM_TEXT in record.getMessage() else UNREACHABLE
 
 
 def is_redis_down(exc: BaseException | None) -> bool:
@@ -168,14 +179,9 @@ def is_redis_down(exc: BaseException | None) -> bool:
         from redis.exceptions import TimeoutError as RedisTimeoutError
     except ImportError:  # pragma: no cover - the worker extra always has redis
         return False
-    if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
-        return True
     # Out of memory (maxmemory, no eviction) repeats as much: every consumer's fetch and every ack
     # logged a CRITICAL with its traceback (23,000 lines in 90 s for the Procfile).
-    if out_of_memory(exc):
-        _RedisOutage.kind = OOM
-        return True
-    return False
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) or out_of_memory(exc)
 
 
 def redis_answered() -> bool:
@@ -183,7 +189,7 @@ def redis_answered() -> bool:
     True when one ended (however short: the heartbeat then tells the watchers, see lifecycle)."""
     with _RedisOutage.lock:
         since, held, kind = _RedisOutage.since, _RedisOutage.held, _RedisOutage.kind
-        _RedisOutage.since, _RedisOutage.kind = None, UNREACHABLE
+        _RedisOutage.since = None
     if since is not None:
         _outage_log.warning("redis %s again after %.0f s (%d line(s) about it held back)",
                             "takes writes" if kind == OOM else "answers", time.monotonic() - since, held)
