@@ -346,4 +346,3 @@ def _query_vectors(provider: EmbeddingProvider, text: str) -> list[list[float]]:
         return [provider.embed_query(text)]
     except IndexError:
         return []
-
