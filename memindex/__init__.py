@@ -47,6 +47,8 @@ _EXPORTS: dict[str, str] = {
     "index_status": "memindex.pipeline.status",
     "flush_decision": "memindex.pipeline.flush",
     "FlushDecision": "memindex.pipeline.flush",
+    "load_session_entry": "memindex.pipeline.flush",
+    "mark_flushed": "memindex.pipeline.flush",
     # runtime hooks and indexing (enqueue work; never wait inside a search)
     "schedule_sync": "memindex.producers.hooks",
     "on_session_start": "memindex.producers.hooks",
@@ -61,6 +63,11 @@ _EXPORTS: dict[str, str] = {
     "MemoryGetError": "memindex.pipeline.errors",
     "QmdError": "memindex.pipeline.errors",
     "UsageError": "memindex.pipeline.errors",
+    "EnvError": "memindex.pipeline.errors",
+    "WorkspaceError": "memindex.pipeline.errors",
+    "BrokerUnavailable": "memindex.pipeline.errors",
+    "DeadLettered": "memindex.pipeline.errors",
+    "NoWorkerError": "memindex.pipeline.errors",
 }
 
 # Literal, so type checkers see the re-exports.
@@ -81,6 +88,8 @@ __all__ = [
     "index_status",
     "flush_decision",
     "FlushDecision",
+    "load_session_entry",
+    "mark_flushed",
     "schedule_sync",
     "on_session_start",
     "sync_and_wait",
@@ -93,6 +102,11 @@ __all__ = [
     "MemoryGetError",
     "QmdError",
     "UsageError",
+    "EnvError",
+    "WorkspaceError",
+    "BrokerUnavailable",
+    "DeadLettered",
+    "NoWorkerError",
 ]
 
 if TYPE_CHECKING:
@@ -100,17 +114,22 @@ if TYPE_CHECKING:
 
     from memindex.pipeline.config.settings import AgentSettings, Context, load_settings
     from memindex.pipeline.errors import (
+        BrokerUnavailable,
         ConfigError,
+        DeadLettered,
+        EnvError,
         FallbackSwitched,
         IndexTimeout,
         MemindexError,
         MemoryGetError,
+        NoWorkerError,
         ProviderError,
         QmdError,
         StoreError,
         UsageError,
+        WorkspaceError,
     )
-    from memindex.pipeline.flush import FlushDecision, flush_decision
+    from memindex.pipeline.flush import FlushDecision, flush_decision, load_session_entry, mark_flushed
     from memindex.pipeline.search.backend import SearchEngine, memory_search, open_search
     from memindex.pipeline.search.engine import QueryEmbedder, SearchResponse, SearchResult
     from memindex.pipeline.search.get import MemoryGetResult, amemory_get, memory_get

@@ -149,6 +149,21 @@ class IndexTimeout(MemindexError, TimeoutError):
         self.pending = pending
 
 
+class DeadLettered(MemindexError):
+    """Work of this sync was dead-lettered (refused by a worker, or out of retries): not indexed."""
+
+
+class NoWorkerError(MemindexError):
+    """Work is queued on Redis but no worker process consumes its queue."""
+
+
+class BrokerUnavailable(MemindexError, ConnectionError):
+    """The queue's Redis (``MEMINDEX_BROKER_URL``) did not answer, refused the credentials or is out
+    of memory; the message is the one line that says which and what to do. Raised by the calls
+    that enqueue (``sync_and_wait``, ``on_session_start``, ``schedule_sync``) in place of
+    redis-py's own errors, which are no part of this tree; the original is its ``__cause__``."""
+
+
 class FallbackSwitched(MemindexError, RuntimeError):
     """The provider changed while embedding: these vectors belong to another index."""
 

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from memindex.pipeline.errors import checked_call, require
+from memindex.pipeline.errors import UsageError, checked_call, require
 from memindex.pipeline.config.settings import DEFAULT_RESERVE_TOKENS_FLOOR, DEFAULT_SOFT_THRESHOLD_TOKENS
 
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -183,7 +183,10 @@ def flush_decision(
 # --- sessions.json ------------------------------------------------------------
 
 
+@checked_call("load_session_entry")
 def load_session_entry(sessions_json_path: Path, session_key: str) -> dict[str, Any] | None:
+    """The session's entry in OpenClaw's ``sessions.json`` (what ``flush_decision`` reads), or None."""
+    require("session_key", session_key, str)
     try:
         store = json.loads(Path(sessions_json_path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -214,6 +217,7 @@ def _atomic_write_json(path: Path, data: Any) -> None:
         raise
 
 
+@checked_call("mark_flushed")
 def mark_flushed(
     sessions_json_path: Path,
     session_key: str,
@@ -225,14 +229,19 @@ def mark_flushed(
 
     ``compaction_count`` lets the caller pass a count that advanced while the
     flush turn ran (a compaction finished meanwhile); it is stored for both
-    fields so the new cycle is not flushed again. Raises KeyError when the
-    session has no entry (no entry means no flush should have run).
+    fields so the new cycle is not flushed again. Raises ``UsageError`` when
+    the session has no entry (no entry means no flush should have run).
     """
+    require("session_key", session_key, str)
     path = Path(sessions_json_path)
-    store = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        store = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        store = None
     entry = store.get(session_key) if isinstance(store, dict) else None
     if not isinstance(entry, dict):
-        raise KeyError(session_key)
+        raise UsageError(f"mark_flushed(): session {session_key!r} has no entry in {path}, "
+                         "so no flush should have run for it")
     current = _count(entry, FIELD_COMPACTION_COUNT) or 0
     if compaction_count is not None and compaction_count > current:
         entry[FIELD_COMPACTION_COUNT] = current = compaction_count

@@ -6,13 +6,14 @@ the workers run elsewhere (Procfile / compose) and waiting polls queue depth.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
-from memindex.pipeline.errors import IndexTimeout, MemindexError, checked_call
+from memindex.pipeline.errors import BrokerUnavailable, DeadLettered, IndexTimeout, NoWorkerError, checked_call
 
 log = logging.getLogger("memindex.sync")
 
@@ -30,7 +31,23 @@ def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -
     sync_agent.send(msg, force=force, reason=reason)
 
 
+@contextlib.contextmanager
+def broker_errors() -> Iterator[None]:
+    """Around a public call that enqueues: redis-py's errors leave it as ``BrokerUnavailable``
+    (under the library's one error root) with the line that says why and what to do. Checked by
+    module name, so a call that never reaches the broker imports neither redis nor dramatiq."""
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "redis":
+            raise
+        from memindex.workers.broker import broker_error_line
+
+        raise BrokerUnavailable(broker_error_line(exc)) from exc
+
+
 @checked_call("sync_and_wait")
+@broker_errors()
 def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None,
                   timeout: float | None = None) -> dict[str, int]:
     """Plan now, then block until every queued job for it is written.
@@ -109,10 +126,6 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     return {**counts, "failed": failed} if failed else counts
 
 
-class DeadLettered(MemindexError):
-    """Work of this sync was dead-lettered (refused by a worker, or out of retries): not indexed."""
-
-
 def _check_dead_letters(agent: str | None, new: int) -> None:
     """Drained is not done: messages this sync sent may have died (a worker serving another
     state dir refuses them at once). Then the sync failed, and says why."""
@@ -150,10 +163,6 @@ def plan_now(ctx: Context, *, force: bool = False, probe: bool = True):
 # How long queued work may wait with no live worker consuming its queue before
 # `index` says so and gives up (a worker starting up heartbeats well within this).
 NO_WORKER_GRACE_S = 15.0
-
-
-class NoWorkerError(MemindexError):
-    """Work is queued on Redis but no worker process consumes its queue."""
 
 
 def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = None,

@@ -22,6 +22,7 @@ import time
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.pipeline.errors import checked_call, require
+from memindex.producers.enqueue import broker_errors
 from memindex.workers.flags import send_once
 
 log = logging.getLogger("memindex.hooks")
@@ -39,6 +40,7 @@ def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None 
 
 
 @checked_call("on_session_start")
+@broker_errors()
 def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     """A session started: schedule a sync if ``sync.onSessionStart`` (default on)."""
     from memindex.pipeline.config.agents import settings_for
@@ -61,6 +63,7 @@ _last_lock = threading.Lock()
 
 
 @checked_call("schedule_sync")
+@broker_errors()
 def schedule_sync(settings: AgentSettings, reason: str) -> None:
     """``MemorySearch(schedule_sync=schedule_sync)``: enqueue, never wait."""
     require("settings", settings, AgentSettings)

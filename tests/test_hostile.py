@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -784,6 +785,33 @@ def test_a_query_longer_than_the_keyword_budget_says_what_was_searched(agent) ->
     res = agent.search("padding " * (MAX_QUERY_CHARS // 8 + 10) + "heron")
     assert f"{MAX_QUERY_CHARS:,}" in res["warning"] and "first" in res["warning"]
     assert "warning" not in agent.search("heron")
+
+
+def test_library_calls_that_enqueue_raise_the_error_root_when_redis_is_down(agent) -> None:
+    """sync_and_wait, on_session_start and schedule_sync raised redis-py's ConnectionError, which
+    `except memindex.MemindexError` did not catch; now BrokerUnavailable, with the CLI's one line."""
+    agent.write("memory/a.md", "kiwi notes\n")
+    script = textwrap.dedent('''
+        import os, memindex
+        ctx = memindex.Context("main", workspace=os.environ["T_WS"])
+        for name, call in (("sync_and_wait", lambda: memindex.sync_and_wait(ctx)),
+                           ("on_session_start", lambda: memindex.on_session_start(ctx, "agent:main:x")),
+                           ("schedule_sync", lambda: memindex.schedule_sync(memindex.load_settings(ctx), "watch"))):
+            try:
+                call()
+                print(name, "no error")
+            except memindex.MemindexError as exc:
+                print(name, type(exc).__name__, isinstance(exc, ConnectionError),
+                      type(exc.__cause__).__module__.split(".")[0], "|", exc)
+    ''')
+    env = {**agent.env(broker_url="redis://:hunter2@127.0.0.1:1/0"), "T_WS": str(agent.workspace)}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3, r.stdout
+    for line in lines:
+        assert " BrokerUnavailable True redis | cannot reach the broker at redis://***@127.0.0.1:1/0" in line, line
+        assert "hunter2" not in line
 
 
 def test_status_reads_the_store_while_the_broker_is_down(agent) -> None:

@@ -176,10 +176,16 @@ def test_mark_flushed_preserves_other_entries_and_keys(tmp_path):
 
 
 def test_mark_flushed_missing_entry(tmp_path):
+    """No entry (or no sessions.json): a UsageError under the error root, not a bare KeyError."""
+    from memindex import UsageError
+
     path = tmp_path / "sessions.json"
     write_store(path, {"other": {}})
-    with pytest.raises(KeyError):
-        mark_flushed(path, "missing")
+    for where in (path, tmp_path / "missing.json"):
+        with pytest.raises(UsageError, match="'missing' has no entry"):
+            mark_flushed(where, "missing")
+    with pytest.raises(UsageError, match="session_key must be str"):
+        load_session_entry(path, 3)
     assert json.loads(path.read_text()) == {"other": {}}
     assert load_session_entry(path, "missing") is None
     assert load_session_entry(tmp_path / "nope.json", "x") is None
@@ -214,3 +220,4 @@ def test_wrong_arguments_are_usage_errors_naming_them():
         flush_decision(10, WINDOW, {}, {}, "rw", "2026-01-01")
     with pytest.raises(UsageError, match="session_entry"):
         flush_decision(10, WINDOW, {}, [], "rw", NOW)
+

@@ -148,6 +148,17 @@ def refused_credentials(exc: BaseException) -> str | None:
             "check the password in MEMINDEX_BROKER_URL (redis://:PASSWORD@host:port/db)")
 
 
+def broker_error_line(exc: BaseException) -> str:
+    """The one line for a Redis error: refused credentials, out of memory, or not reachable."""
+    refused = refused_credentials(exc)
+    if refused:
+        return refused
+    if out_of_memory(exc):
+        return oom_line()
+    return (f"cannot reach the broker at {redact(broker_url() or '?')} ({exc}); "
+            "start Redis or unset MEMINDEX_BROKER_URL to use the embedded default")
+
+
 def redact(url: str) -> str:
     """Never log a password that rides in a broker URL."""
     if "@" in url and "://" in url:

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from memindex.pipeline.errors import MemindexError
+
 
 @contextmanager
 def file_lock(path: Path | str) -> Iterator[None]:
@@ -104,7 +106,7 @@ def describe_holder(lock: Path | str) -> str:
         return "another process"
 
 
-class WriterLockTimeout(TimeoutError):
+class WriterLockTimeout(MemindexError, TimeoutError):
     """The store's writer lock stayed with another process for the whole wait."""
 
     def __init__(self, lock: Path, holder: str, waited_s: float) -> None:

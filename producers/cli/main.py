@@ -613,15 +613,9 @@ def _setup_logging(args: argparse.Namespace) -> None:
 def _one_line_error(exc: BaseException) -> str | None:
     """The one line for an error the user can act on (a file they named, the broker); None: a bug."""
     if type(exc).__module__.split(".")[0] == "redis":  # broker unreachable, hung or refusing
-        from memindex.workers.broker import broker_url, oom_line, out_of_memory, redact, refused_credentials
+        from memindex.workers.broker import broker_error_line
 
-        refused = refused_credentials(exc)
-        if refused:
-            return refused
-        if out_of_memory(exc):
-            return oom_line()
-        return (f"cannot reach the broker at {redact(broker_url() or '?')} ({exc}); "
-                "start Redis or unset MEMINDEX_BROKER_URL to use the embedded default")
+        return broker_error_line(exc)
     if isinstance(exc, UnicodeDecodeError):
         return f"input is not valid UTF-8 ({exc.reason} at byte {exc.start})"
     if isinstance(exc, OSError) and exc.filename is not None:

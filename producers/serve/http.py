@@ -146,7 +146,7 @@ def protect(app: ASGIApp, token: str | None, bind_host: str) -> ASGIApp:
     return LoopbackHosts(app) if is_loopback(bind_host) else app
 
 
-class _DuplicateKey(ValueError):
+class _DuplicateKey(MemindexError, ValueError):
     pass
 
 
