@@ -659,12 +659,12 @@ def test_unseen_vector_bound_lifts_keyword_only_hits() -> None:
            Candidate("b", "b.md", "memory", 1, 1, "", vector_score=0.5)]
     txt = [Candidate("k", "k.md", "memory", 1, 1, "", text_score=1.0),
            Candidate("a", "a.md", "memory", 1, 1, "", text_score=0.5)]
-    plain = {c.chunk_id: c.score for c in merge_hybrid(vec, txt, 0.7, 0.3)}
-    bound = {c.chunk_id: c.score for c in merge_hybrid(vec, txt, 0.7, 0.3, unseen_vector_bound=0.5)}
+    plain = {c.chunk_id: c.score for c in merge_hybrid(vec, txt, 0.7, 0.3, fusion="weighted")}
+    bound = {c.chunk_id: c.score for c in merge_hybrid(vec, txt, 0.7, 0.3, unseen_vector_bound=0.5, fusion="weighted")}
     assert plain["k"] == pytest.approx(0.6)  # rescue: ts * best vector score
     assert bound["k"] == pytest.approx(0.7 * 0.5 + 0.3 * 1.0)  # 0.65: the formula at the best possible cosine
     assert bound["a"] == plain["a"] == pytest.approx(0.7 * 0.6 + 0.3 * 0.5)
-    assert merge_hybrid(vec, txt, 1.0, 0.0, unseen_vector_bound=0.5)[-1].score == 0.0  # keywords off
+    assert merge_hybrid(vec, txt, 1.0, 0.0, unseen_vector_bound=0.5, fusion="weighted")[-1].score == 0.0  # keywords off
 
 
 def naive_mmr(cands: list[Candidate], lam: float) -> list[Candidate]:

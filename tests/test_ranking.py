@@ -12,6 +12,7 @@ from memindex.pipeline.search.ranking import (
     CALIBRATED_VECTOR_SHARE,
     Candidate,
     apply_temporal_decay,
+    calibrated_vector_share,
     dated_path_date,
     decay_multiplier,
     is_evergreen,
@@ -66,7 +67,7 @@ def test_normalize_weights(vw: float, tw: float, expected: tuple[float, float]) 
 def test_merge_hand_computed() -> None:
     vec = [cand("a", vs=0.8, text="A"), cand("b", vs=0.6, text="B")]
     txt = [cand("a", ts=0.5, text="A"), cand("c", ts=0.2, text="C")]
-    out = merge_hybrid(vec, txt, 0.7, 0.3)
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="weighted")
     by_id = {c.chunk_id: c for c in out}
     assert [c.chunk_id for c in out] == ["a", "b", "c"]
     assert by_id["a"].score == pytest.approx(0.7 * 0.8 + 0.3 * 0.5)  # 0.71
@@ -82,12 +83,12 @@ def test_merge_hand_computed() -> None:
 def test_merge_weights_are_normalised() -> None:
     vec = [cand("a", vs=0.8)]
     txt = [cand("a", ts=0.4)]
-    assert merge_hybrid(vec, txt, 2, 2)[0].score == pytest.approx(0.6)
+    assert merge_hybrid(vec, txt, 2, 2, fusion="weighted")[0].score == pytest.approx(0.6)
 
 
 def test_merge_ties_are_deterministic() -> None:
     vec = [cand("z", vs=0.5), cand("m", vs=0.5), cand("a", vs=0.5)]
-    assert [c.chunk_id for c in merge_hybrid(vec, [cand("q", ts=0.1)], 0.7, 0.3)][:3] == ["a", "m", "z"]
+    assert [c.chunk_id for c in merge_hybrid(vec, [cand("q", ts=0.1)], 0.7, 0.3, fusion="weighted")][:3] == ["a", "m", "z"]
 
 
 def test_keyword_only_best_match_passes_min_score() -> None:
@@ -95,55 +96,75 @@ def test_keyword_only_best_match_passes_min_score() -> None:
     # is only found by BM25 (text score 0.9; a weak hit 1/3).
     vec = [cand("net", vs=0.45), cand("dns", vs=0.40)]
     txt = [cand("err", ts=0.9), cand("weak", ts=1 / 3)]
-    out = merge_hybrid(vec, txt, 0.7, 0.3)
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="weighted")
     by_id = {c.chunk_id: c for c in out}
     assert out[0].chunk_id == "err"
     assert by_id["err"].score == pytest.approx(0.9 * 0.45)  # 0.405 >= 0.35
     assert by_id["err"].score >= 0.35
     assert by_id["weak"].score < 0.35  # 1/3 * 0.45 = 0.15
-    kept = rank_pipeline(vec, txt, min_score=0.35)
+    kept = rank_pipeline(vec, txt, min_score=0.35, fusion="weighted")
     assert [c.chunk_id for c in kept] == ["err"]
 
 
 def test_keyword_rescue_never_beats_a_chunk_as_good_on_both_arms() -> None:
     vec = [cand("both", vs=0.6)]
     txt = [cand("both", ts=0.9), cand("kw", ts=0.9)]
-    out = merge_hybrid(vec, txt, 0.7, 0.3)
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="weighted")
     assert [c.chunk_id for c in out] == ["both", "kw"]
     assert out[1].score == pytest.approx(0.54)
 
 
 def test_no_rescue_when_text_weight_is_zero() -> None:
-    out = merge_hybrid([cand("v", vs=0.5)], [cand("kw", ts=0.9)], 1.0, 0.0)
+    out = merge_hybrid([cand("v", vs=0.5)], [cand("kw", ts=0.9)], 1.0, 0.0, fusion="weighted")
     assert {c.chunk_id: c.score for c in out}["kw"] == 0.0
 
 
 def test_bm25_only_when_no_vectors() -> None:
     txt = [cand("a", ts=0.9), cand("b", ts=0.4)]
-    out = merge_hybrid([], txt, 0.7, 0.3)
+    out = merge_hybrid([], txt, 0.7, 0.3, fusion="weighted")
     assert [(c.chunk_id, c.score) for c in out] == [("a", 0.9), ("b", 0.4)]
-    assert [c.chunk_id for c in rank_pipeline([], txt, min_score=0.35)] == ["a", "b"]
+    assert [c.chunk_id for c in rank_pipeline([], txt, min_score=0.35, fusion="weighted")] == ["a", "b"]
 
 
 def test_vector_only_when_no_text_hits() -> None:
     vec = [cand("a", vs=0.5), cand("b", vs=0.36)]
-    out = merge_hybrid(vec, [], 0.7, 0.3)
+    out = merge_hybrid(vec, [], 0.7, 0.3, fusion="weighted")
     assert [(c.chunk_id, c.score) for c in out] == [("a", 0.5), ("b", 0.36)]
-    assert len(rank_pipeline(vec, [], min_score=0.35)) == 2
+    assert len(rank_pipeline(vec, [], min_score=0.35, fusion="weighted")) == 2
 
 
 def test_enabled_arm_with_no_hits_keeps_weighted_formula() -> None:
     vec = [cand("a", vs=0.5)]
-    assert merge_hybrid(vec, [], 0.7, 0.3, text_enabled=True)[0].score == pytest.approx(0.35)
-    assert merge_hybrid(vec, [], 0.7, 0.3, text_enabled=False)[0].score == pytest.approx(0.5)
+    assert merge_hybrid(vec, [], 0.7, 0.3, text_enabled=True, fusion="weighted")[0].score == pytest.approx(0.35)
+    assert merge_hybrid(vec, [], 0.7, 0.3, text_enabled=False, fusion="weighted")[0].score == pytest.approx(0.5)
     txt = [cand("b", ts=0.8)]
-    assert merge_hybrid([], txt, 0.7, 0.3, vector_enabled=True)[0].score == pytest.approx(0.24)
-    assert merge_hybrid([], txt, 0.7, 0.3)[0].score == pytest.approx(0.8)
-    assert rank_pipeline(vec, [], text_enabled=True, min_score=0.36) == []
+    assert merge_hybrid([], txt, 0.7, 0.3, vector_enabled=True, fusion="weighted")[0].score == pytest.approx(0.24)
+    assert merge_hybrid([], txt, 0.7, 0.3, fusion="weighted")[0].score == pytest.approx(0.8)
+    assert rank_pipeline(vec, [], text_enabled=True, min_score=0.36, fusion="weighted") == []
+
+
+def test_calibrated_fusion_honours_the_weights() -> None:
+    """vectorWeight/textWeight were ignored under the default fusion (0.9/0.1 and 0.1/0.9 gave the
+    same scores): now they move the cosine's share as odds do, the defaults keep 0.1."""
+    assert calibrated_vector_share(0.7, 0.3) == pytest.approx(CALIBRATED_VECTOR_SHARE)
+    assert calibrated_vector_share(0.9, 0.1) == pytest.approx(0.3)
+    assert calibrated_vector_share(0.0, 1.0) == 0.0 and calibrated_vector_share(1.0, 0.0) == 1.0
+    shares = [calibrated_vector_share(w, 1 - w) for w in (0.05, 0.2, 0.5, 0.7, 0.9, 0.99)]
+    assert shares == sorted(shares) and len(set(shares)) == len(shares)
+    vec = [cand("a", vs=0.2), cand("b", vs=0.8)]
+    txt = [cand("a", ts=1.0), cand("b", ts=0.8)]
+
+    def order(vw: float, tw: float) -> list[str]:
+        return [c.chunk_id for c in merge_hybrid(vec, txt, vw, tw, fusion="calibrated")]
+
+    assert order(0.7, 0.3) == order(0.1, 0.9) == ["a", "b"]  # keywords lead: 0.925 vs 0.82
+    assert order(0.9, 0.1) == ["b", "a"]  # the cosine's share 0.3: 0.775 vs 0.86
+    top = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated")[0]
+    assert top.score == pytest.approx(0.9 * 1.0 + 0.1 * 0.2 / 0.8)
 
 
 def test_merge_keeps_vector_snippet_and_fills_empty_text() -> None:
-    out = merge_hybrid([cand("a", vs=0.5, text="")], [cand("a", ts=0.5, text="from fts")], 0.7, 0.3)
+    out = merge_hybrid([cand("a", vs=0.5, text="")], [cand("a", ts=0.5, text="from fts")], 0.7, 0.3, fusion="weighted")
     assert out[0].text == "from fts"
 
 

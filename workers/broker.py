@@ -25,8 +25,8 @@ from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmb
 log = logging.getLogger("memindex.broker")
 
 BROKER_ENV = "MEMINDEX_BROKER_URL"
-SYNC_QUEUE, EMBED_QUEUE, WRITE_QUEUE = "sync", "embed", "write"
-QUEUES = (SYNC_QUEUE, EMBED_QUEUE, "batch", WRITE_QUEUE)
+SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE = "sync", "embed", "batch", "write"
+QUEUES = (SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE)
 # Write-queue shards (issue 18): N > 1 routes each store to ``write.<k>`` (workers/messages.py);
 # every process of a deployment must agree on N (`memindex worker --writer --shard K/N` checks).
 SHARDS_ENV = "MEMINDEX_WRITE_SHARDS"

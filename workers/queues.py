@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any
 
-from memindex.workers.broker import HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, is_write_queue, shard_queues
+from memindex.workers.broker import BATCH_QUEUE, EMBED_QUEUE, HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, is_write_queue, shard_queues
 
 log = logging.getLogger("memindex.queues")
 
@@ -263,7 +263,7 @@ def _kind(qs: list[str]) -> str:
         return "writer"
     # ``embed`` and ``batch`` need no filesystem (workers/compute.py, workers/batch): a compute
     # process, runnable anywhere Redis and the provider are reachable. Planning and chunking read files.
-    if names and names <= {"embed", "batch"}:
+    if names and names <= {EMBED_QUEUE, BATCH_QUEUE}:
         return "compute"
     return "worker"
 

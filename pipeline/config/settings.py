@@ -26,6 +26,7 @@ from memindex.pipeline.embeddings.registry import dims_choices
 from memindex.pipeline.embeddings.registry import find as find_provider
 from memindex.pipeline.embeddings.registry import get as provider_spec
 from memindex.pipeline.embeddings.registry import ids as provider_ids
+from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
 from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
@@ -328,7 +329,7 @@ MEMORY_SEARCH: dict[str, Any] = {
         "cache": Ignored({"enabled": _bool, "maxEntries": _opt(_int(0))}),
         "fts": Ignored({"tokenizer": _enum("unicode61", "trigram")}),
     },
-    "chunking": {"tokens": F(400, _int(1)), "overlap": F(80, _int(0))},
+    "chunking": {"tokens": F(D.CHUNK_TOKENS, _int(1)), "overlap": F(D.CHUNK_OVERLAP, _int(0))},
     "sync": {
         "onSessionStart": F(True, _bool),
         "onSearch": F(True, _bool),
@@ -342,18 +343,18 @@ MEMORY_SEARCH: dict[str, Any] = {
                      "postCompactionForce": Ignored(_bool)},
     },
     "query": {
-        "maxResults": F(6, _int(1)),
-        "minScore": F(0.35, _num(0.0, 1.0)),
+        "maxResults": F(D.MAX_RESULTS, _int(1)),
+        "minScore": F(D.MIN_SCORE, _num(0.0, 1.0)),
         # memindex extension (issue 17): "calibrated" = every score on one scale, a chunk's score
         # at least its keyword evidence; "weighted" = the spec's 0.7/0.3 sum of BM25/best and cosine.
-        "fusion": F("calibrated", _enum("calibrated", "weighted")),
+        "fusion": F(D.FUSION, _enum("calibrated", "weighted")),
         "hybrid": {
             "enabled": F(True, _bool),
-            "vectorWeight": F(0.7, _num(0.0, 1.0)),
-            "textWeight": F(0.3, _num(0.0, 1.0)),
-            "candidateMultiplier": F(4, _int(1, 20)),
-            "mmr": {"enabled": F(False, _bool), "lambda": F(0.7, _num(0.0, 1.0))},
-            "temporalDecay": {"enabled": F(False, _bool), "halfLifeDays": F(30, _int(1))},
+            "vectorWeight": F(D.VECTOR_WEIGHT, _num(0.0, 1.0)),
+            "textWeight": F(D.TEXT_WEIGHT, _num(0.0, 1.0)),
+            "candidateMultiplier": F(D.CANDIDATE_MULTIPLIER, _int(1, 20)),
+            "mmr": {"enabled": F(False, _bool), "lambda": F(D.MMR_LAMBDA, _num(0.0, 1.0))},
+            "temporalDecay": {"enabled": F(False, _bool), "halfLifeDays": F(D.HALF_LIFE_DAYS, _int(1))},
         },
     },
     "cache": {"enabled": F(True, _bool), "maxEntries": F(50_000, _opt(_int(0)))},
@@ -395,8 +396,8 @@ MEMORY: dict[str, Any] = {
             "embedTimeoutMs": F(120_000, _int(1)),
         },
         "limits": {
-            "maxResults": F(6, _int(1)),
-            "maxSnippetChars": F(700, _int(1)),
+            "maxResults": F(D.MAX_RESULTS, _int(1)),
+            "maxSnippetChars": F(D.SNIPPET_CHARS, _int(1)),
             "maxInjectedChars": F(4000, _int(1)),
             "timeoutMs": F(4000, _int(1)),
         },
@@ -673,7 +674,7 @@ def resolve_agent(
     w = ms["query"]["hybrid"]
     total = w["vectorWeight"] + w["textWeight"]
     w["vectorWeight"], w["textWeight"] = (
-        (w["vectorWeight"] / total, w["textWeight"] / total) if total > 0 else (0.7, 0.3)
+        (w["vectorWeight"] / total, w["textWeight"] / total) if total > 0 else (D.VECTOR_WEIGHT, D.TEXT_WEIGHT)
     )
     ms["chunking"]["overlap"] = max(0, min(ms["chunking"]["overlap"], ms["chunking"]["tokens"] - 1))
     validate_multimodal(ms, agent_key if "multimodal" in agent_ms else base_key)
@@ -742,9 +743,12 @@ def _refuse_shared_store(cfg: Mapping[str, Any], agent_id: str, store_path: Path
         ms = (found[1].get("memorySearch") if found else None) or {}
         store = ms.get("store") if isinstance(ms, dict) else None
         raw = store.get("path") if isinstance(store, dict) and store.get("path") else base
-        if ms.get("enabled") is False or not isinstance(raw, str) or not raw.strip():
+        if ms.get("enabled") is False:
             continue
-        if _custom_store_path(raw, other, state_dir, env) == store_path:
+        # An agent with no store.path has the default one: `a` at memory/b.sqlite was b's store too.
+        theirs = (_custom_store_path(raw, other, state_dir, env) if isinstance(raw, str) and raw.strip()
+                  else Path(os.path.normpath(state_dir / "memory" / f"{other}.sqlite")))
+        if theirs == store_path:
             raise ConfigError(key, f"agents {agent_id!r} and {other!r} would share the store {store_path}; "
                                    "one SQLite file per agent: put {agentId} in the path")
 
@@ -787,9 +791,6 @@ class Context:
         if fields["config"] == LEGACY_NO_CONFIG:  # a message queued by an older sender: its "no config file"
             fields["config"] = NO_CONFIG
         return cls(**fields)
-
-    def with_agent(self, agent_id: str | None) -> "Context":
-        return Context(agent_id, self.config, self.state_dir, self.workspace)
 
 
 # OpenClaw's JSON names (Context(agentId="main")) or a typo: a UsageError naming the fields.

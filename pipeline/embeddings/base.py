@@ -18,6 +18,10 @@ from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.registry import ProviderArgs
 from memindex.pipeline.errors import ProviderError
 
+# One embedding request while indexing, for the hosted APIs (ollama waits longer: a local model loads
+# first). sync.embeddingBatchTimeoutSeconds overrides it.
+REQUEST_TIMEOUT_S = 120.0
+
 # Headers that carry credentials. They are never part of a fingerprint, so a
 # rotated key does not trigger a full reindex (reference §2.3).
 AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-goog-api-key", "proxy-authorization"})
@@ -110,7 +114,7 @@ class EmbeddingProvider(ABC):
     id: str = ""
     model: str = ""
     dims: int | None = None
-    max_input_tokens: int = 8192
+    max_input_tokens: int = registry.DEFAULT_MAX_INPUT_TOKENS
     max_batch_items: int = 64
     max_batch_tokens: int = 8000
     base_url: str | None = None

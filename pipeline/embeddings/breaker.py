@@ -60,12 +60,6 @@ class CircuitBreaker:
         with self._lock:
             return self._reasons.get(key)
 
-    def reset(self) -> None:
-        with self._lock:
-            self._open_until.clear()
-            self._reasons.clear()
-            self._probing.clear()
-
 
 
 class SharedOpen:

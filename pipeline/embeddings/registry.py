@@ -31,6 +31,10 @@ _PROVIDERS = "memindex.pipeline.embeddings.providers"
 _BATCH = "memindex.pipeline.embeddings.batch"
 
 
+# A text limit for a provider whose table row gives none (the common 8k of the hosted APIs).
+DEFAULT_MAX_INPUT_TOKENS = 8192
+
+
 @dataclass(frozen=True)
 class ProviderArgs:
     """What a provider factory is called with: one provider's settings, already resolved."""
@@ -80,7 +84,7 @@ class ProviderSpec:
     # model-name prefix -> the sizes outputDimensionality may ask for (any size when absent).
     dims_choices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     max_input_tokens: Mapping[str, int] = field(default_factory=dict)  # model -> per-text limit
-    default_max_input_tokens: int = 8192
+    default_max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS
     test_only: bool = False  # selectable by name (tests, benchmarks), never auto-selected, never listed
     extra: str | None = None  # the pip extra that installs its SDK (`memindex[<extra>]`); None: always installed
 
@@ -247,11 +251,6 @@ def factory_of(spec: ProviderSpec) -> Any:
 def ids() -> tuple[str, ...]:
     """Provider ids users choose from (what messages and docs list): the test-only ones are left out."""
     return tuple(s.id for s in specs() if not s.test_only)
-
-
-def selectable(provider_id: str) -> bool:
-    """Whether memorySearch.provider may name it (test-only providers included)."""
-    return find(provider_id) is not None
 
 
 def auto_specs() -> tuple[ProviderSpec, ...]:

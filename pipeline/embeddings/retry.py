@@ -20,16 +20,12 @@ import tenacity
 
 from memindex.pipeline.embeddings.base import (ProviderError, ProviderRateLimited, ProviderTooManyItems,
                                               ProviderTransientError, ProviderUnreachable)
-from memindex.pipeline.embeddings.limiter import ConcurrencyLimiter, Limiter, default_limiter  # re-exported for callers
 
 __all__ = [
     "RetryPolicy",
     "call_with_retry",
     "pack_batches",
     "embed_with_splitting",
-    "ConcurrencyLimiter",
-    "Limiter",
-    "default_limiter",
 ]
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from itertools import accumulate, repeat
 from operator import add
 
+from memindex.pipeline.config import defaults as D
+
 CHARS_PER_TOKEN = 4
 # Bump when the chunking algorithm changes in a way that moves chunk boundaries
 # or ids: it is part of the index fingerprint, so existing indexes are rebuilt.
@@ -81,7 +83,7 @@ def split_lines(text: str) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
-def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+def chunk_markdown(text: str, tokens: int = D.CHUNK_TOKENS, overlap: int = D.CHUNK_OVERLAP) -> list[Chunk]:
     """Chunk ``text``. Every line lands in at least one chunk; no chunk exceeds
     ``max(32, tokens*4)`` characters; consecutive chunks share up to
     ``overlap*4`` characters of whole lines (never a piece of a long line).
@@ -144,7 +146,9 @@ def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chun
     return [c for c in chunks if c.text.strip()]
 
 
-# A daily note's name: memory/[...]/YYYY-MM-DD.md, ``.md`` in any case (as ranking.dated_path_date reads it).
+# A dated name, YYYY-MM-DD.md (``.md`` in any case), in any folder: an extraPaths folder of daily notes gets
+# its date words too. Deliberately wider than decay's rule (ranking._DATED_PATH: under memory/ only, as
+# OpenClaw ages files): words help find a note and never reorder by age.
 _DATED_NAME = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?i:\.md)$")
 # The file's title: its first ATX heading, when it is the first non-blank line.
 _TITLE = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$")

@@ -48,10 +48,6 @@ class SyncPlan:
     retry_keys: set[FileKey] = field(default_factory=set)  # of the jobs: files unchanged on disk, planned again for their vectors
     session_deltas: list[SessionDelta] = field(default_factory=list)  # append only
 
-    @property
-    def vector_retries(self) -> int:
-        return len(self.retry_keys)
-
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:

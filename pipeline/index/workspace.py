@@ -356,18 +356,11 @@ def roots_refusal(settings: AgentSettings) -> str | None:
     return None
 
 
-def discover(settings: AgentSettings, *, extra_kind=None) -> list[MemoryFile]:
-    """All memory Markdown files of the agent, de-duplicated by real path.
-
-    ``extra_kind`` lets multimodal discovery (F17) accept more file kinds, but
-    only under extraPaths, never in the default memory roots.
-    """
-    return list(iter_discover(settings, extra_kind=extra_kind))
-
-
 def iter_discover(settings: AgentSettings, *, extra_kind=None,
                   facts: ListingFacts | None = None) -> Iterator[MemoryFile]:
-    """``discover`` as a stream: a sync of a huge workspace never holds the file list."""
+    """All memory files of the agent, de-duplicated by real path, as a stream: a sync of a huge
+    workspace never holds the file list. ``extra_kind`` lets multimodal discovery (F17) accept more
+    file kinds, but only under extraPaths, never in the default memory roots."""
     ws = settings.workspace
     facts = ListingFacts() if facts is None else facts
     seen: set[str] = set()

@@ -144,7 +144,9 @@ def check_search_args(query: Any, max_results: Any, min_score: Any, session_key:
         raise UsageError(f"max_results must be at least 1, not {max_results}")
     if min_score is not None and not math.isfinite(min_score):
         raise UsageError(f"min_score must be a finite number, not {min_score}")
-    if min_score is not None and min_score > 1:  # scores are at most 1: it matched nothing, silently
+    # Scores are at most 1: above it matched nothing, silently. Below 0 stays open here (unlike the CLI,
+    # the servers and query.minScore): a library caller may want every hit, negative cosines included.
+    if min_score is not None and min_score > 1:
         raise UsageError(f"min_score must be at most 1 (scores are 0..1), not {min_score:g}")
     keyed = agent_from_key(session_key)
     if agent_id is not None and keyed is not None and normalize_agent_id(keyed) != agent_id:

@@ -62,14 +62,9 @@ def _no_symlinks_between(root: Path, target: Path) -> bool:
     return True
 
 
-def resolve_memory_path(settings: AgentSettings, raw: str) -> tuple[Path, str]:
-    """Validate ``raw`` and return (absolute path, display path) or raise MemoryGetError."""
-    candidate, display, _root = _resolve(settings, raw)
-    return candidate, display
-
-
 def _resolve(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
-    """``resolve_memory_path`` plus the root the path was vetted under (read below it)."""
+    """Validate ``raw``: (absolute path, display path, the root it was vetted under: read below it),
+    or raise MemoryGetError."""
     if not isinstance(raw, str) or not raw.strip():
         raise MemoryGetError("path required: give a workspace-relative path such as memory/2026-02-10.md")
     raw = raw.strip()

@@ -19,10 +19,11 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from memindex.pipeline.config import defaults as D
 from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, keys_in, script_family
 
-DEFAULT_VECTOR_WEIGHT = 0.7
-DEFAULT_TEXT_WEIGHT = 0.3
+DEFAULT_VECTOR_WEIGHT = D.VECTOR_WEIGHT
+DEFAULT_TEXT_WEIGHT = D.TEXT_WEIGHT
 SECONDS_PER_DAY = 86400.0
 # fusion "calibrated", both arms running: the share of a chunk's score that comes from its
 # cosine relative to the query's best. Measured on the LoCoMo dev split with the local MiniLM
@@ -115,6 +116,20 @@ def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, 
     return vw / total, tw / total
 
 
+def calibrated_vector_share(vw: float, tw: float) -> float:
+    """The cosine's share under calibrated fusion for the (normalised) weights: the default
+    weights give :data:`CALIBRATED_VECTOR_SHARE`, and the weights move it as odds do, so
+    ``vectorWeight`` still means something there (0.9/0.1 gives 0.3, 0.5/0.5 0.045, 0.1/0.9 0.005).
+    Without this the two weights only switched an arm off at 0, and any other value was ignored."""
+    if tw <= 0:
+        return 1.0
+    if vw <= 0:
+        return 0.0
+    odds = (vw / tw) / (DEFAULT_VECTOR_WEIGHT / DEFAULT_TEXT_WEIGHT) * (
+        CALIBRATED_VECTOR_SHARE / (1 - CALIBRATED_VECTOR_SHARE))
+    return odds / (1 + odds)
+
+
 def _sort_key(c: Candidate) -> tuple[float, str]:
     return (-c.score, c.chunk_id)
 
@@ -154,12 +169,12 @@ def merge_hybrid(
     vector_enabled: bool | None = None,
     text_enabled: bool | None = None,
     unseen_vector_bound: float | None = None,
-    fusion: str = "weighted",
+    fusion: str = D.FUSION,
 ) -> list[Candidate]:
     """Union both arms by chunk id and score them; sorted best first.
 
-    ``fusion`` "calibrated" with both arms: ``max(0.9*ts + 0.1*vs/best_vs, vs)``
-    (:data:`CALIBRATED_VECTOR_SHARE`): keyword evidence leads, so a chunk matching
+    ``fusion`` "calibrated" with both arms: ``max(0.9*ts + 0.1*vs/best_vs, vs)`` at the
+    default weights (the share 0.1 moves with them: :func:`calibrated_vector_share`): keyword evidence leads, so a chunk matching
     the query's terms is not cut by minScore because the vector arm is weak (a poor
     embedding model); the cosine relative to the query's best breaks near-ties; a
     vector hit keeps its cosine, as with the vector arm alone (``vw*vs`` here made a
@@ -215,6 +230,7 @@ def merge_hybrid(
     best_vs = max((m[1] for m in merged.values() if m[3]), default=0.0)
     anchor = max(0.0, min(1.0, best_vs))
     bound = None if unseen_vector_bound is None else _clamp01(unseen_vector_bound)
+    share = calibrated_vector_share(vw, tw)
 
     out: list[Candidate] = []
     for hit, vs, ts, has_vector, has_text, text in merged.values():
@@ -229,7 +245,7 @@ def merge_hybrid(
             # Clamped at 0: a negative cosine over a tiny best one (a weak embedder: best ~0.04)
             # gave -6 here, and a chunk matching half the query's terms scored -0.25.
             rel_vs = max(0.0, vs / anchor) if has_vector and anchor > 0 else 0.0
-            score = max((1 - CALIBRATED_VECTOR_SHARE) * ts + CALIBRATED_VECTOR_SHARE * rel_vs, vs)
+            score = max((1 - share) * ts + share * rel_vs, vs)
         elif fusion == "calibrated" and has_text and tw > 0:
             score = max(score, ts)
         out.append(Candidate(hit.chunk_id, hit.path, hit.source, hit.start_line, hit.end_line, text,
@@ -520,18 +536,18 @@ def rank_pipeline(
     *,
     vector_weight: float = DEFAULT_VECTOR_WEIGHT,
     text_weight: float = DEFAULT_TEXT_WEIGHT,
-    min_score: float = 0.35,
-    max_results: int = 6,
+    min_score: float = D.MIN_SCORE,
+    max_results: int = D.MAX_RESULTS,
     temporal_decay: bool = False,
-    half_life_days: float = 30.0,
+    half_life_days: float = D.HALF_LIFE_DAYS,
     now: float | None = None,
     mtimes: Mapping[tuple[str, str], float] | None = None,
     mmr: bool = False,
-    mmr_lambda: float = 0.7,
+    mmr_lambda: float = D.MMR_LAMBDA,
     vector_enabled: bool | None = None,
     text_enabled: bool | None = None,
     unseen_vector_bound: float | None = None,
-    fusion: str = "weighted",
+    fusion: str = D.FUSION,
 ) -> list[Candidate]:
     """Merge -> decay (optional) -> sort -> MMR (optional) -> minScore -> top-K.
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from memindex.pipeline.config import defaults as D
 from memindex.pipeline.store.fts_text import keys_by_line, keyword_tokens, lines_holding_keys, match_key
 
-SNIPPET_MAX_CHARS = 700
+SNIPPET_MAX_CHARS = D.SNIPPET_CHARS
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
+from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config.settings import ConfigError, Context
 from memindex.pipeline.errors import MemindexError
 from memindex.producers.cli.agents import agent_contexts, base_context, configured_agents, context_for
@@ -408,9 +409,9 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
     s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
     s.add_argument("--max-results", metavar="N", type=at_least_one, default=None,
-                   help="at most N results (default: query.maxResults, 6)")
+                   help=f"at most N results (default: query.maxResults, {D.MAX_RESULTS})")
     s.add_argument("--min-score", metavar="X", type=_finite, default=None,
-                   help="drop results scoring below X (default: query.minScore, 0.35)")
+                   help=f"drop results scoring below X (default: query.minScore, {D.MIN_SCORE})")
     s.add_argument("--session-key", default=None, metavar="KEY",
                    help="search on behalf of this session key (its agent:<id>: picks the agent "
                         "unless --agent; session warm-up, citations)")

@@ -602,10 +602,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       f"--shard {k}/{n}; refusing to consume (to change N: stop every writer, drain the write "
                       "queues, then `redis-cli DEL memindex:write-shards`)")
             return 2
-        from memindex.workers.broker import SHARDS_ENV
+        from memindex.workers.broker import SHARDS_ENV, WRITE_QUEUE
 
         os.environ[SHARDS_ENV] = str(n)  # the dramatiq process declares write.0 .. write.<N-1>
-        processes, threads, qs = 1, 1, ["write" if n == 1 else f"write.{k}"]
+        processes, threads, qs = 1, 1, [WRITE_QUEUE if n == 1 else f"{WRITE_QUEUE}.{k}"]
         holder = _other_writer(qs[0]) or _claim_writer_start(qs[0])
         if holder is not None:
             say_error(f"queue {qs[0]} already has a writer ({holder}); one writer per shard: a second one "

@@ -23,6 +23,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from memindex import __version__
+from memindex.pipeline.config import defaults as D
 from memindex.producers.serve.http import protect, run_uvicorn
 from memindex.producers.serve.tools import (
     GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
@@ -38,7 +39,7 @@ SEARCH_DESCRIPTION = (
     "Search the agent's long-term memory (Markdown notes and, when enabled, past session transcripts) "
     "for what is relevant to a question: earlier decisions, preferences, people, dates, fixes, todos. "
     "Call it before answering anything about prior work or what the user said before. Returns the "
-    "best-matching snippets (up to ~700 characters each), best first, each with path, startLine, "
+    f"best-matching snippets (up to ~{D.SNIPPET_CHARS} characters each), best first, each with path, startLine, "
     "endLine, score (0-1) and source ('memory' or 'sessions'); read more of a file with memory_get "
     "using that path and line range. An empty result list means nothing relevant is recorded. "
     "A file written seconds ago may not be searchable yet."

@@ -60,9 +60,9 @@ from memindex.workers.batch.backend import StateBackend, has_state, open_for
 from memindex.workers.batch.coord import registry, slots
 from memindex.workers.batch.redis_state import agent_key
 from memindex.workers.batch.route import DeferringEmbedder
-from memindex.workers.broker import broker, is_embedded
+from memindex.workers.broker import BATCH_QUEUE, broker, is_embedded
 from memindex.workers.compute import compute_spec, route_records, settings_from_spec
-from memindex.workers.messages import GROUP_FILES
+from memindex.workers.messages import GROUP_FILES, RETRY
 
 log = logging.getLogger("memindex.batch")
 
@@ -180,7 +180,7 @@ def send_to_batch(ctx: dict[str, Any], settings: AgentSettings, generation: int,
 
 # --- submit ---------------------------------------------------------------------------------
 
-@dramatiq.actor(queue_name="batch", time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
+@dramatiq.actor(queue_name=BATCH_QUEUE, time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
 def batch_submit(ctx: dict[str, Any], spec: dict[str, Any], token: str | None = None) -> None:
     who = Who(ctx, spec)
     settings = who.settings()
@@ -289,7 +289,7 @@ def _submit_one(who: Who, settings: AgentSettings, st: StateBackend, t: Timing,
 
 # --- poll and collect --------------------------------------------------------------------------
 
-@dramatiq.actor(queue_name="batch", time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
+@dramatiq.actor(queue_name=BATCH_QUEUE, time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
 def batch_poll(ctx: dict[str, Any], spec: dict[str, Any], job_key: str, token: str) -> None:
     who = Who(ctx, spec)
     settings = who.settings()
@@ -399,7 +399,7 @@ def _give_up(who: Who, st: StateBackend, job: bs.Job, token: str, why: str,
 
 # --- finish: fill, redo what is missing synchronously, write ------------------------------------
 
-@dramatiq.actor(queue_name="batch", time_limit=30 * 60_000, max_retries=8, min_backoff=500, max_backoff=60_000)
+@dramatiq.actor(queue_name=BATCH_QUEUE, time_limit=30 * 60_000, **RETRY)
 def batch_finish(ctx: dict[str, Any], spec: dict[str, Any], job_key: str, token: str) -> None:
     who = Who(ctx, spec)
     settings = who.settings()
@@ -532,7 +532,7 @@ class _Janitor(dramatiq.Middleware):
         if self._thread is not None and self._thread.is_alive():
             return
         wanted = getattr(worker, "consumer_whitelist", None)
-        if wanted and "batch" not in wanted:
+        if wanted and BATCH_QUEUE not in wanted:
             return  # only workers that consume ``batch`` sweep (they can act on what they find)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="memindex-batch-janitor", daemon=True)

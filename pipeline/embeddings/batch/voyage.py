@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import httpx
 
 from memindex.pipeline.embeddings import http_errors
-from memindex.pipeline.embeddings.base import EmbeddingProvider
+from memindex.pipeline.embeddings.base import REQUEST_TIMEOUT_S, EmbeddingProvider
 from memindex.pipeline.embeddings.batch.base import (
     BatchClient,
     BatchError,
@@ -38,7 +38,7 @@ class VoyageBatchClient(BatchClient):
     max_requests = 100_000  # documented cap on inputs per batch
     completion_window = "12h"
 
-    def __init__(self, provider: EmbeddingProvider, *, timeout: float = 120.0) -> None:
+    def __init__(self, provider: EmbeddingProvider, *, timeout: float = REQUEST_TIMEOUT_S) -> None:
         super().__init__(provider)
         self.base_url = (provider.base_url or "").rstrip("/")
         self._http = httpx.Client(timeout=timeout, headers=provider.auth_headers())  # the key stays in there

@@ -20,7 +20,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from memindex.pipeline.embeddings import http_errors, registry
-from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderAuthError, ProviderError
+from memindex.pipeline.embeddings.base import REQUEST_TIMEOUT_S, EmbeddingProvider, InvalidVectorError, ProviderAuthError, ProviderError
 
 _VERSION = re.compile(r"^v\d+(?:(?:alpha|beta)\d*)?$")
 
@@ -62,7 +62,7 @@ class GeminiProvider(EmbeddingProvider):
         base_url: str | None = None,
         headers: Mapping[str, str] | None = None,
         output_dimensionality: int | None = None,
-        timeout: float = 120.0,
+        timeout: float = REQUEST_TIMEOUT_S,
         max_batch_items: int = 100,  # batchEmbedContents: at most 100 requests per call
         max_batch_tokens: int = 32_000,
     ) -> None:

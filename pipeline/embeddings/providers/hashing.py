@@ -24,7 +24,6 @@ _WORD = re.compile(r"[^\W_]+")
 
 class HashProvider(EmbeddingProvider):
     id = "hash"
-    max_input_tokens = 8192
     max_batch_items = 256
     max_batch_tokens = 200_000
 

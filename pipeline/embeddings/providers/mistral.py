@@ -7,7 +7,7 @@ from typing import Mapping
 import httpx
 
 from memindex.pipeline.embeddings import http_errors
-from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError
+from memindex.pipeline.embeddings.base import REQUEST_TIMEOUT_S, EmbeddingProvider, InvalidVectorError
 
 
 class MistralProvider(EmbeddingProvider):
@@ -20,7 +20,7 @@ class MistralProvider(EmbeddingProvider):
         *,
         base_url: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout: float = 120.0,
+        timeout: float = REQUEST_TIMEOUT_S,
         max_batch_items: int = 512,  # "Too many inputs in request" above this
         max_batch_tokens: int = 16_000,  # "Too many tokens in batch. Max is 16384"
     ) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import openai
 
 from memindex.pipeline.embeddings import http_errors
-from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
+from memindex.pipeline.embeddings.base import REQUEST_TIMEOUT_S, EmbeddingProvider, InvalidVectorError, ProviderError
 
 
 class OpenAIProvider(EmbeddingProvider):
@@ -21,7 +21,7 @@ class OpenAIProvider(EmbeddingProvider):
         *,
         base_url: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout: float = 120.0,
+        timeout: float = REQUEST_TIMEOUT_S,
         max_batch_items: int = 2048,  # API cap on inputs per request
         max_batch_tokens: int = 250_000,  # API cap is 300k tokens summed per request; margin kept
         output_dimensionality: int | None = None,  # the API's `dimensions` (text-embedding-3 and compatibles)

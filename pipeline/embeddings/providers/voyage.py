@@ -16,7 +16,7 @@ import voyageai
 from voyageai import error as verr
 
 from memindex.pipeline.embeddings import http_errors
-from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
+from memindex.pipeline.embeddings.base import REQUEST_TIMEOUT_S, EmbeddingProvider, InvalidVectorError, ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class VoyageProvider(EmbeddingProvider):
         *,
         base_url: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout: float = 120.0,
+        timeout: float = REQUEST_TIMEOUT_S,
         max_batch_items: int = 1000,  # API cap on inputs per request
         max_batch_tokens: int = 120_000,  # API cap for the large models (lower than others')
         output_dimensionality: int | None = None,  # the API's output_dimension (voyage-3.5 and later)

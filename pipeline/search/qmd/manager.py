@@ -61,7 +61,6 @@ class QmdManager:
         self.embed_failures = 0
         self._embed_backoff_until = 0.0
         self.last_error: str | None = None
-        self.last_report: dict[str, Any] = {}
 
     # -- collections ---------------------------------------------------------------
     def ensure_collections(self, *, force: bool = False) -> dict[str, Any]:
@@ -133,7 +132,6 @@ class QmdManager:
         report["embed"] = self._maybe_embed(force)
         self._last_update_mono = self.clock()
         self.last_update_at = time.time()
-        self.last_report = report
         return report
 
     def _rebuild_collections(self) -> None:
