@@ -608,6 +608,12 @@ class ConfigReload:
             return False
         try:
             contexts = self.resolve()
+            # Every agent's settings too, before anything is applied: a bad per-agent value
+            # (maxResults "1") failed inside apply, as a traceback after "config changed".
+            from memindex.pipeline.config.agents import settings_for
+
+            for ctx in contexts:
+                settings_for(ctx)
         except Exception as exc:  # noqa: BLE001 - a half-written or broken config: keep what runs
             # Said once per version of the file and reason (each 2 s poll retries it quietly).
             failed = (stamp, str(exc))

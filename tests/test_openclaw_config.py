@@ -164,6 +164,24 @@ def test_two_agents_without_workspace_index_two_workspaces(tmp_path):
     assert not (state / "memory" / "nosuch.sqlite").exists()
 
 
+@pytest.mark.parametrize("b_store", [{"path": "memory/b.sqlite"}, None], ids=["both-set", "b-default"])
+def test_two_agents_naming_one_store_are_refused(tmp_path, b_store):
+    """helper-71: `a` with store.path memory/b.sqlite was accepted when `b` had no store.path (its
+    default is that very file): every index rebuilt both, and `a`'s status showed b's store."""
+    state = tmp_path / "state"
+    b = {"id": "b", **({"memorySearch": {"store": b_store}} if b_store else {})}
+    cfg = _write(state / "openclaw.json", {"agents": {"defaults": {"memorySearch": {"provider": "none"}}, "list": [
+        {"id": "a", "memorySearch": {"store": {"path": "memory/b.sqlite"}}}, b]}})
+    with pytest.raises(ConfigError, match=r"agents 'a' and 'b' would share the store .*b\.sqlite"):
+        load_settings(Context("a", str(cfg), str(state)), env={"HOME": str(tmp_path)})
+    if b_store:  # both name the file: each is refused
+        with pytest.raises(ConfigError, match="agents 'b' and 'a' would share"):
+            load_settings(Context("b", str(cfg), str(state)), env={"HOME": str(tmp_path)})
+    else:  # the file is b's by default: b keeps it, a (which named it) is refused
+        assert load_settings(Context("b", str(cfg), str(state)), env={"HOME": str(tmp_path)}).store_path == \
+            state / "memory" / "b.sqlite"
+
+
 def test_an_index_built_from_another_workspace_is_never_served_under_the_agents_name(tmp_path):
     """`--agent main --workspace <ops' workspace> index` filled main's store with ops' files, and
     a plain `--agent main search` then answered ops' secrets as main's MEMORY.md; `status` said

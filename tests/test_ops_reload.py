@@ -210,6 +210,34 @@ def test_a_broken_config_is_reported_once_per_version_not_every_poll(tmp_path, c
     assert reload.check() is True and applied == [[ctx]]
 
 
+def test_a_bad_per_agent_value_keeps_the_previous_agents_without_a_traceback(tmp_path, caplog):
+    """helper-71: `maxResults: "1"` written under a running watch logged "config changed; agents now
+    ..." and then a 25-line traceback ("config reload failed"): only the agent ids were checked
+    before applying. Now the agents' settings are too: the one warning, nothing applied."""
+    import logging
+
+    from memindex.pipeline.config.settings import Context
+    from memindex.producers.watcher import ConfigReload
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = tmp_path / "openclaw.json"
+    _write_config(config, [("main", ws)])
+    probe = Context("main", str(config), str(tmp_path), None)
+    applied: list = []
+    reload = ConfigReload(probe, lambda: [probe], applied.append, every_s=3600)
+    caplog.set_level(logging.DEBUG, logger="memindex.watcher")
+    cfg = json.loads(config.read_text())
+    cfg["agents"]["list"][0]["memorySearch"] = {"query": {"maxResults": "1"}}
+    config.write_text(json.dumps(cfg), encoding="utf-8")
+    st = config.stat()
+    os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert reload.check() is False and applied == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("cannot be loaded" in ln and "maxResults" in ln for ln in lines), lines
+    assert not any("agents now" in ln for ln in lines) and not any(r.exc_info for r in caplog.records)
+
+
 def test_a_settings_edit_in_the_config_syncs_the_agent(tmp_path):
     """Changing an agent's chunking in openclaw.json under a running watch was neither applied nor
     reported ("config changed; agents now ..." and nothing else) until a file edit or a backfill."""
