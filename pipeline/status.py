@@ -366,7 +366,11 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
     lines.append(f"fts5:         {'on' if fts else ('off' if fts is False else 'not known until the first index')}")
     if s.get("cache"):
         c = s["cache"]
-        lines.append(f"cache:        {c['entries']} embeddings (max {c['maxEntries']})")
+        if c.get("enabled") is False:
+            lines.append(f"cache:        disabled ({c['entries']} embeddings kept from before)")
+        else:  # maxEntries None or 0: never pruned (OpenClaw prunes only when it is above 0)
+            limit = f"max {c['maxEntries']}" if c.get("maxEntries") else "no limit"
+            lines.append(f"cache:        {c['entries']} embeddings ({limit})")
     if s.get("batch") is not None:  # OpenClaw's "Batch: enabled|disabled" line
         lines.append(f"batch:        {'enabled' if s['batch'].get('enabled') else 'disabled'}")
     if s.get("fingerprint"):

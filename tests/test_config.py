@@ -51,6 +51,26 @@ def test_agent_override_merges_over_defaults(tmp_path):
     assert main.memory_search["query"]["minScore"] == 0.35
 
 
+def test_a_null_override_is_unset_as_in_openclaw(tmp_path):
+    """helper-71: a per-agent `local.modelPath: null` replaced the defaults' model path (the agent
+    fell back to a model download) and `maxResults: null` was an error; OpenClaw's `??` reads null
+    as unset, so the defaults (or the built-in default) apply."""
+    model = str(tmp_path / "m.gguf")
+    cfg = {"agents": {
+        "defaults": {"memorySearch": {"provider": "local", "local": {"modelPath": model},
+                                      "query": {"maxResults": 9}, "store": {"path": None}}},
+        "list": [{"id": "main", "memorySearch": {"local": {"modelPath": None}, "store": {"path": None},
+                                                  "query": {"maxResults": None, "minScore": None},
+                                                  "cache": {"maxEntries": None}, "extraPaths": None}}]}}
+    ms = resolve_agent(cfg, "main", state_dir=tmp_path).memory_search
+    assert ms["local"]["modelPath"] == model
+    assert ms["query"]["maxResults"] == 9 and ms["query"]["minScore"] == 0.35
+    assert ms["cache"]["maxEntries"] == 50000 and ms["extraPaths"] == []
+    assert resolve_agent(cfg, "main", state_dir=tmp_path).store_path == tmp_path / "memory" / "main.sqlite"
+    with pytest.raises(ConfigError, match="maxResult"):  # an unknown key stays an error, null or not
+        resolve_agent({"agents": {"defaults": {"memorySearch": {"query": {"maxResult": None}}}}}, state_dir=tmp_path)
+
+
 def test_sessions_source_needs_the_experimental_flag(tmp_path):
     cfg = {"agents": {"defaults": {"memorySearch": {"sources": ["memory", "sessions"]}}}}
     assert resolve_agent(cfg, state_dir=tmp_path).sources == ["memory"]

@@ -299,6 +299,26 @@ def test_cache_max_entries_prunes_least_recently_used(agent):
     assert st["chunks"] == 6 and st["cache"]["entries"] == 3
 
 
+def test_a_disabled_cache_gets_no_new_entries_and_status_says_so(agent):
+    """helper-71: cache.enabled false skipped lookups but the writer still filled the cache, and
+    `status` said "cache: 5 embeddings (max 50000)"; maxEntries 0 (never pruned) read "(max 0)"."""
+    from memindex.pipeline.status import format_status, index_status
+
+    for i in range(4):
+        agent.write(f"memory/n{i}.md", f"distinct note number {i} about topic {i}\n")
+    agent.memory_config({"provider": "hash", "cache": {"enabled": False}})
+    agent.index()
+    st = index_status(agent.settings())
+    assert st["chunks"] == 4 and st["cache"]["entries"] == 0 and st["cache"]["enabled"] is False
+    assert "cache:        disabled (0 embeddings kept from before)" in format_status(st)
+    agent.memory_config({"provider": "hash", "cache": {"maxEntries": 0}})
+    agent.write("memory/n9.md", "one more note\n")
+    agent.index()
+    st = index_status(agent.settings())
+    assert st["cache"]["entries"] == 1  # only the new note's vector: the four are not re-embedded
+    assert "cache:        1 embeddings (no limit)" in format_status(st)
+
+
 def test_a_query_vector_of_another_size_answers_keyword_only_and_says_why(agent, server):
     """A proxy that starts answering 128 dims for a 1536-dim index: search said mode hybrid, no
     warning, and no result had a vector score (both vector paths failed on the size)."""

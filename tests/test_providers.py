@@ -911,6 +911,22 @@ def test_every_hint_names_keys_the_config_accepts():
             resolve_agent({"agents": {"defaults": {"memorySearch": ms}}}, "main")  # an unknown key raises
 
 
+def test_a_local_model_that_cannot_be_fetched_points_at_its_model_path_not_a_base_url(tmp_path):
+    """helper-71: offline, the default hf: model's failed download said "check memorySearch.remote.baseUrl",
+    which a local model does not have; a missing extensionPath was named with ".so.so" by SQLite."""
+    import sqlite3
+
+    from memindex.pipeline.embeddings.hints import failure_hint
+    from memindex.pipeline.store.db import load_vector_extension
+
+    why = "local: download of https://huggingface.co/x/y.gguf interrupted: ConnectError: [Errno -2] Name or service not known"
+    hint = failure_hint(why, "local")
+    assert "memorySearch.local.modelPath" in hint and "baseUrl" not in hint
+    assert "baseUrl" in failure_hint("openai: connect failed", "openai")
+    err = load_vector_extension(sqlite3.connect(":memory:"), str(tmp_path / "vec0.so"))
+    assert err == f"store.vector.extensionPath {tmp_path / 'vec0.so'}: no such file"
+
+
 def test_a_size_is_learnt_only_off_the_models_own_endpoint_or_configured_size():
     """`index --force` asks a provider its size (one request) only when it is learnt from answers."""
     native = choose(make_ms(provider="openai"), {"openai": {"apiKey": "k"}}).primary

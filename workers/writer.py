@@ -285,6 +285,9 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
         except Exception as exc:  # noqa: BLE001 - they expire (LEASE_TTL_S); the re-plan still runs
             log.warning("could not clear the queued-file leases of %s: %s", key, exc)
         request_resync(ctx.as_dict(), "held-writes-lost")
+    # cache.enabled false: no lookups (the embedder) and no new entries, as OpenClaw's upsert returns
+    # at once when the cache is off; the entries already there stay until pruned or re-enabled.
+    w.cache_writes = bool(settings.memory_search["cache"]["enabled"])
     return settings, w
 
 

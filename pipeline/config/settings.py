@@ -443,6 +443,10 @@ def _validate(schema: Mapping[str, Any], value: Any, key: str, ignored: list[str
         path = f"{key}.{k}"
         if sub is None:
             raise _unknown_key(schema, k, path)
+        if v is None:
+            # null is unset, as OpenClaw's `agent ?? defaults ?? builtin` reads it: a per-agent
+            # `local.modelPath: null` replaced the defaults' model (and `maxResults: null` was an error).
+            continue
         if isinstance(sub, Ignored):
             if isinstance(sub.schema, dict):
                 _validate(sub.schema, v, path, [])

@@ -43,6 +43,10 @@ def failure_hint(reason: str, provider_id: str | None) -> str:
     if "rate limited" in text:
         return (f"the provider kept throttling; lower memorySearch.remote.nonBatchConcurrency or raise the "
                 f"{provider_id} quota")
+    if provider_id == "local" and ("download" in text or "connect" in text or "timed out" in text):
+        # No endpoint to check: the model file is on disk, or fetched once from its hf: URI.
+        return ("check memorySearch.local.modelPath (a .gguf file on this machine); the default hf: model "
+                "needs network access to download once")
     if "server error" in text or "timed out" in text or "connect" in text:
         return "the provider kept failing; check memorySearch.remote.baseUrl and the provider's status"
     # Both who read it: a CLI user (index, watch) and an operator reading a worker's log.

@@ -419,6 +419,8 @@ def identity_matches(fp: Mapping[str, Any], emb: VectorSpace | None) -> bool:
 class StoreWriter:
     """Applies index changes. One instance per store in the one writer thread."""
 
+    cache_writes = True  # new vectors go into the embedding cache (cache.enabled; the writer sets it)
+
     def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None,
                  wait_s: float | None = None):
         self.path = Path(path)
@@ -754,7 +756,7 @@ class StoreWriter:
                 self._insert_fts(ft, fts_rows)
         if vec_rows:
             self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
-        if cache_rows:
+        if cache_rows and self.cache_writes:
             self.conn.executemany(_CACHE_UPSERT, cache_rows)
 
     def write_files(self, gen: int, records: Sequence[FileWrite]) -> tuple[int, list[str]]:

@@ -79,6 +79,9 @@ def load_vector_extension(conn: Connection, extension_path: str | None = None) -
 
     A failure is never fatal: the store falls back to in-process cosine (F6).
     """
+    if extension_path and not Path(extension_path).expanduser().is_file():
+        # SQLite retries a missing name with ".so" appended and reports that ("vec0.so.so").
+        return f"store.vector.extensionPath {extension_path}: no such file"
     try:
         with _vec_lock:
             conn.enable_load_extension(True)
