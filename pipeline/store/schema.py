@@ -15,6 +15,9 @@ from __future__ import annotations
 # fingerprint (index/fingerprint.py), so a store built at 1 is rebuilt into a new
 # generation on its next sync, the old one answering searches until the flip.
 SCHEMA_VERSION = 2
+# The live and the building generation's {"generation", "fingerprint"}. The "_v1" is the layout of
+# that JSON value, not SCHEMA_VERSION: stores of every schema version read them, so a rebuild
+# knows which generation it replaces.
 META_KEY = "memory_index_meta_v1"
 BUILDING_KEY = "memory_index_building_v1"
 # A random id given to a store when it is created: a store deleted and rebuilt is a different store.
@@ -65,6 +68,9 @@ def vec_table(gen: int) -> str:
 
 
 def pending_table(gen: int) -> str:
+    """The files the last plan for ``gen`` sent and the writer has not written yet: a rebuilding
+    generation goes live only when this is empty (``maybe_promote``), and a kept-over plan knows
+    which files are still owed. Rows, not a count, so a duplicated write cannot empty it early."""
     return f"pending_g{int(gen)}"
 
 
@@ -94,7 +100,8 @@ CREATE TABLE IF NOT EXISTS {c} (
   hash TEXT NOT NULL,
   kind TEXT NOT NULL DEFAULT 'markdown',
   text TEXT NOT NULL,
-  embedding BLOB,
+  embedding BLOB,   -- also in vec_g<N>: kept here for the in-process cosine when sqlite-vec cannot
+                    -- load (F6), and for chunk_cosines (a keyword hit's cosine, by chunk id)
   updated_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS idx_{c}_path ON {c}(source, path);
