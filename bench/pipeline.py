@@ -43,7 +43,7 @@ def run_one(root: Path, config: Path, state: Path, edits: int, seed: int) -> dic
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.config.settings import Context
     from memindex.pipeline.search.engine import MemorySearch
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
     from memindex.producers import backfill
     from memindex.producers.watcher import watch_agents
 
@@ -98,7 +98,7 @@ def run_one(root: Path, config: Path, state: Path, edits: int, seed: int) -> dic
 
 def _diagnose(settings) -> str:
     """What the pipeline looks like when an edit did not arrive (for the failure message)."""
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
     from memindex.producers.enqueue import pending_files
     from memindex.workers import queues
 

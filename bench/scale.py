@@ -69,7 +69,7 @@ def _indexed(ctxs: list[list[str]]) -> int:
     """Files written (not pending) in every agent's live generation."""
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.config.settings import Context
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     n = 0
     for c in ctxs:

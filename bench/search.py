@@ -90,7 +90,7 @@ def build_store(path: Path, n: int, base: list[tuple[str, int, int, str]], base_
 
     from memindex.pipeline.index.fingerprint import EmbeddingIdentity
     from memindex.pipeline.index.records import ChunkRecord, FileRecord
-    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.writer import StoreWriter
 
     rng = np.random.default_rng(n)
     if path.exists():

@@ -206,7 +206,7 @@ def run_soak(root: Path, *, duration: float = 60.0, rate: float = 10.0, poll: fl
 def _fully_indexed(settings, rel: str, path: Path) -> tuple[bool, int]:
     """Stored delta state covers the whole file and the last JSONL line has a chunk."""
     from memindex.pipeline.index.sessions import parse_extra, state_from_extra
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings)
     try:

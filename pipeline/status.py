@@ -18,7 +18,8 @@ from memindex.pipeline.index.workspace import (
 from memindex.pipeline.store.schema import fts_table, vec_dims_key, vec_table
 from memindex.pipeline.index.failures import read_failures
 from memindex.pipeline.index.fingerprint import other_workspace
-from memindex.pipeline.store.core import ReadSnapshot, StoreReader, disk_free, open_reader
+from memindex.pipeline.store.health import disk_free
+from memindex.pipeline.store.reader import ReadSnapshot, StoreReader, open_reader
 
 
 @checked_call("index_status")

@@ -40,7 +40,7 @@ class Backfill:
 
 
 def _last_sync_marker(settings: AgentSettings) -> str | None:
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings)
     try:

@@ -177,7 +177,7 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
         if progress is None or not total:
             return embedded.join_idle(timeout)  # event-driven: no polling latency at the end
         return _join_with_progress(settings_for(ctx), total, progress, timeout, since_ns)
-    from memindex.pipeline.store.core import StoreReader
+    from memindex.pipeline.store.reader import StoreReader
 
     reader = StoreReader(settings_for(ctx).store_path, vector_enabled=False)  # one connection, no sqlite-vec
     try:
@@ -250,7 +250,7 @@ PROGRESS_REDRAW_S = 0.25
 
 def _join_with_progress(settings: AgentSettings, total: int, progress: ProgressFn,
                         timeout: float | None, since_ns: int = 0) -> bool:
-    from memindex.pipeline.store.core import StoreReader
+    from memindex.pipeline.store.reader import StoreReader
     from memindex.workers import embedded
 
     # One read connection for the whole wait, without sqlite-vec: a count needs no vectors.
@@ -285,7 +285,7 @@ def _pending(reader: Any) -> int:
 
 
 def pending_files(settings: AgentSettings) -> int:
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings)
     try:

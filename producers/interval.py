@@ -54,7 +54,7 @@ def _interval_s(ctx: Context) -> float:
 def _vectors_pending(ctx: Context) -> int:
     """Files of the agent's index stored without their vectors (the next sync re-embeds them)."""
     from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     try:
         settings = settings_for(ctx)

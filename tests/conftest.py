@@ -101,7 +101,7 @@ class Agent:
 
     def store_rows(self) -> list[tuple]:
         """The live generation's chunk set, for comparing stores."""
-        from memindex.pipeline.store.core import open_reader
+        from memindex.pipeline.store.reader import open_reader
 
         r = open_reader(self.settings())
         try:
@@ -221,7 +221,7 @@ def fresh_services(fresh_server, monkeypatch):
 
 def live_vectors(agent: Agent) -> dict:
     """chunk hash -> stored embedding blob (None = not embedded) of the agent's live generation."""
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     r = open_reader(agent.settings())
     try:

@@ -50,7 +50,7 @@ def _cli(a, redis, *args):
 
 def _searchable(a, n_chunks):
     from memindex.producers.enqueue import pending_files
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     r = open_reader(a.settings())
     try:

@@ -90,7 +90,7 @@ def test_model_change_rebuilds_while_search_keeps_answering(agent, server, monke
     reset_services()
     agent.memory_config({"provider": "hash", "model": "hash-v2"})
     from memindex.producers.enqueue import request_sync
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     request_sync(agent.ctx, reason="test")
     seen_building = False
@@ -249,7 +249,7 @@ def test_killed_rebuild_leaves_live_index_and_resumes(agent, tmp_path):
     import subprocess
     import sys
 
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
     from tests.conftest import REPO
 
     for i in range(200):  # 7 message groups: the kill lands after the first, long before the last

@@ -15,7 +15,8 @@ import pytest
 
 from memindex.pipeline.index.records import ChunkRecord, FileRecord
 from memindex.pipeline.store import db
-from memindex.pipeline.store.core import StoreReader, StoreWriter
+from memindex.pipeline.store.reader import StoreReader
+from memindex.pipeline.store.writer import StoreWriter
 
 FP = {"provider": "none", "model": "fts-only"}
 WORDS = ("apple", "avocado", "banana", "blueberry", "cherry", "cranberry", "damson", "title", "broken")
@@ -217,7 +218,7 @@ def test_a_writer_killed_holding_acknowledged_writes_is_noticed_by_the_next_one(
     store = tmp_path / "s.sqlite"
     script = f"""
 import os
-from memindex.pipeline.store.core import StoreWriter
+from memindex.pipeline.store.writer import StoreWriter
 w = StoreWriter({str(store)!r}, vector_enabled=False)
 w.plan(1, {FP!r}, [], [])
 w.commit()
@@ -286,7 +287,7 @@ def test_a_stale_write_dropped_releases_its_lease(agent):
     st = path.stat()
     job = FileJob("memory", "memory/b.md", str(path), st.st_size, st.st_mtime_ns)
     from memindex.pipeline.config.settings import pinned
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings)
     try:

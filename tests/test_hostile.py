@@ -612,7 +612,7 @@ def test_writer_that_lost_its_wal_reopens_and_replans(agent):
 
 def test_a_record_the_store_cannot_take_is_that_files_problem_only(agent):
     from memindex.pipeline.index.records import ChunkRecord, FileRecord
-    from memindex.pipeline.store.core import open_writer
+    from memindex.pipeline.store.writer import open_writer
 
     agent.write("memory/a.md", "fox\n")
     agent.index()

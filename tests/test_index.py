@@ -32,7 +32,7 @@ def test_index_and_search_end_to_end(agent):
 def test_fingerprint_recorded(agent):
     agent.write("memory/a.md", "alpha")
     agent.index()
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     st = open_reader(agent.settings()).state()
     fp = st.live_fingerprint
@@ -202,7 +202,7 @@ def test_changing_chunk_params_rebuilds_into_a_new_generation(agent):
     agent.memory_config({"chunking": {"tokens": 100, "overlap": 10}})
     counts = agent.index()
     assert counts["generation"] == 2 and counts["to_index"] == 1
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     r = open_reader(agent.settings())
     st = r.state()
@@ -218,7 +218,7 @@ def test_redelivered_old_plan_is_ignored(agent):
     """A write_plan redelivered after a crash must not resurrect an old pending set."""
     import time as _time
 
-    from memindex.pipeline.store.core import open_writer
+    from memindex.pipeline.store.writer import open_writer
 
     agent.write("memory/a.md", "apple\n")
     agent.index()
@@ -258,7 +258,7 @@ def test_records_round_trip_through_their_queue_message():
 def test_the_store_takes_vectors_as_floats_or_packed_bytes(tmp_path):
     from memindex.pipeline.index.fingerprint import EmbeddingIdentity
     from memindex.pipeline.index.records import ChunkRecord, FileRecord
-    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.writer import StoreWriter
     from memindex.pipeline.store.vectors import pack
 
     w = StoreWriter(tmp_path / "s.sqlite")
@@ -352,7 +352,7 @@ def test_force_and_a_rebuilt_store_ignore_the_mark(agent):
     assert _mark_path(agent).exists()
     assert agent.index(force=True)["to_index"] == 2
     store = agent.settings().store_path
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
     from memindex.pipeline.store.schema import STORE_ID_KEY
 
     def store_id():
@@ -412,7 +412,7 @@ def test_work_for_an_agent_removed_from_the_config_fails_once_at_once(tmp_path, 
 def test_status_counts_a_rebuilds_files_still_to_write(agent):
     """During a rebuild `pending` (the live generation's) read 0 while the rebuild's files waited."""
     from memindex.pipeline.status import format_status, index_status
-    from memindex.pipeline.store.core import open_writer
+    from memindex.pipeline.store.writer import open_writer
 
     agent.write("memory/a.md", "alpha\n")
     agent.write("memory/b.md", "beta\n")
@@ -433,7 +433,7 @@ def test_a_plan_keeps_pending_what_an_earlier_plan_queued_and_is_not_written_yet
     """``keep`` (workers/leases.py): files an earlier plan queued and this one did not queue
     again stay pending, unless their write came first (then they are not pending again)."""
     from memindex.pipeline.index.records import ChunkRecord, FileRecord
-    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.writer import StoreWriter
 
     w = StoreWriter(tmp_path / "s.sqlite", vector_enabled=False)
     fp = {"provider": "none", "model": "fts-only", "providerKey": "none:fts-only"}

@@ -84,7 +84,7 @@ def _idle(url: str) -> bool:
 
 
 def _indexed(a: Agent) -> int:
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     r = open_reader(a.settings())
     try:

@@ -16,7 +16,7 @@ import pytest
 
 from memindex.pipeline.search.engine import MemorySearch
 from memindex.pipeline.status import index_status
-from memindex.pipeline.store.core import open_reader
+from memindex.pipeline.store.reader import open_reader
 
 REBUILDS = 10
 QUERY = "lantern harbour"

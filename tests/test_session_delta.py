@@ -64,7 +64,7 @@ class Sess:
 
     def full_rows(self) -> list[tuple]:
         """(rowid, id, start, end, updated_at, text) of the live chunks."""
-        from memindex.pipeline.store.core import open_reader
+        from memindex.pipeline.store.reader import open_reader
 
         r = open_reader(self.agent.settings())
         try:
@@ -76,7 +76,7 @@ class Sess:
             r.close()
 
     def extra(self) -> dict:
-        from memindex.pipeline.store.core import open_reader
+        from memindex.pipeline.store.reader import open_reader
 
         r = open_reader(self.agent.settings())
         try:
@@ -177,7 +177,7 @@ def test_a_duplicate_delta_is_applied_once(agent):
     s = Sess(agent, delta_messages=2)
     s.append(msg("user", "kestrel a") + msg("user", "kestrel b"))
     row = s.extra()
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     r = open_reader(agent.settings())
     try:
@@ -240,7 +240,7 @@ def test_appended_chunks_get_vectors(agent):
         fh.write(msg("user", "ospreys nest on the pylon") + msg("assistant", "osprey nest noted"))
     assert check_sessions(agent.ctx) == 1
     assert embedded.wait_idle(timeout=30)
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     r = open_reader(agent.settings())
     try:

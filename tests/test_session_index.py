@@ -14,7 +14,7 @@ from memindex.pipeline.search.get import MemoryGetError, memory_get
 from memindex.pipeline.search.engine import MemorySearch
 from memindex.pipeline.index.sessions import discover_sessions, parse_extra
 from memindex.pipeline.status import source_scan, format_status, index_status
-from memindex.pipeline.store.core import open_reader
+from memindex.pipeline.store.reader import open_reader
 
 OPT_IN = {"sources": ["memory", "sessions"], "experimental": {"sessionMemory": True}}
 

@@ -6,7 +6,7 @@ import json
 
 import sqlean as sqlite3
 
-from memindex.pipeline.store.core import open_reader
+from memindex.pipeline.store.reader import open_reader
 from memindex.pipeline.store.schema import FTS_AUTOMERGE, META_KEY, SCHEMA_VERSION, fts_ddl
 
 
@@ -108,7 +108,7 @@ def test_a_batch_write_stores_what_file_by_file_writes_store(agent, tmp_path):
 
     from memindex.pipeline.index.records import ChunkRecord, FileRecord
     from memindex.pipeline.store import db
-    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.writer import StoreWriter
 
     def rec(path: str, *texts: str) -> FileRecord:
         return FileRecord("memory", path, f"/x/{path}", "h-" + "-".join(texts), 1, 1, "markdown", None,
@@ -157,7 +157,8 @@ def test_opening_the_store_never_drops_the_locks_that_keep_its_wal(agent):
     import subprocess
     import sys
 
-    from memindex.pipeline.store.core import StoreReader, StoreWriter
+    from memindex.pipeline.store.reader import StoreReader
+    from memindex.pipeline.store.writer import StoreWriter
 
     agent.write("memory/a.md", "the heron flies over the quarry\n")
     agent.index()
@@ -192,7 +193,7 @@ def test_vectors_served_from_the_cache_still_fix_the_generations_dims(tmp_path):
     from memindex.pipeline.index.fingerprint import EmbeddingIdentity
     from memindex.pipeline.index.records import ChunkRecord, FileRecord
     from memindex.pipeline.store import db
-    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.writer import StoreWriter
 
     def rec(path: str, dims: int, ident: EmbeddingIdentity) -> FileRecord:
         vec = (np.ones(dims, dtype=np.float32) / np.sqrt(dims)).tolist()

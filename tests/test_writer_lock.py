@@ -15,7 +15,7 @@ from tests.conftest import REPO, run_cli, wait_for
 HOLD = """
 import sys, time
 from memindex.pipeline.store.locks import set_process_label
-from memindex.pipeline.store.core import StoreWriter
+from memindex.pipeline.store.writer import StoreWriter
 set_process_label("memindex-test-holder")
 w = StoreWriter(sys.argv[1], vector_enabled=False)
 print("held", flush=True)
@@ -33,7 +33,7 @@ def _hold(store, seconds: float) -> subprocess.Popen:
 
 
 def test_a_writer_waits_for_another_process_and_says_which(agent, caplog):
-    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.writer import StoreWriter
 
     agent.write("memory/a.md", "the heron flies over the quarry\n")
     agent.index()
@@ -55,7 +55,7 @@ def test_a_writer_waits_for_another_process_and_says_which(agent, caplog):
 
 def test_a_writer_gives_up_after_its_wait_with_the_holders_name(agent):
     from memindex.pipeline.errors import StoreError
-    from memindex.pipeline.store.core import StoreWriter
+    from memindex.pipeline.store.writer import StoreWriter
 
     agent.write("memory/a.md", "kumquat\n")
     agent.index()

@@ -211,7 +211,7 @@ class PendingCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         from memindex.pipeline.config.agents import settings_for
-        from memindex.pipeline.store.core import open_reader
+        from memindex.pipeline.store.reader import open_reader
 
         pending = GaugeMetricFamily("memindex_files_pending", "Files announced by a sync, not yet written.",
                                     labels=["agent"])

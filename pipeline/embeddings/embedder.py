@@ -23,7 +23,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.failures import SUMMARISED
 from memindex.pipeline.config.agents import PerSettings
-from memindex.pipeline.store.core import StoreReader, open_reader
+from memindex.pipeline.store.reader import StoreReader, open_reader
 from memindex.pipeline.embeddings.base import ProviderUnavailable
 from memindex.pipeline.embeddings.breaker import CircuitBreaker, SharedOpen
 from memindex.pipeline.errors import FallbackSwitched, ProviderError

@@ -28,9 +28,9 @@ from memindex.pipeline.index.workspace import (
     resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
-from memindex.pipeline.store.core import (
-    FileKey, StoreReader, StoreState, check_writable, disk_full, open_reader, quarantine, store_full,
-)
+from memindex.pipeline.store.core import FileKey, StoreState
+from memindex.pipeline.store.health import check_writable, disk_full, quarantine, store_full
+from memindex.pipeline.store.reader import StoreReader, open_reader
 
 log = logging.getLogger("memindex.sync")
 

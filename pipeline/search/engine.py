@@ -27,7 +27,7 @@ from memindex.pipeline.search.ranking import (
 )
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.search.snippet import centred_snippet
-from memindex.pipeline.store.core import ReadSnapshot, StoreReader, open_reader
+from memindex.pipeline.store.reader import ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.schema import vec_dims_key
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero

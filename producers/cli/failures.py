@@ -42,7 +42,7 @@ def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
     """Files the index holds nothing of (binary, too large, an undecodable name), in all and among
     those written since ``since_ms``: the ``index`` line says how many, so that a clean-looking run
     does not hide them, and does not count this run's among the files it indexed."""
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings)
     try:
@@ -58,7 +58,7 @@ def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
 def unwritten_files(settings: Any, failures: dict[str, dict[str, Any]], since_ms: int) -> int:
     """How many of the files that failed since ``since_ms`` were not written at all (no row since:
     a full disk rolled their writes back), as opposed to written keyword-only."""
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     paths = [p for g in failures.values() for p in g.get("paths", [])]
     if not paths:

@@ -335,7 +335,7 @@ def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, A
     # Files a sync already queued (pending in the store) are said as pending, not as changes that
     # `memindex index` must take (on Redis, while the workers indexed them, it said just that).
     from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.store.core import open_reader
+    from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings_for(_ctx(args, agent)))
     try:
