@@ -36,7 +36,13 @@ def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None 
     settings = settings or settings_for(ctx)
     if not settings.enabled:
         return False
-    return send_once(settings.store_path, lambda: request_sync(ctx, reason=reason))
+    sent = send_once(settings.store_path, lambda: request_sync(ctx, reason=reason))
+    # Redis answered: ends an outage this process's logs were counting (a server has no heartbeat,
+    # and said "redis still unreachable after 150 s" of an outage seconds old).
+    from memindex.workers.logs import redis_answered
+
+    redis_answered()
+    return sent
 
 
 @checked_call("on_session_start")

@@ -814,6 +814,45 @@ def test_library_calls_that_enqueue_raise_the_error_root_when_redis_is_down(agen
         assert "hunter2" not in line
 
 
+def test_a_search_that_cannot_schedule_its_sync_says_so_once_not_per_search(agent, caplog) -> None:
+    """helper-68: `serve` with Redis down logged "could not schedule a search sync" on every search
+    (~400 lines in 25 s). Now once, then once a minute while it lasts, and a line when it works again."""
+    import logging
+
+    import memindex
+
+    agent.write("memory/a.md", "kiwi notes\n")
+    agent.memory_config({"provider": "none", "sync": {"onSessionStart": False}})  # one schedule per search
+    agent.index()
+    down = {"on": True}
+    calls: list[str] = []
+
+    def schedule(settings, reason):
+        calls.append(reason)
+        if down["on"]:
+            raise memindex.BrokerUnavailable("cannot reach the broker at redis://127.0.0.1:1/0")
+
+    caplog.set_level(logging.DEBUG, logger="memindex.search")
+    with memindex.open_search(agent.settings(), schedule_sync=schedule) as engine:
+        def settle(n: int) -> None:
+            deadline = time.monotonic() + 10
+            while len(calls) < n and time.monotonic() < deadline:
+                time.sleep(0.01)
+            while engine._scheduling and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        for i in range(1, 21):
+            assert engine.search("kiwi").results
+            settle(i)
+        down["on"] = False
+        engine.search("kiwi")
+        settle(21)
+    said = [r for r in caplog.records if r.levelno >= logging.INFO and "schedul" in r.getMessage()]
+    assert calls == ["search"] * 21, calls
+    assert [r.levelno for r in said] == [logging.WARNING, logging.INFO], [r.getMessage() for r in said]
+    assert "said again every 60 s" in said[0].getMessage() and "scheduled again" in said[1].getMessage()
+
+
 def test_status_reads_the_store_while_the_broker_is_down(agent) -> None:
     agent.write("memory/a.md", "kiwi notes\n")
     agent.index()

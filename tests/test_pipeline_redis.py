@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -443,3 +444,40 @@ def test_index_queues_again_what_another_plan_queued_but_never_wrote(tmp_path, r
         assert pending_files(a.settings()) == 0 and _indexed(a) == 10
     finally:
         _kill(writer)
+
+
+def test_a_search_never_waits_for_the_deployments_embedding_slot(agent, redis_server):
+    """helper-68: a compute worker embedding with the local model holds the deployment's one `local`
+    slot in Redis; a server's search waited for it up to the local query timeout (60 s: 15-20 s
+    stalls seen in a soak), and every other search of that server waited behind it. A query
+    embedding now takes a slot of its own process only."""
+    from tests.conftest import GGUF
+
+    agent.write("memory/a.md", "the heron nests by the quarry\n")
+    agent.memory_config({"provider": "local", "local": {"modelPath": str(GGUF)}})
+    agent.index()  # embedded: no Redis needed to build the index
+    script = textwrap.dedent('''
+        import os, sys, time
+        import redis
+        import memindex
+        import memindex.workers.broker  # a server on Redis: the deployment-wide limiter is installed
+        from memindex.pipeline.embeddings.limiter import make_limiter
+        from memindex.workers.limits import RedisConcurrencyLimiter
+
+        assert isinstance(make_limiter(4), RedisConcurrencyLimiter)
+        client = redis.Redis.from_url(os.environ["MEMINDEX_BROKER_URL"])
+        now_ms = int(client.time()[0]) * 1000
+        client.zadd("memindex:embed-slots:local", {"a-compute-worker": now_ms + 120_000})
+        settings = memindex.load_settings(memindex.Context("main", workspace=os.environ["T_WS"]))
+        with memindex.open_search(settings) as engine:
+            started = time.monotonic()
+            resp = engine.search("where does the heron nest")
+            took = time.monotonic() - started
+        print(resp.mode, round(took, 1), resp.results[0].path if resp.results else None)
+    ''')
+    env = {**agent.env(broker_url=redis_server.url), "T_WS": str(agent.workspace), "MEMINDEX_RESIDENT": "off"}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    mode, took, path = r.stdout.split()
+    assert mode == "hybrid" and path == "memory/a.md", r.stdout
+    assert float(took) < 30, r.stdout  # the slot is held for 120 s; the local query timeout is 60 s

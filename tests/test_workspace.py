@@ -5,7 +5,11 @@ import pytest
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context, resolve_agent
-from memindex.pipeline.index.workspace import discover
+from memindex.pipeline.index.workspace import iter_discover
+
+
+def discover(settings, **kw):
+    return list(iter_discover(settings, **kw))
 
 
 def _settings(tmp_path, ws, extra=()):

@@ -77,6 +77,12 @@ class EmbeddingService:
     ) -> None:
         self.choice = choice
         self.limiter = limiter or default_limiter()
+        # A search's query embedding takes a slot of this process only, never the deployment-wide
+        # one the queue layer may install for indexing: behind a compute worker's batch of the local
+        # model (one slot for the whole deployment) every search of a server waited up to the query
+        # timeout (60 s for local), and an agent's first search decided whether queries needed Redis.
+        # One small request per search; the provider's per-process cap (local: its model's lock) holds.
+        self.query_limiter: Limiter = default_limiter()
         self.retry = retry or RetryPolicy()
         self.normalize = normalize
         self._lock = threading.Lock()
@@ -224,7 +230,8 @@ class EmbeddingService:
             attempts += 1
             if attempts > 1:
                 observe.hooks.embedding_retry(provider.id)
-            with self.limiter.acquire(provider.id), observe.embedding_request(provider.id):
+            limiter = self.query_limiter if query else self.limiter
+            with limiter.acquire(provider.id), observe.embedding_request(provider.id):
                 vecs = _query_vectors(provider, texts[0]) if query else provider.embed_documents(texts)
             dims = validate_vectors(vecs, expected_count=len(texts), expected_dims=None if any_size else provider.dims,
                                     provider_id=provider.id)

@@ -36,6 +36,8 @@ from memindex.pipeline.errors import ProviderError, UsageError, checked_call, re
 log = logging.getLogger("memindex.search")
 
 MAX_CANDIDATES = 200
+# How often a search that cannot schedule its sync (a broker down) says so again while it lasts.
+SCHEDULE_FAILURE_REPORT_S = 60.0
 # With sqlite-vec, generations from this many chunks are searched in an in-memory
 # mirror (vec0's scalar scan costs ~0.42 us per 384-dim vector), unless the mirror
 # would exceed the byte cap (100k x 1536 dims would): then vec0 it is.
@@ -241,6 +243,7 @@ class MemorySearch(AsyncSearch):
         self._warm_sessions: set[str] = set()
         self._lock = threading.Lock()
         self._scheduling = False
+        self._schedule_failing: list[float] = []  # [since, last said, lines held back] while it fails
         self._mirror = VectorMirror(settings.store_path)
         self._fts_budget = FtsBudget()
         self._visible: Callable[[str, str], bool] | None = None
@@ -280,12 +283,34 @@ class MemorySearch(AsyncSearch):
             try:
                 self.schedule_sync(self.settings, reason)  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - scheduling must never break a search
-                log.warning("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
+                self._schedule_failed(reason, exc)
+            else:
+                if self._schedule_failing:
+                    log.info("search syncs for %s are scheduled again (after %.0f s)", self.settings.agent_id,
+                             time.monotonic() - self._schedule_failing[0])
+                    self._schedule_failing = []
             finally:
                 with self._lock:
                     self._scheduling = False
 
         threading.Thread(target=run, name=f"memindex-schedule-{self.settings.agent_id}", daemon=True).start()
+
+    def _schedule_failed(self, reason: str, exc: Exception) -> None:
+        """Said once, then once every SCHEDULE_FAILURE_REPORT_S while it lasts: a server whose broker
+        is down failed to schedule on every search (~400 lines in 25 s), burying the rest."""
+        now = time.monotonic()
+        failing = self._schedule_failing
+        if not failing:
+            self._schedule_failing = [now, now, 0]
+            log.warning("could not schedule a %s sync for %s: %s (said again every %.0f s while it lasts)",
+                        reason, self.settings.agent_id, exc, SCHEDULE_FAILURE_REPORT_S)
+        elif now - failing[1] >= SCHEDULE_FAILURE_REPORT_S:
+            log.warning("still cannot schedule syncs for %s after %.0f s (%d attempt(s) not logged): %s",
+                        self.settings.agent_id, now - failing[0], failing[2], exc)
+            failing[1], failing[2] = now, 0
+        else:
+            failing[2] += 1
+            log.debug("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
 
     # -- search -------------------------------------------------------------------
     @checked_call("search")
