@@ -853,6 +853,46 @@ def test_a_search_that_cannot_schedule_its_sync_says_so_once_not_per_search(agen
     assert "said again every 60 s" in said[0].getMessage() and "scheduled again" in said[1].getMessage()
 
 
+def test_a_second_outage_is_announced_as_new_for_an_agent_not_searched_between(agent, caplog) -> None:
+    """helper-72: each engine kept its failing state until its own schedule worked, so an agent not
+    searched between two outages counted the second from the first one's start ("still cannot
+    schedule ... after 64 s" for an outage 2 s old). A schedule that works anywhere ends it."""
+    import logging
+
+    import memindex
+
+    agent.write("memory/a.md", "kiwi notes\n")
+    agent.memory_config({"provider": "none", "sync": {"onSessionStart": False}})
+    agent.index()
+    down = {"on": True}
+
+    def schedule(settings, reason):
+        if down["on"]:
+            raise memindex.BrokerUnavailable("cannot reach the broker")
+
+    def search(engine) -> None:
+        engine.search("kiwi")
+        deadline = time.monotonic() + 10
+        while engine._scheduling and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    caplog.set_level(logging.INFO, logger="memindex.search")
+    with memindex.open_search(agent.settings(), schedule_sync=schedule) as main, \
+            memindex.open_search(agent.settings(), schedule_sync=schedule) as ops:
+        search(main), search(ops)  # outage 1: each says it once
+        down["on"] = False
+        search(main)  # scheduled again: the outage is over for the process
+        down["on"] = True
+        search(ops)  # outage 2, ops's first search since outage 1: a new outage
+        down["on"] = False
+        search(ops)
+    lines = [r.getMessage() for r in caplog.records if "schedul" in r.getMessage()]
+    assert [ln.split(" sync")[0] for ln in lines] == [
+        "could not schedule a search", "could not schedule a search", "search", "could not schedule a search",
+        "search"], lines
+    assert all("still cannot" not in ln for ln in lines) and lines[-1].endswith("(after 0 s)"), lines
+
+
 def test_status_reads_the_store_while_the_broker_is_down(agent) -> None:
     agent.write("memory/a.md", "kiwi notes\n")
     agent.index()

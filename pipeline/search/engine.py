@@ -38,6 +38,7 @@ log = logging.getLogger("memindex.search")
 MAX_CANDIDATES = 200
 # How often a search that cannot schedule its sync (a broker down) says so again while it lasts.
 SCHEDULE_FAILURE_REPORT_S = 60.0
+_schedule_ok_at = float("-inf")  # when any engine of this process last scheduled a sync (monotonic)
 # With sqlite-vec, generations from this many chunks are searched in an in-memory
 # mirror (vec0's scalar scan costs ~0.42 us per 384-dim vector), unless the mirror
 # would exceed the byte cap (100k x 1536 dims would): then vec0 it is.
@@ -243,7 +244,7 @@ class MemorySearch(AsyncSearch):
         self._warm_sessions: set[str] = set()
         self._lock = threading.Lock()
         self._scheduling = False
-        self._schedule_failing: list[float] = []  # [since, last said, lines held back] while it fails
+        self._schedule_failing: list[float] = []  # [since, last said, held back, last failure] while it fails
         self._mirror = VectorMirror(settings.store_path)
         self._fts_budget = FtsBudget()
         self._visible: Callable[[str, str], bool] | None = None
@@ -285,10 +286,13 @@ class MemorySearch(AsyncSearch):
             except Exception as exc:  # noqa: BLE001 - scheduling must never break a search
                 self._schedule_failed(reason, exc)
             else:
-                if self._schedule_failing:
+                global _schedule_ok_at
+                now = time.monotonic()
+                if self._schedule_failing and not self._outage_ended_elsewhere():
                     log.info("search syncs for %s are scheduled again (after %.0f s)", self.settings.agent_id,
-                             time.monotonic() - self._schedule_failing[0])
-                    self._schedule_failing = []
+                             now - self._schedule_failing[0])
+                self._schedule_failing = []
+                _schedule_ok_at = now
             finally:
                 with self._lock:
                     self._scheduling = False
@@ -300,17 +304,24 @@ class MemorySearch(AsyncSearch):
         is down failed to schedule on every search (~400 lines in 25 s), burying the rest."""
         now = time.monotonic()
         failing = self._schedule_failing
-        if not failing:
-            self._schedule_failing = [now, now, 0]
+        if not failing or self._outage_ended_elsewhere():
+            self._schedule_failing = [now, now, 0, now]
             log.warning("could not schedule a %s sync for %s: %s (said again every %.0f s while it lasts)",
                         reason, self.settings.agent_id, exc, SCHEDULE_FAILURE_REPORT_S)
         elif now - failing[1] >= SCHEDULE_FAILURE_REPORT_S:
             log.warning("still cannot schedule syncs for %s after %.0f s (%d attempt(s) not logged): %s",
                         self.settings.agent_id, now - failing[0], failing[2], exc)
-            failing[1], failing[2] = now, 0
+            failing[1], failing[2], failing[3] = now, 0, now
         else:
             failing[2] += 1
+            failing[3] = now
             log.debug("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
+
+    def _outage_ended_elsewhere(self) -> bool:
+        """Another engine of this process scheduled a sync after this one last failed: the outage this
+        one counted is over (an agent not searched between two outages counted the second from the
+        first one's start, and announced its end with the first one's length)."""
+        return bool(self._schedule_failing) and _schedule_ok_at > self._schedule_failing[3]
 
     # -- search -------------------------------------------------------------------
     @checked_call("search")
