@@ -919,12 +919,31 @@ def test_a_local_model_that_cannot_be_fetched_points_at_its_model_path_not_a_bas
     from memindex.pipeline.embeddings.hints import failure_hint
     from memindex.pipeline.store.db import load_vector_extension
 
-    why = "local: download of https://huggingface.co/x/y.gguf interrupted: ConnectError: [Errno -2] Name or service not known"
+    why = "local: cannot reach huggingface.co to download the model (ConnectError: [Errno -2] Name or service not known)"
     hint = failure_hint(why, "local")
     assert "memorySearch.local.modelPath" in hint and "baseUrl" not in hint
     assert "baseUrl" in failure_hint("openai: connect failed", "openai")
     err = load_vector_extension(sqlite3.connect(":memory:"), str(tmp_path / "vec0.so"))
     assert err == f"store.vector.extensionPath {tmp_path / 'vec0.so'}: no such file"
+
+
+def test_a_model_host_that_cannot_be_reached_is_one_attempt_not_a_resume_loop(tmp_path, caplog):
+    """helper-72: offline, each download attempt said "model download interrupted, resuming" (18 lines
+    for one index) though nothing was downloaded. A connect failure is now ProviderUnreachable, at once."""
+    import logging
+    import socket
+
+    from memindex.pipeline.embeddings.base import ProviderUnreachable
+    from memindex.pipeline.embeddings.providers.hf_download import ensure_model_file
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    caplog.set_level(logging.INFO, logger="memindex")
+    with pytest.raises(ProviderUnreachable, match=f"cannot reach 127.0.0.1:{port} to download the model"):
+        ensure_model_file("hf:o/r/m.gguf", tmp_path, hf_base_url=f"http://127.0.0.1:{port}", attempts=3)
+    assert not any("resuming" in r.getMessage() for r in caplog.records)
+    assert sum("downloading" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_a_size_is_learnt_only_off_the_models_own_endpoint_or_configured_size():

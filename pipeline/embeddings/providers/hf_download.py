@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlparse
 
-from memindex.pipeline.embeddings.base import ProviderError, ProviderTransientError
+from memindex.pipeline.embeddings.base import ProviderError, ProviderTransientError, ProviderUnreachable
 from memindex.pipeline.store.locks import file_lock
 
 if TYPE_CHECKING:  # httpx is imported where a download happens, not at CLI start-up
@@ -87,6 +87,8 @@ def ensure_model_file(
         for _ in range(max(1, attempts)):
             try:
                 return download_with_resume(url, dest, headers=headers, timeout=timeout)
+            except ProviderUnreachable:
+                raise  # nothing was downloaded, so nothing resumes (offline: no host); the caller's retry decides
             except ProviderTransientError as exc:  # keep the .part and resume
                 last = exc
                 log.warning("local: model download interrupted, resuming: %s", exc)
@@ -133,6 +135,9 @@ def download_with_resume(
                     # Unbuffered iteration: whatever arrived before a drop is on disk for the resume.
                     for chunk in resp.iter_bytes():
                         fh.write(chunk)
+    except httpx.ConnectError as exc:  # no such host, refused: not an interrupted download
+        raise ProviderUnreachable(f"local: cannot reach {urlparse(url).netloc} to download the model "
+                                  f"({type(exc).__name__}: {exc})") from None
     except httpx.TransportError as exc:
         raise ProviderTransientError(f"local: download of {url} interrupted: {type(exc).__name__}: {exc}") from None
     finally:
