@@ -187,10 +187,18 @@ def flush_decision(
 def load_session_entry(sessions_json_path: Path, session_key: str) -> dict[str, Any] | None:
     """The session's entry in OpenClaw's ``sessions.json`` (what ``flush_decision`` reads), or None."""
     require("session_key", session_key, str)
+    return _entry(_read_sessions(Path(sessions_json_path)), session_key)
+
+
+def _read_sessions(path: Path) -> Any:
+    """The parsed ``sessions.json``; None when there is none."""
     try:
-        store = json.loads(Path(sessions_json_path).read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+
+
+def _entry(store: Any, session_key: str) -> dict[str, Any] | None:
     entry = store.get(session_key) if isinstance(store, dict) else None
     return entry if isinstance(entry, dict) else None
 
@@ -234,12 +242,9 @@ def mark_flushed(
     """
     require("session_key", session_key, str)
     path = Path(sessions_json_path)
-    try:
-        store = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        store = None
-    entry = store.get(session_key) if isinstance(store, dict) else None
-    if not isinstance(entry, dict):
+    store = _read_sessions(path)
+    entry = _entry(store, session_key)
+    if entry is None:
         raise UsageError(f"mark_flushed(): session {session_key!r} has no entry in {path}, "
                          "so no flush should have run for it")
     current = _count(entry, FIELD_COMPACTION_COUNT) or 0

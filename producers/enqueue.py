@@ -39,7 +39,9 @@ def broker_errors() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if type(exc).__module__.split(".")[0] != "redis":
+        from memindex.workers.logs import is_redis_error
+
+        if not is_redis_error(exc):
             raise
         from memindex.workers.broker import broker_error_line
 

@@ -171,6 +171,12 @@ def _outage_kind(record: logging.LogRecord, exc: BaseException | None) -> str:
     return OOM if out_of_memory(exc) or _OOM_TEXT in record.getMessage() else UNREACHABLE
 
 
+def is_redis_error(exc: BaseException) -> bool:
+    """Any error of redis-py (unreachable, refused credentials, out of memory, ...), told by its
+    module so that asking imports neither redis nor dramatiq."""
+    return type(exc).__module__.split(".")[0] == "redis"
+
+
 def is_redis_down(exc: BaseException | None) -> bool:
     if exc is None:
         return False

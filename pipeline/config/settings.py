@@ -706,7 +706,7 @@ def resolve_agent(
             _refuse_shared_store(cfg, agent_id, store_path, state_dir, env,
                                  f"{agent_key if 'store' in agent_ms else base_key}.store.path")
     else:
-        store_path = inside(state_dir / "memory", state_dir / "memory" / f"{agent_id}.sqlite", "--agent")
+        store_path = inside(state_dir / "memory", _default_store_path(state_dir, agent_id), "--agent")
 
     providers = _subtree(_subtree(cfg, "models", "models"), "providers", "models.providers")
     # SecretRefs of the providers memindex can embed with; other providers are none of our business.
@@ -725,6 +725,11 @@ def resolve_agent(
         memory_flush=flush,
         config_path=config_path,
     )
+
+
+def _default_store_path(state_dir: Path, agent_id: str) -> Path:
+    """An agent's store when ``store.path`` is unset: ``<state>/memory/<agentId>.sqlite``."""
+    return state_dir / "memory" / f"{agent_id}.sqlite"
 
 
 def _custom_store_path(raw: str, agent_id: str, state_dir: Path, env: Mapping[str, str]) -> Path:
@@ -751,7 +756,7 @@ def _refuse_shared_store(cfg: Mapping[str, Any], agent_id: str, store_path: Path
             continue
         # An agent with no store.path has the default one: `a` at memory/b.sqlite was b's store too.
         theirs = (_custom_store_path(raw, other, state_dir, env) if isinstance(raw, str) and raw.strip()
-                  else Path(os.path.normpath(state_dir / "memory" / f"{other}.sqlite")))
+                  else Path(os.path.normpath(_default_store_path(state_dir, other))))
         if theirs == store_path:
             raise ConfigError(key, f"agents {agent_id!r} and {other!r} would share the store {store_path}; "
                                    "one SQLite file per agent: put {agentId} in the path")

@@ -39,6 +39,7 @@ MAX_CANDIDATES = 200
 # How often a search that cannot schedule its sync (a broker down) says so again while it lasts.
 SCHEDULE_FAILURE_REPORT_S = 60.0
 _schedule_ok_at = float("-inf")  # when any engine of this process last scheduled a sync (monotonic)
+
 # With sqlite-vec, generations from this many chunks are searched in an in-memory
 # mirror (vec0's scalar scan costs ~0.42 us per 384-dim vector), unless the mirror
 # would exceed the byte cap (100k x 1536 dims would): then vec0 it is.
@@ -46,6 +47,16 @@ MIRROR_MIN_ROWS = 10_000
 MIRROR_MAX_BYTES = 400 * 2**20
 
 ScheduleSync = Callable[[AgentSettings, str], None]
+
+
+@dataclass
+class _Failing:
+    """An engine's sync scheduling while it fails (monotonic times)."""
+
+    since: float  # the first failure
+    said: float  # the last failure logged at WARNING
+    last: float  # the last failure
+    held: int = 0  # failures since ``said`` logged at DEBUG only
 
 
 @dataclass
@@ -244,7 +255,7 @@ class MemorySearch(AsyncSearch):
         self._warm_sessions: set[str] = set()
         self._lock = threading.Lock()
         self._scheduling = False
-        self._schedule_failing: list[float] = []  # [since, last said, held back, last failure] while it fails
+        self._schedule_failing: _Failing | None = None  # while scheduling fails
         self._mirror = VectorMirror(settings.store_path)
         self._fts_budget = FtsBudget()
         self._visible: Callable[[str, str], bool] | None = None
@@ -290,8 +301,8 @@ class MemorySearch(AsyncSearch):
                 now = time.monotonic()
                 if self._schedule_failing and not self._outage_ended_elsewhere():
                     log.info("search syncs for %s are scheduled again (after %.0f s)", self.settings.agent_id,
-                             now - self._schedule_failing[0])
-                self._schedule_failing = []
+                             now - self._schedule_failing.since)
+                self._schedule_failing = None
                 _schedule_ok_at = now
             finally:
                 with self._lock:
@@ -304,24 +315,25 @@ class MemorySearch(AsyncSearch):
         is down failed to schedule on every search (~400 lines in 25 s), burying the rest."""
         now = time.monotonic()
         failing = self._schedule_failing
-        if not failing or self._outage_ended_elsewhere():
-            self._schedule_failing = [now, now, 0, now]
+        if failing is None or self._outage_ended_elsewhere():
+            self._schedule_failing = _Failing(since=now, said=now, last=now)
             log.warning("could not schedule a %s sync for %s: %s (said again every %.0f s while it lasts)",
                         reason, self.settings.agent_id, exc, SCHEDULE_FAILURE_REPORT_S)
-        elif now - failing[1] >= SCHEDULE_FAILURE_REPORT_S:
+            return
+        failing.last = now
+        if now - failing.said >= SCHEDULE_FAILURE_REPORT_S:
             log.warning("still cannot schedule syncs for %s after %.0f s (%d attempt(s) not logged): %s",
-                        self.settings.agent_id, now - failing[0], failing[2], exc)
-            failing[1], failing[2], failing[3] = now, 0, now
+                        self.settings.agent_id, now - failing.since, failing.held, exc)
+            failing.said, failing.held = now, 0
         else:
-            failing[2] += 1
-            failing[3] = now
+            failing.held += 1
             log.debug("could not schedule a %s sync for %s: %s", reason, self.settings.agent_id, exc)
 
     def _outage_ended_elsewhere(self) -> bool:
         """Another engine of this process scheduled a sync after this one last failed: the outage this
         one counted is over (an agent not searched between two outages counted the second from the
         first one's start, and announced its end with the first one's length)."""
-        return bool(self._schedule_failing) and _schedule_ok_at > self._schedule_failing[3]
+        return self._schedule_failing is not None and _schedule_ok_at > self._schedule_failing.last
 
     # -- search -------------------------------------------------------------------
     @checked_call("search")

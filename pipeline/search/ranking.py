@@ -22,8 +22,6 @@ from typing import NamedTuple
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, keys_in, script_family
 
-DEFAULT_VECTOR_WEIGHT = D.VECTOR_WEIGHT
-DEFAULT_TEXT_WEIGHT = D.TEXT_WEIGHT
 SECONDS_PER_DAY = 86400.0
 # fusion "calibrated", both arms running: the share of a chunk's score that comes from its
 # cosine relative to the query's best. Measured on the LoCoMo dev split with the local MiniLM
@@ -112,7 +110,7 @@ def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, 
     vw, tw = _clamp01(vector_weight), _clamp01(text_weight)
     total = vw + tw
     if total <= 0:
-        return DEFAULT_VECTOR_WEIGHT, DEFAULT_TEXT_WEIGHT
+        return D.VECTOR_WEIGHT, D.TEXT_WEIGHT
     return vw / total, tw / total
 
 
@@ -125,7 +123,7 @@ def calibrated_vector_share(vw: float, tw: float) -> float:
         return 1.0
     if vw <= 0:
         return 0.0
-    odds = (vw / tw) / (DEFAULT_VECTOR_WEIGHT / DEFAULT_TEXT_WEIGHT) * (
+    odds = (vw / tw) / (D.VECTOR_WEIGHT / D.TEXT_WEIGHT) * (
         CALIBRATED_VECTOR_SHARE / (1 - CALIBRATED_VECTOR_SHARE))
     return odds / (1 + odds)
 
@@ -534,8 +532,8 @@ def rank_pipeline(
     vector_hits: list[Candidate],
     text_hits: list[Candidate],
     *,
-    vector_weight: float = DEFAULT_VECTOR_WEIGHT,
-    text_weight: float = DEFAULT_TEXT_WEIGHT,
+    vector_weight: float = D.VECTOR_WEIGHT,
+    text_weight: float = D.TEXT_WEIGHT,
     min_score: float = D.MIN_SCORE,
     max_results: int = D.MAX_RESULTS,
     temporal_decay: bool = False,

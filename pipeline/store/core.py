@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import time
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
@@ -23,8 +21,6 @@ from memindex.pipeline.store.schema import (
     META_KEY,
     files_table,
 )
-
-log = logging.getLogger("memindex.store")
 
 FileKey = tuple[str, str]  # (source, path)
 
@@ -41,10 +37,6 @@ def chunk_id(source: str, path: str, seq: int, start: int, end: int, chunk_hash:
     the same lines and text (pieces of one long line repeating itself) still differ."""
     return hashlib.sha256(
         f"{source}:{path}:{seq}:{start}:{end}:{chunk_hash}:{model}".encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class IndexedFile(NamedTuple):

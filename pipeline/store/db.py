@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 try:  # pragma: no cover - import choice depends on the environment
@@ -35,6 +36,11 @@ READER_MMAP_BYTES = 1 << 30
 READER_CACHE_KIB = 32 * 1024
 # FTS5's contentless_delete=1 (a contentless table that still deletes by rowid) needs 3.43.
 CONTENTLESS_DELETE = sqlite3.sqlite_version_info >= (3, 43, 0)
+
+
+def now_ms() -> int:
+    """A timestamp as the store writes it: milliseconds since the epoch."""
+    return int(time.time() * 1000)
 
 
 def connect(path: Path | str, *, readonly: bool = False) -> Connection:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 
 from memindex.pipeline.display import printable
@@ -129,7 +128,7 @@ def check_writable(path: Path | str) -> None:
 def quarantine(path: Path | str) -> Path:
     """Move a damaged store (and its WAL/SHM) aside as ``<store>.corrupt-<ms>``; the next writer
     starts a fresh one. The Markdown on disk is the source of truth; only the embedding cache is lost."""
-    dest = Path(f"{path}.corrupt-{int(time.time() * 1000)}")
+    dest = Path(f"{path}.corrupt-{db.now_ms()}")
     for suffix in ("", "-wal", "-shm"):
         try:
             os.replace(f"{path}{suffix}", f"{dest}{suffix}")

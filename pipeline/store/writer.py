@@ -19,7 +19,6 @@ from memindex.pipeline.store.core import (
     FileKey,
     StoreState,
     chunk_id,
-    now_ms,
     read_state,
     run_script,
     table_exists,
@@ -486,7 +485,7 @@ class StoreWriter:
             )
             for source, path in deletes:
                 self._delete_file(gen, source, path)
-            self._set_meta("last_sync_at", str(now_ms()))
+            self._set_meta("last_sync_at", str(db.now_ms()))
         self.maybe_promote(gen)
         return role
 
@@ -677,7 +676,7 @@ class StoreWriter:
                 self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", part)
             self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", part)
         rowid = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {ct}").fetchone()[0]
-        ts = now_ms()
+        ts = db.now_ms()
         vec_ok: dict[int, bool] = {}
         chunk_rows, fts_rows, vec_rows, cache_rows, used_rows, file_rows = [], [], [], [], [], []
         written = 0
@@ -743,7 +742,7 @@ class StoreWriter:
                 "VALUES (?,?,?,?,?,0,?,?) ON CONFLICT(source, path) DO UPDATE SET hash=excluded.hash, "
                 "size=excluded.size, mtime_ns=excluded.mtime_ns, chunks=0, error=excluded.error, "
                 "indexed_at=excluded.indexed_at",
-                (rec.source, rec.path, rec.hash, rec.size, rec.mtime_ns, problem, now_ms()))
+                (rec.source, rec.path, rec.hash, rec.size, rec.mtime_ns, problem, db.now_ms()))
         except UNSTORABLE as exc:  # not even its name can be stored: the log line is all there is
             log.warning("%s: cannot record its problem either (%s); skipped", printable(rec.path), exc)
 
@@ -762,7 +761,7 @@ class StoreWriter:
         vec_ok = False
         if dims:
             vec_ok = self._ensure_vec(gen, int(dims))
-        ts = now_ms()
+        ts = db.now_ms()
         ct, ft, vt = chunks_table(gen), fts_table(gen), vec_table(gen)
         fts_rows, vec_rows, cache_rows = [], [], []
         for seq, ch in enumerate(chunks, start=kept):

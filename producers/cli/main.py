@@ -305,7 +305,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         try:
             jobs = batch_report(settings, limit=50)["jobs"]
         except Exception as exc:  # noqa: BLE001 - Redis down: the store's view is what an operator needs now
-            if type(exc).__module__.split(".")[0] != "redis":
+            from memindex.workers.logs import is_redis_error
+
+            if not is_redis_error(exc):
                 raise
             jobs, report["brokerError"] = None, _one_line_error(exc)
         entries.append(status_entry(report, embedding_probe=probe, index_error=index_error, scan=scan,
@@ -613,7 +615,9 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 def _one_line_error(exc: BaseException) -> str | None:
     """The one line for an error the user can act on (a file they named, the broker); None: a bug."""
-    if type(exc).__module__.split(".")[0] == "redis":  # broker unreachable, hung or refusing
+    from memindex.workers.logs import is_redis_error
+
+    if is_redis_error(exc):  # broker unreachable, hung or refusing
         from memindex.workers.broker import broker_error_line
 
         return broker_error_line(exc)
