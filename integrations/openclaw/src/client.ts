@@ -1,0 +1,200 @@
+// One MCP session with memindex, shared by every tool call of this OpenClaw process: a long-lived
+// `memindex mcp` child over stdio (the default), or a running `memindex mcp --http` endpoint.
+// Every call carries a deadline: a child that never starts, hangs, or dies answers "unavailable"
+// with the reason, never a hung tool call.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+
+export const DEFAULT_COMMAND = "memindex";
+export const DEFAULT_ARGS = ["mcp"];
+// OpenClaw's own memory_search deadline (memory-core's DEFAULT_MEMORY_SEARCH_TIMEOUT_MS).
+export const DEFAULT_TIMEOUT_MS = 30_000;
+// How much of the child's stderr a failure quotes (its last lines say why it exited).
+const STDERR_TAIL_CHARS = 600;
+
+export type PluginConfig = {
+  command: string;
+  args: string[];
+  url?: string;
+  tokenEnv?: string;
+  timeoutMs: number;
+};
+
+export function parsePluginConfig(raw: unknown): PluginConfig {
+  const cfg = raw && typeof raw === "object" && !Array.isArray(raw) ? (raw as Record<string, unknown>) : {};
+  const str = (v: unknown) => (typeof v === "string" && v.trim() ? v.trim() : undefined);
+  const timeout = typeof cfg.timeoutMs === "number" && Number.isFinite(cfg.timeoutMs) && cfg.timeoutMs > 0
+    ? Math.floor(cfg.timeoutMs) : DEFAULT_TIMEOUT_MS;
+  return {
+    command: str(cfg.command) ?? DEFAULT_COMMAND,
+    args: Array.isArray(cfg.args) && cfg.args.every((a) => typeof a === "string") ? (cfg.args as string[]) : DEFAULT_ARGS,
+    url: str(cfg.url),
+    tokenEnv: str(cfg.tokenEnv),
+    timeoutMs: timeout,
+  };
+}
+
+/** Where memindex finds OpenClaw's config: passed as environment, never as secrets on a command line. */
+export type OpenClawPaths = { stateDir?: string; configPath?: string };
+
+/** A call memindex could not answer: `deadline` when it ran out of time. */
+export class MemindexUnavailable extends Error {
+  constructor(message: string, readonly deadline = false) {
+    super(message);
+    this.name = "MemindexUnavailable";
+  }
+}
+
+/** A call memindex answered with a tool error (`isError`): its message, and a failed search's payload. */
+export class MemindexToolError extends Error {
+  constructor(message: string, readonly payload?: Record<string, unknown>) {
+    super(message);
+    this.name = "MemindexToolError";
+  }
+}
+
+export type ToolSchema = { properties: Set<string> };
+
+export class MemindexClient {
+  private client: Client | null = null;
+  private connecting: Promise<Client> | null = null;
+  private stderrTail = "";
+  private exitReason: string | null = null;
+  private schemas = new Map<string, ToolSchema>();
+
+  constructor(readonly config: PluginConfig, private readonly paths: () => OpenClawPaths,
+              private readonly log?: { warn?: (m: string) => void; info?: (m: string) => void }) {}
+
+  /** Starts (or reconnects to) memindex; the gateway service calls it at start, tools on first use. */
+  connect(): Promise<Client> {
+    if (this.client) return Promise.resolve(this.client);
+    if (!this.connecting) {
+      this.connecting = this.open().then((c) => {
+        this.client = c;
+        return c;
+      }).finally(() => {
+        this.connecting = null;
+      });
+    }
+    return this.connecting;
+  }
+
+  describe(): string {
+    return this.config.url ? `memindex at ${this.config.url}` : `\`${[this.config.command, ...this.config.args].join(" ")}\``;
+  }
+
+  private async open(): Promise<Client> {
+    this.stderrTail = "";
+    this.exitReason = null;
+    const transport = this.transport();
+    const client = new Client({ name: "openclaw-memindex", version: "0.1.0" });
+    transport.onclose = () => this.dropped(client, "memindex closed the connection");
+    try {
+      await client.connect(transport);
+      const listed = await client.listTools();
+      this.schemas = new Map(listed.tools.map((t) => [t.name, {
+        properties: new Set(Object.keys((t.inputSchema?.properties ?? {}) as Record<string, unknown>)),
+      }]));
+    } catch (err) {
+      await client.close().catch(() => {});
+      throw new MemindexUnavailable(this.failure(`could not start ${this.describe()}`, err));
+    }
+    this.log?.info?.(`memindex: connected (${this.describe()})`);
+    return client;
+  }
+
+  private transport(): Transport {
+    if (this.config.url) {
+      const token = this.config.tokenEnv ? process.env[this.config.tokenEnv] : undefined;
+      return new StreamableHTTPClientTransport(new URL(this.config.url), {
+        requestInit: token ? { headers: { Authorization: `Bearer ${token}` } } : undefined,
+      });
+    }
+    const { stateDir, configPath } = this.paths();
+    const env: Record<string, string> = { ...getDefaultEnvironment() };
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
+    // memindex reads OpenClaw's own config and state; the gateway's, not a default guessed twice.
+    if (stateDir) env.OPENCLAW_STATE_DIR = stateDir;
+    if (configPath) env.OPENCLAW_CONFIG_PATH = configPath;
+    const stdio = new StdioClientTransport({ command: this.config.command, args: this.config.args, env, stderr: "pipe" });
+    stdio.stderr?.on("data", (chunk: Buffer) => {
+      this.stderrTail = (this.stderrTail + chunk.toString("utf8")).slice(-STDERR_TAIL_CHARS);
+    });
+    stdio.onerror = (err) => {
+      this.exitReason = err.message;
+    };
+    return stdio;
+  }
+
+  private dropped(client: Client, why: string): void {
+    if (this.client === client) {
+      this.client = null;
+      this.log?.warn?.(`memindex: ${this.failure(why)}; the next call restarts it`);
+    }
+  }
+
+  /** "<what>: <error>; stderr: <its last lines>" — the reason a user can act on. */
+  private failure(what: string, err?: unknown): string {
+    const parts = [what];
+    const msg = err instanceof Error ? err.message : err !== undefined ? String(err) : this.exitReason;
+    if (msg) parts.push(msg);
+    const tail = this.stderrTail.trim();
+    if (tail) parts.push(`stderr: ${tail.split("\n").slice(-4).join(" | ")}`);
+    return parts.join(": ");
+  }
+
+  /** Whether memindex's tool `name` takes argument `arg` (e.g. memory_search's `corpus`). */
+  accepts(name: string, arg: string): boolean {
+    return this.schemas.get(name)?.properties.has(arg) ?? false;
+  }
+
+  /** Calls memindex's tool `name`; its structured payload, within `timeoutMs` (connecting included). */
+  async call(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const deadline = this.config.timeoutMs;
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort();
+        reject(new MemindexUnavailable(this.failure(`${this.describe()} did not answer ${name} within ${deadline} ms`), true));
+      }, deadline);
+    });
+    try {
+      return await Promise.race([this.callOnce(name, args, controller.signal), expired]);
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  private async callOnce(name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
+    const client = await this.connect();
+    let result;
+    try {
+      result = await client.callTool({ name, arguments: args }, undefined, { signal, timeout: this.config.timeoutMs });
+    } catch (err) {
+      if (signal.aborted) throw new MemindexUnavailable(this.failure(`${name} was cancelled`), true);
+      throw new MemindexUnavailable(this.failure(`${this.describe()} failed ${name}`, err));
+    }
+    const structured = result.structuredContent as Record<string, unknown> | undefined;
+    const text = Array.isArray(result.content)
+      ? result.content.map((c) => (c && typeof c === "object" && "text" in c ? String(c.text) : "")).join("\n") : "";
+    if (result.isError) throw new MemindexToolError(text || `${name} failed`, structured);
+    if (structured) return structured;
+    try {
+      return JSON.parse(text) as Record<string, unknown>;
+    } catch {
+      throw new MemindexUnavailable(`memindex answered ${name} without a JSON payload: ${text.slice(0, 200)}`);
+    }
+  }
+
+  async close(): Promise<void> {
+    const client = this.client;
+    this.client = null;
+    await client?.close().catch(() => {});
+  }
+}
