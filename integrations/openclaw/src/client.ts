@@ -11,6 +11,9 @@ export const DEFAULT_COMMAND = "memindex";
 export const DEFAULT_ARGS = ["mcp"];
 // OpenClaw's own memory_search deadline (memory-core's DEFAULT_MEMORY_SEARCH_TIMEOUT_MS).
 export const DEFAULT_TIMEOUT_MS = 30_000;
+// How long a starting memindex may take to answer the MCP handshake (a cold Python start on a busy
+// machine takes seconds). Tool calls do not wait for it past their own deadline.
+export const DEFAULT_START_TIMEOUT_MS = 60_000;
 // How much of the child's stderr a failure quotes (its last lines say why it exited).
 const STDERR_TAIL_CHARS = 600;
 
@@ -20,19 +23,20 @@ export type PluginConfig = {
   url?: string;
   tokenEnv?: string;
   timeoutMs: number;
+  startTimeoutMs: number;
 };
 
 export function parsePluginConfig(raw: unknown): PluginConfig {
   const cfg = raw && typeof raw === "object" && !Array.isArray(raw) ? (raw as Record<string, unknown>) : {};
   const str = (v: unknown) => (typeof v === "string" && v.trim() ? v.trim() : undefined);
-  const timeout = typeof cfg.timeoutMs === "number" && Number.isFinite(cfg.timeoutMs) && cfg.timeoutMs > 0
-    ? Math.floor(cfg.timeoutMs) : DEFAULT_TIMEOUT_MS;
+  const ms = (v: unknown, fallback: number) => typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : fallback;
   return {
     command: str(cfg.command) ?? DEFAULT_COMMAND,
     args: Array.isArray(cfg.args) && cfg.args.every((a) => typeof a === "string") ? (cfg.args as string[]) : DEFAULT_ARGS,
     url: str(cfg.url),
     tokenEnv: str(cfg.tokenEnv),
-    timeoutMs: timeout,
+    timeoutMs: ms(cfg.timeoutMs, DEFAULT_TIMEOUT_MS),
+    startTimeoutMs: ms(cfg.startTimeoutMs, DEFAULT_START_TIMEOUT_MS),
   };
 }
 
@@ -91,15 +95,28 @@ export class MemindexClient {
     const transport = this.transport();
     const client = new Client({ name: "openclaw-memindex", version: "0.1.0" });
     transport.onclose = () => this.dropped(client, "memindex closed the connection");
+    // A child that starts but never completes the handshake is closed (killed) at the deadline, so
+    // the next call starts afresh instead of waiting on it forever.
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new MemindexUnavailable(
+        this.failure(`${this.describe()} did not complete the MCP handshake within ${this.config.startTimeoutMs} ms`), true)),
+      this.config.startTimeoutMs);
+    });
     try {
-      await client.connect(transport);
-      const listed = await client.listTools();
-      this.schemas = new Map(listed.tools.map((t) => [t.name, {
-        properties: new Set(Object.keys((t.inputSchema?.properties ?? {}) as Record<string, unknown>)),
-      }]));
+      await Promise.race([(async () => {
+        await client.connect(transport, { timeout: this.config.startTimeoutMs });
+        const listed = await client.listTools(undefined, { timeout: this.config.startTimeoutMs });
+        this.schemas = new Map(listed.tools.map((t) => [t.name, {
+          properties: new Set(Object.keys((t.inputSchema?.properties ?? {}) as Record<string, unknown>)),
+        }]));
+      })(), expired]);
     } catch (err) {
       await client.close().catch(() => {});
+      if (err instanceof MemindexUnavailable) throw err;
       throw new MemindexUnavailable(this.failure(`could not start ${this.describe()}`, err));
+    } finally {
+      clearTimeout(timer);
     }
     this.log?.info?.(`memindex: connected (${this.describe()})`);
     return client;
@@ -150,8 +167,11 @@ export class MemindexClient {
     return this.schemas.get(name)?.properties.has(arg) ?? false;
   }
 
-  /** Calls memindex's tool `name`; its structured payload, within `timeoutMs` (connecting included). */
-  async call(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  /** Calls memindex's tool `name`; its structured payload, within `timeoutMs` (connecting included).
+   *  `optional` arguments are passed only if memindex's schema for the tool lists them (a newer
+   *  OpenClaw argument an older memindex would refuse as unknown). */
+  async call(name: string, args: Record<string, unknown>, signal?: AbortSignal,
+             optional: string[] = []): Promise<Record<string, unknown>> {
     const deadline = this.config.timeoutMs;
     const controller = new AbortController();
     const onAbort = () => controller.abort(signal?.reason);
@@ -164,20 +184,25 @@ export class MemindexClient {
       }, deadline);
     });
     try {
-      return await Promise.race([this.callOnce(name, args, controller.signal), expired]);
+      return await Promise.race([this.callOnce(name, args, controller.signal, optional), expired]);
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
     }
   }
 
-  private async callOnce(name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<Record<string, unknown>> {
+  private async callOnce(name: string, args: Record<string, unknown>, signal: AbortSignal, optional: string[],
+                         retried = false): Promise<Record<string, unknown>> {
     const client = await this.connect();
+    const sent = { ...args };
+    for (const arg of optional) if (!this.accepts(name, arg)) delete sent[arg];
     let result;
     try {
-      result = await client.callTool({ name, arguments: args }, undefined, { signal, timeout: this.config.timeoutMs });
+      result = await client.callTool({ name, arguments: sent }, undefined, { signal, timeout: this.config.timeoutMs });
     } catch (err) {
       if (signal.aborted) throw new MemindexUnavailable(this.failure(`${name} was cancelled`), true);
+      // The session ended under the call (memindex exited): once, on a fresh one (still within the deadline).
+      if (!retried && this.client !== client) return this.callOnce(name, args, signal, optional, true);
       throw new MemindexUnavailable(this.failure(`${this.describe()} failed ${name}`, err));
     }
     const structured = result.structuredContent as Record<string, unknown> | undefined;

@@ -70,6 +70,22 @@ function openclawPaths(api: Api): OpenClawPaths {
   return { stateDir, configPath: process.env.OPENCLAW_CONFIG_PATH };
 }
 
+// OpenClaw may load a plugin more than once in a process (the gateway's registry, then one per tool
+// resolution); every load shares one memindex session per configuration, so one child serves them all.
+const CLIENTS = Symbol.for("memindex.openclaw.clients");
+
+function sharedClient(config: ReturnType<typeof parsePluginConfig>, paths: () => OpenClawPaths, log: Api["logger"]): MemindexClient {
+  const g = globalThis as unknown as Record<symbol, Map<string, MemindexClient> | undefined>;
+  const clients = (g[CLIENTS] ??= new Map());
+  const key = JSON.stringify({ ...config, ...paths() });
+  let client = clients.get(key);
+  if (!client) {
+    client = new MemindexClient(config, paths, log);
+    clients.set(key, client);
+  }
+  return client;
+}
+
 function reasonOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
@@ -77,7 +93,7 @@ function reasonOf(err: unknown): string {
 export function createPlugin(api: Api) {
   const flavor: Flavor = typeof api.registerMemoryCapability === "function" ? "capability" : "split";
   const config = parsePluginConfig(api.pluginConfig);
-  const client = new MemindexClient(config, () => openclawPaths(api), api.logger);
+  const client = sharedClient(config, () => openclawPaths(api), api.logger);
 
   async function search(params: Json, ctx: ToolCtx, signal?: AbortSignal): Promise<Json> {
     const query = params.query;
@@ -89,12 +105,11 @@ export function createPlugin(api: Api) {
     if (minScore !== undefined) args.minScore = minScore;
     if (ctx.agentId) args.agent = ctx.agentId;
     if (ctx.sessionKey) args.sessionKey = ctx.sessionKey;
+    // memindex's memory_search takes `corpus` from the release that added it; an older one would
+    // refuse the unknown argument, so it goes only where memindex's schema lists it.
+    if (typeof params.corpus === "string") args.corpus = params.corpus;
     try {
-      await client.connect();
-      // memindex's memory_search takes `corpus` from the release that added it; before, it would
-      // refuse the unknown argument, so it is passed only when memindex's schema lists it.
-      if (typeof params.corpus === "string" && client.accepts("memory_search", "corpus")) args.corpus = params.corpus;
-      return searchPayload(await client.call("memory_search", args, signal), flavor);
+      return searchPayload(await client.call("memory_search", args, signal, ["corpus"]), flavor);
     } catch (err) {
       if (err instanceof MemindexToolError && err.payload) {
         if (err.payload.unavailable) return unavailableSearch(String(err.payload.error ?? err.message), flavor, undefined, err.payload);
@@ -120,7 +135,8 @@ export function createPlugin(api: Api) {
       const raw = await client.call("memory_get", args, signal);
       return readPayload(raw, { path, from: args.from as number | undefined, lines: args.lines as number | undefined }, flavor);
     } catch (err) {
-      const code = err instanceof MemindexToolError && /path/i.test(err.message) ? "MEMORY_PATH_NOT_ALLOWED" : undefined;
+      // memindex's refusal of a path outside the memory files, under the builtin's code for it.
+      const code = err instanceof MemindexToolError && /path rejected/i.test(err.message) ? "MEMORY_PATH_NOT_ALLOWED" : undefined;
       return failedRead(path, reasonOf(err), flavor, code);
     }
   }

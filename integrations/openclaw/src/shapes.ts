@@ -9,12 +9,18 @@ export type Flavor = "split" | "capability";
 // memory-core's default excerpt when memory_get is given no `lines` (DEFAULT_MEMORY_READ_LINES), 2026.5+.
 export const DEFAULT_READ_LINES = 120;
 
-const RESULT_FIELDS = ["path", "startLine", "endLine", "score", "snippet", "source"] as const;
+// The builtin's hit fields in its order; 2026.5+ also shows the two partial scores when the search
+// computed them (2026.3's hits never carried them).
+const RESULT_FIELDS = ["path", "startLine", "endLine", "score", "vectorScore", "textScore", "snippet", "source"] as const;
+const OPTIONAL_FIELDS = new Set(["vectorScore", "textScore"]);
 
-/** One search hit as the builtin shows it: its fields only, in its order (memindex's extra scores dropped). */
+/** One search hit as the builtin shows it: its fields only, in its order (memindex's own extras dropped). */
 export function searchHit(raw: Json, flavor: Flavor): Json {
   const hit: Json = {};
-  for (const k of RESULT_FIELDS) hit[k] = raw[k];
+  for (const k of RESULT_FIELDS) {
+    if (!OPTIONAL_FIELDS.has(k)) hit[k] = raw[k];
+    else if (flavor === "capability" && typeof raw[k] === "number") hit[k] = raw[k];
+  }
   if (flavor === "capability") hit.corpus = raw.source;
   if (typeof raw.citation === "string") hit.citation = raw.citation;
   return hit;
@@ -61,22 +67,17 @@ export function disabledSearch(reason: string, flavor: Flavor): Json {
   return out;
 }
 
-function lineCount(text: string): number {
-  if (!text) return 0;
-  const lines = text.split("\n");
-  if (lines.at(-1) === "") lines.pop();
-  return lines.length;
-}
-
 /** A memindex memory_get payload as the builtin's memory_get answer. */
 export function readPayload(raw: Json, req: { path: string; from?: number; lines?: number }, flavor: Flavor): Json {
   const text = typeof raw.text === "string" ? raw.text : "";
   const path = typeof raw.path === "string" ? raw.path : req.path;
   if (flavor === "split") return { text, path };
   const total = typeof raw.totalLines === "number" ? raw.totalLines : undefined;
-  if (total === 0 && !text) return { status: "not_found", text: "", path };
+  // memindex answers a missing memory file with empty text and no line count ("nothing recorded").
+  if (total === undefined && !text) return { status: "not_found", text: "", path };
   const from = req.from ?? 1;
-  const lines = lineCount(text);
+  const lines = total === undefined ? text.split("\n").length
+    : Math.max(0, Math.min(req.lines ?? Infinity, total - from + 1));
   const out: Json = { status: "ok", text, path, from, lines };
   const next = from + lines;
   if (total !== undefined && next <= total) {

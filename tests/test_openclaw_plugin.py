@@ -1,0 +1,268 @@
+"""The OpenClaw memory plugin (integrations/openclaw) inside the real ``openclaw`` CLI from npm.
+
+For each pinned release (the current 2026.9 and a late 2026.3) a fresh HOME gets an onboard-style
+``openclaw.json``, the plugin is installed from the folder (``openclaw plugins install -l``), which
+selects it for ``plugins.slots.memory``, and ``openclaw gateway run`` starts. The tools are then
+called through the gateway's own tool invocation (``POST /tools/invoke``), the route OpenClaw uses
+for a tool call outside a model turn, through the same tool registry and slot as an agent turn.
+
+The note searched for exists only in the workspace memindex is given (``mcp --workspace``), never in
+OpenClaw's own: a hit can only come from memindex's store. With a command that cannot start, the
+tool answers OpenClaw's ``unavailable`` shape with the reason; one that hangs, at the plugin's
+deadline; and the next call after memindex can start again is answered again. One gateway per
+release (starting one takes ~30 s on two cores), so the cases share it.
+
+``scripts/install-openclaw.sh`` installs OpenClaw, a Node it accepts and the plugin's npm
+dependencies under ``$MEMINDEX_TOOLS`` (default ``~/.cache/memindex-tools``), once; later runs reuse
+them. Without npm these tests skip locally and fail under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INSTALL = REPO / "scripts" / "install-openclaw.sh"
+TOKEN = "plugin-test-token"
+NOTE_WORD = "quixotic-kumquat"
+
+# (release, the builtin memory_search hit's fields in order, memory_get's fields for an excerpt)
+RELEASES = {
+    "2026.9.6": (["path", "startLine", "endLine", "score", "snippet", "source", "corpus", "citation"],
+                 ["status", "text", "path", "from", "lines"]),
+    "2026.3.31": (["path", "startLine", "endLine", "score", "snippet", "source", "citation"],
+                  ["text", "path"]),
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _need(what: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} [CI=true]")
+    pytest.skip(what)
+
+
+def _install(version: str) -> tuple[str, str]:
+    """(node binary, openclaw.mjs) for ``version``, installed once into the tools cache."""
+    if shutil.which("npm") is None:
+        _need("npm not found: the OpenClaw plugin tests install the real openclaw CLI from npm")
+    try:
+        res = subprocess.run(["bash", str(INSTALL), version], capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        _need(f"installing openclaw@{version} took over 15 minutes")
+    if res.returncode != 0:
+        _need(f"scripts/install-openclaw.sh {version} failed: {res.stderr[-800:]}")
+    node, cli = res.stdout.strip().splitlines()[-1].split(" ", 1)
+    return node, cli
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Gateway:
+    """``openclaw gateway run`` in a fresh HOME, with the plugin installed and configured."""
+
+    def __init__(self, version: str, home: Path, memdir: Path, plugin_config: dict) -> None:
+        self.node, self.cli = _install(version)
+        self.memdir = memdir
+        self.home, self.port = home, _free_port()
+        self.workspace = home / "workspace"
+        (self.workspace / "memory").mkdir(parents=True)
+        (self.workspace / "MEMORY.md").write_text("# Memory\n\nNothing about fruit here.\n")
+        state = home / ".openclaw"
+        state.mkdir()
+        self.config_path = state / "openclaw.json"
+        # What `openclaw onboard` writes for a local gateway (no model credentials: tools only).
+        self.config_path.write_text(json.dumps({
+            "agents": {"defaults": {"workspace": str(self.workspace)}},
+            "gateway": {"mode": "local", "port": self.port, "bind": "loopback",
+                        "auth": {"mode": "token", "token": TOKEN}},
+        }, indent=2))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")}
+        self.env.update(HOME=str(home), NO_COLOR="1",
+                        PATH=f"{Path(self.node).parent}{os.pathsep}{self.env.get('PATH', '')}")
+        flags = self.openclaw("plugins", "install", "--help").stdout
+        extra = [f for f in ("--force", "--accept-capabilities") if f in flags]  # 2026.9 asks for consent
+        res = self.openclaw("plugins", "install", "-l", *extra, str(REPO / "integrations" / "openclaw"))
+        assert res.returncode == 0, res.stdout + res.stderr
+        cfg = json.loads(self.config_path.read_text())
+        assert cfg["plugins"]["slots"]["memory"] == "memindex", cfg["plugins"]  # installing selected the slot
+        cfg["plugins"]["entries"]["memindex"]["config"] = plugin_config
+        self.config_path.write_text(json.dumps(cfg, indent=2))
+        self.log = open(home / "gateway.log", "w")
+        self.proc = subprocess.Popen([self.node, self.cli, "gateway", "run", "--port", str(self.port)],
+                                     env=self.env, cwd=home, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def openclaw(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([self.node, self.cli, *args], env=self.env, cwd=self.home,
+                              capture_output=True, text=True, timeout=180)
+
+    def invoke(self, tool: str, args: dict, session_key: str = "agent:main:main", timeout: float = 60) -> dict:
+        body = json.dumps({"tool": tool, "args": args, "sessionKey": session_key}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/tools/invoke", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {TOKEN}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            answer = json.loads(resp.read())
+        assert answer.get("ok") is True, answer
+        result = answer["result"]
+        # OpenClaw's jsonResult: the payload as JSON text for the model, and as details.
+        assert json.loads(result["content"][0]["text"]) == result["details"]
+        return result["details"]
+
+    def wait_ready(self, deadline_s: float = 180) -> None:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                pytest.fail(f"openclaw gateway exited {self.proc.returncode}: {self.tail()}")
+            try:
+                self.ready_answer = self.invoke("memory_get", {"path": "MEMORY.md"}, timeout=30)
+                if "error" not in self.ready_answer:  # memindex started (a cold start takes seconds)
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1)
+        pytest.fail(f"openclaw gateway not answering /tools/invoke after {deadline_s}s: "
+                    f"{getattr(self, 'ready_answer', None)} {self.tail()}")
+
+    def tail(self) -> str:
+        self.log.flush()
+        return (self.home / "gateway.log").read_text(errors="replace")[-3000:]
+
+    def memindex_children(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-f", "--", f"memindex mcp --workspace {self.memdir}"],
+                             capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def _wrapper(tmp_path: Path, memdir: Path) -> tuple[Path, Path]:
+    """A `memindex` command whose start the test controls: ``memindex mcp`` on this workspace, or,
+    per the mode file, an exit with a reason on stderr ("fail") or a process that never answers ("hang")."""
+    mode, script = tmp_path / "memindex-mode", tmp_path / "memindex-wrapper"
+    script.write_text(f"""#!/bin/sh
+case "$(cat '{mode}' 2>/dev/null)" in
+  fail) echo "memindex: cannot open the memory index (test-made failure)" >&2; exit 3;;
+  hang) exec sleep 3600;;
+esac
+exec '{sys.executable}' -m memindex "$@" --workspace '{memdir}'
+""")
+    script.chmod(0o755)
+    return script, mode
+
+
+@pytest.mark.parametrize("version", sorted(RELEASES))
+def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
+    hit_fields, get_fields = RELEASES[version]
+    memdir = tmp_path / "memindex-workspace"
+    (memdir / "memory").mkdir(parents=True)
+    (memdir / "memory" / "2026-11-02.md").write_text(
+        f"# Garage\n\nThe {NOTE_WORD} router lives in the garage rack, VLAN 42.\nAsk Mara before rebooting it.\n")
+    command, mode = _wrapper(tmp_path, memdir)
+    deadline_ms = 8000
+    gw = Gateway(version, tmp_path / "home", memdir, {"command": str(command), "timeoutMs": deadline_ms,
+                                                       "startTimeoutMs": 15000})
+    try:
+        gw.wait_ready()
+        children = gw.memindex_children()
+        assert children, f"the gateway did not start `memindex mcp`: {gw.ready_answer} {gw.tail()}"
+
+        # The first search schedules the index build; the note appears once it is indexed.
+        end = time.monotonic() + 60
+        while True:
+            found = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router", "maxResults": 3})
+            if found["results"] or time.monotonic() > end:
+                break
+            time.sleep(0.5)
+        assert found["results"], found
+        hit = found["results"][0]
+        # The builtin's fields in its order (2026.9 adds the partial scores the search computed after
+        # `score`; its `provenance` is memory-core's own record, which memindex does not keep).
+        partial = [k for k in hit if k in ("vectorScore", "textScore")]
+        assert list(hit) == hit_fields[:4] + partial + hit_fields[4:], hit
+        assert not partial or "corpus" in hit_fields, hit
+        assert hit["path"] == "memory/2026-11-02.md" and hit["source"] == "memory"
+        assert NOTE_WORD in hit["snippet"] and 1 <= hit["startLine"] <= 3 <= hit["endLine"]
+        # A direct session: citations on, as the builtin decides for `citations: auto`.
+        assert hit["citation"].startswith("memory/2026-11-02.md#L") and hit["snippet"].endswith(hit["citation"])
+        for key in ("provider", "citations"):
+            assert key in found, found
+        assert "disabled" not in found and "unavailable" not in found
+
+        got = gw.invoke("memory_get", {"path": hit["path"], "from": 3, "lines": 1})
+        assert list(got)[:len(get_fields)] == get_fields, got
+        assert got["text"].startswith(f"The {NOTE_WORD} router") and got["path"] == hit["path"]
+        # OpenClaw's own workspace does not have the note: the answer came from memindex.
+        assert not (gw.workspace / hit["path"]).exists()
+
+        if "corpus" in hit_fields:  # 2026.9's corpus argument is accepted (passed on when memindex takes it)
+            scoped = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router", "corpus": "memory"})
+            assert [r["path"] for r in scoped["results"]][:1] == ["memory/2026-11-02.md"], scoped
+        refused = gw.invoke("memory_get", {"path": "../outside.md"})
+        assert refused["text"] == "" and "path rejected" in refused["error"], refused
+
+        # memindex dies and cannot start again: OpenClaw's unavailable shape, with the reason.
+        mode.write_text("fail")
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        down = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router"})
+        assert time.monotonic() - started < deadline_ms / 1000 + 5
+        assert down["results"] == [] and down["disabled"] is True and down["unavailable"] is True, down
+        assert "test-made failure" in down["error"] and down["warning"] and down["action"], down
+        failed = gw.invoke("memory_get", {"path": "MEMORY.md"})
+        assert failed["text"] == "" and "test-made failure" in failed["error"], failed
+
+        # memindex starts but never answers: the call ends at the deadline, never hangs.
+        mode.write_text("hang")
+        started = time.monotonic()
+        hung = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router"})
+        elapsed = time.monotonic() - started
+        assert hung["unavailable"] is True and f"within {deadline_ms} ms" in hung["error"], hung
+        if "corpus" in hit_fields:
+            assert hung["timedOut"] is True and hung["timeoutMs"] == deadline_ms, hung
+        print(f"hung call answered in {elapsed:.1f}s: {hung['error']}")
+        assert deadline_ms / 1000 - 0.5 <= elapsed < deadline_ms / 1000 + 5, elapsed
+
+        # Back to normal: once the hung start is given up (startTimeoutMs), a call starts memindex again.
+        mode.unlink()
+        end = time.monotonic() + 60
+        while True:
+            again = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router"})
+            if again["results"] or time.monotonic() > end:
+                break
+            time.sleep(1)
+        assert again["results"] and again["results"][0]["path"] == "memory/2026-11-02.md", again
+    finally:
+        gw.stop()
+    # The child is the gateway's: stopped with it.
+    deadline = time.monotonic() + 15
+    while gw.memindex_children() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not gw.memindex_children(), "memindex mcp outlived the gateway"
