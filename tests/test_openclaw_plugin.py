@@ -266,3 +266,17 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
     while gw.memindex_children() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not gw.memindex_children(), "memindex mcp outlived the gateway"
+
+
+def test_plugin_node_tests() -> None:
+    """The plugin's own tests (node's test runner): payload shapes, the deadline against real
+    processes, and a real ``memindex mcp`` (this interpreter's) through the plugin on both API generations."""
+    node, _cli = _install("2026.9.6")  # builds the plugin too
+    exe = Path(sys.executable).parent / "memindex"
+    if not exe.exists():
+        pytest.skip(f"no memindex console script beside {sys.executable}")
+    env = dict(os.environ, MEMINDEX_COMMAND=str(exe))
+    res = subprocess.run([node, "--test", "dist/test/"], cwd=REPO / "integrations" / "openclaw", env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "# fail 0" in res.stdout and "# skipped 0" in res.stdout, res.stdout[-2000:]

@@ -1,0 +1,135 @@
+// The plugin against real processes: a real `memindex mcp` (MEMINDEX_COMMAND, default `memindex` on
+// PATH; skipped when absent), a command that does not exist, and a child that never answers.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+
+import entry from "../index.js";
+import { parsePluginConfig } from "../client.js";
+import { readPayload, searchHit, searchPayload, unavailableSearch } from "../shapes.js";
+
+type Registered = { tools: Map<string, (ctx: object) => any>; services: any[]; capability?: any; runtime?: any };
+
+/** The plugin registered on a host with the given API generation (2026.5+ "capability", 2026.3 "split"). */
+function load(config: object, flavor: "capability" | "split" = "capability"): Registered {
+  const reg: Registered = { tools: new Map(), services: [] };
+  const api: Record<string, unknown> = {
+    id: "memindex", pluginConfig: config, logger: { info() {}, warn() {} },
+    registerTool: (factory: any, opts: { names: string[] }) => opts.names.forEach((n) => reg.tools.set(n, factory)),
+    registerService: (s: any) => reg.services.push(s),
+  };
+  if (flavor === "capability") api.registerMemoryCapability = (c: any) => { reg.capability = c; };
+  else {
+    api.registerMemoryRuntime = (r: any) => { reg.runtime = r; };
+    api.registerMemoryPromptSection = () => {};
+  }
+  entry.register(api);
+  return reg;
+}
+
+const ctx = { agentId: "main", sessionKey: "agent:main:main" };
+
+test("config defaults and refusals of nonsense values", () => {
+  assert.deepEqual(parsePluginConfig(undefined), { command: "memindex", args: ["mcp"], url: undefined,
+    tokenEnv: undefined, timeoutMs: 30000, startTimeoutMs: 60000 });
+  const cfg = parsePluginConfig({ command: " /opt/memindex ", args: ["mcp", "--agent", "ops"], timeoutMs: -5 });
+  assert.equal(cfg.command, "/opt/memindex");
+  assert.deepEqual(cfg.args, ["mcp", "--agent", "ops"]);
+  assert.equal(cfg.timeoutMs, 30000);
+});
+
+test("search hits keep the builtin's fields in its order, per API generation", () => {
+  const raw = { path: "memory/a.md", startLine: 2, endLine: 5, score: 0.8, textScore: 0.5, snippet: "x",
+    source: "memory", citation: "memory/a.md#L2-L5", snippetStartLine: 3, kind: undefined };
+  assert.deepEqual(Object.keys(searchHit(raw, "capability")),
+    ["path", "startLine", "endLine", "score", "textScore", "snippet", "source", "corpus", "citation"]);
+  assert.deepEqual(Object.keys(searchHit(raw, "split")),
+    ["path", "startLine", "endLine", "score", "snippet", "source", "citation"]);
+  const payload = searchPayload({ results: [raw], provider: "none", model: "fts-only", fallback: false,
+    citations: "auto", mode: "fts-only", backend: "builtin" }, "split");
+  assert.deepEqual(Object.keys(payload), ["results", "provider", "model", "fallback", "citations", "mode"]);
+});
+
+test("memory_get excerpts as 2026.9 states them: ok with continuation, not_found", () => {
+  const part = readPayload({ path: "memory/a.md", text: "three", from: 3, lines: 1, totalLines: 4 },
+    { path: "memory/a.md", from: 3, lines: 1 }, "capability");
+  assert.deepEqual(part, { status: "ok", text: "three\n\n[More content available. Use from=4 to continue.]",
+    path: "memory/a.md", from: 3, lines: 1, truncated: true, nextFrom: 4 });
+  const whole = readPayload({ path: "m.md", text: "a\nb\n", totalLines: 2 }, { path: "m.md", lines: 120 }, "capability");
+  assert.deepEqual(whole, { status: "ok", text: "a\nb\n", path: "m.md", from: 1, lines: 2 });
+  assert.deepEqual(readPayload({ path: "memory/x.md", text: "" }, { path: "memory/x.md" }, "capability"),
+    { status: "not_found", text: "", path: "memory/x.md" });
+  assert.deepEqual(readPayload({ path: "m.md", text: "a" }, { path: "m.md" }, "split"), { text: "a", path: "m.md" });
+});
+
+test("an unavailable search carries the builtin's failure fields", () => {
+  const out = unavailableSearch("boom", "capability", { timeoutMs: 5 });
+  assert.deepEqual(Object.keys(out), ["results", "disabled", "unavailable", "timedOut", "timeoutMs", "error",
+    "warning", "action", "debug"]);
+  assert.deepEqual(Object.keys(unavailableSearch("boom", "split")),
+    ["results", "disabled", "unavailable", "error", "warning", "action"]);
+});
+
+test("a command that does not exist: unavailable with the reason, at once", async () => {
+  const missing = path.join(tmpdir(), "no-such-memindex-binary");
+  const reg = load({ command: missing, timeoutMs: 5000 });
+  const t0 = Date.now();
+  const res = await reg.tools.get("memory_search")!(ctx).execute("1", { query: "anything" });
+  assert.ok(Date.now() - t0 < 5000);
+  assert.equal(res.details.unavailable, true);
+  assert.equal(res.details.disabled, true);
+  assert.match(res.details.error, /ENOENT/);
+  assert.ok(res.details.error.includes(missing));
+  assert.equal(JSON.parse(res.content[0].text).error, res.details.error);
+  const got = await reg.tools.get("memory_get")!(ctx).execute("2", { path: "MEMORY.md" });
+  assert.equal(got.details.status, "error");
+  assert.ok(got.details.error.includes(missing));
+});
+
+test("a child that never answers: the call ends at its deadline, flagged timedOut", async () => {
+  const reg = load({ command: process.execPath, args: ["-e", "setTimeout(() => {}, 3600e3)"], timeoutMs: 700,
+    startTimeoutMs: 1500 });
+  const t0 = Date.now();
+  const res = await reg.tools.get("memory_search")!(ctx).execute("1", { query: "anything" });
+  const elapsed = Date.now() - t0;
+  assert.ok(elapsed >= 650 && elapsed < 3000, `answered after ${elapsed} ms`);
+  assert.equal(res.details.timedOut, true);
+  assert.equal(res.details.timeoutMs, 700);
+  assert.match(res.details.error, /within 700 ms/);
+  for (const s of reg.services) await s.stop();
+});
+
+const MEMINDEX = process.env.MEMINDEX_COMMAND ?? "memindex";
+const haveMemindex = spawnSync(MEMINDEX, ["--version"], { encoding: "utf8" }).status === 0;
+
+test("real memindex mcp: search, read and status through the plugin", { skip: !haveMemindex && `no ${MEMINDEX}` }, async () => {
+  const root = mkdtempSync(path.join(tmpdir(), "memindex-plugin-"));
+  mkdirSync(path.join(root, "ws", "memory"), { recursive: true });
+  writeFileSync(path.join(root, "ws", "memory", "2026-01-05.md"), "# Log\n\nThe persimmon ladder is in shed 3.\n");
+  writeFileSync(path.join(root, "openclaw.json"), JSON.stringify({ agents: { defaults: { workspace: path.join(root, "ws") } } }));
+  process.env.OPENCLAW_STATE_DIR = path.join(root, "state");
+  process.env.OPENCLAW_CONFIG_PATH = path.join(root, "openclaw.json");
+  for (const flavor of ["capability", "split"] as const) {
+    const reg = load({ command: MEMINDEX, timeoutMs: 20000 }, flavor);
+    for (const s of reg.services) await s.start();
+    const search = reg.tools.get("memory_search")!(ctx);
+    let res;
+    for (let i = 0; i < 60; i++) {  // the first search schedules the index build
+      res = await search.execute("1", { query: "persimmon ladder", corpus: "memory" });
+      if (res.details.results.length) break;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.equal(res.details.results[0].path, "memory/2026-01-05.md", JSON.stringify(res.details));
+    assert.equal(res.details.results[0].citation, "memory/2026-01-05.md#L1-L3");
+    const got = await reg.tools.get("memory_get")!(ctx).execute("2", { path: "memory/2026-01-05.md", from: 3, lines: 1 });
+    assert.equal(got.details.text.split("\n")[0], "The persimmon ladder is in shed 3.");
+    const runtime = flavor === "capability" ? reg.capability.runtime : reg.runtime;
+    const { manager } = await runtime.getMemorySearchManager({ agentId: "main" });
+    assert.equal(manager.status().files, 1);
+    assert.equal((await manager.search("persimmon"))[0].path, "memory/2026-01-05.md");
+    for (const s of reg.services) await s.stop();
+  }
+});
