@@ -276,7 +276,10 @@ def test_plugin_node_tests() -> None:
     if not exe.exists():
         pytest.skip(f"no memindex console script beside {sys.executable}")
     env = dict(os.environ, MEMINDEX_COMMAND=str(exe))
-    res = subprocess.run([node, "--test", "dist/test/"], cwd=REPO / "integrations" / "openclaw", env=env,
+    plugin = REPO / "integrations" / "openclaw"
+    files = sorted(str(p) for p in (plugin / "dist" / "test").glob("*.test.js"))
+    assert files, "the plugin build produced no tests"
+    res = subprocess.run([node, "--test", "--test-reporter=tap", *files], cwd=plugin, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "# fail 0" in res.stdout and "# skipped 0" in res.stdout, res.stdout[-2000:]
