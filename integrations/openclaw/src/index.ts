@@ -11,6 +11,7 @@
 // registerMemoryPromptSection calls.
 import { MemindexClient, MemindexToolError, MemindexUnavailable, parsePluginConfig } from "./client.js";
 import type { OpenClawPaths } from "./client.js";
+import { buildMemoryFlushPlan } from "./flush.js";
 import {
   disabledSearch, failedRead, jsonResult, memoryPromptSection, readPayload, searchHit, searchPayload, unavailableSearch,
   DEFAULT_READ_LINES,
@@ -212,9 +213,11 @@ export function createPlugin(api: Api) {
     const promptBuilder = (p: { availableTools: Set<string>; citationsMode?: string }) =>
       memoryPromptSection(p.availableTools, p.citationsMode);
     if (flavor === "capability") {
-      api.registerMemoryCapability({ deterministicRecallToolName: "memory_search", promptBuilder, runtime });
+      api.registerMemoryCapability({ deterministicRecallToolName: "memory_search", promptBuilder,
+        flushPlanResolver: buildMemoryFlushPlan, runtime });
     } else {
       api.registerMemoryPromptSection?.(promptBuilder);
+      api.registerMemoryFlushPlan?.(buildMemoryFlushPlan);
       api.registerMemoryRuntime?.(runtime);
     }
 

@@ -9,6 +9,7 @@ import path from "node:path";
 
 import entry from "../index.js";
 import { parsePluginConfig } from "../client.js";
+import { buildMemoryFlushPlan } from "../flush.js";
 import { readPayload, searchHit, searchPayload, unavailableSearch } from "../shapes.js";
 
 type Registered = { tools: Map<string, (ctx: object) => any>; services: any[]; capability?: any; runtime?: any };
@@ -71,6 +72,23 @@ test("an unavailable search carries the builtin's failure fields", () => {
     "warning", "action", "debug"]);
   assert.deepEqual(Object.keys(unavailableSearch("boom", "split")),
     ["results", "disabled", "unavailable", "error", "warning", "action"]);
+});
+
+test("the pre-compaction flush plan is memory-core's: today's file, its thresholds, off when disabled", () => {
+  const now = Date.UTC(2026, 10, 20, 12, 0);
+  const plan = buildMemoryFlushPlan({ cfg: { agents: { defaults: { userTimezone: "UTC" } } }, nowMs: now })!;
+  assert.equal(plan.relativePath, "memory/2026-11-20.md");
+  assert.equal(plan.softThresholdTokens, 4000);
+  assert.equal(plan.forceFlushTranscriptBytes, 2 * 1024 * 1024);
+  assert.equal(plan.reserveTokensFloor, 20000);
+  assert.match(plan.prompt, /memory\/2026-11-20\.md/);
+  assert.match(plan.prompt, /Reference UTC: 2026-11-20 12:00 UTC/);
+  const small = buildMemoryFlushPlan({ cfg: { agents: { defaults: { compaction: { memoryFlush: {
+    softThresholdTokens: 9000, forceFlushTranscriptBytes: "1mb" } } } } }, contextWindowTokens: 32000, nowMs: now })!;
+  assert.equal(small.reserveTokensFloor, 8000);
+  assert.equal(small.softThresholdTokens, 9000);
+  assert.equal(small.forceFlushTranscriptBytes, 1024 * 1024);
+  assert.equal(buildMemoryFlushPlan({ cfg: { agents: { defaults: { compaction: { memoryFlush: { enabled: false } } } } } }), null);
 });
 
 test("a command that does not exist: unavailable with the reason, at once", async () => {
