@@ -268,14 +268,39 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
     assert not gw.memindex_children(), "memindex mcp outlived the gateway"
 
 
-def test_plugin_node_tests() -> None:
+def test_plugin_node_tests(tmp_path: Path) -> None:
     """The plugin's own tests (node's test runner): payload shapes, the deadline against real
-    processes, and a real ``memindex mcp`` (this interpreter's) through the plugin on both API generations."""
+    processes, a real ``memindex mcp`` (this interpreter's) through the plugin on both API
+    generations, and the plugin's ``url`` mode against a running ``memindex mcp --http`` with a token."""
     node, _cli = _install("2026.9.6")  # builds the plugin too
     exe = Path(sys.executable).parent / "memindex"
     if not exe.exists():
         pytest.skip(f"no memindex console script beside {sys.executable}")
-    env = dict(os.environ, MEMINDEX_COMMAND=str(exe))
+    (tmp_path / "ws" / "memory").mkdir(parents=True)
+    (tmp_path / "ws" / "memory" / "2026-02-01.md").write_text("# Farm\n\nThe quince orchard needs netting.\n")
+    (tmp_path / "openclaw.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(tmp_path / "ws")}}}))
+    port = _free_port()
+    server_env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")}
+    server = subprocess.Popen([str(exe), "--config", str(tmp_path / "openclaw.json"), "--state-dir", str(tmp_path / "state"),
+                               "mcp", "--http", f"127.0.0.1:{port}"], env=dict(server_env, MEMINDEX_TOKEN="s3cret"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _run_node_tests(node, exe, port)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def _run_node_tests(node: str, exe: Path, port: int) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert time.monotonic() < deadline, "memindex mcp --http did not listen"
+        time.sleep(0.2)
+    env = dict(os.environ, MEMINDEX_COMMAND=str(exe), MEMINDEX_MCP_URL=f"http://127.0.0.1:{port}/mcp",
+               MEMINDEX_TEST_TOKEN="s3cret", MEMINDEX_TEST_WRONG_TOKEN="not-it")
     plugin = REPO / "integrations" / "openclaw"
     files = sorted(str(p) for p in (plugin / "dist" / "test").glob("*.test.js"))
     assert files, "the plugin build produced no tests"

@@ -163,3 +163,22 @@ test("real memindex mcp: search, read and status through the plugin", { skip: !h
     for (const s of reg.services) await s.stop();
   }
 });
+
+// A running `memindex mcp --http` (started by tests/test_openclaw_plugin.py, which sets these).
+const URL_ = process.env.MEMINDEX_MCP_URL;
+test("url: a running memindex mcp --http, its token read from the named variable", { skip: !URL_ && "MEMINDEX_MCP_URL unset" }, async () => {
+  const reg = load({ url: URL_, tokenEnv: "MEMINDEX_TEST_TOKEN", timeoutMs: 20000 });
+  const search = reg.tools.get("memory_search")!(ctx);
+  let res;
+  for (let i = 0; i < 60; i++) {
+    res = await search.execute("1", { query: "quince orchard" });
+    if (res.details.results?.length) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  assert.equal(res.details.results[0].path, "memory/2026-02-01.md", JSON.stringify(res.details));
+  for (const s of reg.services) await s.stop();
+  const wrong = load({ url: URL_, tokenEnv: "MEMINDEX_TEST_WRONG_TOKEN", timeoutMs: 5000 });
+  const refused = await wrong.tools.get("memory_search")!(ctx).execute("2", { query: "quince orchard" });
+  assert.equal(refused.details.unavailable, true);
+  assert.match(refused.details.error, /401|nauthorized/, refused.details.error);
+});
