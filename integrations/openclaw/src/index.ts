@@ -161,8 +161,8 @@ export function createPlugin(api: Api) {
     };
   }
 
-  // The memory runtime OpenClaw asks for status (`openclaw status`, `openclaw memory status` on
-  // releases whose CLI goes through the active memory plugin) and, on 2026.5+, for searches.
+  // The active memory runtime: what OpenClaw's own consumers of the memory slot (status reports,
+  // session recall) ask, answered from memindex's memory_status / memory_search / memory_get.
   async function getMemorySearchManager(params: { agentId?: string }) {
     const agent = params.agentId ? { agent: params.agentId } : {};
     let status: Json;
@@ -174,7 +174,8 @@ export function createPlugin(api: Api) {
     const providerStatus: Json = {
       ...status,
       backend: "builtin",
-      custom: { ...(status.custom as Json | undefined), engine: "memindex", searchMode: status.mode ?? (status.vector as Json | undefined)?.available ? "hybrid" : "fts-only" },
+      custom: { ...(status.custom as Json | undefined), engine: "memindex",
+        searchMode: status.mode ?? ((status.vector as Json | undefined)?.available ? "hybrid" : "fts-only") },
     };
     return {
       manager: {
