@@ -40,7 +40,11 @@ _MAX_ANSWER_BYTES = 64 << 20  # a get of a large file, with room; a server sendi
 
 
 class RemoteError(Exception):
-    """The call could not be made or answered; the message is the one line said."""
+    """The call could not be made or answered; the message is the one line said (exit 1)."""
+
+
+class UsageError(RemoteError):
+    """A --server, --server-timeout or variable that cannot be used as given (exit 2, as usage errors)."""
 
 
 def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
@@ -74,7 +78,7 @@ def split_server(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
             if not eq:
                 value = next(it, None)  # type: ignore[assignment]
                 if value is None:
-                    raise RemoteError(f"{name} needs a value")
+                    raise UsageError(f"{name} needs a value")
             if name == "--server":
                 url = value
             else:
@@ -103,7 +107,7 @@ def timeout_s(text: str | None) -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value < float("inf"):
-        raise RemoteError(f"{source} must be a number of seconds above 0, not {text!r}")
+        raise UsageError(f"{source} must be a number of seconds above 0, not {text!r}")
     return value
 
 
@@ -117,7 +121,7 @@ def _connect(url: str, deadline: float) -> tuple[socket.socket, str]:
     if url.startswith("unix:"):
         path = _unix_path(url)
         if not path:
-            raise RemoteError(f"bad --server {url!r}: expected unix:/path/to/socket")
+            raise UsageError(f"bad --server {url!r}: expected unix:/path/to/socket")
         try:
             st = os.stat(path)
         except OSError as exc:
@@ -138,13 +142,13 @@ def _connect(url: str, deadline: float) -> tuple[socket.socket, str]:
             raise
         return sock, "localhost"
     if not url.startswith("http://"):
-        raise RemoteError(f"bad --server {url!r}: expected unix:/path/to/socket or http://127.0.0.1:PORT")
+        raise UsageError(f"bad --server {url!r}: expected unix:/path/to/socket or http://127.0.0.1:PORT")
     hostport = url[len("http://"):].split("/", 1)[0]
     if "@" in hostport:  # a token in the URL ends up in `ps` and shell history
-        raise RemoteError(f"bad --server: give the token in ${TOKEN_ENV}, not in the URL")
+        raise UsageError(f"bad --server: give the token in ${TOKEN_ENV}, not in the URL")
     host, sep, port = hostport.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
-        raise RemoteError(f"bad --server {url!r}: expected http://HOST:PORT, e.g. http://127.0.0.1:8377")
+        raise UsageError(f"bad --server {url!r}: expected http://HOST:PORT, e.g. http://127.0.0.1:8377")
     try:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.001, deadline - time.monotonic()))
     except OSError as exc:
@@ -252,7 +256,7 @@ def run(url: str, timeout_text: str | None, argv: list[str]) -> int:
         answer = call(url, argv, timeout_s(timeout_text))
     except RemoteError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         return 130
     # stderr first: what a command says there (a note, a warning) comes before its results.
