@@ -573,6 +573,9 @@ def build_parser(full: bool = True, only: str | None = None) -> argparse.Argumen
         from memindex.producers.cli import serve as cli_serve
 
         cli_serve.register(sub)  # mcp, serve
+        # serve answers --server calls with this module's own command code (it cannot import it:
+        # this module imports it)
+        sub.choices["serve"].set_defaults(cli_runner=run_for_server)
     share_global_options(sub)
     # No prefixes of long options: `--max-result` (a typo) was taken silently as --max-results,
     # and a prefix a later option would make ambiguous breaks scripts.

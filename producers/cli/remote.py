@@ -12,7 +12,8 @@ Who answers is checked, not trusted: a Unix socket must be owned by this user, a
 process listening on it (``SO_PEERCRED``), so a process squatting on the socket's name cannot
 feed a caller forged memory. Over HTTP the server's bearer token (``$MEMINDEX_TOKEN``) is sent.
 
-Standard library only, and little of it: this module runs before the CLI's own imports.
+Standard library only, and little of it (with the one error root): this module runs before the
+CLI's own imports.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import stat
 import struct
 import sys
 import time
+
+from memindex.pipeline.errors import MemindexError  # (the standard library's functools and re besides)
 
 SERVER_ENV = "MEMINDEX_SERVER"
 TIMEOUT_ENV = "MEMINDEX_SERVER_TIMEOUT_S"
@@ -39,7 +42,7 @@ _VALUE_OPTIONS = frozenset(("--config", "--state-dir", "--workspace", "--agent",
 _MAX_ANSWER_BYTES = 64 << 20  # a get of a large file, with room; a server sending more is not ours
 
 
-class RemoteError(Exception):
+class RemoteError(MemindexError):
     """The call could not be made or answered; the message is the one line said (exit 1)."""
 
 

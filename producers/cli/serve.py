@@ -134,9 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         tools = _tools(args)
         if pid_file is not None:
             daemon.write_pid_file(pid_file)
-        from memindex.producers.cli.main import run_for_server
-
-        app = build_app(tools, cli=lambda argv: run_for_server(argv, tools))
+        app = build_app(tools, cli=lambda argv: args.cli_runner(argv, tools))
         if detached is not None:
             detached.ready(f"memindex serve running in the background on {address_of(sock)} (pid {os.getpid()}; "
                            f"pid file {pid_file}, log {detached.log_file}); `memindex serve --stop` ends it")
