@@ -296,9 +296,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``openclaw memory status``: every configured agent unless ``--agent``; ``--deep`` adds an
     embedding probe, ``--index`` syncs first (and implies ``--deep``)."""
     from memindex.pipeline.embeddings.embedder import provider_info
-    from memindex.pipeline.status import embedding_probe, format_status, index_status, note_probe, source_scan
+    from memindex.pipeline.status import (
+        embedding_probe, format_status, index_status, note_probe, source_scan, status_entry,
+    )
     from memindex.producers.cli.batch import batch_report
-    from memindex.producers.cli.openclaw_format import status_entry
 
     entries, texts, failed = [], [], False
     for agent in _command_agents(args):
