@@ -57,7 +57,15 @@ class _Routed(io.TextIOBase):
     def flush(self) -> None:
         self._target().flush()
 
-    def __getattr__(self, name: str) -> Any:  # fileno, encoding, isatty, buffer: the real stream's
+    @property
+    def encoding(self) -> str:  # (io.TextIOBase would say None)
+        return self._real.encoding
+
+    @property
+    def errors(self) -> str:
+        return self._real.errors
+
+    def __getattr__(self, name: str) -> Any:  # fileno, buffer, reconfigure: the real stream's
         return getattr(self._real, name)
 
 

@@ -743,7 +743,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_for_server(argv: list[str], serving: Any) -> tuple[int, str, str]:
     """``memindex <argv>`` run inside ``memindex serve`` for a ``--server`` caller: (exit code,
     stdout, stderr) exactly as an in-process run prints them, from the server's warm engines.
-    ``serving`` is the server's MemoryTools (its config, its agents, its engines)."""
+    ``serving``: the server's config, agents and engines (producers/cli/serve.py ``CliServing``)."""
     import logging
 
     from memindex.producers.cli import capture

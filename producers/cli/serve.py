@@ -52,6 +52,27 @@ def _tools(args: argparse.Namespace):  # -> MemoryTools, checked to serve at lea
     return tools
 
 
+class CliServing:
+    """What a ``--server`` call runs against: the server's config and agents (``MemoryTools``), and
+    engines opened as the in-process CLI opens them, kept warm per agent settings. Not the
+    servers' engines, which schedule a sync on search (a stat of every file every 2 s at most):
+    a CLI search schedules none, and its answer and cost must be the same either way."""
+
+    def __init__(self, tools) -> None:  # tools: MemoryTools
+        from memindex.pipeline.config.agents import PerSettings
+
+        self.tools, self.base, self.only = tools, tools.base, tools.only
+        self._engines: PerSettings = PerSettings()
+
+    def context(self, agent_id: str):
+        return self.tools.context(agent_id)
+
+    def engine(self, settings):
+        from memindex.pipeline.search.backend import open_search
+
+        return self._engines.get(settings, lambda: open_search(settings, query_embedder="auto"))
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     if _missing_extra("mcp"):
         return 2
@@ -119,12 +140,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if pid_file is not None:
         daemon.claim_pid_file(pid_file)
-    # Bound before anything else, so a busy port or a bad socket path is said here (and, with
-    # --daemon, by the command the user ran, with its exit code).
     unix_path = Path(args.socket).expanduser().absolute() if args.socket is not None else None
-    sock = daemon.unix_socket(unix_path) if unix_path is not None else listen_socket(host, port)
-    detached = None
+
+    def bind():
+        return daemon.unix_socket(unix_path) if unix_path is not None else listen_socket(host, port)
+
+    sock, detached = None, None
     if args.daemon:
+        # Bound before the fork: a busy port or a bad socket path is said by the command the user
+        # ran, with its exit code; callers that connect meanwhile wait in the backlog.
+        sock = bind()
         detached = daemon.Detached(pid_file.with_suffix(".log"))
         code = detached.fork()
         if code is not None:  # the command the user ran: the server started (0) or said why not
@@ -132,9 +157,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return code
     try:
         tools = _tools(args)
+        if sock is None:  # in the foreground, bound once it can answer (a caller seeing the port is served)
+            sock = bind()
         if pid_file is not None:
             daemon.write_pid_file(pid_file)
-        app = build_app(tools, cli=lambda argv: args.cli_runner(argv, tools))
+        serving = CliServing(tools)
+        app = build_app(tools, cli=lambda argv: args.cli_runner(argv, serving))
         if detached is not None:
             detached.ready(f"memindex serve running in the background on {address_of(sock)} (pid {os.getpid()}; "
                            f"pid file {pid_file}, log {detached.log_file}); `memindex serve --stop` ends it")
@@ -145,7 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         if pid_file is not None:
             daemon.remove_pid_file(pid_file)
-        if unix_path is not None:  # ours: made by daemon.unix_socket above
+        if unix_path is not None and sock is not None:  # ours: made by daemon.unix_socket above
             try:
                 unix_path.unlink()
             except OSError:
