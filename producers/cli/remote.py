@@ -13,20 +13,20 @@ process listening on it (``SO_PEERCRED``), so a process squatting on the socket'
 feed a caller forged memory. Over HTTP the server's bearer token (``$MEMINDEX_TOKEN``) is sent.
 
 Standard library only, and little of it (with the one error root): this module runs before the
-CLI's own imports.
+CLI's own imports, and an in-process run imports only ``command_of`` and ``split_server`` from it
+(the socket machinery is imported by a call).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import stat
-import struct
 import sys
-import time
+from typing import TYPE_CHECKING
 
 from memindex.pipeline.errors import MemindexError  # (the standard library's functools and re besides)
+
+if TYPE_CHECKING:
+    import socket
 
 SERVER_ENV = "MEMINDEX_SERVER"
 TIMEOUT_ENV = "MEMINDEX_SERVER_TIMEOUT_S"
@@ -121,6 +121,11 @@ def _unix_path(url: str) -> str:
 
 def _connect(url: str, deadline: float) -> tuple[socket.socket, str]:
     """A connected socket to ``url`` and the Host header to send; ``RemoteError`` when it cannot be had."""
+    import socket
+    import stat
+    import struct
+    import time
+
     if url.startswith("unix:"):
         path = _unix_path(url)
         if not path:
@@ -166,12 +171,14 @@ def _check_owner(url: str, what: str, uid: int) -> None:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, (socket.timeout, TimeoutError)):
+    if isinstance(exc, TimeoutError):  # (socket.timeout is TimeoutError)
         return "timed out"
     return (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__).lower()
 
 
 def _exchange(sock: socket.socket, request: bytes, deadline: float) -> bytes:
+    import time
+
     sock.settimeout(max(0.001, deadline - time.monotonic()))
     sock.sendall(request)
     parts, size = [], 0
@@ -187,6 +194,8 @@ def _exchange(sock: socket.socket, request: bytes, deadline: float) -> bytes:
 
 
 def _parse(raw: bytes) -> tuple[int, dict]:
+    import json
+
     head, sep, body = raw.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     try:
@@ -222,6 +231,9 @@ def _unchunk(body: bytes) -> bytes:
 
 def call(url: str, argv: list[str], timeout: float) -> dict:
     """``argv`` run by the server at ``url``: {"exit", "stdout", "stderr"}; ``RemoteError`` otherwise."""
+    import json
+    import time
+
     deadline = time.monotonic() + timeout
     body = json.dumps({"argv": argv}).encode()
     sock, host = _connect(url, deadline)
@@ -231,7 +243,7 @@ def call(url: str, argv: list[str], timeout: float) -> dict:
                + (f"Authorization: Bearer {token}\r\n" if token else "") + "\r\n").encode("latin-1") + body
     try:
         raw = _exchange(sock, request, deadline)
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise RemoteError(f"memindex serve at {url} did not answer within {timeout:g} s "
                           f"(--server-timeout, ${TIMEOUT_ENV})") from None
     except OSError as exc:
