@@ -216,8 +216,7 @@ def main() -> int:
     # listener was made with IPPROTO_TCP; the target is HTTP no slower than 1.5x MCP.
     http_p95, mcp_p95 = rows["HTTP (memindex serve)"]["keyword"][1], rows["MCP stdio (memindex mcp)"]["keyword"][1]
     ratio = http_p95 / mcp_p95 if mcp_p95 else float("inf")
-    print(f"
-keyword p95, HTTP keep-alive / MCP: {ratio:.2f}x (target <= 1.5x): {'met' if ratio <= 1.5 else 'NOT met'}")
+    print(f"\nkeyword p95, HTTP keep-alive / MCP: {ratio:.2f}x (target <= 1.5x): {'met' if ratio <= 1.5 else 'NOT met'}")
     return 0
 
 
