@@ -2,8 +2,9 @@
 
 Every import beyond the standard library happens in the function that needs it: heavy
 modules (dramatiq, provider SDKs, numpy, llama-cpp) only in the commands that use them, and
-a ``--server`` call (producers/cli/remote.py) imports nothing of the CLI at all. Nothing
-outlives a command but what the user asked to run (``serve``, ``mcp``, ``watch``, ``worker``).
+a ``--server`` call imports this module and its client (producers/cli/remote.py), no more.
+Nothing outlives a command but what the user asked to run (``serve``, ``mcp``, ``watch``,
+``worker``).
 """
 
 from __future__ import annotations
