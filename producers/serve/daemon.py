@@ -188,7 +188,11 @@ class Detached:
             print(said[2:].decode("utf-8", "replace").strip(), file=sys.stderr)
             return 0
         _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status) or 1
+        code = os.waitstatus_to_exitcode(status)
+        if code <= 0:  # it said nothing (its error line is on this terminal when it did): say it ended
+            print(f"error: memindex serve (pid {pid}) ended before it was ready"
+                  + (f" (signal {-code})" if code < 0 else ""), file=sys.stderr)
+        return code if code > 0 else 1
 
     def ready(self, line: str) -> None:
         if self._w < 0:
