@@ -13,12 +13,16 @@ thread's CPU), peak RSS and store size.
 
 The corpus is copied to a temp dir (so one file can be edited) and used as the
 agent's extraPaths. Every memindex number is an end-to-end CLI run in a fresh
-process unless it says in-process. Rows with CPU time or peak RSS run with
-``MEMINDEX_RESIDENT=off`` (a call served by the resident process does its work outside
-the measured child); rows marked "resident" are the wall time a user waits with the
-resident process (producers/cli/resident.py, on by default) already running. When a
-qmd command is available (``--qmd``, ``$MEMINDEX_QMD_COMMAND`` or ``qmd`` on PATH) the
+process unless it says in-process. When a qmd command is available (``--qmd``, ``$MEMINDEX_QMD_COMMAND`` or ``qmd`` on PATH) the
 same steps run through QMD in the same run and the ratios are printed.
+
+    python bench/corpus.py --cli 1k,30k [--cache /tmp/memindex-corpora]
+
+``--cli`` (issue 40): keyword-only ``memindex search`` p50 per scale, as an agent runtime that
+shells out pays it: in-process (a fresh process per call), through ``--server`` to a running
+``memindex serve`` on a Unix socket, and a bare ``python -c "import sqlite3"`` (the floor of
+any Python CLI), with their ratios; and in-process with a 10 KB commented JSON5 openclaw.json
+against a minimal one. Calls are interleaved round by round, so load drifts hit all alike.
 """
 
 from __future__ import annotations
@@ -113,9 +117,7 @@ def bench_memindex(root: Path, corpus: Path, edit_file: Path) -> dict[str, float
         {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}))
     env = user_env()
     subprocess.run(memindex_cmd(root, "--help"), env=env, capture_output=True, cwd=REPO)  # warm the pyc cache
-    # Index steps and peak RSS in-process: a call served by the resident process does its work
-    # (and holds its memory) outside the measured child.
-    off = dict(env, MEMINDEX_RESIDENT="off")
+    off = env
     r: dict[str, float] = {}
     r["cold_s"], r["cold_rss_kb"], out = run_with_rss(memindex_cmd(root, "index", "-q"), off, REPO)
     r["resync_s"], r["resync_rss_kb"], _ = run_with_rss(memindex_cmd(root, "index", "-q"), off, REPO)
@@ -124,7 +126,7 @@ def bench_memindex(root: Path, corpus: Path, edit_file: Path) -> dict[str, float
     r["edit_s"], _, _ = run_with_rss(memindex_cmd(root, "index", "-q"), off, REPO)
     cli, rss = [], []
     for q in QUERIES:
-        cli.append(run_with_rss(memindex_cmd(root, "search", "--json", q), env, REPO)[0])  # as a user's: resident
+        cli.append(run_with_rss(memindex_cmd(root, "search", "--json", q), env, REPO)[0])
         rss.append(run_with_rss(memindex_cmd(root, "search", "--json", q), off, REPO)[1])
     r["cli_p50"], r["cli_p95"], r["cli_rss_kb"] = pct(cli, 50), pct(cli, 95), max(rss)
     found = run_with_rss(memindex_cmd(root, "search", "--json", "zanzibar-benchmark-token"), env, REPO)[2]
@@ -257,11 +259,7 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
     (mroot / "ws").mkdir(parents=True)
     (mroot / "openclaw.json").write_text(json.dumps(
         {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}))
-    uenv = user_env()
-    # CPU time and peak RSS are the measured child's own, so every step that reports them runs
-    # in-process; what a user waits for with the resident process (on by default) is measured
-    # beside them, wall time only (its work runs in a child of the resident process).
-    menv = dict(uenv, MEMINDEX_RESIDENT="off")
+    uenv = menv = user_env()
     subprocess.run(memindex_cmd(mroot, "--help"), env=menv, capture_output=True, cwd=REPO)
     qenv = dict(os.environ, XDG_CONFIG_HOME=str(qroot / "xdg-config"), XDG_CACHE_HOME=str(qroot / "xdg-cache"),
                 NO_COLOR="1")
@@ -293,31 +291,6 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
         m["edit_found"] = float(bool(json.loads(found)["results"]))
     finally:
         edit_file.write_bytes(original)
-    # Through the resident process: a first call starts it (if no earlier scale did), then the
-    # no-change resync and the searches a runtime would shell out to.
-    run_child(memindex_cmd(mroot, "search", "--json", "warm up"), uenv, REPO)
-    time.sleep(2.0)
-    # The "resident" rows mean something only if a resident process serves these calls: with
-    # the per-user limit of them already running, the calls run in-process, silently.
-    # (MEMINDEX_RESIDENT=debug is another identity: its first call starts its own resident process.)
-    for _ in range(2):
-        probe = subprocess.run(memindex_cmd(mroot, "search", "--json", "warm up"), capture_output=True, text=True,
-                               env=dict(uenv, MEMINDEX_RESIDENT="debug"), cwd=REPO)
-        if "starting one" not in probe.stderr:
-            break
-        time.sleep(2.0)
-    m["resident_served"] = float("call run by resident process" in probe.stderr)
-    if not m["resident_served"]:
-        print("  NOTE: no resident process served the calls (" + (probe.stderr.strip().splitlines() or ["?"])[-1]
-              + "): the 'resident' rows below are in-process times", flush=True)
-    m["resync_res_s"] = pct([run_child(memindex_cmd(mroot, "index", "-q"), uenv, REPO)[0] for _ in range(5)], 50)
-    # The same with the change journal's walk forced (producers/journal.py): a directory's
-    # timestamp moved is an event, though the listing stays the same.
-    walked = []
-    for _ in range(5):
-        os.utime(edit_file.parent)
-        walked.append(run_child(memindex_cmd(mroot, "index", "-q"), uenv, REPO)[0])
-    m["resync_res_walk_s"] = pct(walked, 50)
     mcli, minp, qcli, mcpu, qcpu = [], [], [], [], []
     for text in QUERIES + QUERIES:  # two rounds: ~60 ms calls on a shared machine are noisy
         mcli.append(run_child(memindex_cmd(mroot, "search", "--json", text), uenv, REPO)[0])
@@ -371,9 +344,7 @@ SCALE_ROWS = [
     ("no-change resync CPU (s)", "resync_cpu"), ("repeat no-change resync wall (s)", "resync2_s"),
     ("repeat no-change resync CPU (s)", "resync2_cpu"), ("single-edit resync wall (s)", "edit_s"),
     ("single-edit resync CPU (s)", "edit_cpu"),
-    ("no-change resync wall, resident (s)", "resync_res_s"),
-    ("no-change resync wall, resident, walking (s)", "resync_res_walk_s"),
-    ("CLI search p50, resident (s)", "cli_p50"), ("CLI search p95, resident (s)", "cli_p95"),
+    ("CLI search p50 (s)", "cli_p50"), ("CLI search p95 (s)", "cli_p95"),
     ("CLI search p50, in-process (s)", "cli_inproc_p50"), ("CLI search CPU p50, in-process (s)", "cli_cpu_p50"),
     ("warm search p50 (ms)", "inproc_p50_ms"), ("warm search p95 (ms)", "inproc_p95_ms"),
     ("warm search CPU p50 (ms)", "inproc_cpu_p50_ms"), ("warm search CPU p95 (ms)", "inproc_cpu_p95_ms"),
@@ -422,15 +393,10 @@ def main_scale(args: argparse.Namespace) -> None:
                            f"{m['cold_cpu'] / q['cold_cpu']:.2f}x"))
         if n >= 30_000:
             checks.append((f"warm search p95 <= 10 ms at {n}", m["inproc_p95_ms"] <= 10, f"{m['inproc_p95_ms']:.1f} ms"))
-            for key, which in (("resync_s", "in-process, first after the index"), ("resync2_s", "in-process, repeated"),
-                               ("resync_res_s", "through the resident process"),
-                               ("resync_res_walk_s", "through the resident process, walking")):
+            for key, which in (("resync_s", "first after the index"), ("resync2_s", "repeated")):
                 checks.append((f"no-change resync <= 0.25 s at {n} ({which})", m[key] <= 0.25, f"{m[key]:.3f} s"))
         if n <= 1_000:
             checks.append((f"warm search p95 <= 3 ms at {n}", m["inproc_p95_ms"] <= 3, f"{m['inproc_p95_ms']:.1f} ms"))
-            served = "" if m.get("resident_served", 1.0) else " - NOT served by a resident process"
-            checks.append((f"CLI search p50 <= 0.08 s at {n} (resident)", m["cli_p50"] <= 0.08 and not served,
-                           f"{m['cli_p50']:.3f} s{served}"))
             checks.append((f"CLI search p50 <= 0.08 s at {n} (in-process)", m["cli_inproc_p50"] <= 0.08,
                            f"{m['cli_inproc_p50']:.3f} s"))
         if n == 10_000 and "store_mb" in q:
@@ -438,6 +404,108 @@ def main_scale(args: argparse.Namespace) -> None:
                            f"{m['store_mb']:.1f} vs {q['store_mb']:.1f} MB"))
     for label, ok, detail in checks:
         print(f"  {'met' if ok else 'NOT met':<8} {label}: {detail}")
+
+
+# ---------------------------------------------------------------- --cli (issue 40)
+
+def commented_config(settings: dict, size: int = 10 * 1024) -> str:
+    """``settings`` as an openclaw.json a person keeps: JSON5 with unquoted keys, single quotes,
+    trailing commas, and ``size`` bytes of comments explaining it (OpenClaw's docs' style)."""
+    def render(value: object, depth: int) -> str:
+        pad = "  " * depth
+        if isinstance(value, dict):
+            items = "".join(f"{pad}  // {k}: see the OpenClaw docs for what this section does\n"
+                            f"{pad}  {k}: {render(v, depth + 1)},\n" for k, v in value.items())
+            return "{\n" + items + pad + "}"
+        if isinstance(value, list):
+            return "[" + ", ".join(render(v, depth + 1) for v in value) + ",]"
+        if isinstance(value, str):
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return json.dumps(value)
+
+    body = render(settings, 0)
+    note = ("/* Memory search indexes MEMORY.md, memory/**.md and extraPaths; keyword search runs without\n"
+            " * any provider, and a provider key adds vectors. Keep secrets in <state>/.env. */\n")
+    head = ""
+    while len(head) + len(body) < size:
+        head += note
+    return head + body + "\n"
+
+
+def bench_cli_latency(n: int, corpus: Path, root: Path, rounds: int) -> dict[str, float]:
+    """Per-call wall time (s) of keyword-only searches, interleaved round by round: bare Python,
+    in-process (minimal and 10 KB commented config), and --server to a warm `memindex serve`."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "ws").mkdir(exist_ok=True)
+    settings = {"agents": {"defaults": {"workspace": str(root / "ws"),
+                                        "memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}
+    minimal, commented = root / "openclaw.json", root / "openclaw-commented.json5"
+    minimal.write_text(json.dumps(settings))
+    commented.write_text(commented_config(settings))
+    base = user_env()
+    env = dict(base, OPENCLAW_CONFIG_PATH=str(minimal), OPENCLAW_STATE_DIR=str(root / "state"))
+    env_big = dict(env, OPENCLAW_CONFIG_PATH=str(commented))
+    exe = Path(sys.executable).parent / "memindex"
+    cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "memindex"]
+    t0 = time.perf_counter()
+    subprocess.run([*cli, "index", "-q"], env=env, check=True, cwd=root)  # (a cached store: a no-change sync)
+    print(f"  index -q: {time.perf_counter() - t0:.1f} s; configs {minimal.stat().st_size} / "
+          f"{commented.stat().st_size} bytes", flush=True)
+    same = [subprocess.run([*cli, "search", "--json", "gateway"], env=e, capture_output=True, text=True, cwd=root).stdout
+            for e in (env, env_big)]
+    assert same[0] == same[1] and json.loads(same[0])["results"], "the two configs must search alike"
+    sock = root / "run" / "serve.sock"
+    server = subprocess.Popen([*cli, "serve", "--socket", str(sock)], env=env, cwd=root,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"memindex serve did not start: {server.stderr.read() if server.stderr else ''}")
+            time.sleep(0.1)
+        kinds = {
+            "bare": ([sys.executable, "-c", "import sqlite3"], env),
+            "inproc": ([*cli, "search"], env),
+            "inproc_10k": ([*cli, "search"], env_big),
+            "server": ([*cli, "search", "--server", f"unix:{sock}"], env),
+        }
+        for q in QUERIES[:3]:  # warm: the page cache, the server's engine
+            for cmd, e in kinds.values():
+                run_child([*cmd, q] if cmd[-1] != "import sqlite3" else cmd, e, root)
+        times: dict[str, list[float]] = {k: [] for k in kinds}
+        for _ in range(rounds):
+            for q in QUERIES:
+                for kind, (cmd, e) in kinds.items():
+                    times[kind].append(run_child(cmd if kind == "bare" else [*cmd, q], e, root)[0])
+    finally:
+        server.terminate()
+        server.wait(30)
+    return {f"{k}_p50": pct(v, 50) for k, v in times.items()} | {f"{k}_p95": pct(v, 95) for k, v in times.items()}
+
+
+def main_cli(args: argparse.Namespace) -> None:
+    results: dict[int, dict[str, float]] = {}
+    for n in parse_scale(args.cli):
+        corpus = build_corpus(args.corpus, n, args.cache)
+        print(f"\n== {n} files ({corpus})", flush=True)
+        results[n] = r = bench_cli_latency(n, corpus, args.cache / f"cli-{n}", args.rounds)
+        print(f"{'keyword-only search, per call':<44}{'p50 (s)':>9}{'p95 (s)':>9}{'p50 / bare':>12}")
+        for label, key in (("bare python -c 'import sqlite3'", "bare"), ("memindex search, in-process", "inproc"),
+                           ("memindex search --server (unix socket)", "server"),
+                           ("in-process, 10 KB commented config", "inproc_10k")):
+            print(f"{label:<44}{r[key + '_p50']:>9.3f}{r[key + '_p95']:>9.3f}{r[key + '_p50'] / r['bare_p50']:>11.2f}x",
+                  flush=True)
+    print("\nissue 40 'Done when':")
+    for n, r in results.items():
+        bare = r["bare_p50"]
+        for label, ok, detail in (
+                (f"in-process p50 <= 2.5x bare python at {n}", r["inproc_p50"] <= 2.5 * bare,
+                 f"{r['inproc_p50'] / bare:.2f}x"),
+                (f"--server p50 <= 1.5x bare python at {n}", r["server_p50"] <= 1.5 * bare,
+                 f"{r['server_p50'] / bare:.2f}x"),
+                (f"10 KB commented config <= 1.10x minimal at {n}", r["inproc_10k_p50"] <= 1.10 * r["inproc_p50"],
+                 f"{r['inproc_10k_p50'] / r['inproc_p50']:.3f}x")):
+            print(f"  {'met' if ok else 'NOT met':<8} {label}: {detail}")
 
 
 def main() -> None:
@@ -448,7 +516,13 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memindex-corpora",
                     help="where --scale builds its corpora (once; reused by later runs)")
     ap.add_argument("--no-qmd", action="store_true", help="--scale: memindex only")
+    ap.add_argument("--cli", default=None, metavar="SCALES",
+                    help="keyword-only CLI search p50: in-process, --server, bare python (issue 40), e.g. 1k,30k")
+    ap.add_argument("--rounds", type=int, default=2, help="--cli: passes over the 20 queries")
     args = ap.parse_args()
+    if args.cli:
+        main_cli(args)
+        return
     if args.scale:
         main_scale(args)
         return

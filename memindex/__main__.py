@@ -1,5 +1,5 @@
 """``python -m memindex``: the same as the ``memindex`` console script."""
 
-from memindex.producers.cli.resident import main
+from memindex.producers.cli.main import main
 
 raise SystemExit(main())

@@ -8,7 +8,6 @@ so a caller can catch ``memindex.MemindexError`` alone, or one family.
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 from typing import Any, Callable, TypeVar
 
@@ -41,6 +40,8 @@ def checked_call(name: str) -> Callable[[F], F]:
     naming ``name`` and the parameters it takes, not Python's TypeError naming an internal class."""
 
     def wrap(fn: F) -> F:
+        import inspect  # here, not at the top: the --server client imports this module and no more
+
         sig = inspect.signature(fn)
         params = [p for p in sig.parameters if p not in ("self", "cls")]
 

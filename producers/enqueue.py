@@ -155,11 +155,10 @@ def plan_now(ctx: Context, *, force: bool = False, probe: bool = True):
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.embeddings.embedder import planning_identity
     from memindex.pipeline.index.indexer import plan_agent
-    from memindex.producers.journal import active
 
     settings = settings_for(ctx)
     # re-index all (force): with the provider's vectors as they are now, their size included
-    return plan_agent(settings, planning_identity(settings, force=force, probe=probe), force=force, journal=active())
+    return plan_agent(settings, planning_identity(settings, force=force, probe=probe), force=force)
 
 
 # How long queued work may wait with no live worker consuming its queue before

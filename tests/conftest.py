@@ -20,8 +20,7 @@ from memindex.pipeline.embeddings.registry import env_var_names
 
 # Tests must never pick up a developer's Redis, OpenClaw state or provider keys by accident.
 os.environ.pop("MEMINDEX_BROKER_URL", None)
-# Every CLI call runs in-process; tests/test_resident.py turns the resident process on itself.
-os.environ["MEMINDEX_RESIDENT"] = "off"
+os.environ.pop("MEMINDEX_SERVER", None)  # a developer's server must not answer the tests' CLI calls
 for _k in (*sorted(env_var_names()), "OPENCLAW_CONFIG_PATH", "OPENCLAW_STATE_DIR",
            "OPENCLAW_HOME", "OPENCLAW_PROFILE"):
     os.environ.pop(_k, None)

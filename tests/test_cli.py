@@ -514,13 +514,12 @@ def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(agent):
     agent.memory_config({"provider": "none"})
     agent.index()
     base = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
-    env = {"PYTHONIOENCODING": "ascii", "MEMINDEX_RESIDENT": "off"}
+    env = {"PYTHONIOENCODING": "ascii"}
     out = run_cli(*base, "search", "owl", env=env)
     assert out.returncode == 0 and "\\U0001f989 owl" in out.stdout and "Traceback" not in out.stderr, out.stderr
     out = run_cli(*base, "get", "memory/a.md", env=env)
     assert out.returncode == 0 and "\\U0001f989 owl" in out.stdout, out.stderr
-    out = run_cli(*base, "search", "Über", env={"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C",
-                                                  "MEMINDEX_RESIDENT": "off"})
+    out = run_cli(*base, "search", "Über", env={"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C"})
     assert out.returncode == 0 and "memory/a.md" in out.stdout, (out.stdout, out.stderr)
 
 
@@ -531,7 +530,7 @@ def test_status_text_says_whether_batch_embedding_is_on(agent):
     base = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace", str(agent.workspace)]
     for enabled, word in ((False, "disabled"), (True, "enabled")):
         agent.memory_config({"provider": "none", "remote": {"batch": {"enabled": enabled}}})
-        out = run_cli(*base, "status", env={"MEMINDEX_RESIDENT": "off"})
+        out = run_cli(*base, "status")
         assert out.returncode == 0 and f"batch:        {word}\n" in out.stdout, out.stdout
 
 

@@ -1,8 +1,8 @@
 """``MEMINDEX_*`` environment variables set to a value they cannot take: every command says so in
 its one ``error:`` line naming the variable (a ConfigError, exit 2), never a traceback, and the
 library raises ConfigError. A user trial set each documented number to ``abc``: each command died
-with ``ValueError: invalid literal for int()`` from an import, and a bad log level or resident
-mode was ignored without a word while ``--log-level verbose`` was refused."""
+with ``ValueError: invalid literal for int()`` from an import, and a bad log level or log
+format was ignored without a word while ``--log-level verbose`` was refused."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ NUMBERS = [
     ("MEMINDEX_ASYNC_THREADS", ["serve", "--port", "{port}"], False),
     ("MEMINDEX_WRITER_WAIT_S", ["index", "--force"], False),
     ("MEMINDEX_EMBED_MSG_CHUNKS", ["index", "--force"], False),
-    ("MEMINDEX_RESIDENT_IDLE_S", ["status"], False),
     ("MEMINDEX_WRITE_SHARDS", ["index", "--force"], True),
     ("MEMINDEX_OUTAGE_REPORT_S", ["index", "--force"], True),
     ("MEMINDEX_HEALTH_STALL_S", ["health"], True),
@@ -80,10 +79,9 @@ def test_async_search_raises_config_error_for_a_bad_pool_size(agent):
 @pytest.mark.parametrize("var, value, choices", [
     ("MEMINDEX_LOG_LEVEL", "verbose", "debug, info, warning, error"),
     ("MEMINDEX_LOG_FORMAT", "xml", "text, json"),
-    ("MEMINDEX_RESIDENT", "bogus", "on, off, debug"),
 ])
 def test_a_mode_variable_outside_its_choices_is_refused_as_the_flag_is(agent, var, value, choices):
-    """They were ignored without a word (the default level, text, the resident process)."""
+    """They were ignored without a word (the default level, text)."""
     out = run_cli("status", env=_env(agent, None, False, **{var: value}))
     _one_line(out, var, value)
     assert f"must be one of {choices}, not" in out.stderr, out.stderr

@@ -145,7 +145,7 @@ def test_the_embedded_files_thread_never_waits_for_its_own_write_backlog(tmp_pat
             f"# Note {i}\n\nThe token quixote{i} appears here.\n\nA second paragraph about harbour{i}.\n")
     cfg = tmp_path / "openclaw.json"
     cfg.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "none"}}}}))
-    env = dict(os.environ, MEMINDEX_EMBED_MSG_CHUNKS="1", MEMINDEX_RESIDENT="off")
+    env = dict(os.environ, MEMINDEX_EMBED_MSG_CHUNKS="1")
     env.pop("MEMINDEX_BROKER_URL", None)
     base = [sys.executable, "-m", "memindex", "--config", str(cfg), "--state-dir", str(tmp_path / "state"),
             "--workspace", str(ws)]

@@ -290,7 +290,7 @@ def test_a_state_dir_that_is_a_file_is_one_error_line_before_any_work(agent, tmp
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
     proc = run_cli("--config", str(agent.config_path), "--state-dir", str(notes), "--workspace",
-                   str(agent.workspace), "index", env={"MEMINDEX_RESIDENT": "off"}, timeout=120)
+                   str(agent.workspace), "index", timeout=120)
     _one_line_error(proc, f"{notes} is a file, not a directory")
     assert notes.read_text() == "my notes\n"
 
@@ -967,7 +967,7 @@ def test_index_on_a_full_disk_does_not_count_unwritten_files_as_indexed(tmp_path
     cli = f"{sys.executable} -m memindex --config {cfg} --state-dir {state} index"
     r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=400k tmpfs {state} && {cli}"],
                        capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
-                       env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+                       env=dict(os.environ))
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("main: "))
     assert line.startswith("main: indexed 0 file(s), 60 not written (see below)"), line
@@ -990,7 +990,7 @@ def test_a_store_on_a_read_only_mount_says_why_it_cannot_be_read(tmp_path) -> No
         extra.unlink()
     script = (f"mount --bind {state} {state} && mount -o remount,bind,ro {state} && {cli} search kestrel")
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120,
-                       cwd=str(tmp_path), env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+                       cwd=str(tmp_path), env=dict(os.environ))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "SQLite must create main.sqlite-shm beside it to read it" in r.stderr, r.stderr
 
@@ -1012,7 +1012,7 @@ def test_index_on_a_full_disk_embeds_nothing(tmp_path, server) -> None:
     script = (f"mount -t tmpfs -o size=2m tmpfs {state} && dd if=/dev/zero of={state}/fill bs=64k 2>/dev/null; "
               f"{cli} index")
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
-                       cwd=str(tmp_path), env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+                       cwd=str(tmp_path), env=dict(os.environ))
     assert r.returncode == 1 and "its disk is full" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert server.count("openai") == before, "embedded before finding the disk full"
 
@@ -1035,7 +1035,7 @@ def test_commands_on_a_store_whose_disk_is_full_say_so_in_one_line(tmp_path) -> 
               f"for c in status index 'index --force' 'search kestrel'; do echo \"== $c\" >&2; {cli} $c; "
               "echo \"rc=$?\" >&2; done")
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
-                       cwd=str(tmp_path), env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+                       cwd=str(tmp_path), env=dict(os.environ))
     assert "Traceback" not in r.stderr, r.stderr
     for part in r.stderr.split("== ")[2:4]:  # index, index --force: one line naming the full disk
         assert "its disk is full" in part and "rc=1" in part, part

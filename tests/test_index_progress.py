@@ -73,7 +73,7 @@ def test_ctrl_c_during_index_says_what_it_left(agent):
     proc = subprocess.Popen([sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir",
                              str(agent.state), "--workspace", str(agent.workspace), "index"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, MEMINDEX_RESIDENT="off"))
+                            env=dict(os.environ))
     store = agent.settings().store_path
     deadline = time.monotonic() + 60
     while not store.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -107,7 +107,7 @@ def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_fin
     import subprocess
 
     cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
-    env = dict(os.environ, MEMINDEX_RESIDENT="off")
+    env = dict(os.environ)
     proc, out, err = _interrupt_once_embedding(cmd, env, fresh_server)
     assert proc.returncode == 130, (out, err)
     assert err.splitlines() == ["interrupted: what was written is kept; `memindex index` finishes the rest"], err
@@ -160,7 +160,7 @@ def test_ctrl_c_of_index_on_redis_says_the_workers_go_on(agent, redis_server):
     proc = subprocess.Popen([sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir",
                              str(agent.state), "--workspace", str(agent.workspace), "index"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, MEMINDEX_RESIDENT="off", MEMINDEX_BROKER_URL=redis_server.url))
+                            env=dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url))
     time.sleep(3)  # enqueued; no worker runs, so it waits
     assert proc.poll() is None
     proc.send_signal(signal.SIGINT)
@@ -184,7 +184,7 @@ def test_ctrl_c_of_watch_with_work_in_flight_says_it_is_finishing_it(agent, fres
     fresh_server.always("openai", {"kind": "delay", "seconds": 1.0})
     proc, out, err = _interrupt_once_embedding(  # the start-up sync's requests wait on the slow provider
         [sys.executable, "-m", "memindex", "--config", str(agent.config_path), "--state-dir", str(agent.state),
-         "watch", "--drain-timeout", "3"], dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server)
+         "watch", "--drain-timeout", "3"], dict(os.environ), fresh_server)
     assert proc.returncode == 0 and "Traceback" not in err, (out, err)
     assert "stopping: finishing the work in flight (up to 3 s; Ctrl-C again to stop now" in err, err
     assert err.rstrip().endswith("stopped") and "retried later" not in err, err
@@ -206,12 +206,12 @@ def test_watch_re_embeds_keyword_only_files_once_the_provider_is_back(agent, fre
         agent.write(f"memory/2026-01-{i + 1:02d}.md", f"# Note {i}\nThe lantern {i} hangs by door {i}.\n")
     fresh_server.always("openai", {"status": 401, "message": "bad key"})
     base = ["--config", str(agent.config_path), "--state-dir", str(agent.state)]
-    assert run_cli(*base, "index", env={"MEMINDEX_RESIDENT": "off"}).returncode == 1
+    assert run_cli(*base, "index").returncode == 1
     assert index_status(agent.settings())["vectorsPending"] == 3
     fresh_server.always("openai", None)  # the key works again; no note changes
     proc = subprocess.Popen([sys.executable, "-m", "memindex", *base, "watch", "--no-initial-sync"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, MEMINDEX_RESIDENT="off", MEMINDEX_VECTOR_RETRY_S="1"))
+                            env=dict(os.environ, MEMINDEX_VECTOR_RETRY_S="1"))
     try:
         assert wait_for(lambda: index_status(agent.settings())["vectorsPending"] == 0, 60, step=0.2), \
             index_status(agent.settings())["problems"]
@@ -229,7 +229,7 @@ def test_ctrl_c_twice_prints_the_one_line_and_no_traceback(agent, fresh_server):
     import os
 
     cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
-    proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server, times=2)
+    proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ), fresh_server, times=2)
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "interrupted: what was written is kept" in err, err
@@ -260,7 +260,7 @@ def test_ctrl_c_during_status_index_says_what_it_left(agent, fresh_server):
     cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
     cmd[cmd.index("index")] = "status"
     cmd.append("--index")
-    proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ, MEMINDEX_RESIDENT="off"), fresh_server)
+    proc, out, err = _interrupt_once_embedding(cmd, dict(os.environ), fresh_server)
     assert proc.returncode == 130, (out, err)
     assert err.splitlines() == ["interrupted: what was written is kept; `memindex index` finishes the rest"], err
 

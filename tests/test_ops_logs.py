@@ -110,12 +110,12 @@ def test_note_lines_are_json_under_the_json_format_too(agent):
     common = ["--config", str(agent.config_path), "--state-dir", str(agent.state), "--workspace",
               str(agent.workspace)]
     for args, needle in ((["get", "memory/nope.md"], "does not exist"), (["-v", "search", "kumquat"], "1 result(s)")):
-        out = run_cli("--log-format", "json", *common, *args, env={"MEMINDEX_RESIDENT": "off"})
+        out = run_cli("--log-format", "json", *common, *args)
         lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
         assert out.returncode == 0 and lines, out
         records = [json.loads(ln) for ln in lines]  # every line a record
         assert any(needle in r["message"] for r in records), records
-        plain = run_cli(*common, *args, env={"MEMINDEX_RESIDENT": "off"})  # the text format as before
+        plain = run_cli(*common, *args)  # the text format as before
         assert needle in plain.stderr and not plain.stderr.lstrip().startswith("{"), plain.stderr
 
 

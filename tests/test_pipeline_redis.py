@@ -475,7 +475,7 @@ def test_a_search_never_waits_for_the_deployments_embedding_slot(agent, redis_se
             took = time.monotonic() - started
         print(resp.mode, round(took, 1), resp.results[0].path if resp.results else None)
     ''')
-    env = {**agent.env(broker_url=redis_server.url), "T_WS": str(agent.workspace), "MEMINDEX_RESIDENT": "off"}
+    env = {**agent.env(broker_url=redis_server.url), "T_WS": str(agent.workspace)}
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     mode, took, path = r.stdout.split()

@@ -78,7 +78,7 @@ def test_index_beside_a_running_watch_takes_its_turn(agent):
     agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace)}}})
     for i in range(6):
         agent.write(f"memory/2026-01-0{i + 1}.md", f"# day {i}\nnote {i} about gooseberry{i}\n")
-    env = dict(agent.env(), MEMINDEX_WRITER_WAIT_S="60", MEMINDEX_RESIDENT="off")
+    env = dict(agent.env(), MEMINDEX_WRITER_WAIT_S="60")
     watch = subprocess.Popen([sys.executable, "-m", "memindex", "watch", "--debounce-ms", "100"], cwd=REPO, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -24,3 +24,7 @@ HALF_LIFE_DAYS = 30
 
 # OpenClaw caps a snippet at 700 characters (UTF-16 code units), its qmd backend's limit too.
 SNIPPET_CHARS = 700
+
+# `memindex search|get --server`: how long the caller waits for the server's whole answer
+# (connect included) before it says so and exits 1 (producers/cli/remote.py).
+SERVER_TIMEOUT_S = 30.0

@@ -24,7 +24,7 @@ from memindex.pipeline.index.prepare import embedding_pending, is_read_error
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.workspace import (
-    MEMORY_DIR, ListingFacts, MemoryFile, check_roots, indexed_path_filter, iter_discover, listing_roots, rel_path,
+    MEMORY_DIR, ListingFacts, MemoryFile, check_roots, indexed_path_filter, iter_discover, rel_path,
     resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
@@ -155,24 +155,25 @@ WRITE_ROOM_BYTES = 256 << 10
 
 
 def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY, *,
-               force: bool = False, journal: unchanged.ListingJournal | None = None) -> tuple[SyncPlan, bool]:
+               force: bool = False) -> tuple[SyncPlan, bool]:
     """(plan, nothing-to-do) for one agent, reading the store through its own reader.
 
     Nothing to do means no file work, no rebuild, nothing left pending and the
-    live fingerprint unchanged: then a sync need not touch the writer at all. A ``journal``
-    that saw no change since the last walk spares this one (index/unchanged.py).
+    live fingerprint unchanged: then a sync need not touch the writer at all (a no-change
+    sync still lists the disk: one lstat per file, compared with the last listing's digest,
+    index/unchanged.py).
     """
     check_writable(settings.store_path)
     reader = open_reader(settings)
     try:
         try:
-            plan, noop = _plan_agent(settings, reader, ident, force, journal)
+            plan, noop = _plan_agent(settings, reader, ident, force)
         except StoreCorrupt as exc:
             # The Markdown is the source of truth: a damaged store is moved aside and rebuilt.
             log.warning("%s", exc)
             reader.close()
             quarantine(settings.store_path)
-            plan, noop = _plan_agent(settings, reader, ident, force, journal)
+            plan, noop = _plan_agent(settings, reader, ident, force)
     finally:
         reader.close()
     if not noop and (plan.jobs or plan.session_deltas) and disk_full(settings.store_path, WRITE_ROOM_BYTES):
@@ -183,7 +184,7 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
 
 
 def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIdentity,
-                force: bool, journal: unchanged.ListingJournal | None) -> tuple[SyncPlan, bool]:
+                force: bool) -> tuple[SyncPlan, bool]:
     st = reader.state()
     key = None if force else unchanged.store_key(settings, ident, st)
     files: list[MemoryFile] | None = None
@@ -194,21 +195,10 @@ def _plan_agent(settings: AgentSettings, reader: StoreReader, ident: EmbeddingId
         if "memory" in settings.sources:
             check_roots(settings)
         mark = unchanged.read(settings.store_path)
-        token = None
-        if journal is not None:
-            roots = listing_roots(settings)
-            listing_key = journal.key(settings.digest(), roots)  # before the walk, as arm()
-            if listing_key is not None:
-                known = journal.listing(listing_key)
-                if known is not None and _unchanged(mark, key, known[0], reader, st):
-                    return _nothing_to_do(st, known[1], mark), True
-                token = journal.arm(listing_key, roots)  # before the walk: a change during it is seen
         facts = ListingFacts()
         with _gc_paused():
             files = list(iter_collect_files(settings, facts))
         disk = unchanged.disk_key(files)
-        if token is not None and not facts.hard_links:
-            journal.record(token, disk, len(files))
         if _unchanged(mark, key, disk, reader, st):
             return _nothing_to_do(st, len(files), mark), True
     plan = plan_sync(settings, reader, ident, files=files, force=force, facts=facts if files is not None else None)

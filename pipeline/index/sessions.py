@@ -104,8 +104,6 @@ def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None
             (facts.symlinks if stat.S_ISLNK(st.st_mode) else facts.specials if not stat.S_ISDIR(st.st_mode)
              else []).append(e.path)
         if stat.S_ISREG(st.st_mode):
-            if facts is not None and st.st_nlink > 1:
-                facts.hard_links = True
             # The stored and shown path: a name that is not valid UTF-8 has its bytes escaped
             # (display_path), as for Markdown files; the job then fails on name_problem with a
             # problem row. With the raw name, even that row could not be stored: retried forever.

@@ -25,7 +25,7 @@ import os
 import threading
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity, dumps, index_fingerprint
@@ -81,28 +81,6 @@ def read(store_path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return mark if isinstance(mark, dict) else None
-
-
-class ListingJournal(Protocol):
-    """What a long-lived process that watches the disk (the CLI's resident process) can vouch
-    for: that nothing under a listing's roots changed since a walk listed them. Then the next
-    plan need not walk at all - the listing is the one recorded (its digest and file count).
-    """
-
-    def key(self, context: str, roots: Sequence[tuple[str, bool]]) -> str | None:
-        """The listing's key: ``context`` (the digest of the settings it is made under) and
-        ``roots`` (:func:`~memindex.pipeline.index.workspace.listing_roots`, what decides it) as
-        they are now; None when changes under them cannot be watched (never vouched for)."""
-
-    def listing(self, key: str) -> tuple[str, int] | None:
-        """(disk digest, file count) recorded under ``key`` with no change seen since, or None."""
-
-    def arm(self, key: str, roots: Sequence[tuple[str, bool]]) -> str | None:
-        """Watch ``roots`` before they are listed; a token for :meth:`record`, or None when
-        they cannot be watched (the listing is then never vouched for)."""
-
-    def record(self, token: str, disk: str, count: int) -> None:
-        """The listing made after :meth:`arm` returned ``token``."""
 
 
 def write(store_path: Path, store: str, disk: str, count: int, pending_sessions: int = 0) -> None:

@@ -99,13 +99,11 @@ def _regular(path: Path) -> os.stat_result | None:
 
 
 class ListingFacts:
-    """What a listing noticed beyond its files: a file with other hard links can change
-    through a path outside every watched directory (a change journal must not vouch for it)."""
+    """What a listing noticed beyond its files (for plans and `status`)."""
 
-    __slots__ = ("hard_links", "unreadable", "symlinks", "specials")
+    __slots__ = ("unreadable", "symlinks", "specials")
 
     def __init__(self) -> None:
-        self.hard_links = False
         # Directories the walk could not list, with why: their files are not "deleted" (a plan
         # keeps what it indexed from them) and `status` names them.
         self.unreadable: list[tuple[str, str]] = []
@@ -114,8 +112,7 @@ class ListingFacts:
         # the reader), and named by `status` rather than passed over without a word.
         self.specials: list[str] = []
 
-    def merge(self, hard_links: bool, unreadable: list, symlinks: list, specials: list = ()) -> None:
-        self.hard_links |= bool(hard_links)
+    def merge(self, unreadable: list, symlinks: list, specials: list = ()) -> None:
         self.unreadable.extend((str(d), str(why)) for d, why in unreadable)
         self.symlinks.extend(map(str, symlinks))
         self.specials.extend(map(str, specials))
@@ -188,8 +185,6 @@ def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str],
                     # os.lstat, not e.stat(): DirEntry caches the result, and a
                     # 10,000-entry directory would then hold 10,000 stat results.
                     st = lstat(e.path)
-                    if st.st_nlink > 1:
-                        facts.hard_links = True
                     yield e.path, st.st_size, st.st_mtime_ns, kind
             elif e.is_dir(follow_symlinks=False):
                 if not is_ignored_dir(e.name):
@@ -250,7 +245,7 @@ class _SplitWalk:
                 os.close(r)
                 mine = ListingFacts()
                 files = list(_walk_dirs(dirs, keep, mine))
-                view = memoryview(marshal.dumps((len(files), files, mine.hard_links, mine.unreadable, mine.symlinks,
+                view = memoryview(marshal.dumps((len(files), files, mine.unreadable, mine.symlinks,
                                                     mine.specials)))
                 while view:
                     view = view[os.write(w, view):]
@@ -265,13 +260,13 @@ class _SplitWalk:
         try:
             while chunk := os.read(self.fd, 1 << 20):
                 parts.append(chunk)
-            count, files, hard_links, unreadable, symlinks, specials = marshal.loads(b"".join(parts))
+            count, files, unreadable, symlinks, specials = marshal.loads(b"".join(parts))
             ok = isinstance(files, list) and len(files) == count
         except (OSError, EOFError, ValueError, TypeError):
             ok = False
         self.close()
         if ok:
-            self.facts.merge(hard_links, unreadable, symlinks, specials)
+            self.facts.merge(unreadable, symlinks, specials)
         yield from (files if ok else _walk_dirs(self.dirs, self.keep, self.facts))
 
     def close(self) -> None:
@@ -419,7 +414,6 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
         p = ws / name
         st = _regular(p)
         if st is not None:
-            facts.hard_links |= st.st_nlink > 1
             yield from found([(p, st.st_size, st.st_mtime_ns, "markdown")])
         elif p.is_symlink():
             facts.symlinks.append(str(p))
@@ -441,7 +435,6 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
             st = _regular(extra)
             kind = keep_extra(extra.name) if st is not None else None
             if st is not None and kind is not None:
-                facts.hard_links |= st.st_nlink > 1
                 yield from found([(extra, st.st_size, st.st_mtime_ns, kind)])
 
 
@@ -470,33 +463,6 @@ def indexed_path_filter(settings: AgentSettings) -> "callable[[str, str], bool]"
         return source != "memory" or path in exact or path.startswith(starts)
 
     return visible
-
-
-def listing_roots(settings: AgentSettings) -> list[tuple[str, bool]]:
-    """The directories whose entries decide what a sync lists, as (path, whole tree?).
-
-    A change journal (index/unchanged.py ``ListingJournal``) watches these: the workspace
-    (``MEMORY.md``, and ``memory/`` appearing), every configured root's own tree, and each
-    root's parent, whose entry for it changes when the root is created, removed, renamed or
-    replaced. A root that is a symlink or not a directory has only its parent here: the walk
-    never enters it.
-    """
-    out: dict[tuple[str, bool], None] = {}
-
-    def add(p: Path, tree: bool) -> None:
-        out.setdefault((str(p.parent), False), None)
-        if p.is_dir() and not p.is_symlink():
-            out.setdefault((str(p), tree), None)
-
-    if "memory" in settings.sources:
-        out.setdefault((str(settings.workspace), False), None)
-        add(settings.workspace / MEMORY_DIR, True)
-        for extra in resolve_extra_paths(settings):
-            add(extra, True)
-    if "sessions" in settings.sources:
-        add(settings.sessions_dir.parent, False)  # agents/<id> replaced by a symlink is refused too
-        add(settings.sessions_dir, False)  # its top level only (discover_sessions)
-    return list(out)
 
 
 def watch_roots(settings: AgentSettings) -> list[Path]:

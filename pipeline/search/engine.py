@@ -513,6 +513,12 @@ class MemorySearch(AsyncSearch):
     def _query_vector(self, query: str, resp: SearchResponse, fp: dict[str, Any] | None) -> list[float] | None:
         if not fp or fp.get("provider") in (None, "none"):
             return None  # keyword-only index
+        if self.query_embedder is None and self._auto_embedder:
+            from memindex.pipeline.embeddings.embedder import open_elsewhere
+
+            refused = open_elsewhere(self.settings, fp)  # before the provider (and its SDK) is built
+            if refused is not None:
+                return _keyword_only(resp, refused)
         emb = self._embedder()
         if emb is None:
             resp.warning = "no embedding provider available for queries; keyword-only results"
@@ -523,9 +529,7 @@ class MemorySearch(AsyncSearch):
         except Exception as exc:  # noqa: BLE001 - degrade to keyword search, say so
             if not isinstance(exc, ProviderError):  # provider failures are logged once, as the breaker opens
                 log.warning("query embedding failed (%s); answering keyword-only", exc)
-            resp.warning = f"query embedding failed ({type(exc).__name__}: {exc}); keyword-only results"
-            resp.mode = "fts-only"
-            return None
+            return _keyword_only(resp, exc)
         check = getattr(emb, "is_fallback_index", None)
         resp.fallback = bool(check(fp)) if check else bool(getattr(emb, "fallback", False))
         if vec is None or is_zero(vec):
@@ -607,3 +611,9 @@ class MemorySearch(AsyncSearch):
         self._closed = True
         self.reader.close()
         self._mirror.drop()
+
+
+def _keyword_only(resp: SearchResponse, exc: BaseException) -> None:
+    """A search whose query vector failed answers from the keyword arm alone, and says why."""
+    resp.warning = f"query embedding failed ({type(exc).__name__}: {exc}); keyword-only results"
+    resp.mode = "fts-only"

@@ -73,9 +73,8 @@ def writer_lock_path(store: Path | str) -> Path:
     return store.with_name(store.name + LOCK_SUFFIX)
 
 
-# What this process is, for other writers' wait lines (set_process_label). Not kept in the
-# environment: a CLI call then starts the resident process (producers/cli/resident.py) with that
-# environment, and the resident serves only callers whose environment equals its own.
+# What this process is, for other writers' wait lines (set_process_label); a process started by
+# exec is named through LABEL_ENV instead.
 _label: list[str] = []
 
 

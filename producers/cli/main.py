@@ -1,7 +1,10 @@
-"""``memindex`` command line.
+"""``memindex`` command line (the console script is this module's ``main``).
 
-Heavy modules (dramatiq, provider SDKs, numpy, llama-cpp) are imported only by
-the commands that need them, so ``memindex search`` starts fast.
+Every import beyond the standard library happens in the function that needs it: heavy
+modules (dramatiq, provider SDKs, numpy, llama-cpp) only in the commands that use them, and
+a ``--server`` call imports this module and its client (producers/cli/remote.py), no more.
+Nothing outlives a command but what the user asked to run (``serve``, ``mcp``, ``watch``,
+``worker``).
 """
 
 from __future__ import annotations
@@ -9,28 +12,22 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import logging
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from memindex.pipeline.config import defaults as D
-from memindex.pipeline.config.settings import ConfigError, Context
-from memindex.pipeline.errors import MemindexError
-from memindex.producers.cli.agents import agent_contexts, base_context, configured_agents, context_for
-from memindex.producers.cli.argv import command_of
-from memindex.producers.cli.openclaw_format import search_text, status_entry
-from memindex.producers.cli.options import (
-    add_global_options, at_least_one, command_parsers, examples, has_option, non_negative, say, say_error,
-    share_global_options,
-)
-from memindex.producers.cli.progress import Progress
+from memindex.pipeline.config import defaults as D  # (no imports of its own)
 
-log = logging.getLogger("memindex")
+if TYPE_CHECKING:
+    from memindex.pipeline.config.settings import Context
 
 
 def _ctx(args: argparse.Namespace, agent: str | None = None) -> Context:
-    return context_for(args, agent) if agent else base_context(args)
+    from memindex.producers.cli.agents import base_context, context_for
+
+    ctx = context_for(args, agent) if agent else base_context(args)
+    serving = getattr(args, "serving", None)  # run by `memindex serve` for a --server caller
+    return ctx if serving is None else serving.context(ctx.agent_id)
 
 
 def _settings(args: argparse.Namespace, agent: str | None = None):
@@ -41,6 +38,8 @@ def _settings(args: argparse.Namespace, agent: str | None = None):
 
 def _command_agents(args: argparse.Namespace) -> list[str]:
     """``--agent``, else every configured agent (``openclaw memory status|index``)."""
+    from memindex.producers.cli.agents import agent_contexts
+
     return [c.agent_id for c in agent_contexts(args, all_by_default=True)]
 
 
@@ -53,6 +52,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     from memindex.producers.cli.failures import (
         print_failures, run_started, say_failures_once, skipped_files, unwritten_files,
     )
+    from memindex.pipeline.config.settings import ConfigError
+    from memindex.pipeline.errors import MemindexError
+    from memindex.producers.cli.options import say_error
+    from memindex.producers.cli.progress import Progress
     from memindex.producers.enqueue import sync_and_wait
 
     if os.environ.get("MEMINDEX_BROKER_URL", "").strip():
@@ -126,6 +129,7 @@ def _say_keyword_only(settings: Any) -> None:
     if settings.memory_search["provider"] in ("auto", "none"):
         return
     from memindex.pipeline.embeddings.embedder import provider_info
+    from memindex.producers.cli.options import say
 
     info = provider_info(settings)
     if info["provider"] == "none" and info.get("reason"):
@@ -139,6 +143,7 @@ def _qmd_index(settings: Any, quiet: bool) -> bool:
     if settings.memory["backend"] != "qmd":
         return True
     from memindex.pipeline.search.qmd.runner import QmdError, QmdMissing
+    from memindex.producers.cli.options import say_error
     from memindex.producers.qmd_sync import sync_qmd_now
 
     try:
@@ -157,6 +162,9 @@ def _qmd_index(settings: Any, quiet: bool) -> bool:
 
 
 def _search_engine(args: argparse.Namespace, settings: Any) -> Any:
+    serving = getattr(args, "serving", None)
+    if serving is not None:  # the server's warm engine for this agent
+        return serving.engine(settings)
     from memindex.pipeline.search.backend import open_search
 
     # "auto": the query embedder resolves lazily, so a keyword-only index never
@@ -168,6 +176,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     from memindex.pipeline.config.paths import validate_agent_id
     from memindex.pipeline.search.engine import query_problem
     from memindex.pipeline.search.scope import agent_from_key
+    from memindex.producers.cli.agents import configured_agents
+    from memindex.producers.cli.openclaw_format import search_text
+    from memindex.producers.cli.options import say, say_error
 
     keyed = agent_from_key(args.session_key)
     if keyed is not None:  # the session's agent, as OpenClaw picks it (and MCP / HTTP do)
@@ -252,6 +263,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if resp.indexing:
         say("indexing is pending; results may be incomplete")
     if args.verbose and resp.results:
+        import logging
+
         say(f"{len(resp.results)} result(s) [{resp.mode}, provider {resp.provider}"
             + (" (fallback)" if resp.fallback else "") + "]", prefix=None, level=logging.INFO)
     print(search_text(resp.results))
@@ -260,6 +273,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     from memindex.pipeline.search.get import MemoryGetError, memory_get
+    from memindex.producers.cli.options import say, say_error
 
     settings = _settings(args)
     try:
@@ -283,7 +297,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``openclaw memory status``: every configured agent unless ``--agent``; ``--deep`` adds an
     embedding probe, ``--index`` syncs first (and implies ``--deep``)."""
     from memindex.pipeline.embeddings.embedder import provider_info
-    from memindex.pipeline.status import embedding_probe, format_status, index_status, note_probe, source_scan
+    from memindex.pipeline.status import (
+        embedding_probe, format_status, index_status, note_probe, source_scan, status_entry,
+    )
     from memindex.producers.cli.batch import batch_report
 
     entries, texts, failed = [], [], False
@@ -329,7 +345,9 @@ def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, A
     try:
         plan, noop = plan_now(_ctx(args, agent), probe=False)  # plain status calls no provider
     except Exception as exc:  # noqa: BLE001 - status reports; the sync itself says what is wrong
-        log.debug("dry plan for %s failed: %s", agent, exc)
+        import logging
+
+        logging.getLogger("memindex").debug("dry plan for %s failed: %s", agent, exc)
         return
     if noop or plan.role != "live":  # a rebuild is already said (configChanged / rebuilding)
         return
@@ -356,6 +374,7 @@ def _status_index(args: argparse.Namespace, agent: str) -> str | None:
     """``status --index``: sync and wait, as ``index`` does; the error text, or None."""
     from memindex.pipeline.errors import MemindexError
     from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
+    from memindex.producers.cli.progress import Progress
     from memindex.producers.enqueue import sync_and_wait
 
     say_failures_once(args)
@@ -391,6 +410,8 @@ class _Version(argparse.Action):
 
 
 def _add_index(sub: argparse._SubParsersAction) -> None:
+    from memindex.producers.cli.options import examples
+
     s = sub.add_parser("index", help="sync the index now and wait for it", **examples(
         ("memindex index", "every configured agent"),
         ("memindex index --agent ops --force", "rebuild agent ops from scratch"),
@@ -402,6 +423,8 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_search(sub: argparse._SubParsersAction) -> None:
+    from memindex.producers.cli.options import at_least_one, examples
+
     s = sub.add_parser("search", help="search memory", **examples(
         ('memindex search "router VLAN"', "score path:lines and the snippet per result"),
         ('memindex search --json --max-results 3 "kafka"', "the memory_search payload"),
@@ -419,7 +442,22 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
                         "unless --agent; session warm-up, citations)")
     s.add_argument("--queries", metavar="FILE",
                    help='JSONL of {"id":…,"query":…}; prints one JSON line per query ("-" = stdin)')
+    _add_server_options(s)
     s.set_defaults(func=cmd_search)
+
+
+def _add_server_options(s: argparse.ArgumentParser) -> None:
+    """--server / --server-timeout, for the help: main() takes them out of the command line and
+    sends the rest to the server (producers/cli/remote.py) before any parser is built."""
+    from memindex.producers.cli.remote import SERVER_ENV, TIMEOUT_ENV
+
+    s.add_argument("--server", metavar="URL", default=argparse.SUPPRESS,
+                   help=f"have a running `memindex serve` answer (unix:/path/to/sock or http://127.0.0.1:PORT, "
+                        f"token from $MEMINDEX_TOKEN; default ${SERVER_ENV}): the same output and exit code, "
+                        "from its warm process; an unreachable server is an error, never a silent in-process run")
+    s.add_argument("--server-timeout", metavar="S", default=argparse.SUPPRESS,
+                   help=f"with --server: seconds to wait for the whole answer (default ${TIMEOUT_ENV}, "
+                        f"else {D.SERVER_TIMEOUT_S:g})")
 
 
 def _finite(text: str) -> float:
@@ -437,6 +475,8 @@ def _finite(text: str) -> float:
 
 
 def _add_get(sub: argparse._SubParsersAction) -> None:
+    from memindex.producers.cli.options import examples, non_negative
+
     s = sub.add_parser("get", help="read a memory file (memory_get)", **examples(
         ("memindex get memory/2026-02-10.md --from 3 --lines 5", "five lines from line 3"),
         ("memindex get ../team/plan.md", "a file of an extraPaths directory, as search names it"),
@@ -447,10 +487,13 @@ def _add_get(sub: argparse._SubParsersAction) -> None:
                    help="1-based start line")
     s.add_argument("--lines", metavar="N", type=non_negative, default=None, help="number of lines to return")
     s.add_argument("--json", action="store_true", help="print {path, text, ...} as JSON")
+    _add_server_options(s)
     s.set_defaults(func=cmd_get)
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
+    from memindex.producers.cli.options import examples
+
     s = sub.add_parser("status", help="what the index holds and what serves it", **examples(
         ("memindex status", "every configured agent"),
         ("memindex status --deep --agent ops", "also send one embedding request and time it"),
@@ -466,6 +509,8 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_completion(sub: argparse._SubParsersAction) -> None:
+    from memindex.producers.cli.options import examples
+
     s = sub.add_parser("completion", help="print a shell completion script", **examples(
         ('eval "$(memindex completion bash)"', "enable completion in this bash session"),
         ("memindex completion zsh > ~/.zfunc/_memindex", "install it for zsh"),
@@ -491,14 +536,18 @@ CORE_COMMANDS = tuple(CORE_PARSERS)
 def core_command(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names when it is one of CORE_COMMANDS, found without a parser (None:
     another command, none, or a form only the full parser can read, e.g. an abbreviated option)."""
+    from memindex.producers.cli.remote import command_of
+
     command = command_of(list(argv))
     return command if command in CORE_COMMANDS else None
 
 
-@functools.lru_cache(maxsize=None)  # built once per process (a resident process builds it before forking)
+@functools.lru_cache(maxsize=None)  # built once per process (`memindex serve` runs --server calls with it)
 def build_parser(full: bool = True, only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser: every command (``full``), the core ones, or just the core command ``only``
     (a `memindex search` needs no other sub-parser)."""
+    from memindex.producers.cli.options import add_global_options, examples, share_global_options
+
     p = argparse.ArgumentParser(
         prog="memindex",
         description="Index and search an agent's Markdown memory; reads OpenClaw's openclaw.json "
@@ -526,6 +575,9 @@ def build_parser(full: bool = True, only: str | None = None) -> argparse.Argumen
         from memindex.producers.cli import serve as cli_serve
 
         cli_serve.register(sub)  # mcp, serve
+        # serve answers --server calls with this module's own command code (it cannot import it:
+        # this module imports it)
+        sub.choices["serve"].set_defaults(cli_runner=run_for_server)
     share_global_options(sub)
     # No prefixes of long options: `--max-result` (a typo) was taken silently as --max-results,
     # and a prefix a later option would make ambiguous breaks scripts.
@@ -557,6 +609,8 @@ def _unrecognized(command: argparse.ArgumentParser, extra: list[str]) -> None:
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What argparse cannot express: a --json or --all that the command does not take, an option
     that means something only with another (said with the command's own usage)."""
+    from memindex.producers.cli.options import command_parsers, has_option
+
     command = dict(command_parsers(parser))[args.command]
     if args.json and not has_option(command, "--json"):
         command.error(f"--json does not apply to {args.command}")
@@ -588,14 +642,15 @@ def _blank_path(args: argparse.Namespace) -> str | None:
 LONG_RUNNING = frozenset(("watch", "worker", "serve", "mcp"))
 
 
-def _setup_logging(args: argparse.Namespace) -> None:
+def _log_choice(args: argparse.Namespace) -> int:
     """Level: --log-level, else $MEMINDEX_LOG_LEVEL (the Procfile's .env), else INFO for the
     long-running commands and WARNING for the rest (-v INFO, -vv DEBUG). Format likewise:
-    --log-format, else $MEMINDEX_LOG_FORMAT, else text. Both are resolved here once, so the
-    worker processes ``memindex worker`` starts receive exactly what this process uses. A
-    variable is held to the flag's choices (``EnvError``): ``verbose`` was ignored without a word."""
+    --log-format, else $MEMINDEX_LOG_FORMAT, else text (set on ``args``). A variable is held to
+    the flag's choices (``EnvError``): ``verbose`` was ignored without a word."""
+    import logging
+
     from memindex.pipeline.config.environ import env_choice
-    from memindex.workers.logs import FORMAT_ENV, FORMATS, HTTP_LOGGERS, LEVEL_ENV, LEVELS, configure
+    from memindex.workers.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
 
     args.log_level = args.log_level or env_choice(LEVEL_ENV, LEVELS)
     args.log_format = args.log_format or env_choice(FORMAT_ENV, FORMATS, "text")
@@ -603,6 +658,17 @@ def _setup_logging(args: argparse.Namespace) -> None:
     level = quiet if args.verbose == 0 else min(quiet, logging.INFO) if args.verbose == 1 else logging.DEBUG
     if args.log_level:
         level = logging.getLevelName(args.log_level.upper())
+    return level
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    """This process's logging as ``_log_choice`` reads it, resolved once here so the worker
+    processes ``memindex worker`` starts receive exactly what this process uses."""
+    import logging
+
+    from memindex.workers.logs import HTTP_LOGGERS, configure
+
+    level = _log_choice(args)
     configure(level, args.log_format)
     if level > logging.DEBUG:
         for noisy in ("dramatiq", "watchdog", *HTTP_LOGGERS):
@@ -651,8 +717,83 @@ def _arg_text(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``memindex`` console script. A search or get with ``--server`` (or ``$MEMINDEX_SERVER``)
+    is answered by that server (producers/cli/remote.py); everything else runs here."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "_ARGCOMPLETE" not in os.environ:
+        from memindex.producers.cli import remote
+
+        if remote.command_of(argv) in remote.REMOTE_COMMANDS:
+            try:
+                url, timeout, rest = remote.split_server(argv)
+            except remote.RemoteError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            if url is not None:
+                _lenient_streams()
+                return remote.run(url, timeout, rest)
+    from memindex.pipeline.errors import ConfigError
+
+    try:
+        return _run(argv)
+    except ConfigError as exc:  # a variable the CLI's modules read as they load (MEMINDEX_POLL_MS=abc)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run_for_server(argv: list[str], serving: Any) -> tuple[int, str, str]:
+    """``memindex <argv>`` run inside ``memindex serve`` for a ``--server`` caller: (exit code,
+    stdout, stderr) exactly as an in-process run prints them, from the server's warm engines.
+    ``serving``: the server's config, agents and engines (producers/cli/serve.py ``CliServing``)."""
+    import logging
+
+    from memindex.producers.cli import capture
+
+    capture.install()
+    with capture.captured(logging.WARNING, "text") as cap:
+        try:
+            code = _run(argv, serving)
+        except SystemExit as exc:  # argparse: usage errors (2), --help (0)
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - a bug: the caller gets its one line, the server the traceback
+            logging.getLogger("memindex.serve").exception("--server call %r failed", argv)
+            print(f"error: memindex serve failed on this call: {type(exc).__name__}: {exc}", file=sys.stderr)
+            code = 1
+        return code, cap.out.getvalue(), cap.err.getvalue()
+
+
+def _serving_problem(args: argparse.Namespace, serving: Any) -> str | None:
+    """Why a server will not run this command line (None: it will), and otherwise points ``args``
+    at the server's own config: it serves the agents it was started with, not the caller's files."""
+    from memindex.producers.cli.remote import REMOTE_COMMANDS
+
+    if args.command not in REMOTE_COMMANDS:
+        return f"memindex serve answers only {' and '.join(REMOTE_COMMANDS)} (run `memindex {args.command}` here)"
+    given = [f"--{d.replace('_', '-')}" for d in ("config", "state_dir", "workspace") if getattr(args, d, None)]
+    if given:
+        return (f"{', '.join(given)} cannot go to a server: it serves the config it was started with "
+                "(give them to `memindex serve`, or leave out --server)")
+    if getattr(args, "queries", None):
+        return "--queries is not sent to a server (run it without --server, or POST /v1/search per query)"
+    args.config, args.state_dir = serving.base.config, serving.base.state_dir
+    if serving.only is not None and args.agent and args.agent.strip().lower() != serving.only:
+        return f"this server serves only agent {serving.only!r} (started with --agent)"
+    args.agent = args.agent or serving.only
+    args.serving = serving
+    return None
+
+
+def _run(argv: list[str], serving: Any = None) -> int:
+    import logging
+
+    from memindex.pipeline.config.settings import ConfigError
+    from memindex.pipeline.errors import MemindexError
+    from memindex.producers.cli.options import command_parsers, say_error
+
     completing = "_ARGCOMPLETE" in os.environ
-    command = None if completing else core_command(sys.argv[1:] if argv is None else argv)
+    command = None if completing else core_command(argv)
     parser = build_parser(full=command is None, only=command)
     if completing:  # the shell asks for completions (see `memindex completion`)
         import argcomplete
@@ -671,12 +812,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if blank:
         say_error(blank)
         return 2
-    _lenient_streams()
-    try:
-        _setup_logging(args)  # (a bad $MEMINDEX_LOG_LEVEL is a ConfigError, said below)
-        from memindex.pipeline.store.locks import set_process_label
+    if serving is not None:
+        from memindex.producers.cli.capture import current
 
-        set_process_label(f"memindex {args.command}")  # who holds a store, in another writer's wait line
+        why = _serving_problem(args, serving)
+        if why:
+            say_error(why)
+            return 2
+    else:
+        _lenient_streams()
+    try:
+        if serving is None:
+            _setup_logging(args)  # (a bad $MEMINDEX_LOG_LEVEL is a ConfigError, said below)
+            from memindex.pipeline.store.locks import set_process_label
+
+            set_process_label(f"memindex {args.command}")  # who holds a store, in another writer's wait line
+        else:  # the server's logging stays; the caller's level and format shape its own lines
+            cap = current()
+            cap.level, cap.fmt = _log_choice(args), args.log_format
         return int(args.func(args) or 0)
     except ConfigError as exc:
         say_error(str(exc))
@@ -708,7 +861,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler.setLevel(max(handler.level, logging.WARNING))
         return 130
     finally:
-        if "memindex.workers.embedded" in sys.modules:
+        if serving is None and "memindex.workers.embedded" in sys.modules:
             try:
                 sys.modules["memindex.workers.embedded"].stop(idle=True)
             except KeyboardInterrupt:

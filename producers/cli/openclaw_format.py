@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from memindex.pipeline.display import escape_controls
-from memindex.pipeline.status import STATUS_KEYS, status_entry  # noqa: F401 - the status half lives there
 
-__all__ = ["STATUS_KEYS", "search_text", "status_entry"]
+__all__ = ["search_text"]
 
 
 def _snippet_text(r: Any) -> str:

@@ -88,8 +88,20 @@ def command_parsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argp
 
 
 def _json_logging() -> bool:
+    from memindex.producers.cli.capture import current
+
+    cap = current()  # a --server call run by `memindex serve`: the caller's --log-format
+    if cap is not None:
+        return cap.fmt == "json"
     handlers = logging.getLogger().handlers
     return bool(handlers) and all(isinstance(h.formatter, JsonFormatter) for h in handlers)
+
+
+def _shown(log: logging.Logger, level: int) -> bool:
+    from memindex.producers.cli.capture import current
+
+    cap = current()
+    return level >= cap.level if cap is not None else log.isEnabledFor(level)
 
 
 def say(line: str, *, prefix: str | None = "note", level: int = logging.WARNING) -> None:
@@ -97,7 +109,7 @@ def say(line: str, *, prefix: str | None = "note", level: int = logging.WARNING)
     other line under ``--log-format json`` (they were plain text there)."""
     log = logging.getLogger("memindex.cli")
     if _json_logging():
-        if log.isEnabledFor(level):
+        if _shown(log, level):
             log.log(level, "%s", line)
     else:
         print(f"{prefix}: {line}" if prefix else line, file=sys.stderr)
@@ -108,7 +120,7 @@ def say_error(line: str) -> None:
     ``--log-format json`` it is a JSON record like every other line there: a worker or watcher
     feeding a log pipeline must not emit the one line the pipeline cannot parse."""
     log = logging.getLogger("memindex.cli")
-    if _json_logging() and log.isEnabledFor(logging.ERROR):
+    if _json_logging() and _shown(log, logging.ERROR):
         log.error("%s", line)
     else:
         print(f"error: {line}", file=sys.stderr)

@@ -52,6 +52,27 @@ def _tools(args: argparse.Namespace):  # -> MemoryTools, checked to serve at lea
     return tools
 
 
+class CliServing:
+    """What a ``--server`` call runs against: the server's config and agents (``MemoryTools``), and
+    engines opened as the in-process CLI opens them, kept warm per agent settings. Not the
+    servers' engines, which schedule a sync on search (a stat of every file every 2 s at most):
+    a CLI search schedules none, and its answer and cost must be the same either way."""
+
+    def __init__(self, tools) -> None:  # tools: MemoryTools
+        from memindex.pipeline.config.agents import PerSettings
+
+        self.tools, self.base, self.only = tools, tools.base, tools.only
+        self._engines: PerSettings = PerSettings()
+
+    def context(self, agent_id: str):
+        return self.tools.context(agent_id)
+
+    def engine(self, settings):
+        from memindex.pipeline.search.backend import open_search
+
+        return self._engines.get(settings, lambda: open_search(settings, query_embedder="auto"))
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     if _missing_extra("mcp"):
         return 2
@@ -88,19 +109,75 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memindex.producers.serve import daemon
+
+    pid_file = Path(args.pid_file).expanduser().absolute() if args.pid_file else (
+        daemon.default_pid_file() if args.daemon or args.stop else None)
+    if args.stop:
+        if args.daemon or args.socket:
+            say_error("--stop ends a running server: give it alone (with --pid-file if one was given)")
+            return 2
+        from memindex.producers.serve.http import DRAIN_S
+
+        print(daemon.stop(pid_file, DRAIN_S + 5.0), file=sys.stderr)
+        return 0
     if _missing_extra("serve"):
         return 2
-    from memindex.producers.serve.http import build_app, parse_bind, protect, require_token_off_loopback, run_uvicorn
+    from memindex.producers.serve.http import (
+        address_of, build_app, listen_socket, parse_bind, protect, require_token_off_loopback, run_uvicorn,
+    )
     from memindex.producers.serve.tools import OperationError
 
     token = _token(args)
     try:
         host, port = parse_bind(f"{args.host}:{args.port}")
-        require_token_off_loopback(host, token)
+        if args.socket is None:
+            require_token_off_loopback(host, token)
     except OperationError as exc:
         say_error(f"{exc}")
         return 2
-    run_uvicorn(protect(build_app(_tools(args)), token, host), host, port, "memindex serve")
+    if pid_file is not None:
+        daemon.claim_pid_file(pid_file)
+    unix_path = Path(args.socket).expanduser().absolute() if args.socket is not None else None
+
+    def bind():
+        return daemon.unix_socket(unix_path) if unix_path is not None else listen_socket(host, port)
+
+    sock, detached = None, None
+    if args.daemon:
+        # Bound before the fork: a busy port or a bad socket path is said by the command the user
+        # ran, with its exit code; callers that connect meanwhile wait in the backlog.
+        sock = bind()
+        detached = daemon.Detached(pid_file.with_suffix(".log"))
+        code = detached.fork()
+        if code is not None:  # the command the user ran: the server started (0) or said why not
+            sock.close()
+            return code
+    try:
+        tools = _tools(args)
+        if sock is None:  # in the foreground, bound once it can answer (a caller seeing the port is served)
+            sock = bind()
+        if pid_file is not None:
+            daemon.write_pid_file(pid_file)
+        serving = CliServing(tools)
+        app = build_app(tools, cli=lambda argv: args.cli_runner(argv, serving))
+        if detached is not None:
+            detached.ready(f"memindex serve running in the background on {address_of(sock)} (pid {os.getpid()}; "
+                           f"pid file {pid_file}, log {detached.log_file}); `memindex serve --stop` ends it")
+        # Over a Unix socket the directory's mode is the lock; the Host check still applies (a
+        # token, when one is set, too).
+        run_uvicorn(protect(app, token, host if unix_path is None else "localhost"), host, port, "memindex serve",
+                    sock=sock)
+    finally:
+        if pid_file is not None:
+            daemon.remove_pid_file(pid_file)
+        if unix_path is not None and sock is not None:  # ours: made by daemon.unix_socket above
+            try:
+                unix_path.unlink()
+            except OSError:
+                pass
     return 0
 
 
@@ -128,10 +205,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="JSON HTTP API: POST /v1/search, POST /v1/get, GET /v1/status",
                        **examples(
                            ("memindex serve", "http://127.0.0.1:%d, no token needed" % DEFAULT_PORT),
+                           ("memindex serve --daemon --socket /run/user/$UID/memindex/serve.sock",
+                            "in the background, for `memindex search --server unix:...`"),
+                           ("memindex serve --stop", "end the one --daemon started"),
                            ("MEMINDEX_TOKEN=s3cret memindex serve --host 0.0.0.0", "off-loopback: token required"),
                            description="The memory tools as a small JSON API for runtimes that are not "
                                        "Python (curl examples in the README)."))
     s.add_argument("--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST})")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     s.add_argument("--token", help=token_help)
+    s.add_argument("--socket", metavar="PATH", default=None,
+                   help="listen on this Unix socket instead of HOST:PORT (made 0600; its directory must be "
+                        "yours alone, 0700, and is made so when missing), e.g. $XDG_RUNTIME_DIR/memindex/serve.sock")
+    s.add_argument("--daemon", action="store_true",
+                   help="run in the background once ready (pid file: --pid-file, default "
+                        "<runtime dir>/serve.pid; output to the pid file's .log)")
+    s.add_argument("--pid-file", metavar="PATH", default=None,
+                   help="write this process's pid here (removed at exit); with --stop, the server to end")
+    s.add_argument("--stop", action="store_true", help="stop the server the pid file names (SIGTERM) and exit")
     s.set_defaults(func=cmd_serve)

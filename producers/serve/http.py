@@ -35,8 +35,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.config.environ import env_number
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
+from memindex.pipeline.search.aio import run_in_pool
 from memindex.producers.serve.tools import (
-    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments, escaped,
+    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments, check_fields, escaped,
 )
 
 MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can make the server buffer megabytes
@@ -205,7 +206,10 @@ async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
     return data
 
 
-def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
+def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES,
+              cli: Callable[[list[str]], tuple[int, str, str]] | None = None) -> Starlette:
+    """The JSON API; with ``cli``, also ``POST /v1/cli`` {"argv": [...]} -> {"exit", "stdout", "stderr"}:
+    a ``memindex search|get --server`` command line run by ``cli`` (producers/cli/remote.py)."""
     async def search(request: Request) -> Response:
         kw = check_arguments(await _json_body(request, max_body_bytes), SEARCH_FIELDS, "query")
         return JSONResponse(await tools.search(kw.pop("query"), **kw))
@@ -234,6 +238,15 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
         body, content_type = exposition()
         return Response(body, media_type=content_type)
 
+    async def cli_call(request: Request) -> Response:
+        assert cli is not None
+        argv = check_fields(await _json_body(request, max_body_bytes), {"argv": "argv"}).get("argv")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise OperationError("bad_request", "argv must be a list of strings (a memindex command line)")
+        code, out, err = await run_in_pool(cli, argv)
+        # ASCII JSON: a lone surrogate the command echoed (a query's bytes) cannot be UTF-8 encoded.
+        return Response(json.dumps({"exit": code, "stdout": out, "stderr": err}), media_type="application/json")
+
     async def operation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, OperationError)
         return JSONResponse(exc.as_dict(), exc.status)
@@ -258,6 +271,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> St
         Route("/v1/status", status, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *([Route("/v1/cli", cli_call, methods=["POST"])] if cli is not None else []),
     ], exception_handlers=handlers)
 
 
@@ -268,8 +282,11 @@ class CannotListen(MemindexError):
 def listen_socket(host: str, port: int) -> socket.socket:
     """A socket bound and listening on (host, port), made here rather than by uvicorn: uvicorn binds
     only inside ``run``, after our "listening on" line, so a busy port showed that line and then its
-    own ``ERROR: [Errno 98]`` (exit 3). The same socket uvicorn makes (``Config.bind_socket``)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    own ``ERROR: [Errno 98]`` (exit 3). The same socket uvicorn makes (``Config.bind_socket``), but
+    made with ``IPPROTO_TCP``: asyncio disables Nagle (TCP_NODELAY) only on a socket whose proto says
+    TCP, and an accepted socket takes its listener's; without it every keep-alive answer written in
+    two parts waited for the client's delayed ACK (~40 ms)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     # As uvicorn and asyncio do: a restart may take a port whose old connections are in TIME_WAIT.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -281,6 +298,14 @@ def listen_socket(host: str, port: int) -> socket.socket:
         raise CannotListen(f"cannot listen on {_shown(host)}:{port}: {reason}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def address_of(sock: socket.socket) -> str:
+    """``http://127.0.0.1:8377`` or ``unix:/path/to/sock``: what a ``--server`` client is given."""
+    if sock.family == getattr(socket, "AF_UNIX", None):
+        return f"unix:{sock.getsockname()}"
+    host, port = sock.getsockname()[:2]
+    return f"http://{_shown(host)}:{port}"
 
 
 def _shown(host: str) -> str:
@@ -333,12 +358,14 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def run_uvicorn(app: ASGIApp, host: str, port: int, what: str) -> None:
+def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.socket | None = None) -> None:
     """Serve until Ctrl-C / SIGTERM: uvicorn drains open requests for up to ``DRAIN_S`` seconds,
     then cancels the rest (a second signal: at once); ``CannotListen`` before anything is served or
-    said when the address cannot be bound."""
-    sock = listen_socket(host, port)
-    print(f"{what} listening on http://{_shown(host)}:{port}", file=sys.stderr, flush=True)
+    said when the address cannot be bound. ``sock``: one already listening (``serve --socket``, or
+    bound before ``--daemon`` detached), said as its address."""
+    if sock is None:
+        sock = listen_socket(host, port)
+    print(f"{what} listening on {address_of(sock)}", file=sys.stderr, flush=True)
     server = _Server(uvicorn.Config(CancelledRequests(app), host=host, port=port, log_level="warning",
                                     access_log=False, timeout_graceful_shutdown=DRAIN_S))  # type: ignore[arg-type]
     # uvicorn drains, restores the handlers it found, then raises the signal it caught again; with
