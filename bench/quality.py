@@ -201,6 +201,15 @@ def print_table(title: str, results: dict[str, list[tuple[int, int | None]]]) ->
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
+def prefix_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--prefixes off``: no query/document prefixes even where the model family asks for them."""
+    return {"queryPrefix": "", "documentPrefix": ""} if args.prefixes == "off" else {}
+
+
+def state_name(args: argparse.Namespace, model: str) -> str:
+    return model if args.prefixes == "auto" else f"{model}-prefixes-{args.prefixes}"
+
+
 def load_meaning(root: Path = MEANING) -> list[Question]:
     """The meaning dev set's questions; the evidence is the note's line in its daily file."""
     out = []
@@ -217,7 +226,8 @@ def run_meaning(args: argparse.Namespace, model: str) -> dict[str, list[tuple[in
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.embeddings.embedder import query_embedder_for
 
-    ctx = build_index(MEANING / "workspace", args.state / model / "meaning", MODELS[model], None)
+    ctx = build_index(MEANING / "workspace", args.state / state_name(args, model) / "meaning", MODELS[model], None,
+                      prefix_config(args))
     settings = settings_for(ctx)
     inner = query_embedder_for(settings)
     if inner is None:
@@ -234,7 +244,8 @@ def run_locomo(args: argparse.Namespace, model: str, label: str) -> dict[str, li
     convs = sorted(p for p in args.data.glob("conv-*") if p.is_dir() and (not args.convs or p.name in args.convs))
     combined: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
     for conv in convs:
-        ctx = build_index(conv, args.state / model / f"t{label}" / conv.name, MODELS[model], tokens)
+        ctx = build_index(conv, args.state / state_name(args, model) / f"t{label}" / conv.name, MODELS[model], tokens,
+                          prefix_config(args))
         settings = settings_for(ctx)
         inner = query_embedder_for(settings)
         if inner is None:
@@ -252,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", nargs="+", choices=sorted(MODELS), default=sorted(MODELS, reverse=True),
                     help="local GGUF models to compare (default: both)")
     ap.add_argument("--sets", nargs="+", choices=("locomo", "meaning"), default=["locomo", "meaning"])
+    ap.add_argument("--prefixes", choices=("auto", "off"), default="auto",
+                    help="query/document prefixes: the model family's (auto) or none (off)")
     ap.add_argument("--tokens", nargs="+", default=["default"],
                     help="local.maxInputTokens settings to compare ('default': not set, the model's own)")
     ap.add_argument("--convs", nargs="*", default=None, help="conversation folders (default: all)")
@@ -266,13 +279,15 @@ def main(argv: list[str] | None = None) -> int:
         if "meaning" in args.sets:
             t0 = time.perf_counter()
             res = run_meaning(args, model)
-            print_table(f"meaning dev set ({len(next(iter(res.values())))} questions), local {name}", res)
+            print_table(f"meaning dev set ({len(next(iter(res.values())))} questions), local {name}, "
+                        f"prefixes {args.prefixes}", res)
             print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
         if "locomo" in args.sets:
             for label in args.tokens:
                 t0 = time.perf_counter()
                 combined = run_locomo(args, model, label)
-                print_table(f"LoCoMo dev, local {name}, maxInputTokens {label}, chunks 400/80, maxResults 10",
+                print_table(f"LoCoMo dev, local {name}, prefixes {args.prefixes}, maxInputTokens {label}, "
+                            "chunks 400/80, maxResults 10",
                             combined)
                 print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
     return 0
