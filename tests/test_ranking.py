@@ -448,8 +448,9 @@ def test_cosine_background_is_robust_and_shrunk_for_small_samples() -> None:
     bg = cosine_background(big)
     assert bg is not None and bg.centre == pytest.approx(0.1245, abs=0.002)
     assert cosine_background([]) is None and cosine_background([float("nan")]) is None
-    tiny = cosine_background([0.30, 0.30, 0.30])  # no spread seen: the prior's, not zero
-    assert tiny is not None and tiny.spread == pytest.approx(math.sqrt(20 / 23) * 0.08 * 0.7)
+    flat = cosine_background([0.30] * 20)  # no spread seen: the prior's, not zero
+    assert flat is not None and flat.spread == pytest.approx(math.sqrt(20 / 40) * 0.08 * 0.7)
+    assert cosine_background([0.30, 0.5, 0.1]) is None  # too few to say: the cosine itself counts
 
 
 def test_keyword_evidence_weighs_terms_by_rarity_in_absolute_terms() -> None:

@@ -42,6 +42,9 @@ KEYWORD_GAIN = 2.0
 # shown it (MiniLM and e5 both spread ~0.08 of the room their centre leaves below 1).
 PRIOR_SPREAD = 0.08
 PRIOR_WEIGHT = 20
+# Fewer sampled chunks than this cannot say what the model gives text in general (in a workspace of
+# three notes about Rod every note is "related"): their cosines then count as they are.
+MIN_BACKGROUND = 20
 
 
 class Candidate(NamedTuple):
@@ -113,11 +116,11 @@ def cosine_background(cosines: Iterable[float]) -> CosineBackground | None:
 
     The median, not the mean: the few chunks that do answer the query must not move it. The
     spread is the standard deviation, shrunk toward ``PRIOR_SPREAD * (1 - centre)`` for small
-    samples (``PRIOR_WEIGHT``), so a five-note workspace does not read noise as evidence.
-    None without at least one finite cosine."""
+    samples (``PRIOR_WEIGHT``), so a small workspace does not read noise as evidence. None for
+    fewer than ``MIN_BACKGROUND`` finite cosines (the cosine itself is the evidence then)."""
     xs = sorted(x for x in (_finite(c, math.nan) for c in cosines) if not math.isnan(x))
     n = len(xs)
-    if not n:
+    if n < MIN_BACKGROUND:
         return None
     mid = n // 2
     centre = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
@@ -161,7 +164,7 @@ def keyword_evidence(rank: float, held: Iterable[bool], idfs: Iterable[float], f
     total, fts_total = sum(w), sum(fts_idfs)
     cov = sum(x for x, h in zip(w, held) if h) / total if total > 0 else 0.0
     strength = max(0.0, -_finite(rank)) / fts_total if fts_total > 0 else 0.0
-    return math.tanh(KEYWORD_GAIN * ((1 - BM25_SHARE) * cov + BM25_SHARE * min(1.0, strength)))
+    return math.tanh(KEYWORD_GAIN * ((1 - BM25_SHARE) * cov + BM25_SHARE * strength))
 
 
 def arm_factors(vw: float, tw: float) -> tuple[float, float]:
