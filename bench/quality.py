@@ -256,6 +256,34 @@ def run_locomo(args: argparse.Namespace, model: str, label: str) -> dict[str, li
     return combined
 
 
+def check_targets(res: dict[tuple[str, str], dict[str, list[tuple[int, int | None]]]]) -> list[tuple[bool, str]]:
+    """Issue 41's "done when" numbers at default settings, from ``(model, set) -> variant rows``."""
+    out: list[tuple[bool, str]] = []
+
+    def m(model: str, which: str, variant: str) -> tuple[list[float], float]:
+        _, rec, mrr = metrics(res[(model, which)][variant])
+        return rec, mrr
+
+    for model in sorted({k[0] for k in res}):
+        if (model, "meaning") in res:
+            (h1, h3, *_), _ = m(model, "meaning", "hybrid @default")
+            (v1, v3, *_), _ = m(model, "meaning", "vector-only @default")
+            out.append((h1 >= v1 - 0.03, f"{model} meaning: hybrid R@1 {h1:.3f} >= vector R@1 {v1:.3f} - 0.03"))
+            out.append((h3 >= v3, f"{model} meaning: hybrid R@3 {h3:.3f} >= vector R@3 {v3:.3f}"))
+    if ("minilm", "locomo") in res:
+        rec, mrr = m("minilm", "locomo", "hybrid @default")
+        out.append((rec[-1] >= 0.83 and mrr >= 0.65, f"minilm LoCoMo: hybrid R@10 {rec[-1]:.3f} >= 0.83, MRR {mrr:.3f} >= 0.65"))
+        if ("e5", "locomo") in res:
+            erec, emrr = m("e5", "locomo", "hybrid @default")
+            out.append((erec[-1] >= rec[-1] and emrr >= mrr,
+                        f"e5 LoCoMo at least MiniLM's: R@10 {erec[-1]:.3f} >= {rec[-1]:.3f}, MRR {emrr:.3f} >= {mrr:.3f}"))
+            kept = {mo: m(mo, "locomo", "hybrid @default")[0][-1] / max(1e-9, m(mo, "locomo", "hybrid @0")[0][-1])
+                    for mo in ("minilm", "e5")}
+            out.append((abs(kept["minilm"] - kept["e5"]) <= 0.02, "minScore keeps the same share of LoCoMo answers: "
+                        f"{kept['minilm']:.3f} (MiniLM) vs {kept['e5']:.3f} (e5), within 0.02"))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -268,17 +296,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", nargs="+", default=["default"],
                     help="local.maxInputTokens settings to compare ('default': not set, the model's own)")
     ap.add_argument("--convs", nargs="*", default=None, help="conversation folders (default: all)")
+    ap.add_argument("--check", action="store_true",
+                    help="check issue 41's targets at default settings (exit 1 when one is missed)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     for model in args.model:
         if not MODELS[model].is_file():
             print(f"missing {MODELS[model]}", file=sys.stderr)
             return 2
+    results: dict[tuple[str, str], dict[str, list[tuple[int, int | None]]]] = {}
     for model in args.model:
         name = MODELS[model].name
         if "meaning" in args.sets:
             t0 = time.perf_counter()
             res = run_meaning(args, model)
+            results[(model, "meaning")] = res
             print_table(f"meaning dev set ({len(next(iter(res.values())))} questions), local {name}, "
                         f"prefixes {args.prefixes}", res)
             print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
@@ -286,10 +318,17 @@ def main(argv: list[str] | None = None) -> int:
             for label in args.tokens:
                 t0 = time.perf_counter()
                 combined = run_locomo(args, model, label)
+                results[(model, "locomo")] = combined
                 print_table(f"LoCoMo dev, local {name}, prefixes {args.prefixes}, maxInputTokens {label}, "
                             "chunks 400/80, maxResults 10",
                             combined)
                 print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
+    if args.check:
+        verdicts = check_targets(results)
+        print("\n### Issue 41 targets (default settings)")
+        for ok, line in verdicts:
+            print(f"- {'met' if ok else 'NOT met'}: {line}")
+        return 0 if all(ok for ok, _ in verdicts) else 1
     return 0
 
 
