@@ -264,6 +264,7 @@ class MemorySearch(AsyncSearch):
         self._fts_budget = FtsBudget()
         self._visible: Callable[[str, str], bool] | None = None
         self._sample: tuple[int, int, int, Any] | None = None  # (generation, dims, rows then, matrix)
+        self._chunk_count: tuple[tuple[Any, int], int] | None = None  # ((generation, max rowid), chunks)
 
     def visible(self, source: str, path: str) -> bool:
         """Whether an indexed chunk's file is part of the agent's memory as configured now."""
@@ -559,14 +560,17 @@ class MemorySearch(AsyncSearch):
         return [Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=ts, has_text=True)
                 for (r, _), ts in zip(found, scores)]
 
-    @staticmethod
-    def _keyword_evidence(snap: ReadSnapshot, query: str, found: list[tuple[tuple, float]]) -> list[float]:
+    def _keyword_evidence(self, snap: ReadSnapshot, query: str, found: list[tuple[tuple, float]]) -> list[float]:
         """Each hit's keyword evidence (ranking.keyword_evidence), from the query's content terms'
         rarity in this index and the terms each hit holds."""
         if not found:
             return []
         terms = content_terms(query)
-        n, dfs = snap.term_counts([phrase for phrase, _ in terms])
+        dfs = snap.term_counts([phrase for phrase, _ in terms])
+        key = (snap.generation, snap.max_rowid())  # the count scans the table: once per change
+        if self._chunk_count is None or self._chunk_count[0] != key:
+            self._chunk_count = (key, snap.chunk_count())
+        n = self._chunk_count[1]
         idfs, fts_idfs = [term_idf(n, d) for d in dfs], [fts_idf(n, d) for d in dfs]
         every_key = frozenset().union(*(k for _, k in terms))
         out = []

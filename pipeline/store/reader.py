@@ -343,20 +343,25 @@ class ReadSnapshot:
                 return []
         return knn(snap, qvec, limit)
 
-    def term_counts(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
-        """(chunks in the live generation, how many of them hold each FTS5 phrase): the
-        document frequencies keyword evidence weighs terms by. Zeros when there is no FTS table."""
+    def chunk_count(self) -> int:
+        """Chunks in the live generation (a full count: callers cache it per ``max_rowid``)."""
+        if self._conn is None or self.generation is None:
+            return 0
+        return self._conn.execute(f"SELECT count(*) FROM {chunks_table(self.generation)}").fetchone()[0]
+
+    def term_counts(self, phrases: Sequence[str]) -> list[int]:
+        """How many of the live generation's chunks hold each FTS5 phrase: the document frequencies
+        keyword evidence weighs terms by. Zeros when there is no FTS table."""
         c, gen = self._conn, self.generation
         if c is None or gen is None:
-            return 0, [0] * len(phrases)
+            return [0] * len(phrases)
         ft = fts_table(gen)
         try:
-            n = c.execute(f"SELECT count(*) FROM {chunks_table(gen)}").fetchone()[0]
-            return n, [c.execute(f"SELECT count(*) FROM {ft} WHERE {ft} MATCH ?", (p,)).fetchone()[0] for p in phrases]
+            return [c.execute(f"SELECT count(*) FROM {ft} WHERE {ft} MATCH ?", (p,)).fetchone()[0] for p in phrases]
         except db.OperationalError as exc:
             if "no such table" not in str(exc):
                 _search_log.warning("keyword statistics failed: %s", exc)
-            return 0, [0] * len(phrases)
+            return [0] * len(phrases)
 
     def sample_vectors(self, dims: int, limit: int) -> Any:
         """Up to ``limit`` of the live generation's vectors of size ``dims``, spread evenly over its
