@@ -23,8 +23,8 @@ from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, content_terms, keys_in, match_query_and_keywords
 from memindex.pipeline.search.ranking import (
-    Candidate, CosineBackground, cosine_background, fts_idf, keyword_evidence, normalize_weights, rank_pipeline,
-    relative_text_score, term_idf,
+    Candidate, CosineBackground, cosine_background, keyword_evidence, normalize_weights, rank_pipeline,
+    relative_text_score, term_weights,
 )
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.search.snippet import centred_snippet
@@ -571,7 +571,7 @@ class MemorySearch(AsyncSearch):
         if self._chunk_count is None or self._chunk_count[0] != key:
             self._chunk_count = (key, snap.chunk_count())
         n = self._chunk_count[1]
-        idfs, fts_idfs = [term_idf(n, d) for d in dfs], [fts_idf(n, d) for d in dfs]
+        idfs, fts_idfs = term_weights(n, dfs)
         every_key = frozenset().union(*(k for _, k in terms))
         out = []
         for r, rank in found:

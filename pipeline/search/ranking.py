@@ -45,6 +45,7 @@ PRIOR_WEIGHT = 20
 # Fewer sampled chunks than this cannot say what the model gives text in general (in a workspace of
 # three notes about Rod every note is "related"): their cosines then count as they are.
 MIN_BACKGROUND = 20
+TIE_BM25 = 1e-3
 
 
 class Candidate(NamedTuple):
@@ -152,18 +153,34 @@ def fts_idf(n_chunks: int, df: int) -> float:
     return max(1e-6, math.log((n - d + 0.5) / (d + 0.5)))
 
 
-def keyword_evidence(rank: float, held: Iterable[bool], idfs: Iterable[float], fts_idfs: Iterable[float]) -> float:
+def term_weights(n_chunks: int, dfs: Iterable[int]) -> tuple[list[float], list[float] | None]:
+    """(idf, FTS5 idf) of the query's terms for :func:`keyword_evidence`. An index of fewer than
+    ``MIN_BACKGROUND`` chunks is too small for rarity to mean much (in a one-note workspace every
+    word of it is in every note): its idf counts as if it had that many chunks, the others holding
+    none of the terms, and FTS5's ranks, floored at ~0 there, give no BM25 scale (None)."""
+    dfs = list(dfs)
+    if n_chunks < MIN_BACKGROUND:
+        return [term_idf(MIN_BACKGROUND, d) for d in dfs], None
+    return [term_idf(n_chunks, d) for d in dfs], [fts_idf(n_chunks, d) for d in dfs]
+
+
+def keyword_evidence(rank: float, held: Iterable[bool], idfs: Iterable[float], fts_idfs: Iterable[float] | None) -> float:
     """A keyword hit as evidence, 0..1, in absolute terms (never relative to the query's best hit).
 
     ``held[i]``: whether the chunk holds the query's ``i``-th content term; ``idfs`` the terms'
     idf in this index. Coverage weighted by rarity: a hit holding only "home" of "which machine
     filters ads for my home LAN" covers little of it. BM25 strength: ``-rank`` over the sum of
     the terms' FTS5 idf is ~1 for a chunk holding every term once at average length. A term
-    every chunk holds weighs ~nothing on either count (FTS5 floors its idf at ~0)."""
+    every chunk holds weighs ~nothing on either count (FTS5 floors its idf at ~0). ``fts_idfs`` None
+    (a tiny index, :func:`term_weights`): the coverage stands for the strength."""
     w = list(idfs)
-    total, fts_total = sum(w), sum(fts_idfs)
+    total = sum(w)
     cov = sum(x for x, h in zip(w, held) if h) / total if total > 0 else 0.0
-    strength = max(0.0, -_finite(rank)) / fts_total if fts_total > 0 else 0.0
+    if fts_idfs is None:  # no BM25 scale (term_weights): the coverage is the strength too, and a
+        strength = cov + TIE_BM25 * max(0.0, -_finite(rank))  # trace of BM25 orders equal coverage
+    else:
+        fts_total = sum(fts_idfs)
+        strength = max(0.0, -_finite(rank)) / fts_total if fts_total > 0 else 0.0
     return math.tanh(KEYWORD_GAIN * ((1 - BM25_SHARE) * cov + BM25_SHARE * strength))
 
 
