@@ -19,6 +19,7 @@ from memindex.pipeline.search.ranking import (
     fts_idf,
     keyword_evidence,
     term_idf,
+    term_weights,
     vector_evidence,
     dated_path_date,
     decay_multiplier,
@@ -464,6 +465,16 @@ def test_keyword_evidence_weighs_terms_by_rarity_in_absolute_terms() -> None:
     # Absolute: a hit's evidence does not depend on how strong the best other hit is.
     assert keyword_evidence(-0.1, [True, False], idf, fidf) == common_only
     assert keyword_evidence(0.0, [], [], []) == 0.0
+
+
+def test_a_tiny_index_weighs_terms_as_if_it_had_twenty_chunks() -> None:
+    """In a one-note workspace its every word is in every note (idf ~0, FTS5's bm25 ~0): "papaya"
+    still counts there, as a term held by 1 of 20 chunks, and coverage stands for BM25 strength."""
+    idfs, fts = term_weights(1, [1, 0])
+    assert fts is None and idfs == [term_idf(20, 1), term_idf(20, 0)]
+    assert keyword_evidence(-1e-6, [True, False], idfs, fts) > 0.35  # passes the default minScore
+    assert keyword_evidence(-2e-6, [True, False], idfs, fts) > keyword_evidence(-1e-6, [True, False], idfs, fts)
+    assert term_weights(100, [1])[1] == [fts_idf(100, 1)]
 
 
 def test_calibrated_fusion_a_strong_vector_hit_ranks_above_weak_keyword_hits() -> None:
