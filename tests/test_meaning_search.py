@@ -109,3 +109,25 @@ def test_the_prefix_table_and_its_override() -> None:
     assert not family_prefixes("intfloat/e5-mistral-7b-instruct")  # an instruction model, not the markers
     assert prefixes_for("e5-base-v2", {"queryPrefix": ""}) == Prefixes("", "passage: ")
     assert prefixes_for("all-minilm", {"queryPrefix": "q: ", "documentPrefix": None}) == Prefixes("q: ", "")
+
+
+def test_the_meaning_dev_set_keeps_its_property(tmp_path) -> None:
+    """bench/meaning/check.py: paraphrases share no content word with their note, every distractor
+    shares one with some question; and a question that shares one is reported."""
+    import importlib.util
+    import shutil
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("meaning_check", REPO / "bench" / "meaning" / "check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.problems() == []
+    shutil.copytree(REPO / "bench" / "meaning", tmp_path / "m")
+    qs = (tmp_path / "m" / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    first = next(q for q in check.load(tmp_path / "m") if q["kind"] == "paraphrase")
+    note = check.note_text(tmp_path / "m" / "workspace" / first["path"])
+    word = max(check.content_stems(note).values(), key=len)
+    (tmp_path / "m" / "questions.jsonl").write_text("\n".join(
+        q.replace(first["question"], f"{first['question']} {word}") for q in qs) + "\n", encoding="utf-8")
+    assert any(first["id"] in p and word in p for p in check.problems(tmp_path / "m"))
