@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from memindex.pipeline.config import defaults as D
-from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, keys_in, script_family
+from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, script_family
 
 SECONDS_PER_DAY = 86400.0
 
@@ -96,13 +96,6 @@ def relative_text_score(rank: float, best_rank: float) -> float:
     if r <= 0 or best <= 0:
         return 0.0
     return min(1.0, r / best)
-
-
-def keyword_coverage(text: str, keys: frozenset[str]) -> float:
-    """Share of the query's content terms (``query_keywords``) that ``text`` contains."""
-    if not keys:
-        return 0.0
-    return len(keys_in(text, keys)) / len(keys)
 
 
 class CosineBackground(NamedTuple):
