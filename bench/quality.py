@@ -37,9 +37,14 @@ from memindex.pipeline.search.ranking import dated_path_date  # noqa: E402
 from memindex.pipeline.search.engine import MemorySearch, QueryEmbedder  # noqa: E402
 
 DATA = REPO.parent / "shared" / "bench" / "locomo-dev"
-GGUF = REPO.parent / "shared" / "models" / "all-MiniLM-L6-v2.F16.gguf"
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-KS = (1, 5, 10)
+MODELS_DIR = REPO.parent / "shared" / "models"
+# --model name -> GGUF file (the two local models the bench has)
+MODELS = {"minilm": MODELS_DIR / "all-MiniLM-L6-v2.F16.gguf", "e5": MODELS_DIR / "multilingual-e5-small.Q4_0.gguf"}
+MEANING = REPO / "bench" / "meaning"
+PARAPHRASE, KEYWORD = 5, 6  # the meaning set's two kinds of question, as categories
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", PARAPHRASE: "paraphrase",
+              KEYWORD: "keyword"}
+KS = (1, 3, 5, 10)
 
 # name -> overrides of memorySearch.query.hybrid (weights 1/0 and 0/1 switch an arm off)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -84,24 +89,26 @@ def first_hit(results: list[dict[str, Any]], evidence: list[tuple[str, int]]) ->
     return None
 
 
-def write_config(path: Path, max_tokens: int | None) -> None:
-    local: dict[str, Any] = {"modelPath": str(GGUF)}
+def write_config(path: Path, gguf: Path, max_tokens: int | None, extra: dict[str, Any] | None = None) -> None:
+    local: dict[str, Any] = {"modelPath": str(gguf)}
     if max_tokens is not None:  # None: the provider's default for this model
         local["maxInputTokens"] = max_tokens
     ms = {
         "provider": "local",
         "local": local,
         "sync": {"watch": False, "onSearch": False, "onSessionStart": False},
+        **(extra or {}),
     }
     path.write_text(json.dumps({"agents": {"defaults": {"memorySearch": ms}}}), encoding="utf-8")
 
 
-def build_index(conv_dir: Path, state: Path, max_tokens: int | None) -> Context:
+def build_index(conv_dir: Path, state: Path, gguf: Path, max_tokens: int | None,
+                extra: dict[str, Any] | None = None) -> Context:
     from memindex.producers.enqueue import sync_and_wait
 
     state.mkdir(parents=True, exist_ok=True)
     cfg = state / "openclaw.json"
-    write_config(cfg, max_tokens)
+    write_config(cfg, gguf, max_tokens, extra)
     ctx = Context("main", str(cfg), str(state), str(conv_dir))
     t0 = time.perf_counter()
     counts = sync_and_wait(ctx, timeout=3600)
@@ -176,13 +183,13 @@ def metrics(rows: Iterable[tuple[int, int | None]]) -> tuple[int, list[float], f
 
 def print_table(title: str, results: dict[str, list[tuple[int, int | None]]]) -> None:
     print(f"\n### {title}")
-    print("| method @minScore | n | R@1 | R@5 | R@10 | MRR | no result |")
-    print("|---|---|---|---|---|---|---|")
+    print("| method @minScore | n | " + " | ".join(f"R@{k}" for k in KS) + " | MRR | no result |")
+    print("|---|---|" + "---|" * len(KS) + "---|---|")
     for name, rows in results.items():
         n, rec, mrr = metrics(rows)
         empty = sum(1 for _, k in rows if k == -1) / max(1, n)
         print(f"| {name} | {n} | " + " | ".join(f"{r:.3f}" for r in rec) + f" | {mrr:.3f} | {empty:.3f} |")
-    print("\nper category, R@10 / MRR:")
+    print("\nper category, R@1 / R@10 / MRR:")
     cats = sorted({c for rows in results.values() for c, _ in rows})
     print("| method | " + " | ".join(f"{CATEGORIES.get(c, c)} ({c})" for c in cats) + " |")
     print("|---|" + "---|" * len(cats))
@@ -190,43 +197,138 @@ def print_table(title: str, results: dict[str, list[tuple[int, int | None]]]) ->
         cells = []
         for c in cats:
             n, rec, mrr = metrics((cc, k) for cc, k in rows if cc == c)
-            cells.append(f"{rec[2]:.3f} / {mrr:.3f} (n={n})")
+            cells.append(f"{rec[0]:.3f} / {rec[-1]:.3f} / {mrr:.3f} (n={n})")
         print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def prefix_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--prefixes off``: no query/document prefixes even where the model family asks for them."""
+    return {"queryPrefix": "", "documentPrefix": ""} if args.prefixes == "off" else {}
+
+
+def state_name(args: argparse.Namespace, model: str) -> str:
+    return model if args.prefixes == "auto" else f"{model}-prefixes-{args.prefixes}"
+
+
+def load_meaning(root: Path = MEANING) -> list[Question]:
+    """The meaning dev set's questions; the evidence is the note's line in its daily file."""
+    out = []
+    for line in (root / "questions.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            q = json.loads(line)
+            out.append(Question(q["id"], q["question"], PARAPHRASE if q["kind"] == "paraphrase" else KEYWORD,
+                                [(q["path"], 3)]))
+    return out
+
+
+def run_meaning(args: argparse.Namespace, model: str) -> dict[str, list[tuple[int, int | None]]]:
+    """The meaning dev set (bench/meaning) indexed with ``model`` and searched under every variant."""
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.embeddings.embedder import query_embedder_for
+
+    ctx = build_index(MEANING / "workspace", args.state / state_name(args, model) / "meaning", MODELS[model], None,
+                      prefix_config(args))
+    settings = settings_for(ctx)
+    inner = query_embedder_for(settings)
+    if inner is None:
+        raise SystemExit("no query embedder (is llama-cpp-python installed?)")
+    return evaluate(settings, MemoQueryEmbedder(inner), load_meaning(), last_session_clock(MEANING / "workspace"))
+
+
+def run_locomo(args: argparse.Namespace, model: str, label: str) -> dict[str, list[tuple[int, int | None]]]:
+    """Every LoCoMo dev conversation indexed with ``model`` and searched under every variant."""
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.embeddings.embedder import query_embedder_for
+
+    tokens = None if label == "default" else int(label)
+    convs = sorted(p for p in args.data.glob("conv-*") if p.is_dir() and (not args.convs or p.name in args.convs))
+    combined: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
+    for conv in convs:
+        ctx = build_index(conv, args.state / state_name(args, model) / f"t{label}" / conv.name, MODELS[model], tokens,
+                          prefix_config(args))
+        settings = settings_for(ctx)
+        inner = query_embedder_for(settings)
+        if inner is None:
+            raise SystemExit("no query embedder (is llama-cpp-python installed?)")
+        res = evaluate(settings, MemoQueryEmbedder(inner), load_questions(conv), last_session_clock(conv))
+        for name, rows in res.items():
+            combined[name].extend(rows)
+    return combined
+
+
+def check_targets(res: dict[tuple[str, str], dict[str, list[tuple[int, int | None]]]]) -> list[tuple[bool, str]]:
+    """Issue 41's "done when" numbers at default settings, from ``(model, set) -> variant rows``."""
+    out: list[tuple[bool, str]] = []
+
+    def m(model: str, which: str, variant: str) -> tuple[list[float], float]:
+        _, rec, mrr = metrics(res[(model, which)][variant])
+        return rec, mrr
+
+    for model in sorted({k[0] for k in res}):
+        if (model, "meaning") in res:
+            (h1, h3, *_), _ = m(model, "meaning", "hybrid @default")
+            (v1, v3, *_), _ = m(model, "meaning", "vector-only @default")
+            out.append((h1 >= v1 - 0.03, f"{model} meaning: hybrid R@1 {h1:.3f} >= vector R@1 {v1:.3f} - 0.03"))
+            out.append((h3 >= v3, f"{model} meaning: hybrid R@3 {h3:.3f} >= vector R@3 {v3:.3f}"))
+    if ("minilm", "locomo") in res:
+        rec, mrr = m("minilm", "locomo", "hybrid @default")
+        out.append((rec[-1] >= 0.83 and mrr >= 0.65, f"minilm LoCoMo: hybrid R@10 {rec[-1]:.3f} >= 0.83, MRR {mrr:.3f} >= 0.65"))
+        if ("e5", "locomo") in res:
+            erec, emrr = m("e5", "locomo", "hybrid @default")
+            out.append((erec[-1] >= rec[-1] and emrr >= mrr,
+                        f"e5 LoCoMo at least MiniLM's: R@10 {erec[-1]:.3f} >= {rec[-1]:.3f}, MRR {emrr:.3f} >= {mrr:.3f}"))
+            kept = {mo: m(mo, "locomo", "hybrid @default")[0][-1] / max(1e-9, m(mo, "locomo", "hybrid @0")[0][-1])
+                    for mo in ("minilm", "e5")}
+            out.append((abs(kept["minilm"] - kept["e5"]) <= 0.02, "minScore keeps the same share of LoCoMo answers: "
+                        f"{kept['minilm']:.3f} (MiniLM) vs {kept['e5']:.3f} (e5), within 0.02"))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--state", type=Path, default=Path("/tmp/memindex-quality"))
-    ap.add_argument("--tokens", nargs="+", default=["default", "512"],
+    ap.add_argument("--model", nargs="+", choices=sorted(MODELS), default=sorted(MODELS, reverse=True),
+                    help="local GGUF models to compare (default: both)")
+    ap.add_argument("--sets", nargs="+", choices=("locomo", "meaning"), default=["locomo", "meaning"])
+    ap.add_argument("--prefixes", choices=("auto", "off"), default="auto",
+                    help="query/document prefixes: the model family's (auto) or none (off)")
+    ap.add_argument("--tokens", nargs="+", default=["default"],
                     help="local.maxInputTokens settings to compare ('default': not set, the model's own)")
     ap.add_argument("--convs", nargs="*", default=None, help="conversation folders (default: all)")
+    ap.add_argument("--check", action="store_true",
+                    help="check issue 41's targets at default settings (exit 1 when one is missed)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    if not GGUF.is_file():
-        print(f"missing {GGUF}", file=sys.stderr)
-        return 2
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.embeddings.embedder import query_embedder_for
-
-    convs = sorted(p for p in args.data.glob("conv-*") if p.is_dir() and (not args.convs or p.name in args.convs))
-    for label in args.tokens:
-        tokens = None if label == "default" else int(label)
-        combined: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
-        t0 = time.perf_counter()
-        for conv in convs:
-            ctx = build_index(conv, args.state / f"t{label}" / conv.name, tokens)
-            settings = settings_for(ctx)
-            inner = query_embedder_for(settings)
-            if inner is None:
-                print("no query embedder (is llama-cpp-python installed?)", file=sys.stderr)
-                return 2
-            res = evaluate(settings, MemoQueryEmbedder(inner), load_questions(conv), last_session_clock(conv))
-            for name, rows in res.items():
-                combined[name].extend(rows)
-        print_table(f"LoCoMo dev ({len(convs)} conversations), local all-MiniLM-L6-v2, "
-                    f"maxInputTokens {label}, chunks 400/80, maxResults 10", combined)
-        print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
+    for model in args.model:
+        if not MODELS[model].is_file():
+            print(f"missing {MODELS[model]}", file=sys.stderr)
+            return 2
+    results: dict[tuple[str, str], dict[str, list[tuple[int, int | None]]]] = {}
+    for model in args.model:
+        name = MODELS[model].name
+        if "meaning" in args.sets:
+            t0 = time.perf_counter()
+            res = run_meaning(args, model)
+            results[(model, "meaning")] = res
+            print_table(f"meaning dev set ({len(next(iter(res.values())))} questions), local {name}, "
+                        f"prefixes {args.prefixes}", res)
+            print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
+        if "locomo" in args.sets:
+            for label in args.tokens:
+                t0 = time.perf_counter()
+                combined = run_locomo(args, model, label)
+                results[(model, "locomo")] = combined
+                print_table(f"LoCoMo dev, local {name}, prefixes {args.prefixes}, maxInputTokens {label}, "
+                            "chunks 400/80, maxResults 10",
+                            combined)
+                print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
+    if args.check:
+        verdicts = check_targets(results)
+        print("\n### Issue 41 targets (default settings)")
+        for ok, line in verdicts:
+            print(f"- {'met' if ok else 'NOT met'}: {line}")
+        return 0 if all(ok for ok, _ in verdicts) else 1
     return 0
 
 

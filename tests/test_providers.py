@@ -204,8 +204,10 @@ def test_ollama_one_text_per_request(server, policy):
     svc = service_for(server, policy, "ollama")
     res = svc.embed_documents(["first", "second", "third"])
     reqs = server.log_for("ollama")
-    assert [r.body for r in reqs] == [{"model": "nomic-embed-text", "prompt": t} for t in ("first", "second", "third")]
-    assert res.dims == 768 and close(res.vectors[2], fake_vector("third", 768, "ollama"))
+    # nomic-embed-text is embedded with its family's document marker (issue 41: embeddings/prefixes.py)
+    assert [r.body for r in reqs] == [{"model": "nomic-embed-text", "prompt": f"search_document: {t}"}
+                                      for t in ("first", "second", "third")]
+    assert res.dims == 768 and close(res.vectors[2], fake_vector("search_document: third", 768, "ollama"))
 
 
 def test_blank_texts_get_empty_vectors_without_a_request(server, policy):

@@ -9,10 +9,18 @@ import math
 import pytest
 
 from memindex.pipeline.search.ranking import (
-    CALIBRATED_VECTOR_SHARE,
+    Z_FLOOR,
+    Z_SCALE,
     Candidate,
+    CosineBackground,
     apply_temporal_decay,
-    calibrated_vector_share,
+    arm_factors,
+    cosine_background,
+    fts_idf,
+    keyword_evidence,
+    term_idf,
+    term_weights,
+    vector_evidence,
     dated_path_date,
     decay_multiplier,
     is_evergreen,
@@ -144,23 +152,22 @@ def test_enabled_arm_with_no_hits_keeps_weighted_formula() -> None:
 
 
 def test_calibrated_fusion_honours_the_weights() -> None:
-    """vectorWeight/textWeight were ignored under the default fusion (0.9/0.1 and 0.1/0.9 gave the
-    same scores): now they move the cosine's share as odds do, the defaults keep 0.1."""
-    assert calibrated_vector_share(0.7, 0.3) == pytest.approx(CALIBRATED_VECTOR_SHARE)
-    assert calibrated_vector_share(0.9, 0.1) == pytest.approx(0.3)
-    assert calibrated_vector_share(0.0, 1.0) == 0.0 and calibrated_vector_share(1.0, 0.0) == 1.0
-    shares = [calibrated_vector_share(w, 1 - w) for w in (0.05, 0.2, 0.5, 0.7, 0.9, 0.99)]
-    assert shares == sorted(shares) and len(set(shares)) == len(shares)
-    vec = [cand("a", vs=0.2), cand("b", vs=0.8)]
-    txt = [cand("a", ts=1.0), cand("b", ts=0.8)]
+    """At OpenClaw's 0.7/0.3 both arms count fully; moving the weights discounts the arm that lost
+    share by the change in odds, and 0 switches an arm off."""
+    assert arm_factors(0.7, 0.3) == pytest.approx((1.0, 1.0))
+    assert arm_factors(0.9, 0.1) == pytest.approx((1.0, (0.1 / 0.9) / (0.3 / 0.7)))
+    assert arm_factors(0.5, 0.5) == pytest.approx((0.5 / 0.5 / (0.7 / 0.3), 1.0))
+    assert arm_factors(0.0, 1.0) == (0.0, 1.0) and arm_factors(1.0, 0.0) == (1.0, 0.0)
+    vec = [cand("a", vs=0.5), cand("b", vs=0.8)]
+    txt = [cand("a", ts=0.7), cand("b", ts=0.1)]
 
     def order(vw: float, tw: float) -> list[str]:
         return [c.chunk_id for c in merge_hybrid(vec, txt, vw, tw, fusion="calibrated")]
 
-    assert order(0.7, 0.3) == order(0.1, 0.9) == ["a", "b"]  # keywords lead: 0.925 vs 0.82
-    assert order(0.9, 0.1) == ["b", "a"]  # the cosine's share 0.3: 0.775 vs 0.86
+    assert order(0.7, 0.3) == ["b", "a"]  # 0.8 (its cosine, no background) vs 0.7 (its keywords)
+    assert order(0.2, 0.8) == ["a", "b"]  # the cosine counts 0.107 of itself: 0.7 vs 0.1
     top = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated")[0]
-    assert top.score == pytest.approx(0.9 * 1.0 + 0.1 * 0.2 / 0.8)
+    assert top.score == pytest.approx(0.8)
 
 
 def test_merge_keeps_vector_snippet_and_fills_empty_text() -> None:
@@ -415,18 +422,59 @@ def test_rank_pipeline_decay_needs_now() -> None:
 # ------------------------------------------------------------ calibrated fusion, both arms
 
 
-def test_calibrated_fusion_lets_the_cosine_break_near_ties() -> None:
-    """Keyword evidence leads; the cosine relative to the best moves a near-tie (0.02 apart), not a gap."""
-    vec = [cand("a", vs=0.30), cand("b", vs=0.60), cand("c", vs=0.20)]
-    txt = [cand("a", ts=0.90), cand("b", ts=0.88), cand("c", ts=0.60)]
-    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated")
-    assert [c.chunk_id for c in out] == ["b", "a", "c"]
-    share = CALIBRATED_VECTOR_SHARE
-    assert out[0].score == pytest.approx((1 - share) * 0.88 + share * 1.0)
-    assert out[1].score == pytest.approx((1 - share) * 0.90 + share * 0.5)
+def test_calibrated_fusion_scores_the_stronger_arm_on_the_index_s_scale() -> None:
+    """Issue 41: the cosine counts by how far it stands above this index's typical cosine (the
+    background), so the same evidence scores alike whatever the model's scale."""
+    minilm = CosineBackground(0.08, 0.08)
+    e5 = CosineBackground(0.77, 0.018)
+    # The same standing (4 spreads above the centre) under two models' scales
+    assert vector_evidence(0.08 + 4 * 0.08, minilm) == pytest.approx(vector_evidence(0.77 + 4 * 0.018, e5))
+    assert vector_evidence(0.08 + 4 * 0.08, minilm) == pytest.approx(math.tanh((4 - Z_FLOOR) / Z_SCALE))
+    assert vector_evidence(0.08 + 0.5 * 0.08, minilm) == 0.0  # within a spread of typical: no evidence
+    # "sem" answers by meaning (5 spreads up) and shares no word; "word" shares one word and sits
+    # near the typical cosine: the stronger arm, not a sum, decides.
+    vec = [cand("sem", vs=0.77 + 5 * 0.018), cand("word", vs=0.78)]
+    txt = [cand("word", ts=0.3)]
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated", background=e5)
+    assert [c.chunk_id for c in out] == ["sem", "word"]
+    assert out[1].score == pytest.approx(0.3)  # its keyword evidence; the cosine adds nothing
+    assert out[0].vector_score == pytest.approx(0.77 + 5 * 0.018)  # the raw cosine is still reported
     # Without the vector arm the same keyword scores keep their own order and values.
-    kw = merge_hybrid([], txt, 0.7, 0.3, fusion="calibrated")
-    assert [(c.chunk_id, c.score) for c in kw] == [("a", 0.90), ("b", 0.88), ("c", 0.60)]
+    kw = merge_hybrid([], [cand("a", ts=0.9), cand("b", ts=0.6)], 0.7, 0.3, fusion="calibrated")
+    assert [(c.chunk_id, c.score) for c in kw] == [("a", 0.9), ("b", 0.6)]
+
+
+def test_cosine_background_is_robust_and_shrunk_for_small_samples() -> None:
+    big = [0.1 + 0.001 * (i % 50) for i in range(500)] + [0.9] * 5  # a few answers do not move it
+    bg = cosine_background(big)
+    assert bg is not None and bg.centre == pytest.approx(0.1245, abs=0.002)
+    assert cosine_background([]) is None and cosine_background([float("nan")]) is None
+    flat = cosine_background([0.30] * 20)  # no spread seen: the prior's, not zero
+    assert flat is not None and flat.spread == pytest.approx(math.sqrt(20 / 40) * 0.08 * 0.7)
+    assert cosine_background([0.30, 0.5, 0.1]) is None  # too few to say: the cosine itself counts
+
+
+def test_keyword_evidence_weighs_terms_by_rarity_in_absolute_terms() -> None:
+    n = 1000
+    idf = [term_idf(n, 600), term_idf(n, 3)]  # "home" in 600 chunks, "adguard" in 3
+    fidf = [fts_idf(n, 600), fts_idf(n, 3)]
+    common_only = keyword_evidence(-0.1, [True, False], idf, fidf)
+    rare_only = keyword_evidence(-5.5, [False, True], idf, fidf)
+    both = keyword_evidence(-5.8, [True, True], idf, fidf)
+    assert common_only < 0.15 < 0.9 < rare_only < both <= 1.0
+    # Absolute: a hit's evidence does not depend on how strong the best other hit is.
+    assert keyword_evidence(-0.1, [True, False], idf, fidf) == common_only
+    assert keyword_evidence(0.0, [], [], []) == 0.0
+
+
+def test_a_tiny_index_weighs_terms_as_if_it_had_twenty_chunks() -> None:
+    """In a one-note workspace its every word is in every note (idf ~0, FTS5's bm25 ~0): "papaya"
+    still counts there, as a term held by 1 of 20 chunks, and coverage stands for BM25 strength."""
+    idfs, fts = term_weights(1, [1, 0])
+    assert fts is None and idfs == [term_idf(20, 1), term_idf(20, 0)]
+    assert keyword_evidence(-1e-6, [True, False], idfs, fts) > 0.35  # passes the default minScore
+    assert keyword_evidence(-2e-6, [True, False], idfs, fts) > keyword_evidence(-1e-6, [True, False], idfs, fts)
+    assert term_weights(100, [1])[1] == [fts_idf(100, 1)]
 
 
 def test_calibrated_fusion_a_strong_vector_hit_ranks_above_weak_keyword_hits() -> None:
@@ -439,16 +487,15 @@ def test_calibrated_fusion_a_strong_vector_hit_ranks_above_weak_keyword_hits() -
     assert [c.chunk_id for c in kept] == ["sem", "kw"]
 
 
-def test_calibrated_fusion_a_negative_cosine_under_a_tiny_best_one_never_scores_below_its_keywords() -> None:
+def test_calibrated_fusion_a_negative_cosine_never_scores_below_its_keywords() -> None:
     """A weak embedder: best cosine 0.04, two chunks with a slightly negative one. Relative to the
-    best they were -6x, and chunks matching half the query's terms scored -0.25; now the relative
-    cosine is floored at 0, so their score is their keyword evidence and minScore applies to it."""
+    best they were -6x once, and chunks matching half the query's terms scored -0.25; a chunk's
+    score is at least its keyword evidence, and minScore applies to that."""
     vec = [cand("n3", vs=0.04), cand("n4", vs=0.02), cand("n2", vs=-0.010), cand("n1", vs=-0.012)]
     txt = [cand("n3", ts=0.8), cand("n4", ts=0.5), cand("n2", ts=0.5), cand("n1", ts=0.5)]
-    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated")
-    share = CALIBRATED_VECTOR_SHARE
-    assert [c.chunk_id for c in out][:2] == ["n3", "n4"]
-    assert all(c.score >= (1 - share) * c.text_score - 1e-12 for c in out)
-    assert {c.chunk_id: c.score for c in out}["n2"] == pytest.approx((1 - share) * 0.5)
+    out = merge_hybrid(vec, txt, 0.7, 0.3, fusion="calibrated", background=CosineBackground(0.0, 0.02))
+    assert [c.chunk_id for c in out][0] == "n3"
+    assert all(c.score >= c.text_score - 1e-12 for c in out)
+    assert {c.chunk_id: c.score for c in out}["n2"] == pytest.approx(0.5)
     kept = rank_pipeline(vec, txt, min_score=0.46, max_results=5, fusion="calibrated")
     assert all(c.score >= 0 for c in kept)

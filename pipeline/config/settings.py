@@ -296,6 +296,10 @@ MEMORY_SEARCH: dict[str, Any] = {
     "outputDimensionality": F(None, _opt(_size)),
     # OpenClaw's older name for outputDimensionality; merged into it by resolve_agent.
     "dimensions": F(None, _opt(_size)),
+    # memindex's own: the text put before queries / documents for the embedding model; None: the
+    # model family's (pipeline/embeddings/prefixes.py: e5 "query: "/"passage: ", nomic, ...); "": none.
+    "queryPrefix": F(None, _opt(_str)),
+    "documentPrefix": F(None, _opt(_str)),
     "experimental": {"sessionMemory": F(False, _bool)},
     "rememberAcrossConversations": Ignored(_bool),
     "inputType": Ignored(_str),

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Self
 
 from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.registry import ProviderArgs
+from memindex.pipeline.embeddings.prefixes import NONE as NO_PREFIXES, Prefixes
 from memindex.pipeline.errors import ProviderError
 
 # One embedding request while indexing, for the hosted APIs (ollama waits longer: a local model loads
@@ -123,6 +124,8 @@ class EmbeddingProvider(ABC):
     # The size is learnt from answers (a proxy, a local server, a model file), so it can change
     # under the same name; False when the model's own endpoint or the config fixes it.
     dims_learnt: bool = True
+    # What the model family wants before queries and documents (``prefixes.prefixes_for``).
+    prefixes: Prefixes = NO_PREFIXES
 
     def __init__(self) -> None:
         self._secret: str | None = None  # only for redacting error text
@@ -207,6 +210,8 @@ class EmbeddingProvider(ABC):
             "outputDimensionality": self.output_dimensionality,
         }
         doc.update(self.fingerprint_extra())
+        if self.prefixes:  # only when set: a model without prefixes keeps its index and cache
+            doc["prefixes"] = [self.prefixes.query, self.prefixes.document]
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 

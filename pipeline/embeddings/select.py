@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderAuthError, ProviderError, ProviderKeyMissing
 from memindex.pipeline.embeddings.endpoints import fallback_provider, requested_provider, resolve_base_url, resolve_headers, resolve_model
+from memindex.pipeline.embeddings.prefixes import prefixes_for
 from memindex.pipeline.embeddings.keys import missing_key_message, resolve_api_key
 from memindex.pipeline.embeddings.registry import ProviderArgs
 
@@ -69,6 +70,7 @@ def build_provider(
     provider: EmbeddingProvider = registry.factory_of(spec)(args)  # imports the provider's SDK now
     if provider.id != spec.id:
         raise ProviderError(f"embedding provider {spec.id!r}: its factory built a {provider.id!r} provider")
+    provider.prefixes = prefixes_for(provider.model, ms)
     return provider
 
 

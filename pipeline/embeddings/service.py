@@ -232,7 +232,9 @@ class EmbeddingService:
                 observe.hooks.embedding_retry(provider.id)
             limiter = self.query_limiter if query else self.limiter
             with limiter.acquire(provider.id), observe.embedding_request(provider.id):
-                vecs = _query_vectors(provider, texts[0]) if query else provider.embed_documents(texts)
+                pre = provider.prefixes  # the model family's markers (prefixes.py), added here only
+                vecs = (_query_vectors(provider, pre.query + texts[0]) if query
+                        else provider.embed_documents([pre.document + t for t in texts] if pre.document else texts))
             dims = validate_vectors(vecs, expected_count=len(texts), expected_dims=None if any_size else provider.dims,
                                     provider_id=provider.id)
             if provider.dims is None and not any_size:

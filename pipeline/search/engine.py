@@ -21,9 +21,10 @@ from memindex.pipeline.config.paths import normalize_agent_id
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.fts_budget import FtsBudget
-from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, match_query_and_keywords
+from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, content_terms, keys_in, match_query_and_keywords
 from memindex.pipeline.search.ranking import (
-    Candidate, calibrated_text_scores, keyword_coverage, normalize_weights, rank_pipeline, relative_text_score,
+    Candidate, CosineBackground, cosine_background, keyword_evidence, normalize_weights, rank_pipeline,
+    relative_text_score, term_weights,
 )
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.search.snippet import centred_snippet
@@ -36,6 +37,9 @@ from memindex.pipeline.errors import ProviderError, UsageError, checked_call, re
 log = logging.getLogger("memindex.search")
 
 MAX_CANDIDATES = 200
+# Chunks whose cosines with the query say what this index's model gives text in general
+# (ranking.cosine_background); re-sampled when the generation changes or grows by a quarter.
+BACKGROUND_SAMPLE = 256
 # How often a search that cannot schedule its sync (a broker down) says so again while it lasts.
 SCHEDULE_FAILURE_REPORT_S = 60.0
 _schedule_ok_at = float("-inf")  # when any engine of this process last scheduled a sync (monotonic)
@@ -259,6 +263,8 @@ class MemorySearch(AsyncSearch):
         self._mirror = VectorMirror(settings.store_path)
         self._fts_budget = FtsBudget()
         self._visible: Callable[[str, str], bool] | None = None
+        self._sample: tuple[int, int, int, Any] | None = None  # (generation, dims, rows then, matrix)
+        self._chunk_count: tuple[tuple[Any, int], int] | None = None  # ((generation, max rowid), chunks)
 
     def visible(self, source: str, path: str) -> bool:
         """Whether an indexed chunk's file is part of the agent's memory as configured now."""
@@ -426,9 +432,12 @@ class MemorySearch(AsyncSearch):
             # The keyword arm's MATCH and the keys that coverage and snippets locate, from one parse.
             match, keys = match_query_and_keywords(query)
             if qvec is None or (hybrid["enabled"] and tw > 0):
-                text_hits = self._keyword_candidates(snap, match, keys, n_cand, q["fusion"], kinds)
-            if q["fusion"] == "calibrated" and vector_hits and text_hits:
-                vector_hits += self._keyword_hit_cosines(snap, vector_hits, text_hits, qvec)
+                text_hits = self._keyword_candidates(snap, query, match, keys, n_cand, q["fusion"], kinds)
+            background = None
+            if q["fusion"] == "calibrated" and qvec is not None:
+                background = self._background(snap, qvec)
+                if vector_hits and text_hits:
+                    vector_hits += self._keyword_hit_cosines(snap, vector_hits, text_hits, qvec)
             decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
             # Decay and MMR are steps of the hybrid merge: with hybrid off OpenClaw returns the plain
             # vector results (minScore, then maxResults), whatever hybrid.temporalDecay/mmr say.
@@ -444,7 +453,7 @@ class MemorySearch(AsyncSearch):
                 min_score=min_score, max_results=min(max_results, MAX_CANDIDATES),
                 temporal_decay=decaying, half_life_days=decay["halfLifeDays"],
                 now=self.clock(), mtimes=mtimes,
-                mmr=diversifying, mmr_lambda=mmr["lambda"], fusion=q["fusion"],
+                mmr=diversifying, mmr_lambda=mmr["lambda"], fusion=q["fusion"], background=background,
                 # a full top-K from the vector arm bounds the cosine of every chunk it did not return
                 unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
             )
@@ -538,8 +547,8 @@ class MemorySearch(AsyncSearch):
         return list(vec)
 
     # -- candidate arms -------------------------------------------------------------
-    def _keyword_candidates(self, snap: ReadSnapshot, match: str | None, keys: frozenset[str], limit: int,
-                            fusion: str, kinds: dict[str, str]) -> list[Candidate]:
+    def _keyword_candidates(self, snap: ReadSnapshot, query: str, match: str | None, keys: frozenset[str],
+                            limit: int, fusion: str, kinds: dict[str, str]) -> list[Candidate]:
         if match is None:
             return []
         hits = snap.keyword_hits(match, limit, self._fts_budget)
@@ -548,12 +557,45 @@ class MemorySearch(AsyncSearch):
         found = [(r, rank) for rowid, rank in hits if (r := rows.get(rowid)) is not None and visible(r[3], r[2])]
         _note_media(rows.values(), kinds)
         if fusion == "calibrated":
-            scores = calibrated_text_scores([rank for _, rank in found], [keyword_coverage(r[6], keys) for r, _ in found])
+            scores = self._keyword_evidence(snap, query, found)
         else:
             best = hits[0][1] if hits else 0.0  # best first: the most negative bm25
             scores = [relative_text_score(rank, best) for _, rank in found]
         return [Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=ts, has_text=True)
                 for (r, _), ts in zip(found, scores)]
+
+    def _keyword_evidence(self, snap: ReadSnapshot, query: str, found: list[tuple[tuple, float]]) -> list[float]:
+        """Each hit's keyword evidence (ranking.keyword_evidence), from the query's content terms'
+        rarity in this index and the terms each hit holds."""
+        if not found:
+            return []
+        terms = content_terms(query)
+        dfs = snap.term_counts([phrase for phrase, _ in terms])
+        key = (snap.generation, snap.max_rowid())  # the count scans the table: once per change
+        if self._chunk_count is None or self._chunk_count[0] != key:
+            self._chunk_count = (key, snap.chunk_count())
+        n = self._chunk_count[1]
+        idfs, fts_idfs = term_weights(n, dfs)
+        every_key = frozenset().union(*(k for _, k in terms))
+        out = []
+        for r, rank in found:
+            held = keys_in(r[6], every_key)
+            out.append(keyword_evidence(rank, [k <= held for _, k in terms], idfs, fts_idfs))
+        return out
+
+    def _background(self, snap: ReadSnapshot, qvec: list[float]) -> CosineBackground | None:
+        """The query's cosines against a sample of this index's chunks, as ranking's background."""
+        import numpy as np
+
+        gen, dims, rows = snap.generation, len(qvec), snap.max_rowid()
+        s = self._sample
+        if s is None or s[:2] != (gen, dims) or rows > s[2] * 1.25:
+            self._sample = s = (gen, dims, rows, snap.sample_vectors(dims, BACKGROUND_SAMPLE))
+        if s[3] is None:
+            return None
+        q = np.asarray(qvec, dtype=np.float32)
+        norm = float(np.linalg.norm(q))
+        return cosine_background((s[3] @ q / norm).tolist()) if norm > 0 else None
 
     def _vector_candidates(self, snap: ReadSnapshot, qvec: list[float], limit: int,
                            kinds: dict[str, str]) -> list[Candidate]:

@@ -20,15 +20,32 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from memindex.pipeline.config import defaults as D
-from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, keys_in, script_family
+from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, script_family
 
 SECONDS_PER_DAY = 86400.0
-# fusion "calibrated", both arms running: the share of a chunk's score that comes from its
-# cosine relative to the query's best. Measured on the LoCoMo dev split with the local MiniLM
-# GGUF (date context on), hybrid R@10 / MRR for shares 0 / 0.1 / 0.15 / 0.2 / 0.25 / 0.3:
-# .829/.656, .837/.662, .832/.660, .837/.657, .833/.652, .829/.644 (bench/README.md). Small,
-# because a weak embedding model's cosine orders chunks worse than the keywords do.
-CALIBRATED_VECTOR_SHARE = 0.1
+
+# fusion "calibrated" (issue 41): each arm's evidence on one 0..1 scale, learnt from this index.
+# Vector: how many spreads a chunk's cosine stands above what this model gives the index's chunks
+# in general (``cosine_background``): ``tanh(max(0, z - Z_FLOOR) / Z_SCALE)``. Keyword:
+# ``tanh(KEYWORD_GAIN * ((1-BM25_SHARE) * idf coverage + BM25_SHARE * bm25 / sum of the terms' idf))``.
+# The two tanh scales were set together (their ratio orders the arms; their level puts the default
+# minScore 0.35 where it keeps ~all LoCoMo dev answers: the top-10 R@10 drops 0.843 -> 0.837).
+# Tuned on half of the meaning dev set and three LoCoMo dev conversations, both local models,
+# and checked on the rest (bench/README.md, "Search by meaning"): z is the model's own scale, so
+# the same constants serve MiniLM (cosines of unrelated text ~0.08 +- 0.08) and e5 (0.77 +- 0.02).
+Z_FLOOR = 1.0  # a cosine one spread above the index's typical one is no evidence yet
+Z_SCALE = 1.6
+BM25_SHARE = 0.9
+KEYWORD_GAIN = 2.0
+# Small samples (a workspace of a few notes) cannot say how widely this model's cosines spread;
+# their spread is shrunk toward PRIOR_SPREAD * (1 - centre) as if PRIOR_WEIGHT more chunks had
+# shown it (MiniLM and e5 both spread ~0.08 of the room their centre leaves below 1).
+PRIOR_SPREAD = 0.08
+PRIOR_WEIGHT = 20
+# Fewer sampled chunks than this cannot say what the model gives text in general (in a workspace of
+# three notes about Rod every note is "related"): their cosines then count as they are.
+MIN_BACKGROUND = 20
+TIE_BM25 = 1e-3
 
 
 class Candidate(NamedTuple):
@@ -81,28 +98,96 @@ def relative_text_score(rank: float, best_rank: float) -> float:
     return min(1.0, r / best)
 
 
-def keyword_coverage(text: str, keys: frozenset[str]) -> float:
-    """Share of the query's content terms (``query_keywords``) that ``text`` contains."""
-    if not keys:
-        return 0.0
-    return len(keys_in(text, keys)) / len(keys)
+class CosineBackground(NamedTuple):
+    """What this index's embedding model gives a query against its chunks in general."""
+
+    centre: float
+    spread: float
 
 
-def calibrated_text_scores(ranks: list[float], coverages: list[float]) -> list[float]:
-    """Keyword evidence on the calibrated scale: ``sqrt((bm25/best + coverage/best coverage) / 2)``.
+def cosine_background(cosines: Iterable[float]) -> CosineBackground | None:
+    """The median and spread of a query's cosines against a sample of the index's chunks.
 
-    BM25 alone says nothing about a term every note contains (FTS5 floors its IDF at ~0: in
-    a workspace where every note names Rod, "Rod" scores 0 in all of them), so the share of
-    the query's terms a chunk holds (relative to the best-covered hit) carries half the
-    evidence. The square root is the calibration: a hit holding half of what the best hit
-    holds scores 0.5, so the default minScore 0.35 keeps chunks that match the query's
-    subject and drops those far weaker than the best hit. Relative: the best hit scores ~1
-    however little of the query it holds. Monotone in each part.
-    """
-    best = min((_finite(r) for r in ranks), default=0.0)
-    best_cov = max(coverages, default=0.0)
-    return [math.sqrt((relative_text_score(r, best) + (c / best_cov if best_cov > 0 else 0.0)) / 2)
-            for r, c in zip(ranks, coverages)]
+    The median, not the mean: the few chunks that do answer the query must not move it. The
+    spread is the standard deviation, shrunk toward ``PRIOR_SPREAD * (1 - centre)`` for small
+    samples (``PRIOR_WEIGHT``), so a small workspace does not read noise as evidence. None for
+    fewer than ``MIN_BACKGROUND`` finite cosines (the cosine itself is the evidence then)."""
+    xs = sorted(x for x in (_finite(c, math.nan) for c in cosines) if not math.isnan(x))
+    n = len(xs)
+    if n < MIN_BACKGROUND:
+        return None
+    mid = n // 2
+    centre = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+    var = sum((x - centre) ** 2 for x in xs) / n
+    prior = PRIOR_SPREAD * max(1e-3, 1.0 - centre)
+    spread = math.sqrt((n * var + PRIOR_WEIGHT * prior ** 2) / (n + PRIOR_WEIGHT))
+    return CosineBackground(centre, max(spread, 1e-6))
+
+
+def vector_evidence(cosine: float, background: CosineBackground | None) -> float:
+    """A cosine as evidence, 0..1: how far it stands above the index's typical cosine, in spreads.
+
+    Without a background (a library caller ranking bare hits) the cosine itself, clamped to 0..1."""
+    if background is None:
+        return _clamp01(cosine)
+    z = (_finite(cosine) - background.centre) / background.spread
+    return math.tanh(max(0.0, z - Z_FLOOR) / Z_SCALE)
+
+
+def term_idf(n_chunks: int, df: int) -> float:
+    """BM25's idf of a term held by ``df`` of ``n_chunks`` chunks, never below 0."""
+    n, d = max(0, int(n_chunks)), max(0, int(df))
+    return math.log(1.0 + (n - d + 0.5) / (d + 0.5))
+
+
+def fts_idf(n_chunks: int, df: int) -> float:
+    """SQLite FTS5's own idf (``bm25()``'s): the scale of its ranks, floored as FTS5 floors it."""
+    n, d = max(0, int(n_chunks)), max(0, int(df))
+    return max(1e-6, math.log((n - d + 0.5) / (d + 0.5)))
+
+
+def term_weights(n_chunks: int, dfs: Iterable[int]) -> tuple[list[float], list[float] | None]:
+    """(idf, FTS5 idf) of the query's terms for :func:`keyword_evidence`. An index of fewer than
+    ``MIN_BACKGROUND`` chunks is too small for rarity to mean much (in a one-note workspace every
+    word of it is in every note): its idf counts as if it had that many chunks, the others holding
+    none of the terms, and FTS5's ranks, floored at ~0 there, give no BM25 scale (None)."""
+    dfs = list(dfs)
+    if n_chunks < MIN_BACKGROUND:
+        return [term_idf(MIN_BACKGROUND, d) for d in dfs], None
+    return [term_idf(n_chunks, d) for d in dfs], [fts_idf(n_chunks, d) for d in dfs]
+
+
+def keyword_evidence(rank: float, held: Iterable[bool], idfs: Iterable[float], fts_idfs: Iterable[float] | None) -> float:
+    """A keyword hit as evidence, 0..1, in absolute terms (never relative to the query's best hit).
+
+    ``held[i]``: whether the chunk holds the query's ``i``-th content term; ``idfs`` the terms'
+    idf in this index. Coverage weighted by rarity: a hit holding only "home" of "which machine
+    filters ads for my home LAN" covers little of it. BM25 strength: ``-rank`` over the sum of
+    the terms' FTS5 idf is ~1 for a chunk holding every term once at average length. A term
+    every chunk holds weighs ~nothing on either count (FTS5 floors its idf at ~0). ``fts_idfs`` None
+    (a tiny index, :func:`term_weights`): the coverage stands for the strength."""
+    w = list(idfs)
+    total = sum(w)
+    cov = sum(x for x, h in zip(w, held) if h) / total if total > 0 else 0.0
+    if fts_idfs is None:  # no BM25 scale (term_weights): the coverage is the strength too, and a
+        strength = cov + TIE_BM25 * max(0.0, -_finite(rank))  # trace of BM25 orders equal coverage
+    else:
+        fts_total = sum(fts_idfs)
+        strength = max(0.0, -_finite(rank)) / fts_total if fts_total > 0 else 0.0
+    return math.tanh(KEYWORD_GAIN * ((1 - BM25_SHARE) * cov + BM25_SHARE * strength))
+
+
+def arm_factors(vw: float, tw: float) -> tuple[float, float]:
+    """What each arm's evidence counts for under calibrated fusion, from the (normalised) weights:
+    1 and 1 at OpenClaw's default shares 0.7/0.3; moving the weights discounts the arm that lost
+    share by the change in odds (0.9/0.1: keywords count 0.26; 0.5/0.5: the cosine counts 0.43);
+    a weight of 0 switches its arm off."""
+    if tw <= 0:
+        return 1.0, 0.0
+    if vw <= 0:
+        return 0.0, 1.0
+    r = (vw / tw) / (D.VECTOR_WEIGHT / D.TEXT_WEIGHT)
+    return min(1.0, r), min(1.0, 1.0 / r)
 
 
 def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, float]:
@@ -112,20 +197,6 @@ def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, 
     if total <= 0:
         return D.VECTOR_WEIGHT, D.TEXT_WEIGHT
     return vw / total, tw / total
-
-
-def calibrated_vector_share(vw: float, tw: float) -> float:
-    """The cosine's share under calibrated fusion for the (normalised) weights: the default
-    weights give :data:`CALIBRATED_VECTOR_SHARE`, and the weights move it as odds do, so
-    ``vectorWeight`` still means something there (0.9/0.1 gives 0.3, 0.5/0.5 0.045, 0.1/0.9 0.005).
-    Without this the two weights only switched an arm off at 0, and any other value was ignored."""
-    if tw <= 0:
-        return 1.0
-    if vw <= 0:
-        return 0.0
-    odds = (vw / tw) / (D.VECTOR_WEIGHT / D.TEXT_WEIGHT) * (
-        CALIBRATED_VECTOR_SHARE / (1 - CALIBRATED_VECTOR_SHARE))
-    return odds / (1 + odds)
 
 
 def _sort_key(c: Candidate) -> tuple[float, str]:
@@ -168,20 +239,29 @@ def merge_hybrid(
     text_enabled: bool | None = None,
     unseen_vector_bound: float | None = None,
     fusion: str = D.FUSION,
+    background: CosineBackground | None = None,
 ) -> list[Candidate]:
     """Union both arms by chunk id and score them; sorted best first.
 
-    ``fusion`` "calibrated" with both arms: ``max(0.9*ts + 0.1*vs/best_vs, vs)`` at the
-    default weights (the share 0.1 moves with them: :func:`calibrated_vector_share`): keyword evidence leads, so a chunk matching
-    the query's terms is not cut by minScore because the vector arm is weak (a poor
-    embedding model); the cosine relative to the query's best breaks near-ties; a
-    vector hit keeps its cosine, as with the vector arm alone (``vw*vs`` here made a
-    vector hit's score drop by 30% as soon as any note shared a query word). With one arm, the working arm's
-    score (keyword evidence, or the cosine). With calibrated keyword scores
-    (:func:`calibrated_text_scores`) this is one scale in every mode. "weighted"
-    is the formula below alone.
+    ``fusion`` "calibrated" (the default; issue 41): a chunk scores the stronger of its two
+    arms' evidence, each on the same 0..1 scale in every mode and with every model::
 
-    ``score = vw*vector_score + tw*text_score`` with normalised weights.
+        score = max(fv * vector_evidence(vs, background), ft * ts)
+
+    ``ts`` is the keyword evidence the caller computed (:func:`keyword_evidence`: coverage of
+    the query's terms weighted by rarity, and BM25 strength in absolute terms); the vector
+    evidence is the cosine's standing above this index's typical cosine for the query
+    (``background``, :func:`cosine_background`). ``fv, ft`` are :func:`arm_factors` of the
+    weights (1, 1 at the default 0.7/0.3). The stronger arm, not a sum: a note that shares a
+    word or two with the question gains nothing from that word when another note answers it
+    by meaning, and an exact rare token (an id, an error string) covers the query on its own.
+    A sum, or a bonus when the arms agree, lifted the notes that share a common word with the
+    question *and* sit near its topic above the note that answers it (bench/README.md). With
+    one arm the working arm's evidence alone. ``minScore`` thus means "this much evidence on
+    at least one arm" everywhere (query.minScore in the README).
+
+    "weighted" is OpenClaw's formula: ``score = vw*vector_score + tw*text_score`` with
+    normalised weights.
 
     Degraded modes use the working arm at full scale instead of the
     reference's weighted formula (which would cap BM25-only at 0.3 and
@@ -192,7 +272,7 @@ def merge_hybrid(
     that know an arm ran but matched nothing pass True to keep the weighted
     formula, so scores do not jump just because nothing matched.
 
-    Keyword-only rescue. With both arms running, a chunk found *only* by the
+    Keyword-only rescue ("weighted"). With both arms running, a chunk found *only* by the
     keyword arm would score ``tw*text_score <= 0.3`` and could never pass
     minScore 0.35 - yet that is exactly the exact-ID / error-string case that
     embeddings miss. Such a chunk was not in the vector arm's top-K, so its
@@ -225,27 +305,25 @@ def merge_hybrid(
         vw, tw = 0.0, 1.0
     elif not has_txt:
         vw, tw = 1.0, 0.0
+    out: list[Candidate] = []
+    if fusion == "calibrated":
+        fv, ft = arm_factors(vw, tw)
+        for hit, vs, ts, has_vector, has_text, text in merged.values():
+            v = fv * vector_evidence(vs, background) if has_vector and fv > 0 else 0.0
+            score = max(v, ft * ts if has_text else 0.0)
+            out.append(Candidate(hit.chunk_id, hit.path, hit.source, hit.start_line, hit.end_line, text,
+                                 vs, ts, score, has_vector, has_text))
+        return sort_candidates(out)
+
     best_vs = max((m[1] for m in merged.values() if m[3]), default=0.0)
     anchor = max(0.0, min(1.0, best_vs))
     bound = None if unseen_vector_bound is None else _clamp01(unseen_vector_bound)
-    share = calibrated_vector_share(vw, tw)
-
-    out: list[Candidate] = []
     for hit, vs, ts, has_vector, has_text, text in merged.values():
         score = vw * vs + tw * ts
         if has_text and not has_vector and tw > 0 and vw > 0:
             score = max(score, ts * anchor)
             if bound is not None:
                 score = max(score, vw * bound + tw * ts)
-        if fusion == "calibrated" and tw > 0 and vw > 0:
-            # Keyword evidence leads, the cosine (relative to the best) breaks near-ties; a
-            # strong vector hit still scores its weighted cosine, above weak keyword hits.
-            # Clamped at 0: a negative cosine over a tiny best one (a weak embedder: best ~0.04)
-            # gave -6 here, and a chunk matching half the query's terms scored -0.25.
-            rel_vs = max(0.0, vs / anchor) if has_vector and anchor > 0 else 0.0
-            score = max((1 - share) * ts + share * rel_vs, vs)
-        elif fusion == "calibrated" and has_text and tw > 0:
-            score = max(score, ts)
         out.append(Candidate(hit.chunk_id, hit.path, hit.source, hit.start_line, hit.end_line, text,
                              vs, ts, score, has_vector, has_text))
     return sort_candidates(out)
@@ -546,6 +624,7 @@ def rank_pipeline(
     text_enabled: bool | None = None,
     unseen_vector_bound: float | None = None,
     fusion: str = D.FUSION,
+    background: CosineBackground | None = None,
 ) -> list[Candidate]:
     """Merge -> decay (optional) -> sort -> MMR (optional) -> minScore -> top-K.
 
@@ -558,7 +637,7 @@ def rank_pipeline(
     """
     cands = merge_hybrid(
         vector_hits, text_hits, vector_weight, text_weight, vector_enabled=vector_enabled, text_enabled=text_enabled,
-        unseen_vector_bound=unseen_vector_bound, fusion=fusion,
+        unseen_vector_bound=unseen_vector_bound, fusion=fusion, background=background,
     )
     threshold = _finite(min_score)
     relevant = {c.chunk_id for c in cands if c.score >= threshold}

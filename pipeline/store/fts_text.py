@@ -279,6 +279,17 @@ def query_keywords(query: str) -> frozenset[str]:
     return _keywords(_query_terms(query)[0])
 
 
+def content_terms(query: str) -> list[tuple[str, frozenset[str]]]:
+    """The query's content terms as ``(FTS5 phrase, match keys)``, one per term, in query order
+    and without repeats: what keyword evidence weighs by rarity (``ranking.keyword_evidence``)."""
+    out: dict[str, frozenset[str]] = {}
+    for term in _query_terms(query)[0]:
+        keys = _keywords([term])
+        if keys:
+            out.setdefault(_quote(term), keys)
+    return list(out.items())
+
+
 def _keywords(kept: list[list[str]]) -> frozenset[str]:
     return frozenset(match_key(t) for term in kept for t in term if t not in STOP_WORDS)
 

@@ -343,6 +343,46 @@ class ReadSnapshot:
                 return []
         return knn(snap, qvec, limit)
 
+    def chunk_count(self) -> int:
+        """Chunks in the live generation (a full count: callers cache it per ``max_rowid``)."""
+        if self._conn is None or self.generation is None:
+            return 0
+        return self._conn.execute(f"SELECT count(*) FROM {chunks_table(self.generation)}").fetchone()[0]
+
+    def term_counts(self, phrases: Sequence[str]) -> list[int]:
+        """How many of the live generation's chunks hold each FTS5 phrase: the document frequencies
+        keyword evidence weighs terms by. Zeros when there is no FTS table."""
+        c, gen = self._conn, self.generation
+        if c is None or gen is None:
+            return [0] * len(phrases)
+        ft = fts_table(gen)
+        try:
+            return [c.execute(f"SELECT count(*) FROM {ft} WHERE {ft} MATCH ?", (p,)).fetchone()[0] for p in phrases]
+        except db.OperationalError as exc:
+            if "no such table" not in str(exc):
+                _search_log.warning("keyword statistics failed: %s", exc)
+            return [0] * len(phrases)
+
+    def sample_vectors(self, dims: int, limit: int) -> Any:
+        """Up to ``limit`` of the live generation's vectors of size ``dims``, spread evenly over its
+        rows, as unit rows of a float32 matrix (None without any): the sample a query's cosines
+        against "chunks in general" come from (``ranking.cosine_background``)."""
+        if self._conn is None or self.generation is None:
+            return None
+        import numpy as np
+
+        table = chunks_table(self.generation)
+        top = self._conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] or 0
+        step = max(1, top // max(1, limit))
+        rows = self._conn.execute(
+            f"SELECT embedding FROM {table} WHERE rowid % ? = 0 AND length(embedding) = ? LIMIT ?",
+            (step, 4 * dims, limit)).fetchall()
+        if not rows:
+            return None
+        mat = np.frombuffer(b"".join(r[0] for r in rows), dtype=np.float32).reshape(len(rows), dims)
+        norms = np.linalg.norm(mat, axis=1, keepdims=True)
+        return mat / np.where(norms > 0, norms, 1.0)
+
     def chunk_cosines(self, chunk_ids: Sequence[str], qvec: Sequence[float]) -> dict[str, float]:
         """chunk id -> cosine with ``qvec``, from the chunks' stored vectors (chunks without a
         vector of that size are left out): the cosine of keyword hits the vector arm's top-K

@@ -268,7 +268,7 @@ def _submit_one(who: Who, settings: AgentSettings, st: StateBackend, t: Timing,
         return True
     ids = custom_ids(todo)
     try:
-        sub = client.submit([BatchRequest(cid, texts[h]) for cid, h in ids.items()], label=job_key)
+        sub = client.submit([BatchRequest(cid, client.provider.prefixes.document + texts[h]) for cid, h in ids.items()], label=job_key)
     except Exception as exc:  # noqa: BLE001 - any submission failure: these chunks go the synchronous way
         msg = client.redact(str(exc))[:500]
         log.warning("%s: %s batch submission failed; embedding its %d chunk(s) synchronously: %s",
