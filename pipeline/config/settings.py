@@ -607,7 +607,7 @@ class AgentSettings:
     legacy_store: Path | None = None  # memindex's default store before it had its own name (migrated on open)
     openclaw_store: Path | None = None  # where OpenClaw keeps its own index for this agent
     agent_dir: Path | None = None  # OpenClaw's agentDir: auth-profiles.json
-    auth: dict[str, Any] = field(default_factory=dict)  # the config's auth block (profile order)
+    auth: dict[str, Any] = field(default_factory=dict)  # the config's auth and secrets blocks (auth profiles)
 
     def __repr__(self) -> str:
         # Runtimes log their settings objects and crash reporters capture locals: the dataclass
@@ -750,7 +750,7 @@ def resolve_agent(
         legacy_store=legacy_store,
         openclaw_store=Path(os.path.normpath(openclaw_schema.openclaw_store(cfg, agent_id, state_dir, custom_oc))),
         agent_dir=_agent_dir(entry, agent_id, state_dir, env),
-        auth=_subtree(cfg, "auth", "auth"),
+        auth={"auth": _subtree(cfg, "auth", "auth"), "secrets": _subtree(cfg, "secrets", "secrets")},
     )
 
 

@@ -1,7 +1,8 @@
 """API-key resolution for remote embedding providers.
 
 Order: memorySearch.remote.apiKey (only for the provider remote.* describes,
-see endpoints.remote_target) → models.providers.<p>.apiKey → auth profiles →
+see endpoints.remote_target) → models.providers.<p>.apiKey → OpenClaw's
+auth-profiles.json (config/auth_profiles.py, in OpenClaw's profile order) →
 environment variables. Keys are returned, never logged.
 """
 
