@@ -22,6 +22,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, match_query_and_keywords
+from memindex.pipeline.search.corpus import check_corpus, search_corpus
 from memindex.pipeline.search.ranking import (
     Candidate, calibrated_text_scores, keyword_coverage, normalize_weights, rank_pipeline, relative_text_score,
 )
@@ -187,7 +188,8 @@ def min_score_problem(min_score: float) -> str | None:
 
 class _Searches(Protocol):
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-               session_key: str | None = None, chat_type: str | None = None) -> SearchResponse: ...
+               session_key: str | None = None, chat_type: str | None = None,
+               corpus: str | None = None) -> SearchResponse: ...
 
 
 class AsyncSearch:
@@ -209,10 +211,11 @@ class AsyncSearch:
     @checked_call("asearch")
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
                       min_score: float | None = None, session_key: str | None = None,
-                      chat_type: str | None = None) -> SearchResponse:
+                      chat_type: str | None = None, corpus: str | None = None) -> SearchResponse:
         from memindex.pipeline.search import aio  # asyncio: only for async callers (~30 ms)
 
-        kw = dict(max_results=max_results, min_score=min_score, session_key=session_key, chat_type=chat_type)
+        kw = dict(max_results=max_results, min_score=min_score, session_key=session_key, chat_type=chat_type,
+                  corpus=corpus)
         waits = getattr(self, "_query_waits", None)
         if isinstance(query, str) and waits is not None and waits(query.strip()):
             return await aio.run_embedding(str(self.settings.store_path), self.search, query, **kw)
@@ -345,14 +348,18 @@ class MemorySearch(AsyncSearch):
         min_score: float | None = None,
         session_key: str | None = None,
         chat_type: str | None = None,
+        corpus: str | None = None,
     ) -> SearchResponse:
         """Never raises for what happens at run time: a store it cannot read answers no results,
-        with a warning saying why. Arguments of the wrong type are the caller's bug: ``UsageError``."""
+        with a warning saying why. Arguments of the wrong type are the caller's bug: ``UsageError``.
+        ``corpus``: memory, sessions, all (the default sources) or wiki (not indexed by memindex)."""
         self._check_open()
         check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
+        check_corpus(corpus)
         try:
-            return self._search(query, max_results=max_results, min_score=min_score,
-                                session_key=session_key, chat_type=chat_type)
+            return search_corpus(self._search, lambda: self._empty_response(self.settings.memory["citations"]),
+                                 self.settings, corpus, max_results, MAX_CANDIDATES, query=query,
+                                 min_score=min_score, session_key=session_key, chat_type=chat_type)
         except Exception as exc:  # noqa: BLE001 - an agent's tool call must always get an answer
             log.warning("memory search failed for %s: %s: %s", self.settings.agent_id, type(exc).__name__, exc)
             return unavailable_response(self._empty_response(self.settings.memory["citations"]), exc)
