@@ -469,7 +469,12 @@ class MemorySearch(AsyncSearch):
         return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
 
     def _result(self, c: Candidate, cite: bool, keys: frozenset[str], kind: str | None = None) -> SearchResult:
-        snip = centred_snippet(c.text, c.start_line, c.end_line, keys)
+        text, last = c.text, c.end_line
+        if text.endswith("\n") and last > c.start_line:
+            # The empty line after a final line break counts in endLine (OpenClaw's numbering), not in
+            # the snippet: `get --from snippetStartLine --lines N` prints the snippet's text exactly.
+            text, last = text[:-1], last - 1
+        snip = centred_snippet(text, c.start_line, last, keys)
         citation = citation_for(c.path, snip.start_line, snip.end_line)
         snippet = f"{snip.text.strip()}\n\nSource: {citation}" if cite else snip.text
         return SearchResult(
