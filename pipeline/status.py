@@ -337,7 +337,9 @@ def note_probe(report: dict[str, Any], probe: dict[str, Any] | None) -> None:
 def _openclaw_index(settings: AgentSettings) -> dict[str, Any] | None:
     """Where OpenClaw keeps its own index for this agent, when there is one (memindex never opens it)."""
     path = settings.openclaw_store
-    if path is None or not path.exists() or path == settings.store_path:
+    if path == settings.store_path:  # 2026.3's memorySearch.store.path names OpenClaw's file too
+        return {"path": str(path), "sameFile": True}
+    if path is None or not path.exists():
         return None
     return {"path": str(path), "bytes": path.stat().st_size}
 
@@ -349,8 +351,10 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         f"workspace:    {s['workspace']}",
         f"sources:      {', '.join(s['sources'])}",
         f"store:        {s['store']}  (driver {s['driver']})",
-        *([f"openclaw:     {s['openclawIndex']['path']}  (OpenClaw's own index; memindex never opens it)"]
-          if s.get("openclawIndex") else []),
+        *([f"openclaw:     {s['openclawIndex']['path']}  (OpenClaw's own index; memindex never opens it)"
+           if not s["openclawIndex"].get("sameFile") else
+           "openclaw:     the same file is OpenClaw's index path (memorySearch.store.path is its key too): "
+           "set MEMINDEX_STORE_PATH to run memindex beside OpenClaw"] if s.get("openclawIndex") else []),
         *([f"config:       {s['configSchema']}"] if s.get("configSchema") else []),
         f"indexed:      {s['files'] - s.get('skipped', 0)}/{_on_disk(scan)} files, {s['chunks']} chunks"
         + (f", {s['pending']} pending (queued by a sync; if none runs, `memindex index` takes them)"

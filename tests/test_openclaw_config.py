@@ -39,7 +39,10 @@ RULES = [
     ("resolveAgentWorkspaceDir: '~' in a workspace is the OpenClaw home (resolveUserPath)",
      {"agents": {"list": [{"id": "ops", "workspace": "~/w"}]}}, "ops", {"OPENCLAW_HOME": "/oh"}, "workspace", "/oh/w"),
     ("resolveAgentWorkspaceDir: default agent -> agents.defaults.workspace", DEF, "main", {}, "workspace", "/ws"),
-    ("resolveAgentWorkspaceDir: other agent -> <agents.defaults.workspace>/<agentId>", DEF, "ops", {},
+    ("resolveAgentWorkspaceDir (2026.3.28, recorded): other agent -> <state dir>/workspace-<agentId>, whatever "
+     "agents.defaults.workspace says", DEF, "ops", {}, "workspace", "/h/.openclaw/workspace-ops"),
+    ("resolveAgentWorkspaceDir (2026.9): other agent -> <agents.defaults.workspace>/<agentId>",
+     {"agents": {"defaults": {"workspace": "/ws"}, "entries": {"main": {"default": True}, "ops": {}}}}, "ops", {},
      "workspace", "/ws/ops"),
     ("resolveDefaultAgentWorkspaceDir: default agent -> ~/.openclaw/workspace", {}, "main", {},
      "workspace", f"{H}/.openclaw/workspace"),
@@ -73,8 +76,9 @@ RULES = [
     ("memindex's store: <state dir>/memindex/<agentId>.sqlite (not OpenClaw's <state>/memory/<agentId>.sqlite)",
      {"agents": {"list": [{"id": "Ops"}]}}, "ops", {"OPENCLAW_STATE_DIR": "/state"}, "store_path",
      "/state/memindex/ops.sqlite"),
-    ("OpenClaw 2026.3's own index: <state dir>/memory/<agentId>.sqlite", {"agents": {"list": [{"id": "Ops"}]}}, "ops",
-     {"OPENCLAW_STATE_DIR": "/state"}, "openclaw_store", "/state/memory/ops.sqlite"),
+    ("OpenClaw 2026.3's own index: <state dir>/memory/<id as configured>.sqlite (recorded: Beta.sqlite)",
+     {"agents": {"list": [{"id": "Ops"}]}}, "ops", {"OPENCLAW_STATE_DIR": "/state"}, "openclaw_store",
+     "/state/memory/Ops.sqlite"),
 ]
 
 

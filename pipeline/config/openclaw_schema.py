@@ -277,12 +277,19 @@ def default_workspace(cfg: Mapping[str, Any], env: Mapping[str, str]) -> Path:
     return paths.resolve_home(env) / paths.STATE_DIRNAME / "workspace"
 
 
-def openclaw_store(cfg: Mapping[str, Any], agent_id: str, state_dir: Path, custom: Path | None) -> Path:
+def openclaw_store(cfg: Mapping[str, Any], raw_id: str, agent_id: str, state_dir: Path, custom: Path | None) -> Path:
     """Where the OpenClaw version the config is written for keeps its own index for ``agent_id``
-    (``custom``: 2026.3's ``memorySearch.store.path``, resolved)."""
+    (``custom``: 2026.3's ``memorySearch.store.path``, resolved). 2026.3.28 names the file after the
+    id as configured (``Beta.sqlite``, recorded), 2026.9 after the normalised one."""
     if schema_of(cfg).version == V2026_9:
         return state_dir / "agents" / agent_id / "agent" / "openclaw-agent.sqlite"
-    return custom or state_dir / "memory" / f"{agent_id}.sqlite"
+    return custom or state_dir / "memory" / f"{paths.normalize_agent_id(raw_id) if '/' in raw_id else raw_id}.sqlite"
+
+
+def nests_workspaces(cfg: Mapping[str, Any]) -> bool:
+    """Whether an agent that does not inherit the default workspace gets
+    ``<agents.defaults.workspace>/<id>`` (2026.9) rather than ``<state>/workspace-<id>`` (2026.3.28)."""
+    return schema_of(cfg).version == V2026_9
 
 
 def store_key(cfg: Mapping[str, Any]) -> str:

@@ -234,7 +234,7 @@ _DEFAULT = object()
 
 def agent_workspace(cfg: Mapping[str, Any], agent_id: str, state_dir: Path,
                     env: Mapping[str, str] | None = None, *, owner: Any = _DEFAULT,
-                    default_dir: Path | None = None) -> Path:
+                    default_dir: Path | None = None, nest_in_defaults: bool = True) -> Path:
     """resolveAgentWorkspaceDir.
 
     The agent's own ``workspace``; else, for the default agent,
@@ -254,7 +254,7 @@ def agent_workspace(cfg: Mapping[str, Any], agent_id: str, state_dir: Path,
     # 2026.9: the caller says (openclaw_schema); by default, 2026.3's rule.
     if agent_id == (default_agent_id(cfg) if owner is _DEFAULT else owner):
         return resolve_user_path(fallback, env) if fallback else default_dir or default_workspace(env)
-    if fallback:
+    if fallback and nest_in_defaults:  # OpenClaw 2026.3.28 gives the others <state>/workspace-<id> regardless
         return resolve_user_path(fallback, env) / agent_id
     return state_dir / f"workspace-{agent_id}"
 

@@ -663,6 +663,8 @@ def resolve_agent(
     """
     env = os.environ if env is None else env
     state_dir = resolve_user_path(state_dir, env) if state_dir else default_state_dir(env)
+    if openclaw_schema.SCHEMA_KEY not in cfg:  # a caller's own dict, in either OpenClaw schema
+        cfg = openclaw_schema.normalize(dict(cfg))
     _warn_near_misses(cfg)
     agent_id = resolve_agent_id(cfg, agent_id, "agent_id")
     found = find_agent(cfg, agent_id)
@@ -712,7 +714,8 @@ def resolve_agent(
     workspace = (resolve_user_path(workspace_override, env) if workspace_override
                  else agent_workspace(cfg, agent_id, state_dir, env,
                                       owner=openclaw_schema.workspace_owner(cfg, default_agent_id(cfg)),
-                                      default_dir=openclaw_schema.default_workspace(cfg, env))).resolve()
+                                      default_dir=openclaw_schema.default_workspace(cfg, env),
+                                      nest_in_defaults=openclaw_schema.nests_workspaces(cfg))).resolve()
 
     raw_store, store_key = ms["store"]["path"], f"{agent_key if 'store' in agent_ms else base_key}.store.path"
     own_store = (env.get(STORE_PATH_ENV) or "").strip()
@@ -727,7 +730,8 @@ def resolve_agent(
         store_key = "(default)"
         store_path = inside(state_dir / DEFAULT_STORE_DIR, _default_store_path(state_dir, agent_id), "--agent")
         legacy_store = inside(state_dir / "memory", state_dir / "memory" / f"{agent_id}.sqlite", "--agent")
-    custom_oc = _custom_store_path(ms["store"]["path"], agent_id, state_dir, env) if ms["store"]["path"] else None
+    custom_oc = (_custom_store_path(ms["store"]["path"], agent_id, state_dir, env)
+                 if ms["store"]["path"] and store_key != STORE_PATH_ENV else None)
 
     providers = _subtree(_subtree(cfg, "models", "models"), "providers", "models.providers")
     # SecretRefs of the providers memindex can embed with; other providers are none of our business.
@@ -748,7 +752,8 @@ def resolve_agent(
         config_schema=openclaw_schema.schema_of(cfg).describe(),
         store_key=store_key,
         legacy_store=legacy_store,
-        openclaw_store=Path(os.path.normpath(openclaw_schema.openclaw_store(cfg, agent_id, state_dir, custom_oc))),
+        openclaw_store=Path(os.path.normpath(openclaw_schema.openclaw_store(
+            cfg, entry.get("id") if isinstance(entry.get("id"), str) else agent_id, agent_id, state_dir, custom_oc))),
         agent_dir=_agent_dir(entry, agent_id, state_dir, env),
         auth={"auth": _subtree(cfg, "auth", "auth"), "secrets": _subtree(cfg, "secrets", "secrets")},
     )
