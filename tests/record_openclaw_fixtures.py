@@ -207,13 +207,52 @@ def record(name: str, case: dict[str, Any], node: str) -> dict[str, Any]:
         }
 
 
+NOTES = {
+    "MEMORY.md": "# Notes\n\nThe deploy key rotates every Tuesday.\nAsk Dana about the staging cluster.\n",
+    "memory/2026-01-05.md": "".join(f"line {i}: the kiwi orchard ledger entry number {i}\n" for i in range(1, 61)),
+}
+
+
+def record_store(node: str) -> None:
+    """OpenClaw 2026.3.28 indexes NOTES (embeddings from tests/provider_server.py, 64 dims) and
+    searches them: its store file and its search JSON become the side-by-side fixtures."""
+    sys.path.insert(0, str(HERE))
+    from provider_server import ProviderServer
+
+    with ProviderServer() as server, tempfile.TemporaryDirectory(prefix="ocfx-") as tmp:
+        root = Path(tmp).resolve()
+        state, ws = root / "state", root / "state" / "workspace"
+        for rel, text in NOTES.items():
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_text(text)
+        config = {"agents": {"defaults": {"workspace": str(ws), "memorySearch": {
+            "provider": "openai", "model": "fixture-embed",
+            "remote": {"baseUrl": server.base("openai"), "apiKey": KEY}}}}}
+        (state / "openclaw.json").write_text(json.dumps(config))
+        env = {"HOME": str(root / "home"), "PATH": f"{Path(node).parent}{os.pathsep}/usr/bin:/bin", "NO_COLOR": "1",
+               "OPENCLAW_STATE_DIR": str(state)}
+        out = run([*cli("2026.3", node), "memory", "index", "--force"], env, str(root))
+        if out.returncode != 0:
+            raise SystemExit(f"store: memory index failed: {out.stderr[-2000:]}")
+        found = run([*cli("2026.3", node), "memory", "search", "--json", "--min-score", "0", "--max-results", "20",
+                     "deploy key kiwi orchard ledger"], env, str(root))
+        results = json.loads(found.stdout[found.stdout.index("{"):])["results"]
+        shutil.copyfile(state / "memory" / "main.sqlite", OUT / "store-2026.3.28-main.sqlite")
+        (OUT / "store-2026.3.28.json").write_text(json.dumps({
+            "openclaw": VERSIONS["2026.3"], "notes": NOTES, "search": [
+                {k: r[k] for k in ("path", "startLine", "endLine", "source")} for r in results]}, indent=2) + "\n")
+        print(f"store: {len(results)} results")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", action="append", help="record only this case (repeatable)")
+    ap.add_argument("--only", action="append", help="record only this case (repeatable; \"store\": the store fixture)")
     ap.add_argument("--node", help="a Node >= 24.16 binary")
     args = ap.parse_args()
     node = node_bin(args.node)
     OUT.mkdir(parents=True, exist_ok=True)
+    if not args.only or "store" in args.only:
+        record_store(node)
     for name, case in CASES.items():
         if args.only and name not in args.only:
             continue
