@@ -156,26 +156,44 @@ def test_an_unset_variable_in_channels_leaves_every_command_working(tmp_path):
     assert "agents.defaults.memorySearch.remote.apiKey: environment variable MY_EMBED_KEY_X is not set" in out.stderr
 
 
-@pytest.mark.parametrize("schema", ["2026.3", "2026.9"])
+def _sqlite_cell(path: Path, table: str, columns: str, key: str, value: dict) -> None:
+    """A store cell as OpenClaw 2026.9 keeps it (its table and columns, read from its dist/)."""
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    a, b, c = columns.split(",")
+    conn.execute(f"CREATE TABLE {table} ({a} TEXT PRIMARY KEY, {b} TEXT NOT NULL, {c} INTEGER NOT NULL)")
+    conn.execute(f"INSERT INTO {table} VALUES (?, ?, 0)", (key, json.dumps(value)))
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("schema", ["2026.3", "2026.9", "2026.9-sqlite"])
 def test_a_key_only_in_auth_profiles_reaches_the_provider(tmp_path, fresh_server, schema):
     state, env = _state(tmp_path, {}, openclaw_store=False)
     remote = {"baseUrl": fresh_server.base("openai")}
-    if schema == "2026.3":
+    if schema == "2026.3":  # noqa: SIM108
         cfg = {"agents": {"defaults": {"workspace": str(state / "workspace"),
                                        "memorySearch": {"provider": "openai", "remote": remote}},
                           "list": [{"id": "main"}, {"id": "helper"}]}}
-    else:  # what doctor --fix writes: memory.search, agents.entries
+    else:  # what doctor --fix writes: memory.search, agents.entries (2026.9-sqlite: its auth store too)
         cfg = {"agents": {"ownership": "explicit", "defaults": {"systemAgent": {"agentId": "main"}},
                           "entries": {"main": {"workspace": str(state / "workspace")}, "helper": {}}},
                "memory": {"search": {"provider": "openai", "remote": remote}}}
     (state / "openclaw.json").write_text(json.dumps(cfg))
-    profiles = state / "agents" / "main" / "agent" / "auth-profiles.json"
-    profiles.parent.mkdir(parents=True)
-    profiles.write_text(json.dumps({"version": 1, "profiles": {
+    store = {"version": 1, "profiles": {
         "openai:work": {"type": "api_key", "provider": "openai", "key": "sk-second-in-order"},
         "openai:default": {"type": "api_key", "provider": "openai", "key": KEY},
         "anthropic:default": {"type": "api_key", "provider": "anthropic", "key": "sk-ant-other"}},
-        "order": {"openai": ["openai:default", "openai:work"]}}))
+        "order": {"openai": ["openai:default", "openai:work"]}}
+    if schema == "2026.9-sqlite":  # after doctor --fix: the JSON imported into the shared state database
+        _sqlite_cell(state / "state" / "openclaw.sqlite", "config_machine_state", "state_key,value_json,updated_at_ms",
+                     "authProfiles.store", store)
+    else:
+        profiles = state / "agents" / "main" / "agent" / "auth-profiles.json"
+        profiles.parent.mkdir(parents=True)
+        profiles.write_text(json.dumps(store))
     out = run_cli("--agent", "main", "index", "-v", env=env)
     assert out.returncode == 0, out.stderr
     sent = {r.headers.get("authorization") for r in fresh_server.log_for("openai")}

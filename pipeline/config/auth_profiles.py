@@ -2,7 +2,11 @@
 
 Read as OpenClaw 2026.3 reads them (``src/agents/auth-profiles/``: ``store.ts``, ``order.ts``,
 ``resolve.ts``): the agent's ``<agentDir>/auth-profiles.json`` merged over the main agent's
-(``OPENCLAW_AGENT_DIR``, else ``<state>/agents/main/agent``); a provider's profiles in the store's
+(``OPENCLAW_AGENT_DIR``, else ``<state>/agents/main/agent``). OpenClaw 2026.9 keeps the same JSON in
+SQLite (``openclaw doctor --fix`` imports the files and renames them ``*.migrated-*``): the shared
+store in ``<state>/state/openclaw.sqlite`` (``config_machine_state['authProfiles.store']``), an
+agent's in ``<agentDir>/openclaw-agent.sqlite`` (``auth_profile_store['primary']``); read-only here.
+Then: a provider's profiles in the store's
 ``order.<provider>``, else the config's ``auth.order.<provider>``, else the config's
 ``auth.profiles`` of that provider, else every stored profile of that provider (``openai:default``
 among them) sorted oauth, token, api_key, least recently used first; profiles in cooldown last.
@@ -26,15 +30,62 @@ FILENAME = "auth-profiles.json"
 _TYPE_RANK = {"oauth": 0, "token": 1, "api_key": 2}
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """One store; a missing, unreadable or malformed file is an empty one (OpenClaw's coerce)."""
+def _coerce(data: Any) -> dict[str, Any]:
+    return data if isinstance(data, dict) and isinstance(data.get("profiles"), dict) else {}
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """One JSON store (None: no file); an unreadable or malformed one is empty (OpenClaw's coerce)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
         return {}
-    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+    try:
+        return _coerce(json.loads(text))
+    except ValueError:
         return {}
-    return data
+
+
+def _read_sqlite(path: Path, sql: str, key: str) -> dict[str, Any] | None:
+    """A 2026.9 store: one JSON cell of OpenClaw's SQLite, opened read-only (None: not there)."""
+    if not path.is_file():
+        return None
+    import sqlite3
+
+    for mode in ("mode=ro", "mode=ro&immutable=1"):  # immutable: no -shm to share (a read-only dir)
+        try:
+            conn = sqlite3.connect(f"file:{path.as_posix()}?{mode}", uri=True, timeout=2)
+            try:
+                row = conn.execute(sql, (key,)).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            continue
+        if not row:
+            return None
+        try:
+            return _coerce(json.loads(row[0]))
+        except (TypeError, ValueError):
+            return {}
+    return None
+
+
+def _agent_store(agent_dir: Path) -> dict[str, Any] | None:
+    found = _read(agent_dir / FILENAME)
+    if found is None:
+        found = _read_sqlite(agent_dir / "openclaw-agent.sqlite",
+                             "SELECT store_json FROM auth_profile_store WHERE store_key = ?", "primary")
+    return found
+
+
+def _shared_store(state_dir: Path, main: Path) -> dict[str, Any] | None:
+    found = _read(main / FILENAME)
+    if found is None:
+        found = _read_sqlite(state_dir / "state" / "openclaw.sqlite",
+                             "SELECT value_json FROM config_machine_state WHERE state_key = ?", "authProfiles.store")
+    return found if found is not None else _agent_store(main)
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,9 +107,9 @@ def main_agent_dir(state_dir: Path, env: Mapping[str, str]) -> Path:
 
 def load_store(agent_dir: Path | None, state_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:
     main = main_agent_dir(state_dir, env)
-    store = _read(main / FILENAME)
+    store = _shared_store(state_dir, main) or {}
     if agent_dir is not None and Path(agent_dir) != main:
-        store = _merge(store, _read(Path(agent_dir) / FILENAME))
+        store = _merge(store, _agent_store(Path(agent_dir)) or {})
     return _merge(store, {})
 
 
