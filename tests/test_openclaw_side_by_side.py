@@ -177,10 +177,13 @@ def test_a_key_only_in_auth_profiles_reaches_the_provider(tmp_path, fresh_server
         cfg = {"agents": {"defaults": {"workspace": str(state / "workspace"),
                                        "memorySearch": {"provider": "openai", "remote": remote}},
                           "list": [{"id": "main"}, {"id": "helper"}]}}
-    else:  # what doctor --fix writes: memory.search, agents.entries (2026.9-sqlite: its auth store too)
+    else:  # what doctor --fix writes: memory.search, agents.entries (2026.9-sqlite: its auth store too).
+        # 2026.9 sends a provider's keys to the provider's own endpoint only (recorded: "openai embedding
+        # credentials are not configured for <remote.baseUrl>"): the endpoint is models.providers'.
         cfg = {"agents": {"ownership": "explicit", "defaults": {"systemAgent": {"agentId": "main"}},
                           "entries": {"main": {"workspace": str(state / "workspace")}, "helper": {}}},
-               "memory": {"search": {"provider": "openai", "remote": remote}}}
+               "models": {"providers": {"openai": {"baseUrl": remote["baseUrl"], "models": []}}},
+               "memory": {"search": {"provider": "openai"}}}
     (state / "openclaw.json").write_text(json.dumps(cfg))
     store = {"version": 1, "profiles": {
         "openai:work": {"type": "api_key", "provider": "openai", "key": "sk-second-in-order"},
@@ -205,3 +208,8 @@ def test_a_key_only_in_auth_profiles_reaches_the_provider(tmp_path, fresh_server
     # the helper agent has no auth-profiles.json of its own: OpenClaw merges the main agent's
     out = run_cli("--agent", "helper", "status", "--json", env=env)
     assert json.loads(out.stdout)[0]["status"]["provider"] == "openai", out.stdout
+    if schema != "2026.3":  # a remote.baseUrl of someone else's gets no profile key from 2026.9
+        cfg["memory"]["search"]["remote"] = {"baseUrl": remote["baseUrl"].replace("/openai/", "/other/openai/")}
+        (state / "openclaw.json").write_text(json.dumps(cfg))
+        out = run_cli("--agent", "main", "status", "--json", env=env)
+        assert json.loads(out.stdout)[0]["status"]["provider"] == "none", out.stdout

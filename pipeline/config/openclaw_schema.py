@@ -306,3 +306,10 @@ def ms_keys(cfg: Mapping[str, Any], agent_id: str, base_key: str, agent_key: str
     entries = [e for e in agents.get("list") or [] if isinstance(e, dict)]
     raw = next((e.get("id") for e in entries if _norm_id(e.get("id")) == agent_id), agent_id)
     return "memory.search", f"agents.entries.{raw}.memory.search"
+
+
+def binds_keys_to_destination(described: str) -> bool:
+    """Whether the schema :meth:`Schema.describe` named sends provider keys (auth profiles,
+    environment) only to the provider's own endpoint: 2026.9 does ("openai embedding credentials
+    are not configured for <remote.baseUrl>"), 2026.3 sends them to any remote.baseUrl."""
+    return described.startswith(f"OpenClaw {V2026_9} ")

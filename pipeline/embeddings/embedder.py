@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
+from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
@@ -86,7 +87,8 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
 
     ms = settings.memory_search
     choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models",
-                             auth_profiles=_profile_keys(settings))
+                             auth_profiles=_profile_keys(settings),
+                             destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema))
     service = None
     if choice.primary or choice.fallback:
         from memindex.pipeline.embeddings.limiter import make_limiter
