@@ -98,7 +98,7 @@ def chunk_markdown(text: str, tokens: int = D.CHUNK_TOKENS, overlap: int = D.CHU
     """
     max_chars, overlap_chars = chunk_limits(tokens, overlap)
     lines = split_lines(text)
-    if len(text) > 1 and text[-1] in "\r\n":
+    if len(text) > 1 and text[-1] == "\n":
         # OpenClaw splits on "\n" and keeps the empty line after a final line break: the last chunk
         # holds it, so its endLine is one past the last line of text (a 4-line note ending in a
         # newline is 1-5) and its text ends with "\n". The same line numbers and chunk hashes here.

@@ -471,18 +471,20 @@ class MemorySearch(AsyncSearch):
     def _result(self, c: Candidate, cite: bool, keys: frozenset[str], kind: str | None = None) -> SearchResult:
         text, last = c.text, c.end_line
         if text.endswith("\n") and last > c.start_line:
-            # The empty line after a final line break counts in endLine (OpenClaw's numbering), not in
-            # the snippet: `get --from snippetStartLine --lines N` prints the snippet's text exactly.
+            # The empty line after a final line break counts in endLine (OpenClaw's numbering) but
+            # has no text: the snippet ends at the last line of text, and a snippet that reaches it
+            # is cited to endLine as OpenClaw cites the chunk (`get` of that range prints the same text).
             text, last = text[:-1], last - 1
         snip = centred_snippet(text, c.start_line, last, keys)
-        citation = citation_for(c.path, snip.start_line, snip.end_line)
+        snip_end = c.end_line if snip.end_line == last else snip.end_line
+        citation = citation_for(c.path, snip.start_line, snip_end)
         snippet = f"{snip.text.strip()}\n\nSource: {citation}" if cite else snip.text
         return SearchResult(
             path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
             snippet=snippet, source=c.source, citation=citation if cite else None,
             vectorScore=round(c.vector_score, 6) if c.has_vector else None,
             textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
-            snippetStartLine=snip.start_line, snippetEndLine=snip.end_line,
+            snippetStartLine=snip.start_line, snippetEndLine=snip_end,
         )
 
     def _index_refused(self) -> str | None:

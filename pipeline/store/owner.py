@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from memindex.pipeline.store.schema import META_KEY, STORE_ID_KEY
 log = logging.getLogger("memindex.store")
 
 ABSENT, EMPTY, MEMINDEX, OPENCLAW, OTHER = "absent", "empty", "memindex", "openclaw", "other"
+DAMAGED = "damaged"
 # What an OpenClaw index holds that a memindex store does not (memory-schema.ts; 2026.9's agent db).
 _OPENCLAW_TABLES = ("chunks", "files", "memory_index_chunks", "memory_index_sources")
 # The files next to a store that are the store's: SQLite's and memindex's own.
@@ -33,13 +35,16 @@ _lock = threading.Lock()
 
 
 def classify(path: Path) -> str:
-    """ABSENT, EMPTY (no tables yet), MEMINDEX, OPENCLAW or OTHER (not SQLite, or someone else's).
+    """ABSENT (or not a regular file), EMPTY (no tables yet), MEMINDEX, OPENCLAW, OTHER (someone
+    else's SQLite) or DAMAGED (not SQLite).
 
     Read with ``immutable=1``: no lock, no journal, no ``-shm`` created, nothing written.
     """
     try:
         st = os.stat(path)
     except OSError:
+        return ABSENT
+    if not stat.S_ISREG(st.st_mode):  # a directory or a device: the store's own checks say what it is
         return ABSENT
     if st.st_size == 0:
         return EMPTY
@@ -55,7 +60,9 @@ def classify(path: Path) -> str:
         finally:
             conn.close()
     except sqlite3.DatabaseError:
-        return OTHER
+        # Not SQLite at all (truncated, garbage): no one's index. memindex's damaged-store handling
+        # takes it (moved aside as .corrupt-*, rebuilt) as it always has.
+        return DAMAGED
     if not tables:
         kind = EMPTY
     elif STORE_ID_KEY in meta or any(t.startswith("files_g") for t in tables):
@@ -73,7 +80,7 @@ def require_own(settings: Any) -> None:
     """A ConfigError naming the file and what to set when ``settings.store_path`` holds a store
     memindex did not write; the file is never modified."""
     kind = classify(settings.store_path)
-    if kind in (ABSENT, EMPTY, MEMINDEX):
+    if kind in (ABSENT, EMPTY, MEMINDEX, DAMAGED):
         return
     whose = "OpenClaw's own memory index" if kind == OPENCLAW else "a file memindex did not write"
     raise ConfigError(settings.store_key, f"{settings.store_path} holds {whose}; memindex never modifies it: set "
