@@ -94,11 +94,13 @@ def adopt_legacy(settings: Any) -> None:
     if old is None or os.path.lexists(new) or classify(old) != MEMINDEX:
         return
     Path(new).parent.mkdir(parents=True, exist_ok=True)
+    old_batches = Path(old).with_name(Path(old).stem + ".batches.sqlite")  # workers/batch/state.py's file
+    new_batches = Path(new).with_name(Path(new).stem + ".batches.sqlite")
     try:
-        for suffix in ("", *_SIDE_SUFFIXES):
-            src = Path(f"{old}{suffix}")
+        for src, dst in [*((Path(f"{old}{x}"), f"{new}{x}") for x in ("", *_SIDE_SUFFIXES)),
+                         *((Path(f"{old_batches}{x}"), f"{new_batches}{x}") for x in ("", "-wal", "-shm"))]:
             if src.exists():
-                os.replace(src, f"{new}{suffix}")
+                os.replace(src, dst)
     except OSError as exc:  # the next open tries again; the index is rebuilt if it must be
         log.warning("could not move memindex's store %s to %s: %s", old, new, exc)
         return
