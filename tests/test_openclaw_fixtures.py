@@ -20,18 +20,10 @@ from memindex.pipeline.config.paths import normalize_agent_id
 from memindex.pipeline.config.settings import Context, load_settings
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.select import select_provider
+from tests.record_openclaw_fixtures import fill as _fill
 
-FIXTURES = sorted((Path(__file__).parent / "fixtures" / "openclaw").glob("*.json"))
-
-
-def _fill(value: Any, root: str) -> Any:
-    if isinstance(value, str):
-        return value.replace("{root}", root)
-    if isinstance(value, list):
-        return [_fill(v, root) for v in value]
-    if isinstance(value, dict):
-        return {k: _fill(v, root) for k, v in value.items()}
-    return value
+FIXTURES = sorted(p for p in (Path(__file__).parent / "fixtures" / "openclaw").glob("*.json")
+                  if not p.stem.startswith("store-"))  # store-*: the side-by-side store fixture
 
 
 def _setup(fixture: dict[str, Any], root: Path) -> dict[str, str]:
@@ -86,3 +78,27 @@ def test_memindex_resolves_each_agent_as_openclaw_did(path: Path, tmp_path: Path
         # memindex's own store is never OpenClaw's, unless the config names one file for both
         # (2026.3's memorySearch.store.path is OpenClaw's key too): then `status` says so
         assert s.store_path != s.openclaw_store or s.store_key.endswith("memorySearch.store.path"), where
+
+
+@pytest.mark.parametrize("cfg, version", [
+    ({"agents": {"list": [{"id": "a", "memorySearch": {}}]}}, "2026.3"),
+    ({"memory": {"search": {}}}, "2026.9"),
+    ({"agents": {"ownership": "explicit"}}, "2026.9"),
+    ({"meta": {"lastTouchedVersion": "2026.9.6"}}, "2026.9"),
+    ({"meta": {"lastTouchedVersion": "2026.3.28"}}, "2026.3"),
+    ({}, "2026.3"),
+])
+def test_the_schema_is_told_from_the_keys(cfg, version):
+    from memindex.pipeline.config.openclaw_schema import detect
+
+    assert detect(cfg).version == version
+
+
+def test_a_config_mixing_both_schemas_is_one_error_saying_to_run_doctor(tmp_path):
+    from memindex.pipeline.errors import ConfigError
+
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {}}}, "memory": {"search": {}}}))
+    with pytest.raises(ConfigError, match=r"agents.defaults.memorySearch: is OpenClaw 2026.3's key .* memory.search; "
+                                          r"run `openclaw doctor --fix`"):
+        load_settings(Context(config=str(cfg), state_dir=str(tmp_path)), env={"HOME": str(tmp_path)})
