@@ -91,7 +91,7 @@ def adopt_legacy(settings: Any) -> None:
     """Move memindex's store from its old default name (OpenClaw 2026.3's store path) to its own,
     when the old file is memindex's and the new one does not exist yet. OpenClaw's file stays put."""
     old, new = getattr(settings, "legacy_store", None), settings.store_path
-    if old is None or os.path.lexists(new) or classify(old) != MEMINDEX:
+    if old is None or os.path.lexists(new) or classify(old) != MEMINDEX or _held(Path(f"{old}.writer")):
         return
     Path(new).parent.mkdir(parents=True, exist_ok=True)
     old_batches = Path(old).with_name(Path(old).stem + ".batches.sqlite")  # workers/batch/state.py's file
@@ -105,6 +105,24 @@ def adopt_legacy(settings: Any) -> None:
         log.warning("could not move memindex's store %s to %s: %s", old, new, exc)
         return
     log.warning("memindex's store moved from %s (OpenClaw's store path) to %s", old, new)
+
+
+def _held(lock: Path) -> bool:
+    """Whether a writer (an older memindex, mid-upgrade) holds the old store's writer lock: the store
+    is not moved from under it; a later open moves it once that process is gone."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (closing releases a lock taken here)
+    return False
 
 
 def open_own(settings: Any) -> None:
