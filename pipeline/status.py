@@ -38,6 +38,8 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
         "workspace": str(settings.workspace),
         "store": str(settings.store_path),
         "driver": db.DRIVER,
+        "configSchema": settings.config_schema,
+        "openclawIndex": _openclaw_index(settings),
         "sources": settings.sources,
         "extraPaths": settings.memory_search["extraPaths"],
         "provider": (provider or {}).get("provider", "none"),
@@ -332,6 +334,16 @@ def note_probe(report: dict[str, Any], probe: dict[str, Any] | None) -> None:
     report["dirty"] = True
 
 
+def _openclaw_index(settings: AgentSettings) -> dict[str, Any] | None:
+    """Where OpenClaw keeps its own index for this agent, when there is one (memindex never opens it)."""
+    path = settings.openclaw_store
+    if path == settings.store_path:  # 2026.3's memorySearch.store.path names OpenClaw's file too
+        return {"path": str(path), "sameFile": True}
+    if path is None or not path.exists():
+        return None
+    return {"path": str(path), "bytes": path.stat().st_size}
+
+
 def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, index_error: str | None = None,
                   scan: dict[str, Any] | None = None) -> str:
     lines = [
@@ -339,6 +351,11 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         f"workspace:    {s['workspace']}",
         f"sources:      {', '.join(s['sources'])}",
         f"store:        {s['store']}  (driver {s['driver']})",
+        *([f"openclaw:     {s['openclawIndex']['path']}  (OpenClaw's own index; memindex never opens it)"
+           if not s["openclawIndex"].get("sameFile") else
+           "openclaw:     the same file is OpenClaw's index path (memorySearch.store.path is its key too): "
+           "set MEMINDEX_STORE_PATH to run memindex beside OpenClaw"] if s.get("openclawIndex") else []),
+        *([f"config:       {s['configSchema']}"] if s.get("configSchema") else []),
         f"indexed:      {s['files'] - s.get('skipped', 0)}/{_on_disk(scan)} files, {s['chunks']} chunks"
         + (f", {s['pending']} pending (queued by a sync; if none runs, `memindex index` takes them)"
            if s.get("pending") else "")

@@ -190,7 +190,7 @@ def test_cache_hits_are_never_submitted(agent, server):
     agent.write("memory/new.md", "# New\nKumquats ripen in winter.\n")
     agent.index()
     assert len(server.created("openai")) == 2
-    assert [t for _, t, _ in server.created("openai")[1].requests] == ["# New\nKumquats ripen in winter."]
+    assert [t for _, t, _ in server.created("openai")[1].requests] == ["# New\nKumquats ripen in winter.\n"]  # the chunk as OpenClaw embeds it
     assert all_embedded(agent)
 
 
@@ -289,5 +289,5 @@ def test_switching_batch_off_still_collects_the_submitted_job(agent, server):
     assert embedded.wait_idle(timeout=30)
     assert len(server.created("openai")) == 1  # the submitted job was collected, not abandoned
     assert sorted(sync_texts(server, "openai")) == sorted(
-        f"# Day {i}\nThe Omada router VLAN {i} serves IoT device {i}." for i in (20, 21))
+        f"# Day {i}\nThe Omada router VLAN {i} serves IoT device {i}.\n" for i in (20, 21))
     assert all_embedded(agent) and len(live_vectors(agent)) == 5

@@ -13,10 +13,12 @@ def test_chunks_cover_every_line_and_respect_limits(text, params):
     max_chars, overlap_chars = chunk_limits(tokens, overlap)
     chunks = chunk_markdown(text, tokens, overlap)
     lines = split_lines(text)
+    # OpenClaw's numbering: a final line break ends with an empty line the last chunk may hold.
+    last = len(lines) + (len(text) > 1 and text[-1] == "\n")
     covered = set()
     for c in chunks:
         assert len(c.text) <= max_chars
-        assert 1 <= c.start_line <= c.end_line <= len(lines)
+        assert 1 <= c.start_line <= c.end_line <= last
         covered.update(range(c.start_line, c.end_line + 1))
     for no, ln in enumerate(lines, 1):
         if ln.strip():
@@ -27,6 +29,18 @@ def test_chunks_cover_every_line_and_respect_limits(text, params):
         for piece in (ln[i:i + max_chars] for i in range(0, len(ln), max_chars)):
             if piece.strip():
                 assert piece in joined
+
+
+def test_end_line_counts_the_empty_line_after_a_final_newline_as_openclaw_does():
+    """OpenClaw 2026.3.28 indexed this 4-line note (recorded from its store: MEMORY.md 1-5) as one
+    chunk 1-5 whose text ends with the newline; memindex said 1-4 (issue 42's off-by-one)."""
+    text = "# Notes\n\nThe deploy key rotates every Tuesday.\nAsk Dana about the staging cluster.\n"
+    [c] = chunk_markdown(text)
+    assert (c.start_line, c.end_line, c.text) == (1, 5, text)
+    [c] = chunk_markdown(text.rstrip("\n"))  # no final newline: no empty line to count
+    assert (c.start_line, c.end_line) == (1, 4)
+    [c] = chunk_markdown(text.replace("\n", "\r\n"))  # CRLF: the same lines
+    assert (c.start_line, c.end_line) == (1, 5)
 
 
 def test_overlap_is_about_80_tokens():

@@ -21,7 +21,7 @@ def test_defaults_match_the_spec(tmp_path):
     assert ms["sync"]["sessions"] == {"deltaBytes": 100000, "deltaMessages": 50}
     assert ms["cache"] == {"enabled": True, "maxEntries": 50000}
     assert ms["remote"]["batch"]["concurrency"] == 2
-    assert s.store_path == tmp_path / "memory" / "main.sqlite"
+    assert s.store_path == tmp_path / "memindex" / "main.sqlite"
     # The default workspace is under the home, not the state dir (resolveDefaultAgentWorkspaceDir).
     assert s.workspace == (home / ".openclaw" / "workspace").resolve()
     assert s.memory["citations"] == "auto" and s.memory["backend"] == "builtin"
@@ -66,7 +66,7 @@ def test_a_null_override_is_unset_as_in_openclaw(tmp_path):
     assert ms["local"]["modelPath"] == model
     assert ms["query"]["maxResults"] == 9 and ms["query"]["minScore"] == 0.35
     assert ms["cache"]["maxEntries"] == 50000 and ms["extraPaths"] == []
-    assert resolve_agent(cfg, "main", state_dir=tmp_path).store_path == tmp_path / "memory" / "main.sqlite"
+    assert resolve_agent(cfg, "main", state_dir=tmp_path).store_path == tmp_path / "memindex" / "main.sqlite"
     with pytest.raises(ConfigError, match="maxResult"):  # an unknown key stays an error, null or not
         resolve_agent({"agents": {"defaults": {"memorySearch": {"query": {"maxResult": None}}}}}, state_dir=tmp_path)
 

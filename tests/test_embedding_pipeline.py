@@ -277,7 +277,7 @@ def test_killed_rebuild_leaves_live_index_and_resumes(agent, tmp_path):
     res = agent.search("Omada router")
     assert res["results"] and res["model"] == "hash-v1"  # the live index is intact
     # (main.sqlite.held: the mark of writes held when it was killed, which the next writer reads)
-    files = sorted(p.name for p in (agent.state / "memory").iterdir()
+    files = sorted(p.name for p in (agent.state / "memindex").iterdir()
                    if p.name not in ("main.sqlite.writer", "main.sqlite.held"))
     assert files == ["main.sqlite", "main.sqlite-shm", "main.sqlite-wal"] or files == ["main.sqlite"]
     reset_services()

@@ -22,7 +22,7 @@ def test_index_and_search_end_to_end(agent):
     assert res["results"], res
     top = res["results"][0]
     assert top["path"] == "memory/2026-02-10.md"
-    assert (top["startLine"], top["endLine"]) == (1, 2)
+    assert (top["startLine"], top["endLine"]) == (1, 3)  # OpenClaw's: the empty line after the last newline
     assert 0.35 <= top["score"] <= 1.0
     assert top["source"] == "memory"
     assert "Source: memory/2026-02-10.md#L1-L2" in top["snippet"]
@@ -96,14 +96,14 @@ def test_a_write_of_a_file_changed_since_lands_as_read_then_the_change_is_indexe
     from memindex.workers import writer
 
     writer.settle()  # (the group commit a message's end would do)
-    assert [r[5] for r in agent.store_rows()] == ["second version kumquat edited"]  # as read
+    assert [r[5] for r in agent.store_rows()] == ["second version kumquat edited\n"]  # as read
     from memindex.workers import embedded
 
     embedded.wait_idle(timeout=30)  # the writer asked for a fresh sync
-    assert [r[5] for r in agent.store_rows()] == ["third version durian"]
+    assert [r[5] for r in agent.store_rows()] == ["third version durian\n"]
     actors.write_files.fn(agent.ctx.as_dict(), 1, [old])  # an older read, late: dropped
     embedded.wait_idle(timeout=30)
-    assert [r[5] for r in agent.store_rows()] == ["third version durian"]
+    assert [r[5] for r in agent.store_rows()] == ["third version durian\n"]
     p.unlink()
     actors.write_files.fn(agent.ctx.as_dict(), 1, [old])  # the file is gone: dropped, re-planned
     embedded.wait_idle(timeout=30)

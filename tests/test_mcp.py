@@ -57,7 +57,7 @@ async def exercise(client: Client, a: Agent) -> None:
     assert "memory_get" in tools["memory_search"].description  # written to steer the model
     assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines", "agent"}
     assert set(tools["memory_search"].input_schema["properties"]) == {
-        "query", "maxResults", "minScore", "agent", "sessionKey"}
+        "query", "maxResults", "minScore", "agent", "sessionKey", "corpus"}
     from memindex.producers.serve.mcp import _TOOL_FIELDS  # the table unknown arguments are checked against
 
     assert {name: set(tools[name].input_schema["properties"]) for name in TOOLS} == {

@@ -39,7 +39,10 @@ RULES = [
     ("resolveAgentWorkspaceDir: '~' in a workspace is the OpenClaw home (resolveUserPath)",
      {"agents": {"list": [{"id": "ops", "workspace": "~/w"}]}}, "ops", {"OPENCLAW_HOME": "/oh"}, "workspace", "/oh/w"),
     ("resolveAgentWorkspaceDir: default agent -> agents.defaults.workspace", DEF, "main", {}, "workspace", "/ws"),
-    ("resolveAgentWorkspaceDir: other agent -> <agents.defaults.workspace>/<agentId>", DEF, "ops", {},
+    ("resolveAgentWorkspaceDir (2026.3.28, recorded): other agent -> <state dir>/workspace-<agentId>, whatever "
+     "agents.defaults.workspace says", DEF, "ops", {}, "workspace", "/h/.openclaw/workspace-ops"),
+    ("resolveAgentWorkspaceDir (2026.9): other agent -> <agents.defaults.workspace>/<agentId>",
+     {"agents": {"defaults": {"workspace": "/ws"}, "entries": {"main": {"default": True}, "ops": {}}}}, "ops", {},
      "workspace", "/ws/ops"),
     ("resolveDefaultAgentWorkspaceDir: default agent -> ~/.openclaw/workspace", {}, "main", {},
      "workspace", f"{H}/.openclaw/workspace"),
@@ -70,8 +73,12 @@ RULES = [
     ("agents.defaults.workspace is only the default agent's: 'Work' (default) gets it as is",
      {"agents": {"defaults": {"workspace": "/ws"}, "list": [{"id": "Work"}, {"id": "b"}]}}, "work", {},
      "workspace", "/ws"),
-    ("store path: <state dir>/memory/<agentId>.sqlite", {"agents": {"list": [{"id": "Ops"}]}}, "ops",
-     {"OPENCLAW_STATE_DIR": "/state"}, "store_path", "/state/memory/ops.sqlite"),
+    ("memindex's store: <state dir>/memindex/<agentId>.sqlite (not OpenClaw's <state>/memory/<agentId>.sqlite)",
+     {"agents": {"list": [{"id": "Ops"}]}}, "ops", {"OPENCLAW_STATE_DIR": "/state"}, "store_path",
+     "/state/memindex/ops.sqlite"),
+    ("OpenClaw 2026.3's own index: <state dir>/memory/<id as configured>.sqlite (recorded: Beta.sqlite)",
+     {"agents": {"list": [{"id": "Ops"}]}}, "ops", {"OPENCLAW_STATE_DIR": "/state"}, "openclaw_store",
+     "/state/memory/Ops.sqlite"),
 ]
 
 
@@ -93,7 +100,7 @@ def test_configured_ids_that_look_like_paths_stay_inside_their_roots(tmp_path):
     # A configured id is normalised (never refused: OpenClaw would run it), so it can never escape.
     s = resolve_agent({"agents": {"list": [{"id": "../../etc"}]}}, None, state_dir=tmp_path, env={"HOME": "/h"})
     assert s.agent_id == "etc"
-    assert s.store_path == tmp_path / "memory" / "etc.sqlite"
+    assert s.store_path == tmp_path / "memindex" / "etc.sqlite"
     assert s.sessions_dir == tmp_path / "agents" / "etc" / "sessions"
 
 
@@ -156,22 +163,22 @@ def test_two_agents_without_workspace_index_two_workspaces(tmp_path):
 
     assert found("main", "quokka") and not found("main", "pangolin")
     assert found("ops", "pangolin") and not found("ops", "quokka")
-    assert (state / "memory" / "main.sqlite").exists() and (state / "memory" / "ops.sqlite").exists()
+    assert (state / "memindex" / "main.sqlite").exists() and (state / "memindex" / "ops.sqlite").exists()
 
     out = _cli(tmp_path, env, *base, "--agent", "nosuch", "index")
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "unknown agent 'nosuch'; configured: main, ops" in out.stderr
-    assert not (state / "memory" / "nosuch.sqlite").exists()
+    assert not (state / "memindex" / "nosuch.sqlite").exists()
 
 
-@pytest.mark.parametrize("b_store", [{"path": "memory/b.sqlite"}, None], ids=["both-set", "b-default"])
+@pytest.mark.parametrize("b_store", [{"path": "memindex/b.sqlite"}, None], ids=["both-set", "b-default"])
 def test_two_agents_naming_one_store_are_refused(tmp_path, b_store):
     """helper-71: `a` with store.path memory/b.sqlite was accepted when `b` had no store.path (its
     default is that very file): every index rebuilt both, and `a`'s status showed b's store."""
     state = tmp_path / "state"
     b = {"id": "b", **({"memorySearch": {"store": b_store}} if b_store else {})}
     cfg = _write(state / "openclaw.json", {"agents": {"defaults": {"memorySearch": {"provider": "none"}}, "list": [
-        {"id": "a", "memorySearch": {"store": {"path": "memory/b.sqlite"}}}, b]}})
+        {"id": "a", "memorySearch": {"store": {"path": "memindex/b.sqlite"}}}, b]}})
     with pytest.raises(ConfigError, match=r"agents 'a' and 'b' would share the store .*b\.sqlite"):
         load_settings(Context("a", str(cfg), str(state)), env={"HOME": str(tmp_path)})
     if b_store:  # both name the file: each is refused
@@ -179,7 +186,7 @@ def test_two_agents_naming_one_store_are_refused(tmp_path, b_store):
             load_settings(Context("b", str(cfg), str(state)), env={"HOME": str(tmp_path)})
     else:  # the file is b's by default: b keeps it, a (which named it) is refused
         assert load_settings(Context("b", str(cfg), str(state)), env={"HOME": str(tmp_path)}).store_path == \
-            state / "memory" / "b.sqlite"
+            state / "memindex" / "b.sqlite"
 
 
 def test_an_index_built_from_another_workspace_is_never_served_under_the_agents_name(tmp_path):
@@ -237,7 +244,7 @@ def test_relative_state_dir_works_from_any_cwd(tmp_path):
         cwd.mkdir(parents=True)
         out = _cli(cwd, {}, "--workspace", str(ws), "--state-dir", ".memindex-demo", "index")
         assert out.returncode == 0, out.stderr
-        assert (cwd / ".memindex-demo" / "memory" / "main.sqlite").exists()
+        assert (cwd / ".memindex-demo" / "memindex" / "main.sqlite").exists()
         assert not (cwd / ".memindex-demo" / ".memindex-demo").exists()  # applied once, not twice
         out = _cli(cwd, {}, "--workspace", str(ws), "--state-dir", ".memindex-demo", "search", "wombat")
         assert out.returncode == 0 and "wombat" in out.stdout, out.stderr
@@ -425,7 +432,6 @@ OPENCLAW_ONLY_KEYS = [
      "memorySearch.sync.sessions.postCompactionForce"),
     ("agents.defaults.memorySearch", {"qmd": {"extraCollections": [{"path": "x"}]}}, "memorySearch.qmd"),
     ("agents.defaults.memorySearch", {"local": {"contextSize": 4096}}, "memorySearch.local.contextSize"),
-    ("agents.defaults.memorySearch", {"rememberAcrossConversations": True}, "memorySearch.rememberAcrossConversations"),
     ("agents.defaults.memorySearch", {"inputType": "search_document"}, "memorySearch.inputType"),
     ("memory", {"qmd": {"mcporter": {"enabled": True, "serverName": "qmd", "startDaemon": True}}},
      "memory.qmd.mcporter"),
@@ -524,7 +530,7 @@ def test_messages_carry_absolute_config_and_state_dir_even_from_the_environment(
     assert ctx.agent_id == "main" and Path(ctx.workspace).is_absolute()
     monkeypatch.chdir("/")  # the receiver's cwd and environment do not matter
     monkeypatch.delenv("OPENCLAW_STATE_DIR")
-    assert settings_for(ctx).store_path == tmp_path / "st" / "memory" / "main.sqlite"
+    assert settings_for(ctx).store_path == tmp_path / "st" / "memindex" / "main.sqlite"
 
 
 @pytest.mark.redis
@@ -667,7 +673,7 @@ def test_several_agents_in_one_config_stay_apart_and_each_failure_is_named(tmp_p
                                     "memorySearch": {"enabled": False}}])
     out = cli(*dis, "index")
     assert out.returncode == 0 and "quiet: memory search disabled; not indexed" in out.stdout, out
-    assert not (state / "dis" / "memory" / "quiet.sqlite").exists()
+    assert not (state / "dis" / "memindex" / "quiet.sqlite").exists()
     got = cli(*dis, "--agent", "quiet", "get", "MEMORY.md")
     assert got.returncode == 1 and "QUIETOTTER" not in got.stdout and "disabled" in got.stderr
     res = json.loads(cli(*dis, "--agent", "quiet", "search", "--json", "QUIETOTTER").stdout)

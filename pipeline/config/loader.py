@@ -18,7 +18,7 @@ import re
 import stat
 import threading
 from pathlib import Path
-from typing import Any, Mapping, MutableMapping
+from typing import Any, Callable, Mapping, MutableMapping
 
 from memindex.pipeline.config.paths import resolve_user_path
 from memindex.pipeline.errors import ConfigError
@@ -184,25 +184,72 @@ def _config_env_vars(cfg: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in entries.items() if not any(not m.group(1) for m in _ENV_REF.finditer(v))}
 
 
-def substitute_env(value: Any, env: Mapping[str, str], key: str = "") -> Any:
+# The config keys memindex reads (both OpenClaw schemas): an unset ``${VAR}`` in one of them is an
+# error naming the key and the variable; anywhere else (``channels.telegram.botToken`` in a worker
+# container or an MCP client's environment, which have no channel tokens) it is a warning, once,
+# and the value is left as written: OpenClaw itself only warns ("feature ... will be unavailable").
+_READ_KEYS = re.compile(
+    r"^(?:memory(?:$|[.\[])"
+    r"|agents\.(?:ownership|defaults\.(?:workspace|memorySearch|compaction|systemAgent))(?:$|[.\[])"
+    r"|agents\.(?:list\[\d+\]|entries\.[^.\[]+)\.(?:id|default|workspace|agentDir|memorySearch|memory)(?:$|[.\[])"
+    r"|models\.providers\.(?P<provider>[^.\[]+)(?:$|[.\[])"
+    r"|secrets\.|auth\.|plugins\.slots\.memory$|session\.dmScope$|bindings\[\d+\]\.session(?:$|\.)"
+    r"|meta\.lastTouchedVersion$)")
+_warned_unset: set[tuple[str, str]] = set()
+
+
+def memindex_reads(key: str, embeds_with: Callable[[str], bool] = lambda _p: True) -> bool:
+    """Whether memindex reads config key ``key``; ``models.providers.<p>`` only for a provider
+    ``embeds_with`` says memindex embeds with (the caller knows the provider table)."""
+    m = _READ_KEYS.match(key)
+    if m is None:
+        return False
+    return m.group("provider") is None or embeds_with(m.group("provider"))
+
+
+def _unset_elsewhere(key: str, name: str) -> None:
+    with _env_lock:
+        if (key, name) in _warned_unset:
+            return
+        _warned_unset.add((key, name))
+    import logging
+
+    logging.getLogger("memindex.config").warning(
+        "%s: environment variable %s is not set; memindex does not read this key, left as written",
+        key or "(top level)", name)
+
+
+def substitute_env(value: Any, env: Mapping[str, str], key: str = "",
+                   embeds_with: Callable[[str], bool] = lambda _p: True) -> Any:
     """``${VAR}`` (upper-case names) in every string; ``$${VAR}`` is a literal ``${VAR}``.
 
-    A variable that is unset or empty is a ConfigError naming the key (MissingEnvVarError).
+    A variable that is unset or empty is a ConfigError naming the key (MissingEnvVarError) in a
+    key memindex reads, else a warning once (the string keeps its ``${VAR}``).
     """
     if isinstance(value, str):
+        missing: list[str] = []
+
         def one(m: re.Match[str]) -> str:
             if m.group(1):
                 return "${" + m.group(2) + "}"
             found = env.get(m.group(2))
             if not found:
-                raise ConfigError(key or "(top level)", f"environment variable {m.group(2)} is not set")
+                if memindex_reads(key, embeds_with):
+                    raise ConfigError(key or "(top level)", f"environment variable {m.group(2)} is not set")
+                missing.append(m.group(2))
+                return m.group(0)
             return found
 
-        return _ENV_REF.sub(one, value) if "$" in value else value
+        if "$" not in value:
+            return value
+        out = _ENV_REF.sub(one, value)
+        for name in missing:
+            _unset_elsewhere(key, name)
+        return out
     if isinstance(value, list):
-        return [substitute_env(v, env, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [substitute_env(v, env, f"{key}[{i}]", embeds_with) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: substitute_env(v, env, f"{key}.{k}" if key else k) for k, v in value.items()}
+        return {k: substitute_env(v, env, f"{key}.{k}" if key else k, embeds_with) for k, v in value.items()}
     return value
 
 
@@ -219,9 +266,12 @@ def config_files_stamp(path: Path | None, state_dir: Path) -> tuple[tuple[int, i
     return tuple(out)
 
 
-def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str]) -> dict[str, Any]:
+def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str],
+                embeds_with: Callable[[str], bool] = lambda _p: True) -> dict[str, Any]:
     """The config at ``path`` (``None``: no file, defaults only), includes merged, env applied and
-    substituted. ``env`` receives ``<state dir>/.env`` and the ``env`` block (never overriding)."""
+    substituted. ``env`` receives ``<state dir>/.env`` and the ``env`` block (never overriding).
+    ``embeds_with``: the providers memindex embeds with (an unset variable in their
+    ``models.providers`` entry is an error; in another provider's, a warning)."""
     load_dotenv(state_dir, env)
     if path is None:
         return {}
@@ -236,7 +286,7 @@ def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str
     if not isinstance(data, dict):
         raise ConfigError(str(path), "the top level must be an object (after $include)")
     _fill_env(env, _config_env_vars(data))
-    return substitute_env(data, env)
+    return substitute_env(data, env, "", embeds_with)
 
 
 # --- SecretRefs --------------------------------------------------------------------------------

@@ -229,8 +229,12 @@ def _path_value(value: Any, key: str) -> str | None:
     return value.strip() or None
 
 
+_DEFAULT = object()
+
+
 def agent_workspace(cfg: Mapping[str, Any], agent_id: str, state_dir: Path,
-                    env: Mapping[str, str] | None = None) -> Path:
+                    env: Mapping[str, str] | None = None, *, owner: Any = _DEFAULT,
+                    default_dir: Path | None = None, nest_in_defaults: bool = True) -> Path:
     """resolveAgentWorkspaceDir.
 
     The agent's own ``workspace``; else, for the default agent,
@@ -246,9 +250,11 @@ def agent_workspace(cfg: Mapping[str, Any], agent_id: str, state_dir: Path,
     if not isinstance(defaults, dict):
         raise ConfigError("agents.defaults", f"expected an object, got {defaults!r}")
     fallback = _path_value(defaults.get("workspace"), "agents.defaults.workspace")
-    if agent_id == default_agent_id(cfg):
-        return resolve_user_path(fallback, env) if fallback else default_workspace(env)
-    if fallback:
+    # Who inherits the default workspace, and where that is, differ between OpenClaw 2026.3 and
+    # 2026.9: the caller says (openclaw_schema); by default, 2026.3's rule.
+    if agent_id == (default_agent_id(cfg) if owner is _DEFAULT else owner):
+        return resolve_user_path(fallback, env) if fallback else default_dir or default_workspace(env)
+    if fallback and nest_in_defaults:  # OpenClaw 2026.3.28 gives the others <state>/workspace-<id> regardless
         return resolve_user_path(fallback, env) / agent_id
     return state_dir / f"workspace-{agent_id}"
 

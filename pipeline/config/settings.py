@@ -27,11 +27,13 @@ from memindex.pipeline.embeddings.registry import find as find_provider
 from memindex.pipeline.embeddings.registry import get as provider_spec
 from memindex.pipeline.embeddings.registry import ids as provider_ids
 from memindex.pipeline.config import defaults as D
+from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
 from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
 from memindex.pipeline.config.paths import config_path_for as config_path_for
 from memindex.pipeline.config.paths import default_state_dir as default_state_dir
+from memindex.pipeline.config.paths import default_agent_id
 from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
 from memindex.pipeline.config.paths import (
     agent_workspace, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
@@ -292,6 +294,9 @@ MEMORY_SEARCH: dict[str, Any] = {
     "fallback": F("none", _fallback),
     "model": F("", _str),
     "sources": F(["memory"], _str_list(("memory", "sessions"))),
+    # The default corpus of a search (OpenClaw 2026.9's searchSources; openclaw_schema sets it for
+    # a 2026.9 config, where it can differ from the indexed sources); unset: every indexed source.
+    "searchSources": F(None, _opt(_str_list(("memory", "sessions")))),
     "extraPaths": F([], _str_list()),
     "outputDimensionality": F(None, _opt(_size)),
     # OpenClaw's older name for outputDimensionality; merged into it by resolve_agent.
@@ -301,7 +306,8 @@ MEMORY_SEARCH: dict[str, Any] = {
     "queryPrefix": F(None, _opt(_str)),
     "documentPrefix": F(None, _opt(_str)),
     "experimental": {"sessionMemory": F(False, _bool)},
-    "rememberAcrossConversations": Ignored(_bool),
+    # 2026.9's session policy: openclaw_schema turns it into sources (a 2026.3 config: no effect).
+    "rememberAcrossConversations": F(None, _opt(_bool)),
     "inputType": Ignored(_str),
     "queryInputType": Ignored(_str),
     "documentInputType": Ignored(_str),
@@ -600,6 +606,12 @@ class AgentSettings:
     providers: dict[str, Any] = field(default_factory=dict)
     memory_flush: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
+    config_schema: str = ""  # the OpenClaw schema the config was read as, for `status`
+    store_key: str = "(default)"  # where store_path came from (a config key, MEMINDEX_STORE_PATH or the default)
+    legacy_store: Path | None = None  # memindex's default store before it had its own name (migrated on open)
+    openclaw_store: Path | None = None  # where OpenClaw keeps its own index for this agent
+    agent_dir: Path | None = None  # OpenClaw's agentDir: auth-profiles.json
+    auth: dict[str, Any] = field(default_factory=dict)  # the config's auth and secrets blocks (auth profiles)
 
     def __repr__(self) -> str:
         # Runtimes log their settings objects and crash reporters capture locals: the dataclass
@@ -655,6 +667,8 @@ def resolve_agent(
     """
     env = os.environ if env is None else env
     state_dir = resolve_user_path(state_dir, env) if state_dir else default_state_dir(env)
+    if openclaw_schema.SCHEMA_KEY not in cfg:  # a caller's own dict, in either OpenClaw schema
+        cfg = openclaw_schema.normalize(dict(cfg))
     _warn_near_misses(cfg)
     agent_id = resolve_agent_id(cfg, agent_id, "agent_id")
     found = find_agent(cfg, agent_id)
@@ -662,7 +676,7 @@ def resolve_agent(
     defaults = _subtree(_subtree(cfg, "agents", "agents"), "defaults", "agents.defaults")
 
     ignored: list[str] = []
-    base_key, agent_key = "agents.defaults.memorySearch", _ms_key(found)
+    base_key, agent_key = openclaw_schema.ms_keys(cfg, agent_id, "agents.defaults.memorySearch", _ms_key(found))
     base_ms = _validate(MEMORY_SEARCH, resolve_secret_refs(
         _subtree(defaults, "memorySearch", base_key), cfg, env, base_key), base_key, ignored)
     agent_ms = _validate(MEMORY_SEARCH, resolve_secret_refs(
@@ -679,6 +693,7 @@ def resolve_agent(
     ms["extraPaths"] = list(dict.fromkeys(p for p in extra if p))
     sources = [s for s in ms["sources"] if s == "memory" or ms["experimental"]["sessionMemory"]]
     ms["sources"] = sorted(set(sources)) or ["memory"]
+    ms["searchSources"] = sorted(set(ms["searchSources"] or ms["sources"]) & set(ms["sources"])) or ["memory"]
     w = ms["query"]["hybrid"]
     total = w["vectorWeight"] + w["textWeight"]
     w["vectorWeight"], w["textWeight"] = (
@@ -701,16 +716,26 @@ def resolve_agent(
     enabled = bool(ms["enabled"]) and slot != "none"
 
     workspace = (resolve_user_path(workspace_override, env) if workspace_override
-                 else agent_workspace(cfg, agent_id, state_dir, env)).resolve()
+                 else agent_workspace(cfg, agent_id, state_dir, env,
+                                      owner=openclaw_schema.workspace_owner(cfg, default_agent_id(cfg)),
+                                      default_dir=openclaw_schema.default_workspace(cfg, env),
+                                      nest_in_defaults=openclaw_schema.nests_workspaces(cfg))).resolve()
 
-    raw_store = ms["store"]["path"]
+    raw_store, store_key = ms["store"]["path"], f"{agent_key if 'store' in agent_ms else base_key}.store.path"
+    own_store = (env.get(STORE_PATH_ENV) or "").strip()
+    legacy_store = None
+    if own_store:  # memindex's own setting, which no OpenClaw version reads
+        raw_store, store_key = own_store, STORE_PATH_ENV
     if raw_store:
         store_path = _custom_store_path(raw_store, agent_id, state_dir, env)
         if enabled and "{agentId}" not in raw_store:
-            _refuse_shared_store(cfg, agent_id, store_path, state_dir, env,
-                                 f"{agent_key if 'store' in agent_ms else base_key}.store.path")
+            _refuse_shared_store(cfg, agent_id, store_path, state_dir, env, store_key)
     else:
-        store_path = inside(state_dir / "memory", _default_store_path(state_dir, agent_id), "--agent")
+        store_key = "(default)"
+        store_path = inside(state_dir / DEFAULT_STORE_DIR, _default_store_path(state_dir, agent_id), "--agent")
+        legacy_store = inside(state_dir / "memory", state_dir / "memory" / f"{agent_id}.sqlite", "--agent")
+    custom_oc = (_custom_store_path(ms["store"]["path"], agent_id, state_dir, env)
+                 if ms["store"]["path"] and store_key != STORE_PATH_ENV else None)
 
     providers = _subtree(_subtree(cfg, "models", "models"), "providers", "models.providers")
     # SecretRefs of the providers memindex can embed with; other providers are none of our business.
@@ -728,12 +753,36 @@ def resolve_agent(
         providers=providers,
         memory_flush=flush,
         config_path=config_path,
+        config_schema=openclaw_schema.schema_of(cfg).describe(),
+        store_key=store_key,
+        legacy_store=legacy_store,
+        openclaw_store=Path(os.path.normpath(openclaw_schema.openclaw_store(
+            cfg, entry.get("id") if isinstance(entry.get("id"), str) else agent_id, agent_id, state_dir, custom_oc))),
+        agent_dir=_agent_dir(entry, agent_id, state_dir, env),
+        auth={"auth": _subtree(cfg, "auth", "auth"), "secrets": _subtree(cfg, "secrets", "secrets")},
     )
 
 
+def _agent_dir(entry: Mapping[str, Any], agent_id: str, state_dir: Path, env: Mapping[str, str]) -> Path:
+    """resolveAgentDir: the entry's ``agentDir``, else ``<state>/agents/<id>/agent`` (its auth-profiles.json)."""
+    own = entry.get("agentDir")
+    if isinstance(own, str) and own.strip():
+        return resolve_user_path(own.strip(), env)
+    return state_dir / "agents" / agent_id / "agent"
+
+
+# memindex's own store file, which no OpenClaw version uses: OpenClaw 2026.3 keeps its index at
+# <state>/memory/<agentId>.sqlite (memindex's default until then: both rewrote the other's file),
+# 2026.9 at <state>/agents/<agentId>/agent/openclaw-agent.sqlite.
+DEFAULT_STORE_DIR = "memindex"
+# memindex's store path (``{agentId}``, ``~``; relative to the state dir), for a config whose
+# memorySearch.store.path is OpenClaw's (2026.3) or that cannot hold one (2026.9's schema).
+STORE_PATH_ENV = "MEMINDEX_STORE_PATH"
+
+
 def _default_store_path(state_dir: Path, agent_id: str) -> Path:
-    """An agent's store when ``store.path`` is unset: ``<state>/memory/<agentId>.sqlite``."""
-    return state_dir / "memory" / f"{agent_id}.sqlite"
+    """An agent's store when no path is set: ``<state>/memindex/<agentId>.sqlite``."""
+    return state_dir / DEFAULT_STORE_DIR / f"{agent_id}.sqlite"
 
 
 def _custom_store_path(raw: str, agent_id: str, state_dir: Path, env: Mapping[str, str]) -> Path:
@@ -850,7 +899,9 @@ def _load(ctx: Context, env: Mapping[str, str] | None) -> tuple[dict[str, Any], 
     # an explicit ``env`` (tests, embedding callers) is copied and left untouched.
     target: MutableMapping[str, str] = os.environ if env is None else dict(env)
     state_dir, path = context_paths(ctx, target)
-    return load_config(path, state_dir, target), state_dir, path, target
+    # Either OpenClaw schema (2026.3 or 2026.9), read in the 2026.3 shape the rest of memindex knows.
+    cfg = load_config(path, state_dir, target, lambda p: find_provider(p) is not None)
+    return openclaw_schema.normalize(cfg), state_dir, path, target
 
 
 @checked_call("load_settings")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
+from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
@@ -102,7 +103,9 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
     from memindex.pipeline.embeddings.select import select_provider
 
     ms = settings.memory_search
-    choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models")
+    choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models",
+                             auth_profiles=_profile_keys(settings),
+                             destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema))
     service = None
     if choice.primary or choice.fallback:
         from memindex.pipeline.embeddings.limiter import make_limiter
@@ -113,6 +116,15 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
     with _services_lock:
         _services[key] = (service, choice.reason)
     return service, choice.reason
+
+
+def _profile_keys(settings: AgentSettings) -> dict[str, str]:
+    """The keys OpenClaw's ``auth-profiles.json`` holds for this agent, by provider name (never logged)."""
+    from memindex.pipeline.config.auth_profiles import keys_by_provider
+    from memindex.pipeline.embeddings import registry
+
+    names = list(dict.fromkeys(n for pid in registry.ids() for n in (pid, *registry.get(pid).config_names)))
+    return keys_by_provider(settings.agent_dir, settings.state_dir, settings.auth, os.environ, names)
 
 
 def _retry_policy() -> Any:

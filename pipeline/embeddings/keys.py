@@ -1,7 +1,8 @@
 """API-key resolution for remote embedding providers.
 
 Order: memorySearch.remote.apiKey (only for the provider remote.* describes,
-see endpoints.remote_target) → models.providers.<p>.apiKey → auth profiles →
+see endpoints.remote_target) → models.providers.<p>.apiKey → OpenClaw's
+auth-profiles.json (config/auth_profiles.py, in OpenClaw's profile order) →
 environment variables. Keys are returned, never logged.
 """
 
@@ -46,13 +47,20 @@ def resolve_api_key(
     providers_cfg: Mapping[str, Any] | None,
     env: Mapping[str, str],
     auth_profiles: Mapping[str, str] | None = None,
+    destination_bound: bool = False,
 ) -> str | None:
-    """The API key for provider_id, or None when nothing provides one."""
+    """The API key for provider_id, or None when nothing provides one.
+
+    ``destination_bound`` (OpenClaw 2026.9's rule): a ``remote.baseUrl`` that is not the provider's
+    own endpoint (``models.providers.<p>.baseUrl``, else its default) gets ``remote.apiKey`` only,
+    never the keys meant for the provider (profiles, environment, models.providers)."""
+    remote = ms.get("remote") if isinstance(ms.get("remote"), dict) else {}
     if remote_target(ms) == provider_id:
-        remote = ms.get("remote") if isinstance(ms.get("remote"), dict) else {}
         key = _deref(remote.get("apiKey"), env)
         if key:
             return key
+        if destination_bound and _foreign_destination(provider_id, remote, providers_cfg):
+            return None
     key = _deref(provider_config(providers_cfg, provider_id).get("apiKey"), env)
     if key:
         return key
@@ -66,6 +74,15 @@ def resolve_api_key(
         if key:
             return key
     return None
+
+
+def _foreign_destination(provider_id: str, remote: Mapping[str, Any], providers_cfg: Mapping[str, Any] | None) -> bool:
+    base = remote.get("baseUrl")
+    if not isinstance(base, str) or not base.strip():
+        return False
+    spec = registry.find(provider_id)
+    own = provider_config(providers_cfg, provider_id).get("baseUrl") or (spec.default_base_url if spec else None)
+    return not isinstance(own, str) or base.strip().rstrip("/") != own.strip().rstrip("/")
 
 
 def missing_key_message(provider_id: str) -> str:

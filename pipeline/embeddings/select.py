@@ -47,10 +47,11 @@ def build_provider(
     auth_profiles: Mapping[str, str] | None = None,
     as_fallback: bool = False,
     hf_base_url: str | None = None,
+    destination_bound: bool = False,
 ) -> EmbeddingProvider:
     """One provider from settings. Missing key -> ProviderAuthError; other problems -> ProviderError."""
     spec = registry.get(provider_id)  # an unknown id is a ProviderError
-    key = resolve_api_key(provider_id, ms, providers_cfg, env, auth_profiles)
+    key = resolve_api_key(provider_id, ms, providers_cfg, env, auth_profiles, destination_bound)
     if spec.needs_key and not key:
         raise ProviderKeyMissing(missing_key_message(provider_id))
     headers = resolve_headers(provider_id, ms, providers_cfg)
@@ -95,13 +96,16 @@ def select_provider(
     *,
     auth_profiles: Mapping[str, str] | None = None,
     hf_base_url: str | None = None,
+    destination_bound: bool = False,
 ) -> ProviderChoice:
-    """Primary + fallback for these settings (F3, reference §4.4)."""
+    """Primary + fallback for these settings (F3, reference §4.4). ``destination_bound``: OpenClaw
+    2026.9's rule for a remote.baseUrl of someone else's (see keys.resolve_api_key)."""
     requested = requested_provider(ms)
 
     def build(pid: str, as_fallback: bool = False) -> EmbeddingProvider:
         return build_provider(pid, ms, providers_cfg, env, cache_dir, as_fallback=as_fallback,
-                              auth_profiles=auth_profiles, hf_base_url=hf_base_url)
+                              auth_profiles=auth_profiles, hf_base_url=hf_base_url,
+                              destination_bound=destination_bound)
 
     primary: EmbeddingProvider | None = None
     if requested == "none":  # OpenClaw's deliberate keyword-only search: no provider, no fallback

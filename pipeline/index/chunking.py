@@ -24,8 +24,9 @@ CHARS_PER_TOKEN = 4
 # Bump when the chunking algorithm changes in a way that moves chunk boundaries
 # or ids: it is part of the index fingerprint, so existing indexes are rebuilt.
 # 2: a lone CR ends a line; 3: chunks carry keyword context (file_context); 4: a daily note
-# named ``.MD`` (any case) carries its date in that context too.
-CHUNKER_VERSION = 4
+# named ``.MD`` (any case) carries its date in that context too; 5: a final line break adds the
+# empty last line OpenClaw counts (endLine parity).
+CHUNKER_VERSION = 5
 
 # Where a line ends, for the chunker's line numbers and memory_get's alike: at LF, or at a
 # lone CR (classic Mac files). The CR of a CRLF stays with its line (split_lines drops it).
@@ -97,6 +98,11 @@ def chunk_markdown(text: str, tokens: int = D.CHUNK_TOKENS, overlap: int = D.CHU
     """
     max_chars, overlap_chars = chunk_limits(tokens, overlap)
     lines = split_lines(text)
+    if len(text) > 1 and text[-1] == "\n":
+        # OpenClaw splits on "\n" and keeps the empty line after a final line break: the last chunk
+        # holds it, so its endLine is one past the last line of text (a 4-line note ending in a
+        # newline is 1-5) and its text ends with "\n". The same line numbers and chunk hashes here.
+        lines.append("")
     if max(map(len, lines), default=0) <= max_chars:
         segs, line_of, piece = lines, None, None  # the usual case: segment k is line k + 1
     else:

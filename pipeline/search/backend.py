@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_chec
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.errors import QmdError, UsageError, checked_call, require
+from memindex.pipeline.search.corpus import search_corpus
 from memindex.pipeline.search.scope import check_scope
 from memindex.pipeline.search.engine import (
-    AsyncSearch, MemorySearch, SearchResponse, SearchResult, check_search_args, citation_for, citations_on,
+    MAX_CANDIDATES, AsyncSearch, MemorySearch, SearchResponse, SearchResult, check_search_args, citation_for,
+    citations_on,
 )
 
 if TYPE_CHECKING:  # the qmd manager is imported only when memory.backend is "qmd" (CLI start-up)
@@ -122,22 +124,32 @@ class FallbackSearch(AsyncSearch):
 
     @checked_call("asearch")
     async def asearch(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-                      session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+                      session_key: str | None = None, chat_type: str | None = None,
+                      corpus: str | None = None) -> SearchResponse:
         """A qmd search waits on a subprocess (up to its timeout): on the waiting pool, so a hung qmd
         never holds the thread every other agent's async search and get queue for."""
         from memindex.pipeline.search.aio import run_waiting
 
         return await run_waiting(self.search, query, max_results=max_results, min_score=min_score,
-                                 session_key=session_key, chat_type=chat_type)
+                                 session_key=session_key, chat_type=chat_type, corpus=corpus)
 
     @checked_call("search")
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-               session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+               session_key: str | None = None, chat_type: str | None = None,
+               corpus: str | None = None) -> SearchResponse:
         self._check_open()
         check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
-        citations = self.settings.memory["citations"]
-        resp = SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
-                              citations=citations, mode=self.manager.search_mode, backend="qmd")
+        return search_corpus(self._search, self._empty, self.settings, corpus, max_results, MAX_CANDIDATES,
+                             query=query, min_score=min_score, session_key=session_key, chat_type=chat_type)
+
+    def _empty(self) -> SearchResponse:
+        return SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
+                              citations=self.settings.memory["citations"], mode=self.manager.search_mode,
+                              backend="qmd")
+
+    def _search(self, query: str, *, max_results: int | None, min_score: float | None,
+                session_key: str | None, chat_type: str | None) -> SearchResponse:
+        resp = self._empty()
         if not self.settings.enabled:  # OpenClaw's failure shape, as the builtin engine answers it
             resp.warning = "memory search is disabled for this agent"
             resp.extra.update(disabled=True, error=f"memory search is disabled for agent {self.settings.agent_id!r}")
@@ -219,10 +231,12 @@ class SearchEngine(Protocol):
     """What ``open_search`` returns, whichever backend serves: ``MemorySearch`` or ``FallbackSearch``."""
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-               session_key: str | None = None, chat_type: str | None = None) -> SearchResponse: ...
+               session_key: str | None = None, chat_type: str | None = None,
+               corpus: str | None = None) -> SearchResponse: ...
 
     async def asearch(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-                      session_key: str | None = None, chat_type: str | None = None) -> SearchResponse:
+                      session_key: str | None = None, chat_type: str | None = None,
+                      corpus: str | None = None) -> SearchResponse:
         """``search`` without blocking the event loop (runs on a small shared thread pool)."""
         ...
 
@@ -281,10 +295,11 @@ def engine_for(settings: AgentSettings, **kwargs: Any) -> SearchEngine:
 @checked_call("memory_search")
 def memory_search(settings: AgentSettings, query: str, *, max_results: int | None = None,
                   min_score: float | None = None, session_key: str | None = None,
-                  chat_type: str | None = None) -> dict[str, Any]:
-    """The ``memory_search`` tool payload as a dict, from the agent's cached engine."""
+                  chat_type: str | None = None, corpus: str | None = None) -> dict[str, Any]:
+    """The ``memory_search`` tool payload as a dict, from the agent's cached engine. ``corpus``:
+    memory, sessions, all (the default) or wiki (answered as not indexed by memindex)."""
     # Typed keywords, so a type checker catches OpenClaw's JSON names (maxResults) too; at run
     # time checked_call says which names this call takes (a UsageError, not a TypeError).
     require("settings", settings, AgentSettings)  # (None / an agent id: an AttributeError deep inside)
     return engine_for(settings).search(query, max_results=max_results, min_score=min_score,
-                                       session_key=session_key, chat_type=chat_type).as_dict()
+                                       session_key=session_key, chat_type=chat_type, corpus=corpus).as_dict()

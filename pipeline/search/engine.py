@@ -22,6 +22,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, content_terms, keys_in, match_query_and_keywords
+from memindex.pipeline.search.corpus import check_corpus, search_corpus
 from memindex.pipeline.search.ranking import (
     Candidate, CosineBackground, cosine_background, keyword_evidence, normalize_weights, rank_pipeline,
     relative_text_score, term_weights,
@@ -191,7 +192,8 @@ def min_score_problem(min_score: float) -> str | None:
 
 class _Searches(Protocol):
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-               session_key: str | None = None, chat_type: str | None = None) -> SearchResponse: ...
+               session_key: str | None = None, chat_type: str | None = None,
+               corpus: str | None = None) -> SearchResponse: ...
 
 
 class AsyncSearch:
@@ -213,10 +215,11 @@ class AsyncSearch:
     @checked_call("asearch")
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
                       min_score: float | None = None, session_key: str | None = None,
-                      chat_type: str | None = None) -> SearchResponse:
+                      chat_type: str | None = None, corpus: str | None = None) -> SearchResponse:
         from memindex.pipeline.search import aio  # asyncio: only for async callers (~30 ms)
 
-        kw = dict(max_results=max_results, min_score=min_score, session_key=session_key, chat_type=chat_type)
+        kw = dict(max_results=max_results, min_score=min_score, session_key=session_key, chat_type=chat_type,
+                  corpus=corpus)
         waits = getattr(self, "_query_waits", None)
         if isinstance(query, str) and waits is not None and waits(query.strip()):
             return await aio.run_embedding(str(self.settings.store_path), self.search, query, **kw)
@@ -351,14 +354,18 @@ class MemorySearch(AsyncSearch):
         min_score: float | None = None,
         session_key: str | None = None,
         chat_type: str | None = None,
+        corpus: str | None = None,
     ) -> SearchResponse:
         """Never raises for what happens at run time: a store it cannot read answers no results,
-        with a warning saying why. Arguments of the wrong type are the caller's bug: ``UsageError``."""
+        with a warning saying why. Arguments of the wrong type are the caller's bug: ``UsageError``.
+        ``corpus``: memory, sessions, all (the default sources) or wiki (not indexed by memindex)."""
         self._check_open()
         check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
+        check_corpus(corpus)
         try:
-            return self._search(query, max_results=max_results, min_score=min_score,
-                                session_key=session_key, chat_type=chat_type)
+            return search_corpus(self._search, lambda: self._empty_response(self.settings.memory["citations"]),
+                                 self.settings, corpus, max_results, MAX_CANDIDATES, query=query,
+                                 min_score=min_score, session_key=session_key, chat_type=chat_type)
         except Exception as exc:  # noqa: BLE001 - an agent's tool call must always get an answer
             log.warning("memory search failed for %s: %s: %s", self.settings.agent_id, type(exc).__name__, exc)
             return unavailable_response(self._empty_response(self.settings.memory["citations"]), exc)
@@ -471,15 +478,22 @@ class MemorySearch(AsyncSearch):
         return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
 
     def _result(self, c: Candidate, cite: bool, keys: frozenset[str], kind: str | None = None) -> SearchResult:
-        snip = centred_snippet(c.text, c.start_line, c.end_line, keys)
-        citation = citation_for(c.path, snip.start_line, snip.end_line)
+        text, last = c.text, c.end_line
+        if text.endswith("\n") and last > c.start_line:
+            # The empty line after a final line break counts in endLine (OpenClaw's numbering) but
+            # has no text: the snippet ends at the last line of text, and a snippet that reaches it
+            # is cited to endLine as OpenClaw cites the chunk (`get` of that range prints the same text).
+            text, last = text[:-1], last - 1
+        snip = centred_snippet(text, c.start_line, last, keys)
+        snip_end = c.end_line if snip.end_line == last else snip.end_line
+        citation = citation_for(c.path, snip.start_line, snip_end)
         snippet = f"{snip.text.strip()}\n\nSource: {citation}" if cite else snip.text
         return SearchResult(
             path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
             snippet=snippet, source=c.source, citation=citation if cite else None,
             vectorScore=round(c.vector_score, 6) if c.has_vector else None,
             textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
-            snippetStartLine=snip.start_line, snippetEndLine=snip.end_line,
+            snippetStartLine=snip.start_line, snippetEndLine=snip_end,
         )
 
     def _index_refused(self) -> str | None:

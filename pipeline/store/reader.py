@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from memindex.pipeline.store import db
+from memindex.pipeline.store import db, owner
 from memindex.pipeline.store.core import (
     FileKey,
     IndexedFile,
@@ -488,5 +488,6 @@ class ReadSnapshot:
 
 
 def open_reader(settings: Any) -> StoreReader:
+    owner.open_own(settings)
     vec = settings.memory_search["store"]["vector"]
     return StoreReader(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"])

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreError
-from memindex.pipeline.store import db
+from memindex.pipeline.store import db, owner
 from memindex.pipeline.store.core import (
     UNSTORABLE,
     FileKey,
@@ -919,6 +919,7 @@ class _Transaction:
 
 
 def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:
+    owner.open_own(settings)
     vec = settings.memory_search["store"]["vector"]
     return StoreWriter(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"],
                        wait_s=wait_s)

@@ -193,7 +193,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         args.agent = keyed_id
     settings = _settings(args)
     engine = _search_engine(args, settings)
-    opts = dict(max_results=args.max_results, min_score=args.min_score, session_key=args.session_key)
+    opts = dict(max_results=args.max_results, min_score=args.min_score, session_key=args.session_key,
+                corpus=args.corpus)
+    if args.query_text is not None:  # `--query TEXT`, openclaw memory search's alternative to QUERY
+        if args.query:
+            say_error(f"give the query once: as QUERY or --query, not both ({' '.join(args.query)!r} was given too)")
+            return 2
+        args.query = [args.query_text]
     if args.queries:
         if args.query:  # they were ignored, with exit 0
             say_error(f"give either a QUERY or --queries FILE, not both ({' '.join(args.query)!r} was given too)")
@@ -247,6 +253,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         say_error(why)
         return 2
     resp = engine.search(" ".join(args.query), **opts)
+    if not args.session_key:  # OpenClaw's CLI prints no citations (they are the chat tool's)
+        from memindex.producers.cli.openclaw_format import without_citations
+
+        without_citations(resp.results)
     failed = bool(resp.extra.get("unavailable"))  # "No matches." said a failed search found nothing
     if args.json:
         print(json.dumps(resp.as_dict(), ensure_ascii=False, indent=2))
@@ -432,6 +442,11 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
         description="Hybrid (vector + keyword) search of one agent's memory, the default agent "
                     "unless --agent. Text output is `openclaw memory search`'s."))
     s.add_argument("query", nargs="*", help="the query text (words are joined with spaces)")
+    s.add_argument("--query", dest="query_text", metavar="TEXT", default=None,
+                   help="the query text (instead of QUERY, as `openclaw memory search --query`)")
+    s.add_argument("--corpus", choices=("memory", "sessions", "all", "wiki"), default=None,
+                   help="search only memory files or session transcripts (default: all the agent's "
+                        "search sources; wiki is not indexed by memindex)")
     s.add_argument("--json", action="store_true", help="print the memory_search payload as JSON")
     s.add_argument("--max-results", metavar="N", type=at_least_one, default=None,
                    help=f"at most N results (default: query.maxResults, {D.MAX_RESULTS})")

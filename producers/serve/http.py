@@ -1,6 +1,6 @@
 """``memindex serve``: the memory operations as a small JSON HTTP API (Starlette on uvicorn).
 
-    POST /v1/search  {"query", "maxResults"?, "minScore"?, "agent"?, "sessionKey"?}  -> memory_search payload
+    POST /v1/search  {"query", "maxResults"?, "minScore"?, "agent"?, "sessionKey"?, "corpus"?} -> memory_search payload
     POST /v1/get     {"path", "from"?, "lines"?, "agent"?}                            -> memory_get payload
     GET  /v1/status[?agent=ID]                                                        -> status report
     GET  /healthz                                                -> {"ok": true} (503 {"ok": false, ...}: config)

@@ -13,7 +13,7 @@ import os
 import signal
 import stat
 import threading
-from typing import Annotated, Any, Awaitable
+from typing import Annotated, Any, Awaitable, Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -113,9 +113,12 @@ def build_server(tools: MemoryTools) -> MCPServer:
         sessionKey: Annotated[str | None, Field(description="The calling session's key "
                                                 "(agent:<id>:<channel>:...): its agent is searched when "
                                                 "`agent` is not given; decides citations and scope.")] = None,
+        corpus: Annotated[Literal["memory", "wiki", "all", "sessions"] | None, Field(
+            description="Which corpus to search: memory files, session transcripts, all (the default) "
+                        "or wiki (not indexed by memindex).")] = None,
     ) -> dict[str, Any]:
         return await _answer("memory_search", tools.search(query, max_results=maxResults, min_score=minScore,
-                                                           agent=agent, session_key=sessionKey))
+                                                           agent=agent, session_key=sessionKey, corpus=corpus))
 
     async def memory_get(**args: Any) -> dict[str, Any]:
         return await _answer("memory_get", tools.get(args["path"], from_line=args.get("from"),

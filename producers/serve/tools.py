@@ -25,6 +25,7 @@ from memindex.pipeline.config.paths import default_agent_id, validate_agent_id
 from memindex.pipeline.errors import ConfigError, MemindexError, MemoryGetError, StoreError
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.pipeline.search.backend import SearchEngine, engine_for
+from memindex.pipeline.search.corpus import CORPORA
 from memindex.pipeline.search.engine import min_score_problem, query_problem
 from memindex.pipeline.search.get import amemory_get
 from memindex.pipeline.search.scope import agent_from_key
@@ -67,7 +68,7 @@ class OperationError(MemindexError):
 # Each operation's wire arguments -> MemoryTools keyword: one table for the JSON API and MCP,
 # where an unknown argument (a misspelt ``maxresults``) is refused, never silently ignored.
 SEARCH_FIELDS = {"query": "query", "maxResults": "max_results", "minScore": "min_score",
-                 "agent": "agent", "sessionKey": "session_key"}
+                 "agent": "agent", "sessionKey": "session_key", "corpus": "corpus"}
 GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "agent"}
 STATUS_FIELDS = {"agent": "agent"}
 
@@ -91,6 +92,7 @@ def check_fields(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]
 # MCP SDK's own validation coerced `true` and "3" to a maxResults and answered in pydantic's words).
 _WIRE_TYPES: dict[str, tuple[type | tuple[type, ...], float | None]] = {
     "query": (str, None), "path": (str, None), "agent": (str, None), "sessionKey": (str, None),
+    "corpus": (str, None),
     # from/lines 0 mean "not given" (from the first line; every line), as in-process and in OpenClaw.
     "maxResults": (int, 1), "minScore": ((int, float), None), "from": (int, 0), "lines": (int, 0)}
 
@@ -203,11 +205,13 @@ class MemoryTools:
         return engine_for(settings, query_embedder="auto", schedule_sync=schedule_sync)
 
     async def search(self, query: Any, *, max_results: Any = None, min_score: Any = None,
-                     agent: Any = None, session_key: Any = None) -> dict[str, Any]:
+                     agent: Any = None, session_key: Any = None, corpus: Any = None) -> dict[str, Any]:
         if not isinstance(query, str):
             raise OperationError("bad_request", "query must be a string")
         opts = dict(max_results=_wire("maxResults", max_results), min_score=_wire("minScore", min_score),
-                    session_key=_wire("sessionKey", session_key))
+                    session_key=_wire("sessionKey", session_key), corpus=_wire("corpus", corpus))
+        if corpus is not None and corpus not in CORPORA:
+            raise OperationError("bad_request", f"corpus must be one of: {', '.join(CORPORA)}")
         # What `memindex search` refuses, refused here in its words (both answered 200, no results).
         if why := query_problem(query):
             raise OperationError("bad_request", why)
