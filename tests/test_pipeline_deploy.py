@@ -151,3 +151,114 @@ def test_honcho_start_runs_the_pipeline(tmp_path, redis_server):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         log.close()
+
+
+# --- the image: what the Dockerfile copies builds, installs and runs -------------------------------
+
+def dockerfile_copies() -> list[tuple[list[str], str]]:
+    """(sources, destination) of each COPY line of the Dockerfile, destination resolved against
+    the WORKDIR in force (its grammar: ``COPY [--flag=...] SRC... DEST``, one instruction a line)."""
+    workdir, out = "/", []
+    lines = [ln for ln in (REPO / "Dockerfile").read_text().splitlines() if not ln.lstrip().startswith("#")]
+    for line in "\n".join(lines).replace("\\\n", " ").splitlines():  # continuation lines joined
+        words = shlex.split(line)
+        if not words:
+            continue
+        op, rest = words[0].upper(), words[1:]
+        if op == "WORKDIR":
+            workdir = os.path.join(workdir, rest[0])
+        elif op in ("COPY", "ADD"):
+            assert not any(w.startswith("--from") for w in rest), "a multi-stage COPY: teach this parser"
+            rest = [w for w in rest if not w.startswith("--")]
+            dest = os.path.normpath(os.path.join(workdir, rest[-1]))
+            out.append((rest[:-1], dest + "/" if rest[-1].endswith("/") else dest))
+    return out
+
+
+def _copy_like_docker(copies: list[tuple[list[str], str]], root: Path) -> Path:
+    """Lay the build context's files out under ``root`` as ``COPY`` does in the image (a source
+    folder's contents into DEST; files into DEST/ when it ends with a slash or there are several)."""
+    for sources, dest in copies:
+        target = root / dest.lstrip("/")
+        for src in sources:
+            path = REPO / src
+            assert path.exists(), f"COPY {src}: not in the build context"
+            if path.is_dir():
+                shutil.copytree(path, target, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            elif dest.endswith("/") or len(sources) > 1:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target / path.name)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+    return root
+
+
+@pytest.mark.slow
+def test_a_wheel_built_from_exactly_what_the_dockerfile_copies_installs_and_runs(tmp_path):
+    """No container runtime here: the image's `pip install .` is replayed on the files its COPY
+    lines bring in (nothing else of the repository), in a fresh venv, run outside the repository."""
+    copies = dockerfile_copies()
+    workdir = {dest for _, dest in copies if dest.endswith("/")}
+    assert workdir == {"/app/"}, workdir  # pyproject.toml lands where `RUN pip install .` runs
+    app = _copy_like_docker(copies, tmp_path / "image") / "app"
+    dist = tmp_path / "dist"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                            "-w", str(dist), str(app)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = dist.glob("memindex-*.whl")
+    venv = tmp_path / "venv"
+    # The dependencies come from this interpreter's site-packages (no download in a test); memindex
+    # itself only from the wheel: the venv's own site-packages come first on its path.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                              str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MEMINDEX_BROKER_URL")}
+        return subprocess.run([str(venv / "bin" / "memindex"), *argv], cwd=elsewhere, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import memindex.workers.actors as m; print(m.__file__)"],
+                           cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0 and where.stdout.startswith(str(venv)), where.stdout + where.stderr
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.strip() == "memindex 0.1.0", version.stdout + version.stderr
+    worker = run("worker", "--help")
+    assert worker.returncode == 0 and "--queues" in worker.stdout and "--writer" in worker.stdout, worker.stderr
+
+
+def test_the_dockerfile_copies_every_folder_the_package_maps():
+    """The cheap half of the test above: every folder pyproject.toml installs is copied."""
+    import tomllib
+
+    mapped = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    copied = {src.rstrip("/") for sources, _ in dockerfile_copies() for src in sources}
+    assert set(mapped.values()) <= copied, set(mapped.values()) - copied
+    assert {"pyproject.toml", "README.md"} <= copied  # the build reads both (readme = "README.md")
+
+
+def _compose_schema() -> dict:
+    """The Compose specification's JSON schema, as check-jsonschema vendors it (a test dependency)."""
+    import json
+
+    check_jsonschema = pytest.importorskip("check_jsonschema")
+    path = Path(check_jsonschema.__file__).parent / "builtin_schemas" / "vendor" / "compose-spec.json"
+    return json.loads(path.read_text())
+
+
+def test_compose_validates_against_the_compose_spec_schema():
+    import jsonschema
+
+    schema = _compose_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)  # the draft it declares (2020-12)
+    doc = compose()
+    validator.validate(doc)
+    # ... and the check is real: a misspelt key is refused by the same schema.
+    bad = dict(doc, services={**doc["services"], "worker": {**doc["services"]["worker"], "comand": "x"}})
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(bad)
