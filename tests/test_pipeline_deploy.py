@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -104,39 +105,36 @@ def _our_processes(marker: str) -> list[int]:
     return pids
 
 
-@pytest.mark.redis
-def test_honcho_start_runs_the_pipeline(tmp_path, redis_server):
-    if shutil.which("honcho") is None and not (Path(sys.executable).parent / "honcho").exists():
-        pytest.skip("honcho not installed")
+def _honcho_env(a: Agent, redis_url: str, **extra: str) -> dict[str, str]:
+    bindir = str(Path(sys.executable).parent)
+    return dict(os.environ, MEMINDEX_BROKER_URL=redis_url, MEMINDEX_WRITE_SHARDS="2",
+                OPENCLAW_STATE_DIR=str(a.state), OPENCLAW_CONFIG_PATH=str(a.config_path),
+                PATH=bindir + os.pathsep + os.environ.get("PATH", ""), **extra)
+
+
+def _honcho_agent(tmp_path: Path) -> Agent:
+    pytest.importorskip("honcho")
     a = Agent(tmp_path / "a")
     a.write_config({"agents": {"defaults": {"workspace": str(a.workspace),
                                             "memorySearch": {"sync": {"watchDebounceMs": 300}}}}})
-    a.write("memory/2026-02-01.md", "honcho started this index of the lychee notes\n")
+    return a
+
+
+@contextlib.contextmanager
+def running_honcho(tmp_path: Path, env: dict[str, str], log_name: str = "honcho.log"):
+    """`honcho start` on the repository's Procfile; on exit honcho is stopped as an operator
+    would (SIGTERM), and no process of this test (its broker URL in the environment) outlives it."""
     envfile = tmp_path / "empty.env"
     envfile.write_text("")
-    bindir = str(Path(sys.executable).parent)
-    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, MEMINDEX_WRITE_SHARDS="2",
-               OPENCLAW_STATE_DIR=str(a.state),
-               OPENCLAW_CONFIG_PATH=str(a.config_path), PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
-    honcho = shutil.which("honcho", path=env["PATH"])
-    log = open(tmp_path / "honcho.log", "wb")
-    proc = subprocess.Popen([honcho, "-f", str(REPO / "Procfile"), "-e", str(envfile), "start"], cwd=REPO,
+    log_path = tmp_path / log_name
+    log = open(log_path, "wb")
+    # honcho of this interpreter: a pyenv shim's `honcho` put its own Python first on PATH, and the
+    # Procfile's `memindex` was then another installation's.
+    proc = subprocess.Popen([sys.executable, "-m", "honcho", "-f", str(REPO / "Procfile"), "-e", str(envfile), "start"], cwd=REPO,
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def found(q: str) -> bool:
-        return bool(a.search(q)["results"])
-
+    proc.log_path = log_path  # type: ignore[attr-defined]
     try:
-        deadline = time.monotonic() + 25
-        while time.monotonic() < deadline and not found("lychee"):
-            assert proc.poll() is None, (tmp_path / "honcho.log").read_text()
-            time.sleep(0.1)
-        assert found("lychee"), (tmp_path / "honcho.log").read_text()
-        a.write("memory/2026-02-02.md", "a later note about rambutan\n")
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not found("rambutan"):
-            time.sleep(0.1)
-        assert found("rambutan"), (tmp_path / "honcho.log").read_text()
+        yield proc
     finally:
         # honcho stops its children itself (SIGTERM, then SIGKILL after 5 s) ...
         with contextlib.suppress(ProcessLookupError):
@@ -147,10 +145,32 @@ def test_honcho_start_runs_the_pipeline(tmp_path, redis_server):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         # ... but they run in sessions of their own: make sure none outlives the test.
-        for pid in _our_processes(f"MEMINDEX_BROKER_URL={redis_server.url}"):
+        for pid in _our_processes(f"MEMINDEX_BROKER_URL={env['MEMINDEX_BROKER_URL']}"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         log.close()
+
+
+def _found(a: Agent, q: str) -> bool:
+    return bool(a.search(q)["results"])
+
+
+def _wait_found(a: Agent, proc: subprocess.Popen, q: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not _found(a, q):
+        assert proc.poll() is None, proc.log_path.read_text()  # type: ignore[attr-defined]
+        time.sleep(0.1)
+    assert _found(a, q), proc.log_path.read_text()  # type: ignore[attr-defined]
+
+
+@pytest.mark.redis
+def test_honcho_start_runs_the_pipeline(tmp_path, redis_server):
+    a = _honcho_agent(tmp_path)
+    a.write("memory/2026-02-01.md", "honcho started this index of the lychee notes\n")
+    with running_honcho(tmp_path, _honcho_env(a, redis_server.url)) as proc:
+        _wait_found(a, proc, "lychee", 25)
+        a.write("memory/2026-02-02.md", "a later note about rambutan\n")
+        _wait_found(a, proc, "rambutan", 15)
 
 
 # --- the image: what the Dockerfile copies builds, installs and runs -------------------------------
@@ -262,3 +282,39 @@ def test_compose_validates_against_the_compose_spec_schema():
     bad = dict(doc, services={**doc["services"], "worker": {**doc["services"]["worker"], "comand": "x"}})
     with pytest.raises(jsonschema.ValidationError):
         validator.validate(bad)
+
+
+# --- operating the Procfile: JSON logs, supervisor death ------------------------------------------
+
+HONCHO_LINE = re.compile(r"^\d\d:\d\d:\d\d (\S+)\s*\| ?(.*)$")  # "12:00:00 worker.1 | <the process's line>"
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_every_line_of_every_procfile_process_is_json(tmp_path, redis_server):
+    """MEMINDEX_LOG_FORMAT=json (the Procfile's .env): dramatiq's parent processes, the watcher's
+    banner, the workers' lines from start to stop - each one a JSON object."""
+    a = _honcho_agent(tmp_path)
+    a.write("memory/2026-02-01.md", "json logs for the lychee notes\n")
+    with running_honcho(tmp_path, _honcho_env(a, redis_server.url, MEMINDEX_LOG_FORMAT="json")) as proc:
+        _wait_found(a, proc, "lychee", 25)
+        a.write("memory/2026-02-02.md", "a later note about rambutan\n")
+        _wait_found(a, proc, "rambutan", 15)
+    lines, by_process = proc.log_path.read_text().splitlines(), {}
+    for line in lines:
+        m = HONCHO_LINE.match(line)
+        assert m, f"not a honcho line: {line!r}"
+        name, text = m.groups()
+        if name == "system":  # honcho's own "started with pid", "stopping"
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            raise AssertionError(f"{name}: not JSON: {text!r}") from None
+        assert {"time", "level", "logger", "message"} <= set(record), record
+        by_process.setdefault(name.split(".")[0], []).append(record)
+    assert set(by_process) == set(procfile()), set(by_process)  # every process spoke, and only JSON
+    messages = [r["message"] for r in by_process["worker"]]
+    assert any("booting up" in m for m in messages), messages  # dramatiq's parent process
+    assert any(r["message"].startswith("watching 1 agent(s)") for r in by_process["watcher"])  # the banner
+    assert any("Sending signal" in m for m in messages), messages  # the stop, parent side

@@ -22,7 +22,8 @@ from memindex.pipeline.config.settings import Context
 from memindex.pipeline.index.workspace import display_path
 from memindex.pipeline.errors import ConfigError, MemindexError, WorkspaceError
 from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
-from memindex.producers.cli.options import at_least_one, examples, metrics_address, non_negative, say_error
+from memindex.producers.cli.options import (at_least_one, examples, metrics_address, non_negative, say,
+                                           say_error)
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex.ops")
@@ -156,11 +157,11 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     loops: list = [side]
     for ctx, settings in enabled:
         if not settings.enabled:
-            print(f"{ctx.agent_id}: memory search disabled; not watched", file=sys.stderr)
+            say(f"{ctx.agent_id}: memory search disabled; not watched", prefix=None, level=logging.INFO)
             continue
         if ctx.agent_id in missing:
             # Watched all the same (its nearest existing parent): indexed once the workspace appears.
-            print(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", file=sys.stderr)
+            say(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", prefix=None)
         elif initial_sync:
             catch_up.append(ctx)  # catch up on what changed while nobody watched
         if settings.memory_search["sync"]["watch"]:
@@ -219,8 +220,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                               max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
                               reload=lambda: agent_contexts(args), need_a_workspace=True)
     where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
-    print(f"watching {running.agents} agent(s){_others_hint(args, contexts)}, "
-          f"{len(running.watcher.watched_dirs)} directories; {where}. Ctrl-C to stop.", file=sys.stderr, flush=True)
+    # A banner for the terminal, a JSON record under --log-format json (it was the one plain line there).
+    say(f"watching {running.agents} agent(s){_others_hint(args, contexts)}, "
+        f"{len(running.watcher.watched_dirs)} directories; {where}. Ctrl-C to stop.", prefix=None, level=logging.INFO)
     heartbeat = _heartbeat("watch")
     stop = _Stop()
     try:
@@ -235,10 +237,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
             from memindex.workers import queues
 
             if queues.total_outstanding():
-                print(f"stopping: finishing the work in flight (up to {args.drain_timeout:g} s; Ctrl-C again "
-                      "to stop now, the next start plans the rest)", file=sys.stderr, flush=True)
+                say(f"stopping: finishing the work in flight (up to {args.drain_timeout:g} s; Ctrl-C again "
+                    "to stop now, the next start plans the rest)", prefix=None, level=logging.INFO)
             embedded.wait_idle(timeout=args.drain_timeout)
-        print("stopped", file=sys.stderr)
+        say("stopped", prefix=None, level=logging.INFO)
     return 0
 
 
@@ -498,12 +500,12 @@ def _credentials_refused(wait: bool = False) -> str | None:
                 return refused
             if not said:
                 said = time.monotonic()
-                print(f"redis at {redact(broker_url() or '?')} does not answer ({exc}); waiting for it "
-                      "(Ctrl-C to stop)", file=sys.stderr, flush=True)
+                say(f"redis at {redact(broker_url() or '?')} does not answer ({exc}); waiting for it "
+                    "(Ctrl-C to stop)", prefix=None)
             time.sleep(REDIS_WAIT_POLL_S)
             continue
         if said:
-            print(f"redis answers after {time.monotonic() - said:.0f} s; starting", file=sys.stderr, flush=True)
+            say(f"redis answers after {time.monotonic() - said:.0f} s; starting", prefix=None, level=logging.INFO)
         return None
 
 
@@ -573,7 +575,7 @@ def _claim_writer_start(queue: str) -> str | None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """exec ``dramatiq memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
+    """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
     from memindex.workers.broker import BROKER_ENV, QUEUES, is_write_queue
 
     if not os.environ.get(BROKER_ENV):
@@ -656,7 +658,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # is not one (MEMINDEX_BATCH_LEASE_S=abc) is this command's one line, not a traceback from each.
     import memindex.workers.actors  # noqa: F401
 
-    argv = [sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes", str(processes),
+    # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format.
+    argv = [sys.executable, "-m", "memindex.workers.run", "memindex.workers.actors", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()
     sys.stderr.flush()
