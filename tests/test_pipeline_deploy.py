@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, Agent
+from tests.conftest import REPO, Agent, kill_groups
 
 PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")  # honcho's own grammar
 
@@ -318,3 +318,74 @@ def test_every_line_of_every_procfile_process_is_json(tmp_path, redis_server):
     assert any("booting up" in m for m in messages), messages  # dramatiq's parent process
     assert any(r["message"].startswith("watching 1 agent(s)") for r in by_process["watcher"])  # the banner
     assert any("Sending signal" in m for m in messages), messages  # the stop, parent side
+
+
+def _procfile_processes(marker: str) -> list[int]:
+    """Our processes but the `sh -c` wrappers honcho starts (they end with their command)."""
+    out = []
+    for pid in _our_processes(marker):
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if os.path.basename(argv0) not in (b"sh", b"dash", b"bash"):
+            out.append(pid)
+    return out
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_a_sigkilled_honcho_leaves_no_process_behind_and_honcho_starts_again(tmp_path, redis_server):
+    from tests.conftest import process_running, wait_for
+
+    a = _honcho_agent(tmp_path)
+    a.write("memory/2026-02-01.md", "the first honcho indexed the lychee notes\n")
+    env = _honcho_env(a, redis_server.url)
+    marker = f"MEMINDEX_BROKER_URL={redis_server.url}"
+    with running_honcho(tmp_path, env, "first.log") as first:
+        _wait_found(a, first, "lychee", 25)
+        import redis
+
+        client = redis.Redis.from_url(redis_server.url)
+        beating = lambda: [k for k in client.scan_iter("memindex:proc:*") if not k.endswith(b":running")]  # noqa: E731
+        assert wait_for(lambda: len(beating()) == 6 + 1, 30)  # every dramatiq worker process booted, and watch
+        pids = [p for p in _procfile_processes(marker) if p != first.pid]
+        os.kill(first.pid, signal.SIGKILL)  # honcho alone: its children are in sessions of their own
+        first.wait(5)
+        # Each one sees its supervisor gone within a second, stops as SIGTERM would have it (hand
+        # back, release), and its dramatiq children follow their parent.
+        assert wait_for(lambda: not any(process_running(p) for p in pids), 30), \
+            [(p, Path(f"/proc/{p}/cmdline").read_bytes()[-60:]) for p in pids if process_running(p)]
+    a.write("memory/2026-02-02.md", "the second honcho indexed the rambutan notes\n")
+    with running_honcho(tmp_path, env, "second.log") as second:
+        _wait_found(a, second, "rambutan", 30)  # its writers were not refused: no orphan held a shard
+        assert second.poll() is None, (tmp_path / "second.log").read_text()
+
+
+@pytest.mark.redis
+def test_health_reports_a_worker_whose_supervisor_is_gone(tmp_path, redis_server):
+    """The worker normally stops within a second of its supervisor; while it has not (here its
+    dramatiq parent is held stopped), `health` names it, then it stops once it can."""
+    from tests.conftest import process_running, run_cli, wait_for
+
+    env = dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url, OPENCLAW_STATE_DIR=str(tmp_path / "state"))
+    # A supervisor of our own: a process that starts `memindex worker` and waits for it.
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-m', 'memindex', "
+         "'worker', '--queues', 'sync', '--processes', '1', '--threads', '1']))"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 30), run_cli("health", env=env).stdout
+        (main,) = [int(p) for p in Path(f"/proc/{supervisor.pid}/task/{supervisor.pid}/children").read_text().split()]
+        children = [int(p) for p in Path(f"/proc/{main}/task/{main}/children").read_text().split()]
+        assert children
+        os.kill(main, signal.SIGSTOP)  # it cannot act on its supervisor's death yet; its worker still beats
+        supervisor.kill()
+        supervisor.wait(5)
+        health = run_cli("health", env=env)
+        assert health.returncode == 1, health.stdout + health.stderr
+        assert f"its supervisor (pid {supervisor.pid}) is gone" in health.stderr, health.stderr
+        os.kill(main, signal.SIGCONT)
+        assert wait_for(lambda: not any(process_running(p) for p in (main, *children)), 20)
+    finally:
+        kill_groups([supervisor])

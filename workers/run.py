@@ -1,5 +1,5 @@
 """What ``memindex worker`` execs: dramatiq's command line, with memindex's log format in every
-process it starts.
+process it starts and a watch on the supervisor.
 
 dramatiq's parent process (and its fork processes, the Prometheus exposition server) configure
 logging themselves with dramatiq's text format, and none of memindex's middleware runs there: with
@@ -12,8 +12,12 @@ at call time, and the worker processes are forked from this one, so they inherit
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
+
+
+PARENT_ENV = "MEMINDEX_WORKER_PARENT"  # the pid of dramatiq's parent process, for its children
 
 
 def _then_ours(setup: Callable[..., Any]) -> Callable[..., Any]:
@@ -30,11 +34,15 @@ def _then_ours(setup: Callable[..., Any]) -> Callable[..., Any]:
 def main() -> int:
     import dramatiq.cli as cli
 
+    from memindex.workers.supervisor import stop_with_supervisor
+
     for name in ("setup_parent_logging", "setup_worker_logging", "setup_fork_logging"):
         setattr(cli, name, _then_ours(getattr(cli, name)))
     parser = cli.make_argument_parser()
     parser.prog = "memindex worker"  # its usage and error lines name the command that was run
     args = parser.parse_args(sys.argv[1:])
+    stop_with_supervisor()  # before the fork: the worker processes inherit SUPERVISOR_ENV
+    os.environ[PARENT_ENV] = str(os.getpid())  # (workers/lifecycle.py: a child outlives no parent)
     # A SIGHUP makes dramatiq exec sys.argv again (its reload): this module, not `dramatiq`.
     sys.argv = [sys.executable, "-m", __spec__.name if __spec__ else "memindex.workers.run", *sys.argv[1:]]
     return cli.main(args)

@@ -205,6 +205,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memindex.workers import embedded
     from memindex.workers.broker import broker_url, is_embedded, redact
 
+    from memindex.workers.supervisor import stop_with_supervisor
+
+    stop_with_supervisor()  # SIGKILLed, honcho left the watcher running beside the next one's
     contexts = agent_contexts(args)
     if not is_embedded():
         refused = _credentials_refused(wait=True)  # started before Redis (Procfile order): wait
@@ -658,7 +661,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # is not one (MEMINDEX_BATCH_LEASE_S=abc) is this command's one line, not a traceback from each.
     import memindex.workers.actors  # noqa: F401
 
-    # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format.
+    # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format, and
+    # the command stops when its supervisor dies.
     argv = [sys.executable, "-m", "memindex.workers.run", "memindex.workers.actors", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()
