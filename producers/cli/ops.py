@@ -217,8 +217,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
+        from memindex.workers.queues import depth
 
-        serve_metrics(args.metrics_port, contexts, job_state_counts)
+        serve_metrics(args.metrics_port, contexts, job_state_counts, depth)
     running = start_producers(contexts, initial_sync=not args.no_initial_sync,
                               max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
                               reload=lambda: agent_contexts(args), need_a_workspace=True)
@@ -333,10 +334,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             done = backfill.wait(b, progress=bar, timeout=args.timeout)
         finally:
             bar.close()
-        ok = ok and done
+        ok = ok and done and not b.refused
         if not args.quiet:
             state = "done" if done else f"timed out ({backfill.progress_of(b)[1]} still pending)"
             print(f"{b.ctx.agent_id}: {state} in {time.monotonic() - started:.1f}s", flush=True)
+        if b.refused:  # (said even with --quiet, as the failures below are)
+            say_error(f"{b.ctx.agent_id}: {backfill.refused_line(b)}")
     failed = report_failures([b.settings for b in jobs], since)
     return 0 if ok and not failed else 1
 

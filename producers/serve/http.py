@@ -206,6 +206,7 @@ async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
 
 
 def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
+    tools.transport = "http"
     async def search(request: Request) -> Response:
         kw = check_arguments(await _json_body(request, max_body_bytes), SEARCH_FIELDS, "query")
         return JSONResponse(await tools.search(kw.pop("query"), **kw))
