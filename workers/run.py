@@ -43,6 +43,9 @@ def main() -> int:
     args = parser.parse_args(sys.argv[1:])
     stop_with_supervisor()  # before the fork: the worker processes inherit SUPERVISOR_ENV
     os.environ[PARENT_ENV] = str(os.getpid())  # (workers/lifecycle.py: a child outlives no parent)
+    from memindex.pipeline.embeddings.providers.local import PROCESSES_ENV
+
+    os.environ[PROCESSES_ENV] = str(args.processes)  # each loads its own local model: they share the CPUs
     # A SIGHUP makes dramatiq exec sys.argv again (its reload): this module, not `dramatiq`.
     sys.argv = [sys.executable, "-m", __spec__.name if __spec__ else "memindex.workers.run", *sys.argv[1:]]
     return cli.main(args)
