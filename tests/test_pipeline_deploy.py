@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def _command(svc: dict) -> list[str]:
 
 def test_procfile_and_compose_start_the_same_commands():
     procs = procfile()
-    services = {k: v for k, v in compose()["services"].items() if k != "redis"}
+    services = {k: v for k, v in compose()["services"].items() if k != "redis" and not v.get("profiles")}
     assert set(procs) == set(services) == {"watcher", "worker", "compute", "batch", "writer0", "writer1"}
     for name, cmd in procs.items():
         assert _command(services[name]) == cmd, name
@@ -389,3 +390,136 @@ def test_health_reports_a_worker_whose_supervisor_is_gone(tmp_path, redis_server
         assert wait_for(lambda: not any(process_running(p) for p in (main, *children)), 20)
     finally:
         kill_groups([supervisor])
+
+
+# --- the dashboard: every query names a series we export --------------------------------------------
+
+DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "memindex.json"
+_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",),
+             "summary": ("_count", "_sum", "")}
+
+
+def _series(families) -> dict[str, set[str]]:
+    """sample name -> label names, from metric families (their samples' labels, else the labels the
+    family declares: a labelled series with no child yet has no sample)."""
+    out: dict[str, set[str]] = {}
+    for fam in families:
+        labels = {k for smp in fam.samples for k in smp.labels} or set(getattr(fam, "_labelnames", ()))
+        for suffix in _SUFFIXES[fam.type]:
+            out[fam.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    return out
+
+
+def exported_series() -> dict[str, set[str]]:
+    """Every series memindex exports, read from the definitions themselves (workers/metrics.py,
+    and dramatiq's Prometheus middleware as the worker processes boot it), not from a list."""
+    from prometheus_client import CollectorRegistry
+
+    from memindex.workers import metrics
+
+    reg = CollectorRegistry()
+    rec, search = metrics.Recorders(registry=reg), metrics.SearchRecorders(registry=reg)
+    rec._request("openai", 0.1, "timeout")  # one child each: their samples carry the label names
+    rec.retries.labels("openai").inc()
+    rec._cache(1, 2)
+    rec.writer.observe(0.01)
+    search.observe("main", 0.01, True, "http")
+    reg.register(metrics.PendingCollector([]))
+    reg.register(metrics.QueueCollector(lambda: {"sync": {"ready": 1}}))
+    out = _series(reg.collect())
+    # dramatiq's series exist in a worker process after its boot (multiprocess mode): boot one.
+    code = ("import json, os; from dramatiq.middleware.prometheus import Prometheus; p = Prometheus(); "
+            "p.after_process_boot(None); "
+            "print(json.dumps({m._name: [m._type, list(m._labelnames)] for m in vars(p).values() "
+            "if hasattr(m, '_labelnames')}))")
+    with tempfile.TemporaryDirectory() as db:
+        env = dict(os.environ, dramatiq_prom_db=db, PROMETHEUS_MULTIPROC_DIR=db)
+        got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode == 0, got.stderr
+    for name, (kind, labels) in json.loads(got.stdout).items():
+        for suffix in _SUFFIXES[kind]:
+            out[name + suffix] = set(labels) | ({"le"} if suffix == "_bucket" else set())
+    return out
+
+
+METRIC_NAME = re.compile(r"\b((?:memindex|dramatiq)_[a-z0-9_]+)\b(\{[^}]*\})?")
+GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+
+
+def test_every_dashboard_query_names_a_series_we_export_with_its_labels():
+    series = exported_series()
+    assert {"memindex_queue_messages", "memindex_files_pending", "dramatiq_messages_total",
+            "memindex_search_seconds_bucket"} <= set(series)  # the collection itself works
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [(p["title"], t["expr"]) for p in dash["panels"] for t in p["targets"]]
+    assert exprs
+    for title, expr in exprs:
+        named = METRIC_NAME.findall(expr)
+        assert named, f"{title}: {expr} names no memindex or dramatiq series"
+        labels: set[str] = set()
+        for name, selector in named:
+            assert name in series, f"{title}: {name} is not a series memindex exports"
+            labels |= series[name]
+            used = set(re.findall(r"(\w+)\s*=~?", selector))
+            assert used <= series[name], f"{title}: {name} has no label {used - series[name]}"
+        for group in GROUPING.findall(expr):
+            by = {g.strip() for g in group.split(",") if g.strip()}
+            assert by <= labels, f"{title}: grouped by {by - labels}, which {[n for n, _ in named]} do not carry"
+
+
+def test_the_dashboard_has_the_operators_panels():
+    dash = json.loads(DASHBOARD.read_text())
+    by_title = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in dash["panels"]}
+
+    def panel(words: str, *needles: str) -> None:
+        hits = [expr for title, expr in by_title.items() if words.lower() in title.lower()]
+        assert hits, f"no panel titled like {words!r}: {list(by_title)}"
+        assert all(n in hits[0] for n in needles), (words, hits[0])
+
+    panel("queue depth per queue", "memindex_queue_messages", "by (queue)")
+    panel("files pending per agent", "memindex_files_pending", "by (agent)")
+    panel("oldest pending file per agent", "memindex_oldest_pending_seconds", "by (agent)")
+    panel("embedding requests per provider", "memindex_embedding_requests_total", "by (provider)")
+    panel("embedding errors per provider", "memindex_embedding_errors_total", "provider")
+    panel("search latency p50 / p95 per agent and transport", "histogram_quantile(0.5",
+          "histogram_quantile(0.95", "agent, transport")
+    panel("writer transactions", "memindex_writer_transaction_seconds")
+    uids = {t["datasource"]["uid"] for p in dash["panels"] for t in p["targets"]}
+    import yaml as _yaml
+
+    provisioned = _yaml.safe_load((REPO / "deploy" / "grafana" / "provisioning" / "datasources" /
+                                   "prometheus.yml").read_text())
+    assert uids == {d["uid"] for d in provisioned["datasources"]}  # the panels' datasource is the provisioned one
+
+
+def test_the_monitoring_profile_scrapes_every_memindex_service():
+    doc = compose()
+    svcs = doc["services"]
+    assert svcs["prometheus"]["profiles"] == svcs["grafana"]["profiles"] == ["monitoring"]
+    memindex = {k for k, v in svcs.items() if v.get("image") == "memindex:local"}
+    prom = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+    (job,) = prom["scrape_configs"]
+    (sd,) = job["dns_sd_configs"]
+    assert set(sd["names"]) == memindex == set(procfile())
+    for name in memindex:  # the port every service's processes serve on (--metrics-port's default)
+        host, port = svcs[name]["environment"]["MEMINDEX_METRICS_ADDRESS"].rsplit(":", 1)
+        assert (host, int(port)) == ("0.0.0.0", sd["port"])
+    mounted = {v.split(":")[0] for v in svcs["prometheus"]["volumes"] + svcs["grafana"]["volumes"]}
+    for path in mounted - {"prometheus-data", "grafana-data"}:
+        assert (REPO / path).exists(), path
+
+
+def test_the_metrics_address_variable_is_the_metrics_port_default(monkeypatch):
+    from memindex.pipeline.errors import EnvError
+    from memindex.producers.cli.main import build_parser
+    from memindex.producers.cli.ops import metrics_port
+
+    monkeypatch.setenv("MEMINDEX_METRICS_ADDRESS", "0.0.0.0:9191")
+    for argv in (["watch", "--all"], ["worker", "--queues", "sync"], ["mcp"]):
+        assert metrics_port(build_parser().parse_args(argv)) == ("0.0.0.0", 9191)
+    assert metrics_port(build_parser().parse_args(["watch", "--metrics-port", "9300"])) == ("127.0.0.1", 9300)
+    monkeypatch.setenv("MEMINDEX_METRICS_ADDRESS", "0.0.0.0:http")
+    with pytest.raises(EnvError, match="MEMINDEX_METRICS_ADDRESS"):
+        metrics_port(build_parser().parse_args(["watch"]))
+    monkeypatch.delenv("MEMINDEX_METRICS_ADDRESS")
+    assert metrics_port(build_parser().parse_args(["watch"])) is None

@@ -208,6 +208,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memindex.workers.supervisor import stop_with_supervisor
 
     stop_with_supervisor()  # SIGKILLed, honcho left the watcher running beside the next one's
+    args.metrics_port = metrics_port(args)
     contexts = agent_contexts(args)
     if not is_embedded():
         refused = _credentials_refused(wait=True)  # started before Redis (Procfile order): wait
@@ -642,6 +643,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return 2
     from memindex.workers.logs import FORMAT_ENV, LEVEL_ENV
 
+    args.metrics_port = metrics_port(args)
     if args.log_level:
         os.environ[LEVEL_ENV] = args.log_level
     os.environ[FORMAT_ENV] = args.log_format
@@ -687,9 +689,27 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 # --- registration ---------------------------------------------------------------------------
 
+METRICS_ENV = "MEMINDEX_METRICS_ADDRESS"  # --metrics-port's default: docker-compose.yml sets it for every service
+
+
+def metrics_port(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``--metrics-port``, else ``$MEMINDEX_METRICS_ADDRESS`` (read as the command runs: the parser
+    is built once and cached); a bad value is the variable's one line (``EnvError``)."""
+    raw = os.environ.get(METRICS_ENV, "").strip()
+    if args.metrics_port or not raw:
+        return args.metrics_port
+    from memindex.pipeline.errors import EnvError
+
+    try:
+        return metrics_address(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise EnvError(METRICS_ENV, str(exc)) from None
+
+
 def _metrics_opt(s: argparse.ArgumentParser) -> None:
     s.add_argument("--metrics-port", metavar="[HOST:]PORT", type=metrics_address, default=None,
-                   help="serve Prometheus metrics on PORT, 127.0.0.1 unless HOST is given (off by default; see README, Operations)")
+                   help=f"serve Prometheus metrics on PORT, 127.0.0.1 unless HOST is given (default ${METRICS_ENV}, "
+                        "else off; see README, Operations)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

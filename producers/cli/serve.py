@@ -69,6 +69,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     tools = _tools(args)
     running = None
     contexts = [tools.context(a) for a in tools.agent_ids()]
+    from memindex.producers.cli.ops import metrics_port
+
+    args.metrics_port = metrics_port(args)
     if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
