@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import Agent, free_port, module_server, run_cli, wait_for
 from tests.provider_server import ProviderServer
+from tests.test_operations_run import _scrape
 from tests.test_pipeline_redis import _kill, _spawn
 
 server = module_server(ProviderServer)
@@ -83,16 +84,3 @@ def test_a_refused_message_is_dead_lettered_counted_and_named(tmp_path, redis_se
         for p in procs:
             _kill(p)
 
-
-def _scrape(port: int) -> dict:
-    """(name, labels) -> value of one metrics endpoint, or {} while it does not answer."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    try:
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    except OSError:
-        return {}
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(body) for s in fam.samples}
