@@ -665,6 +665,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # What the worker processes import, imported here first: a MEMINDEX_* number they read that
     # is not one (MEMINDEX_BATCH_LEASE_S=abc) is this command's one line, not a traceback from each.
     import memindex.workers.actors  # noqa: F401
+    from memindex.pipeline.embeddings.providers.local import threads_default
+
+    threads_default()  # MEMINDEX_LOCAL_THREADS too (read when a local model first loads)
 
     # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format, and
     # the command stops when its supervisor dies.
