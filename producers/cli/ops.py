@@ -705,8 +705,8 @@ def metrics_port(args: argparse.Namespace) -> tuple[str, int] | None:
 
     try:
         return metrics_address(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise EnvError(METRICS_ENV, str(exc)) from None
+    except argparse.ArgumentTypeError:
+        raise EnvError(METRICS_ENV, f"must be [HOST:]PORT, e.g. 9191 or 0.0.0.0:9191, not {raw!r}") from None
 
 
 def _metrics_opt(s: argparse.ArgumentParser) -> None:
