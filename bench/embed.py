@@ -99,8 +99,8 @@ def bench_threads(texts: list[str], hogs: int = 2) -> None:
             for p in procs:
                 p.kill()
                 p.wait()
-    print(f"  chosen default here: {threads_default()} thread(s) per process (MEMINDEX_LOCAL_THREADS, else "
-          "CPUs available - 1, shared by the command's worker processes, 1..4)")
+    print(f"  chosen default here: {threads_default()} thread(s) per process (MEMINDEX_LOCAL_THREADS, else the "
+          "CPUs available shared by the command's worker processes, 1..4)")
 
 
 def bench_remote(texts: list[str]) -> None:

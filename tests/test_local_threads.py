@@ -51,12 +51,13 @@ def test_a_process_pinned_to_one_cpu_counts_one():
     env = {k: v for k, v in os.environ.items() if k not in (local.THREADS_ENV, local.PROCESSES_ENV)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "1"]
+    assert out.stdout.split() == ["1", "1"]  # one CPU: one thread, whatever the host has
 
 
-def test_the_default_leaves_a_cpu_and_shares_the_rest_between_processes(monkeypatch):
+def test_the_default_shares_the_cpus_between_the_commands_processes(monkeypatch):
     monkeypatch.delenv(local.THREADS_ENV, raising=False)
-    for cpus, processes, want in ((1, 1, 1), (2, 1, 1), (2, 2, 1), (4, 1, 3), (8, 2, 3), (16, 1, 4), (16, 8, 1)):
+    for cpus, processes, want in ((1, 1, 1), (2, 1, 2), (2, 2, 1), (4, 1, 4), (8, 2, 4), (16, 1, 4), (16, 8, 2),
+                                  (3, 4, 1)):
         monkeypatch.setattr(local, "available_cpus", lambda cpus=cpus: cpus)
         monkeypatch.setenv(local.PROCESSES_ENV, str(processes))
         assert local.threads_default() == want, (cpus, processes)

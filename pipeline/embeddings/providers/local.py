@@ -72,20 +72,22 @@ PROCESSES_ENV = "MEMINDEX_WORKER_PROCESSES"
 
 def threads_default() -> int:
     """llama.cpp's thread count: ``MEMINDEX_LOCAL_THREADS`` when set, else the CPUs available
-    to this process (``available_cpus``) but one, shared by the command's worker processes, at
-    least 1 and at most ``MAX_DEFAULT_THREADS``.
+    to this process (``available_cpus``) shared by the command's worker processes, at least 1
+    and at most ``MAX_DEFAULT_THREADS``.
 
-    One CPU is left to the rest of the deployment (writer, file-side worker, watcher, the OS):
-    llama.cpp's threads spin at their barriers, so with every CPU taken one busy neighbour stalls
-    them all. On the 2-core machine of bench/embed.py 2 threads ran 2.6x slower than 1 with the
-    other processes of the machine busy, and 10x slower beside two CPU hogs (bench/README.md)."""
+    Shared, because each worker process loads its own model: the Procfile's `compute` line (2
+    processes) took 2 threads each on a 2-core machine, 4 spinning threads for 2 CPUs. Not fewer
+    than the CPUs: with short notes in one process (the embedded default, tests/
+    test_embedding_pipeline.py's fallback) 2 threads indexed in 88 s what 1 did not in 120 s,
+    while for 400-token chunks beside busy neighbours 1 thread ran 2.6-10x faster than 2
+    (bench/README.md): on a machine shared with other busy work, set it to 1."""
     from memindex.pipeline.config.environ import env_number
 
     given = env_number(THREADS_ENV, None, whole=True, minimum=1)
     if given is not None:
         return int(given)
     processes = int(env_number(PROCESSES_ENV, 1, whole=True, minimum=1))
-    return max(1, min(MAX_DEFAULT_THREADS, (available_cpus() - 1) // processes))
+    return max(1, min(MAX_DEFAULT_THREADS, available_cpus() // processes))
 
 
 def llama_available() -> bool:
