@@ -523,3 +523,20 @@ def test_the_metrics_address_variable_is_the_metrics_port_default(monkeypatch):
         metrics_port(build_parser().parse_args(["watch"]))
     monkeypatch.delenv("MEMINDEX_METRICS_ADDRESS")
     assert metrics_port(build_parser().parse_args(["watch"])) is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc")
+def test_the_supervisor_is_the_nearest_ancestor_that_is_not_a_wrapper():
+    """A `sh -c` line (honcho's way) and a fork of its own parent are wrappers: the supervisor is
+    this test process, found through them, by pid and start time."""
+    from memindex.workers import supervisor
+
+    probe = "from memindex.workers.supervisor import find; print(find())"
+    # two commands: the shell cannot exec the last one, it stays the parent
+    out = subprocess.run(["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(probe)}; true"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str((os.getpid(), supervisor.start_time(os.getpid())))
+    assert not supervisor.gone(os.getpid(), supervisor.start_time(os.getpid()))
+    assert supervisor.gone(os.getpid(), supervisor.start_time(os.getpid()) + 1)  # a reused pid is not it
+    assert supervisor.parse(f"{os.getpid()}:12") == (os.getpid(), 12) and supervisor.parse("") is None
