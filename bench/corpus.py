@@ -2,6 +2,7 @@
 
     python bench/corpus.py [--corpus ../shared/bench/md-corpus-1k] [--qmd CMD]
     python bench/corpus.py --scale 1k,10k,30k [--cache /tmp/memindex-corpora] [--qmd CMD]
+    python bench/corpus.py --scale 1k,30k --warm [--cache DIR]
 
 ``--scale`` (issue 19) builds corpora of N files from copies of the base corpus,
 each copy with a unique first line (built once under ``--cache``, reused), and
@@ -9,7 +10,9 @@ for every scale runs memindex and QMD interleaved step by step, printing CPU
 time (user+sys of the child, via wait4) next to wall time: cold index, no-change
 and single-edit resync, CLI search p50/p95 (and its CPU p50), warm in-process search
 p50/p95 over 200 distinct queries drawn from the corpus text (wall, and the search
-thread's CPU), peak RSS and store size.
+thread's CPU), peak RSS and store size. ``--warm`` (issue 45) measures only the warm
+in-process search at each size (an index built once under ``--cache``), the ratio of the
+largest to the smallest, and the bare FTS5 query floor.
 
 The corpus is copied to a temp dir (so one file can be edited) and used as the
 agent's extraPaths. Every memindex number is an end-to-end CLI run in a fresh
@@ -508,6 +511,78 @@ def main_cli(args: argparse.Namespace) -> None:
             print(f"  {'met' if ok else 'NOT met':<8} {label}: {detail}")
 
 
+# --- warm search at two sizes (issue 45): --scale 1k,30k --warm ---------------------------------
+
+def warm_store(n: int, corpus: Path, cache: Path) -> Path:
+    """A keyword-only index of the n-file corpus under ``cache/warm-<n>``, built once, reused."""
+    root = cache / f"warm-{n}"
+    if (root / ".complete").exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "ws").mkdir(parents=True)
+    (root / "openclaw.json").write_text(json.dumps(
+        {"agents": {"defaults": {"memorySearch": {"extraPaths": [str(corpus)], "provider": "auto"}}}}))
+    t0 = time.perf_counter()
+    subprocess.run(memindex_cmd(root, "index", "-q"), env=user_env(), cwd=REPO,
+                   check=True)
+    print(f"  (indexed {n} files in {time.perf_counter() - t0:.0f} s into {root})", flush=True)
+    (root / ".complete").touch()
+    return root
+
+
+def warm_search(root: Path, queries: list[str], rounds: int = 3) -> dict[str, float]:
+    """In-process warm keyword search: p50/p95 wall and search-thread CPU over ``rounds`` rounds of
+    ``queries`` after 20 warm-up searches, and the bare FTS5 query floor on the same store.
+    Every query is new to the engine in its first round (no result cache holds it)."""
+    from memindex.pipeline.config.settings import Context, load_settings
+    from memindex.pipeline.search.engine import MemorySearch
+
+    eng = MemorySearch(load_settings(Context("main", str(root / "openclaw.json"), str(root / "state"),
+                                             str(root / "ws"))))
+    for text in queries[:20]:
+        eng.search(text)
+    lat, cpu, first_lat = [], [], []
+    for r in range(rounds):
+        for text in queries:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            eng.search(text)
+            lat.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.thread_time() - c0) * 1000)
+            if r == 0:
+                first_lat.append(cpu[-1])
+    eng.close()
+    out = {"p50": pct(lat, 50), "p95": pct(lat, 95), "cpu_p50": pct(cpu, 50), "cpu_p95": pct(cpu, 95),
+           "first_cpu_p95": pct(first_lat, 95)}
+    out["fts_p50"], out["fts_p95"] = fts_floor_ms(root / "state" / "memory" / "main.sqlite", queries)
+    return out
+
+
+def main_warm(args: argparse.Namespace) -> None:
+    """Warm in-process search at each size, the ratio of the largest to the smallest (target
+    <= 1.5x for p95), next to the bare FTS5 query floor. CPU beside wall: on a shared machine
+    the wall time mostly measures the other jobs."""
+    queries = corpus_queries(args.corpus)
+    sizes, res = parse_scale(args.scale), {}
+    for n in sizes:
+        # (resolved: a corpus reached through a symlink is not indexed, extraPaths skip symlinks)
+        root = warm_store(n, build_corpus(args.corpus, n, args.cache).resolve(), args.cache)
+        res[n] = warm_search(root, queries)
+        print(f"  {n} files: measured", flush=True)
+    rows = [("warm search p50 (ms)", "p50"), ("warm search p95 (ms)", "p95"), ("warm search CPU p50 (ms)", "cpu_p50"),
+            ("warm search CPU p95 (ms)", "cpu_p95"), ("first-time query CPU p95 (ms)", "first_cpu_p95"),
+            ("bare FTS5 query p50 (ms)", "fts_p50"), ("bare FTS5 query p95 (ms)", "fts_p95")]
+    lo, hi = sizes[0], sizes[-1]
+    print(f"\nwarm in-process keyword search, {len(queries)} corpus queries, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'':<32}" + "".join(f"{n:>10}" for n in sizes) + f"{f'{hi}/{lo}':>13}")
+    for label, key in rows:
+        ratio = res[hi][key] / res[lo][key] if res[lo][key] else float("inf")
+        print(f"{label:<32}" + "".join(f"{res[n][key]:>10.2f}" for n in sizes) + f"{ratio:>12.2f}x")
+    for key, what in (("p95", "wall"), ("cpu_p95", "CPU")):
+        ratio = res[hi][key] / res[lo][key]
+        print(f"  {'met' if ratio <= 1.5 else 'NOT met':<8} warm search p95 ({what}) at {hi} within 1.5x of {lo}: "
+              f"{ratio:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "bench" / "md-corpus-1k")
@@ -519,9 +594,14 @@ def main() -> None:
     ap.add_argument("--cli", default=None, metavar="SCALES",
                     help="keyword-only CLI search p50: in-process, --server, bare python (issue 40), e.g. 1k,30k")
     ap.add_argument("--rounds", type=int, default=2, help="--cli: passes over the 20 queries")
+    ap.add_argument("--warm", action="store_true",
+                    help="--scale: only warm in-process search at each size, its ratio and the FTS5 floor (issue 45)")
     args = ap.parse_args()
     if args.cli:
         main_cli(args)
+        return
+    if args.scale and args.warm:
+        main_warm(args)
         return
     if args.scale:
         main_scale(args)

@@ -37,6 +37,8 @@ class Backfill:
     plan_marker: str | None  # the store's last_sync_at before this plan
     started: float = field(default_factory=time.monotonic)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # failures count from here
+    refused: list = field(default_factory=list)  # dead letters a worker refused since the start (newest first)
+    _refused_at: float = 0.0
 
 
 def _last_sync_marker(settings: AgentSettings) -> str | None:
@@ -87,19 +89,42 @@ def wait(b: Backfill, *, progress: ProgressFn | None = None, timeout: float | No
         landed, pending = progress_of(b)
         if progress is not None:
             progress(total - min(total, pending), total)
-        if landed and (pending == 0 or pending <= _failed_since_start(b)):
-            return True  # what is left failed for good: waiting cannot help (the caller reports it)
+        if landed and (pending == 0 or pending <= _failed_since_start(b) + _refused_files(b)):
+            return True  # what is left failed for good or was refused: waiting cannot help (the caller reports it)
         now = time.monotonic()
         if pending != last_pending:
             last_change, last_pending = now, pending
         elif not warned and now - last_change > STALL_WARN_S:
             warned = True
             log.warning("backfill %s: no progress for %.0f s (%d pending%s); are the worker and the "
-                        "writer running? try `memindex queues`", b.ctx.agent_id, STALL_WARN_S, pending,
-                        "" if landed else ", plan not yet recorded by the writer")
+                        "writer running? try `memindex queues`%s", b.ctx.agent_id, STALL_WARN_S, pending,
+                        "" if landed else ", plan not yet recorded by the writer",
+                        f"; {refused_line(b)}" if b.refused else "")
         if deadline is not None and now > deadline:
             return False
         time.sleep(poll)
+
+
+REFUSED_POLL_S = 1.0  # how often waiting reads the dead letters (every queue's, on Redis)
+
+
+def _refused_files(b: Backfill) -> int:
+    """Files of this agent's messages a worker refused since the backfill started: dead-lettered
+    (workers/guard.py), they are written by nobody until replayed."""
+    from memindex.workers.queues import refused_since
+
+    now = time.monotonic()
+    if now - b._refused_at >= REFUSED_POLL_S:
+        b._refused_at, b.refused = now, refused_since(b.ctx.agent_id, b.started_ms)
+    return sum(d["files"] for d in b.refused)
+
+
+def refused_line(b: Backfill) -> str:
+    """What ``backfill --wait`` says of its refused messages: how many, their files, the reason."""
+    files = sum(d["files"] for d in b.refused)
+    return (f"{len(b.refused)} message(s) ({files} file(s)) refused by a worker and dead-lettered: "
+            f"{b.refused[0]['error']} (`memindex dead-letters`; once that worker serves these paths, "
+            "`memindex dead-letters --replay`)")
 
 
 def _failed_since_start(b: Backfill) -> int:

@@ -28,6 +28,10 @@ NUMBERS = [
     # read only by the worker processes `memindex worker` starts
     ("MEMINDEX_BATCH_LEASE_S", ["worker", "--queues", "batch", "--processes", "1", "--threads", "1"], True),
     ("MEMINDEX_PROC_TTL_S", ["queues"], True),
+    ("MEMINDEX_SUPERVISOR_POLL_S", ["watch"], False),
+    ("MEMINDEX_METRICS_ADDRESS", ["watch"], False),
+    # read when a local model loads; `memindex worker` checks it at start
+    ("MEMINDEX_LOCAL_THREADS", ["worker", "--queues", "embed", "--processes", "1", "--threads", "1"], True),
 ]
 
 

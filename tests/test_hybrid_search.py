@@ -565,9 +565,9 @@ def test_fts_budget_is_smaller_for_smaller_stores_and_never_above_its_cap():
     assert fb.FTS_RANK_BUDGET_SMALL < b.budget_for(15_000) < fb.FTS_RANK_BUDGET  # a share of the chunks
     assert b.budget_for(100_000) == b.budget_for(10**9) == fb.FTS_RANK_BUDGET
     assert FtsBudget(budget=10).budget_for(10**6) == 10  # an explicit budget is a cap at every size
-    # document frequencies are counted as far as the store's budget needs (4x), no further
-    assert b.count_cap_for(1_000) == 4 * fb.FTS_RANK_BUDGET_SMALL
-    assert b.count_cap_for(10**9) == 4 * fb.FTS_RANK_BUDGET
+    # document frequencies are counted as far as the small budget needs (4x) at every size: the
+    # first count of a phrase costs the same at 1k and 30k files (issue 45)
+    assert b.count_cap_for(1_000) == b.count_cap_for(10**9) == 4 * fb.FTS_RANK_BUDGET_SMALL
 
 
 def test_fts_budget_drops_only_the_most_common_phrases(agent):
@@ -605,7 +605,7 @@ def test_fts_budget_ranks_chunks_holding_every_common_phrase(agent):
 
             match = '"alpha" OR "beta"'
             assert FtsBudget(budget=10).plan(eng.reader.conn(), snap.generation, match) == (
-                '"alpha" AND "beta"', True, '"beta"', 0)
+                '"alpha" AND "beta"', True, '"beta"', 0, None)
             hits = snap.keyword_hits(match, 8, FtsBudget(budget=10))
             both = {f"memory/n{i:02d}.md" for i in range(15, 20)}
             assert set(paths(hits)[:5]) == both and len(hits) == 8
@@ -617,6 +617,34 @@ def test_fts_budget_ranks_chunks_holding_every_common_phrase(agent):
             assert set(paths(sampled)[:5]) == both and len(sampled) == 8
             assert [s for _, s in sampled[:5]] == sorted(s for _, s in sampled[:5]) and sampled[4][1] < sampled[5][1] < 0
             assert snap.keyword_hits(match, 8) == snap.keyword_hits(match, 8, FtsBudget())  # small store: exact
+    finally:
+        eng.close()
+
+
+def test_a_sample_is_ranked_by_its_phrases_with_bounded_posting_lists_only(agent):
+    """bm25() walks each phrase's whole posting list for its IDF, so a phrase over the count cap
+    made a sample's ranking grow with the store (warm p95 3.6x from 1k to 30k files). The sample
+    is ranked by the phrases within the cap, kept to the chunks holding every phrase; when none
+    is within it, the newest are taken unranked."""
+    for i in range(30):
+        words = ("alpha " if i < 17 else "") + ("beta " * (2 if i == 15 else 1) if 14 <= i < 18 else "")
+        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n{words}filler {i}\n")
+    agent.index()
+    eng = MemorySearch(agent.settings())
+    try:
+        budget = FtsBudget(budget=2, small=1)  # counted up to 4: "alpha" (17 chunks) is over, "beta" (4) within
+        with eng.reader.snapshot() as snap:
+            conn = eng.reader.conn()
+            plan = budget.plan(conn, snap.generation, '"alpha" OR "beta"')
+            assert (plan.match, plan.ranked, plan.rank_by, plan.sample) == ('"alpha" AND "beta"', False, '"beta"', 1)
+            hits = snap.keyword_hits('"alpha" OR "beta"', 6, budget)
+            rows = snap.chunk_rows([r for r, _ in hits])
+            paths = [rows[r][2] for r, _ in hits]
+            # ranked: the chunks holding both (n14-n16), the densest in "beta" first; then the fill
+            assert paths[:3] == ["memory/n15.md", "memory/n16.md", "memory/n14.md"], paths
+            assert hits[2][1] < hits[3][1] < 0 and "memory/n17.md" in paths[3:], (hits, paths)
+            none_bounded = budget.plan(conn, snap.generation, '"alpha" OR "filler"')
+            assert (none_bounded.sample, none_bounded.rank_by) == (0, None)  # every list over the cap: unranked
     finally:
         eng.close()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -70,9 +69,9 @@ def _queues(env: dict) -> dict:
 
 @pytest.mark.redis
 def test_one_sigint_to_honcho_drains_and_releases_every_slot(tmp_path, redis_server, server):
-    honcho = shutil.which("honcho", path=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
-    if honcho is None:
-        pytest.skip("honcho not installed")
+    pytest.importorskip("honcho")
+    # this interpreter's honcho: a pyenv shim's put another installation's `memindex` first on PATH
+    honcho = [sys.executable, "-m", "honcho"]
     a = _slow_agent(tmp_path / "a", server)
     env = _env(a, redis_server.url)
     envfile = tmp_path / "empty.env"
@@ -80,7 +79,7 @@ def test_one_sigint_to_honcho_drains_and_releases_every_slot(tmp_path, redis_ser
     client = redis.Redis.from_url(redis_server.url)
     log_path = tmp_path / "honcho.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([honcho, "-f", str(REPO / "Procfile"), "-e", str(envfile), "start"], cwd=REPO,
+        proc = subprocess.Popen([*honcho, "-f", str(REPO / "Procfile"), "-e", str(envfile), "start"], cwd=REPO,
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             # The watcher's initial sync starts the indexing; wait until embedding requests are in flight.

@@ -32,7 +32,7 @@ def test_serve_counts_searches_and_their_latency(tmp_path):
     proc, url = serve(a, tmp_path)
     try:
         before = _samples(url)
-        assert ("memindex_searches_total", (("agent", "main"), ("outcome", "ok"))) not in before
+        assert ("memindex_searches_total", (("agent", "main"), ("outcome", "ok"), ("transport", "http"))) not in before
         wall = 0.0
         for q in ("VLAN", "IoT devices", "nothing matches this"):
             t = time.perf_counter()
@@ -40,9 +40,9 @@ def test_serve_counts_searches_and_their_latency(tmp_path):
             wall += time.perf_counter() - t
         assert httpx.post(f"{url}/v1/search", json={"query": 7}, timeout=30).status_code == 400  # not a search
         after = _samples(url)
-        assert after[("memindex_searches_total", (("agent", "main"), ("outcome", "ok")))] == 3
-        assert after[("memindex_search_seconds_count", (("agent", "main"),))] == 3
-        assert 0 < after[("memindex_search_seconds_sum", (("agent", "main"),))] <= wall  # inside the requests
+        assert after[("memindex_searches_total", (("agent", "main"), ("outcome", "ok"), ("transport", "http")))] == 3
+        assert after[("memindex_search_seconds_count", (("agent", "main"), ("transport", "http")))] == 3
+        assert 0 < after[("memindex_search_seconds_sum", (("agent", "main"), ("transport", "http")))] <= wall  # inside the requests
     finally:
         proc.terminate()
         proc.wait(30)
@@ -112,8 +112,8 @@ def test_mcp_serves_its_metrics_on_a_port_of_its_own(tmp_path):
             return await asyncio.to_thread(_samples, url)
 
     got = asyncio.run(main())
-    assert got[("memindex_searches_total", (("agent", "main"), ("outcome", "ok")))] == 2
-    assert got[("memindex_search_seconds_count", (("agent", "main"),))] == 2
+    assert got[("memindex_searches_total", (("agent", "main"), ("outcome", "ok"), ("transport", "mcp")))] == 2
+    assert got[("memindex_search_seconds_count", (("agent", "main"), ("transport", "mcp")))] == 2
     assert got[("memindex_files_pending", (("agent", "main"),))] == 0
 
 

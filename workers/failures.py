@@ -216,6 +216,9 @@ def _short_records(make: Any) -> Any:
         args = record.args
         if not isinstance(args, tuple) or not args:
             return record
+        if record.msg == "Message %s was skipped." and getattr(args[0], "failed", False):
+            # refused (workers/guard.py says why) and dead-lettered: "skipped" read as dropped
+            record.msg = "Message %s was refused and dead-lettered, not retried."
         if record.msg == "Received args=%r kwargs=%r.":
             record.msg, record.args = "Received %d arg(s), kwargs %s.", (len(args[0] or ()), sorted(args[1] or {}))
         elif any(isinstance(x, (Message, MessageProxy)) for x in args):

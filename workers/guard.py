@@ -4,7 +4,8 @@ Every message carries its sender's pinned ``Context`` (absolute config path and
 state dir). A Redis worker started with ``OPENCLAW_STATE_DIR`` or
 ``OPENCLAW_CONFIG_PATH`` serves those only: a message naming others fails at
 once, before any actor runs, and lands in the dead-letter set with an error
-naming both paths; retrying it could never help. (The embedded broker runs in
+naming both paths (and ``refused`` set); retrying it could never help. dramatiq's own
+"Message … was skipped." line for it says "refused and dead-lettered" (``workers/failures.py``). (The embedded broker runs in
 the sender's own process, where the sender's flags are the truth.)
 """
 
@@ -20,6 +21,7 @@ from memindex.pipeline.config.settings import Context
 from memindex.workers.failures import _keep_error_on_dead_letter, release_leases
 
 log = logging.getLogger("memindex.guard")
+REFUSED = "refused"  # the option a refused message carries on its dead letter
 
 
 class ContextGuard(Middleware):
@@ -30,8 +32,11 @@ class ContextGuard(Middleware):
         try:
             check_message_context(Context.from_dict(ctx))
         except ContextMismatch as exc:
-            log.error("%s", exc)
+            log.error("%s; dead-lettered (`memindex dead-letters` lists it; start this worker with the "
+                      "sender's --config/--state-dir paths, then `memindex dead-letters --replay`)", exc)
             message.options["error"] = str(exc)  # what `memindex dead-letters` shows as the reason
+            # `backfill --wait` stops waiting for the files it holds, and names it; queues and status count it
+            message.options[REFUSED] = True
             _keep_error_on_dead_letter(broker, message)
             release_leases(broker, message)
             message.fail()

@@ -16,6 +16,7 @@ import socket
 from typing import Any
 
 from memindex.pipeline.config.environ import env_number
+from memindex.workers import supervisor
 from memindex.workers.broker import is_write_queue, oom_line, redis_full
 from memindex.workers.lifecycle import BEAT_S, PROC_TTL_S, processes
 from memindex.workers.queues import ready, unconsumed_queues
@@ -73,7 +74,13 @@ def check(client: Any, namespace: str, host: str, stall_s: float | None = None) 
         beat_s, idle_s = now - p["beat"] / 1000, now - p["last_consume"] / 1000
         waiting = sum(ready(q) for q in p["queues"])
         what = f"{p['kind']} pid {p['pid']} ({', '.join(p['queues']) or 'no queues'})"
-        if beat_s > STALE_S:
+        sup = supervisor.parse(p["supervisor"]) if p["host"] == socket.gethostname() else None
+        if sup is not None and supervisor.gone(*sup):
+            ok = False
+            lines.append(f"{what}: its supervisor (pid {sup[0]}) is gone: an orphan nothing will stop or "
+                         "restart, and a restarted supervisor's own would run beside it (it stops itself within "
+                         f"{supervisor.POLL_S:g} s; if it does not, kill it)")
+        elif beat_s > STALE_S:
             ok = False
             lines.append(f"{what}: no heartbeat for {beat_s:.0f} s (stopped, paused or hung)")
         elif waiting and idle_s > stall_s:

@@ -84,8 +84,12 @@ class Heartbeat:
         # queue nobody reads.
         self.record = record
         self.key = proc_key(namespace, uuid.uuid4().hex)
+        from memindex.workers.supervisor import SUPERVISOR_ENV
+
         self.info = {"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
-                     "queues": json.dumps(sorted(queues)), "started": _now_ms()}
+                     "queues": json.dumps(sorted(queues)), "started": _now_ms(),
+                     # whose death must end this process (workers/supervisor.py): `health` checks it
+                     "supervisor": os.environ.get(SUPERVISOR_ENV, "")}
         self.last_consume = _now_ms()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memindex-heartbeat", daemon=True)
@@ -185,7 +189,7 @@ def processes(client: Any, namespace: str) -> list[dict[str, Any]]:
         running = client.hgetall(f"{key}:running")
         out.append({"kind": d.get("kind"), "host": d.get("host"), "pid": int(d.get("pid", 0)),
                     "queues": json.loads(d.get("queues", "[]")), "beat": int(d.get("beat", 0)),
-                    "last_consume": int(d.get("last_consume", 0)),
+                    "last_consume": int(d.get("last_consume", 0)), "supervisor": d.get("supervisor", ""),
                     "running": [q.decode() for q in running.values()]})
     return out
 
@@ -241,7 +245,11 @@ def _stop_with_parent() -> None:
     try:
         import ctypes
 
-        parent = os.getppid()
+        from memindex.workers.run import PARENT_ENV
+
+        # dramatiq's parent as it was when it forked this process: it may have died since (before
+        # the call below could take effect), and then getppid() is already someone else.
+        parent = int(os.environ.get(PARENT_ENV) or os.getppid())
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # it died before the call took effect

@@ -217,6 +217,8 @@ def configure(level: str | int, fmt: str = "text") -> None:
             handler.addFilter(_WorkFields())
         if fmt == "json":
             handler.setFormatter(JsonFormatter())
+            # warnings.warn writes plain text to stderr itself: through logging it is a record too
+            logging.captureWarnings(True)
         elif not isinstance(handler.formatter, JsonFormatter):
             # Keep the handler's format (dramatiq's, in its worker processes) and append the work context.
             base = handler.formatter._fmt if handler.formatter and handler.formatter._fmt else TEXT_FORMAT

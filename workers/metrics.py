@@ -18,9 +18,10 @@ Series: dramatiq's ``dramatiq_messages_total``, ``..._errors_total``,
 ``memindex_embedding_cache_hits_total`` / ``..._lookups_total``,
 ``memindex_writer_transaction_seconds``;
 on watch: ``memindex_files_pending{agent}``, ``memindex_oldest_pending_seconds{agent}``,
-``memindex_batch_jobs{agent,state}`` (from the agent's batch state file);
+``memindex_batch_jobs{agent,state}`` (from the agent's batch state file),
+``memindex_queue_messages{queue,state}`` (``memindex queues``: ready ... dead);
 in a process that serves searches (``memindex serve``, ``memindex mcp``):
-``memindex_searches_total{agent,outcome}`` and ``memindex_search_seconds{agent}``
+``memindex_searches_total{agent,transport,outcome}`` and ``memindex_search_seconds{agent,transport}``
 (``memindex serve`` exposes them, with the process's other series, at ``GET /metrics``).
 """
 
@@ -132,21 +133,22 @@ class Recorders:
 
 
 class SearchRecorders:
-    """Searches a serving process answered: count by agent and outcome (ok, error), and latency."""
+    """Searches a serving process answered: count by agent, transport (http: ``memindex serve``,
+    mcp: ``memindex mcp``) and outcome (ok, error), and latency by agent and transport."""
 
     def __init__(self, registry: Any = None) -> None:
         from prometheus_client import REGISTRY, Counter, Histogram
 
         r = registry or REGISTRY
         self.searches = Counter("memindex_searches", "Searches answered by this process.",
-                                ["agent", "outcome"], registry=r)
+                                ["agent", "transport", "outcome"], registry=r)
         self.latency = Histogram("memindex_search_seconds", "Time of one search, from request to payload.",
-                                 ["agent"], registry=r,
+                                 ["agent", "transport"], registry=r,
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
 
-    def observe(self, agent: str, seconds: float, ok: bool) -> None:
-        self.searches.labels(agent, "ok" if ok else "error").inc()
-        self.latency.labels(agent).observe(seconds)
+    def observe(self, agent: str, seconds: float, ok: bool, transport: str) -> None:
+        self.searches.labels(agent, transport, "ok" if ok else "error").inc()
+        self.latency.labels(agent, transport).observe(seconds)
 
 
 _search: list[SearchRecorders] = []
@@ -241,12 +243,42 @@ class PendingCollector:
 
 
 
-def serve_metrics(address: tuple[str, int], contexts: Iterable[Any] = (),
-                  batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
-    """``--metrics-port`` of a long-running process (``watch``, ``mcp``): this process's series on
-    ``port`` from a daemon thread, plus files pending per agent for ``contexts`` (what it watches).
+class QueueCollector:
+    """``memindex_queue_messages{queue,state}``: what ``memindex queues`` shows, read from the
+    broker at each scrape: ready, delayed, running, prefetched and dead (dead letters, refused
+    ones included) messages per queue (``write.<k>`` per shard)."""
 
-    ``batch_states`` is passed in: the batch package imports the broker, which imports this module."""
+    def __init__(self, depth: Callable[[], dict[str, dict[str, int]]]) -> None:
+        self.depth = depth  # workers.queues.depth, passed in (that module imports the broker, which imports this)
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("memindex_queue_messages", "Messages per queue and state (ready, delayed, "
+                                   "running, prefetched, dead), as `memindex queues` counts them.",
+                                   labels=["queue", "state"])
+        try:
+            depth = self.depth()
+        except Exception as exc:  # noqa: BLE001 - Redis away: no sample (absent, not a false zero)
+            import logging
+
+            logging.getLogger("memindex.metrics").debug("queue depth unavailable at scrape: %s", exc)
+            depth = {}
+        for queue, states in sorted(depth.items()):
+            for state, count in states.items():
+                family.add_metric([queue, state], count)
+        yield family
+
+
+def serve_metrics(address: tuple[str, int], contexts: Iterable[Any] = (),
+                  batch_states: Callable[[Any], dict[str, int]] | None = None,
+                  queue_depth: Callable[[], dict[str, dict[str, int]]] | None = None) -> None:
+    """``--metrics-port`` of a long-running process (``watch``, ``mcp``): this process's series on
+    ``port`` from a daemon thread, plus files pending per agent for ``contexts`` (what it watches)
+    and, given ``queue_depth``, the messages per queue.
+
+    ``batch_states`` and ``queue_depth`` are passed in: their modules import the broker, which
+    imports this module."""
     from prometheus_client import REGISTRY, start_http_server
 
     host, port = address
@@ -259,3 +291,5 @@ def serve_metrics(address: tuple[str, int], contexts: Iterable[Any] = (),
     contexts = list(contexts)
     if contexts:
         REGISTRY.register(PendingCollector(contexts, batch_states))
+    if queue_depth is not None:
+        REGISTRY.register(QueueCollector(queue_depth))

@@ -167,16 +167,37 @@ def _agent_of(m: Any) -> str | None:
 
 
 def _describe(m: Any) -> dict[str, Any]:
+    from memindex.workers.failures import message_keys
+    from memindex.workers.guard import REFUSED
+
     return {"id": m.message_id, "queue": m.queue_name, "actor": m.actor_name, "agent": _agent_of(m),
-            "retries": m.options.get("retries", 0),
+            "retries": m.options.get("retries", 0), "files": sum(1 for _ in message_keys(m.args[1:])),
+            # refused by a worker serving another config or state dir (workers/guard.py)
+            "refused": bool(m.options.get(REFUSED)),
             # "error": set when the message failed for good (workers/failures.py); older
             # dead letters only have the last retry's traceback.
             "error": m.options.get("error")
             or next(iter((m.options.get("traceback") or "").strip().splitlines()[-1:]), None)}
 
 
-# Options a replayed message must not carry over: a fresh retry budget, a new Redis id.
-_REPLAY_DROP = ("retries", "traceback", "redis_message_id", "eta")
+# Options a replayed message must not carry over: a fresh retry budget, a new Redis id, no refusal.
+_REPLAY_DROP = ("retries", "traceback", "redis_message_id", "eta", "refused")
+
+
+def refused_since(agent: str, since_ms: int) -> list[dict[str, Any]]:
+    """This agent's dead letters that a worker refused (``refused``) since ``since_ms``, newest
+    first: their files wait for nothing (``backfill --wait`` names them)."""
+    if is_embedded(broker):
+        return []  # the embedded broker's workers are the sender's own: nothing is refused
+    return [d for d in dead_letters(10_000, newest=True, agent=agent) if d["refused"] and d["died"] >= since_ms]
+
+
+def dead_summary(agent: str) -> dict[str, Any]:
+    """``status``'s ``deadLetters``: how many of this agent's messages are dead-lettered, how many
+    of them refused, and the newest one's error."""
+    dead = dead_letters(10_000, newest=True, agent=agent)
+    return {"messages": len(dead), "refused": sum(d["refused"] for d in dead),
+            "files": sum(d["files"] for d in dead), "newestError": dead[0]["error"] if dead else None}
 
 
 def replay_dead_letters(limit: int = 1000, *, agent: str | None = None) -> int:

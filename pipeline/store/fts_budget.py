@@ -39,7 +39,7 @@ FTS_RANK_BUDGET = 1_500
 # 1,500, 0.807 at 750, 0.799 at 500 - there the share keeps 1,500.
 FTS_RANK_BUDGET_SMALL = 750
 FTS_BUDGET_SHARE = 0.07
-# Document frequencies are counted up to 4x the budget (the count walks the posting list,
+# Document frequencies are counted up to 4x the small budget (the count walks the posting list,
 # ~0.06 us a posting, once per phrase per engine: 0.38 ms for a word in 6,000 chunks, the
 # first time a search meets it): enough to order the phrases a budget can still use, bounded
 # for the words in half the store.
@@ -60,6 +60,12 @@ class FtsPlan(NamedTuple):
     # scored alike: on a 107,000-chunk store "telegram" answered 20 results at 1.000 from the
     # oldest folder, the telegram page twelfth.
     sample: int = 0
+    # The sample's ranking expression when some of ``match``'s phrases are too common to rank by:
+    # bm25() walks every phrase's whole posting list for its IDF, once per query, so one phrase in
+    # a third of a 300,000-chunk store cost ~5 ms whatever the sample (warm search p95 3.6x from
+    # 1k to 30k files). The sample is then ranked by the AND of the phrases whose lists are
+    # bounded (counted within the cap), and kept to the chunks holding every phrase.
+    rank_by: str | None = None
 
 
 class FtsBudget:
@@ -93,16 +99,28 @@ class FtsBudget:
             return FtsPlan(every, fill=trimmed)
         # Too many to rank them all: rank a sample of the newest, when the phrases' posting lists
         # are short enough for bm25's IDF walk (counted up to ``cap``); else the newest, unranked.
-        sample = budget if self._doc_freq(conn, gen, every, cap) <= cap else 0
-        return FtsPlan(every, ranked=False, fill=trimmed if len(phrases) > 1 else None, sample=sample)
+        # The sample, and the posting lists its ranking may walk, are sized for the small budget
+        # whatever the store's size: their cost then stays flat from 1k to 30k files (issue 45).
+        # The AND matches at most its rarest phrase's chunks, so it is not counted (counting an AND
+        # of common phrases walked their lists to the end: ~1 ms at 30k files, 0.2 ms at 1k).
+        # When every phrase is over the cap, each one's IDF walk grows with the store: the newest,
+        # unranked; else the sample is ranked by the phrases within the cap (``rank_by``).
+        bounded = [p for p in phrases if self._doc_freq(conn, gen, p, cap) <= cap]
+        sample = self.small if bounded else 0
+        rank_by = " AND ".join(bounded) if bounded and len(bounded) < len(phrases) else None
+        return FtsPlan(every, ranked=False, fill=trimmed if len(phrases) > 1 else None, sample=sample,
+                       rank_by=rank_by)
 
     def budget_for(self, size: int) -> int:
         """The postings a query may rank in a store of ``size`` chunks."""
         return min(self.budget, max(self.small, int(FTS_BUDGET_SHARE * size)))
 
     def count_cap_for(self, size: int) -> int:
-        """How far a phrase's document frequency is counted in a store of ``size`` chunks."""
-        return DF_COUNT_FACTOR * max(self.small, self.budget_for(size))
+        """How far a phrase's document frequency is counted: the same at every store size (a count
+        walks the posting list up to it, the first time a search meets the phrase; sized by the
+        larger budget it doubled that work from 1k to 30k files). Beyond it only the order among
+        phrases over every budget is lost, which trimming does not use."""
+        return DF_COUNT_FACTOR * self.small
 
     def _trim(self, conn: db.Connection, gen: int, match: str) -> tuple[str, int, int]:
         """(trimmed match, document frequency of its rarest phrase (0: not counted), store size)."""

@@ -281,7 +281,13 @@ class ReadSnapshot:
                                  "ORDER BY score LIMIT ?", (plan.match if plan else match, limit)).fetchall()
             elif plan.sample:  # bm25 over the newest matches (newest rowids: the notes written last)
                 sample = c.execute(f"SELECT rowid, bm25({ft}) FROM {ft} WHERE {ft} MATCH ? ORDER BY rowid DESC "
-                                   "LIMIT ?", (plan.match, max(plan.sample, limit))).fetchall()
+                                   "LIMIT ?", (plan.rank_by or plan.match, max(plan.sample, limit))).fetchall()
+                if plan.rank_by and sample:
+                    # ranked by the phrases whose posting lists are bounded (FtsPlan.rank_by); kept to
+                    # the chunks holding every phrase, looked up in the sample's rowid range only
+                    every = {r for (r,) in c.execute(f"SELECT rowid FROM {ft} WHERE {ft} MATCH ? AND rowid >= ?",
+                                                     (plan.match, sample[-1][0]))}
+                    sample = [h for h in sample if h[0] in every]
                 hits = sorted(sample, key=lambda h: (h[1], -h[0]))[:limit]
             else:
                 hits = [(r, -1.0) for (r,) in c.execute(f"SELECT rowid FROM {ft} WHERE {ft} MATCH ? "

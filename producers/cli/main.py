@@ -330,6 +330,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         _note_disk_changes(args, agent, report)
         try:
             jobs = batch_report(settings, limit=50)["jobs"]
+            report["deadLetters"] = _dead_letters(agent)
         except Exception as exc:  # noqa: BLE001 - Redis down: the store's view is what an operator needs now
             from memindex.workers.logs import is_redis_error
 
@@ -338,9 +339,30 @@ def cmd_status(args: argparse.Namespace) -> int:
             jobs, report["brokerError"] = None, _one_line_error(exc)
         entries.append(status_entry(report, embedding_probe=probe, index_error=index_error, scan=scan,
                                     batch_jobs=jobs))
-        texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan))
+        texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan)
+                     + _dead_letters_text(report.get("deadLetters")))
     print(json.dumps(entries, indent=2, default=str) if args.json else "\n\n".join(texts))
     return 1 if failed else 0
+
+
+def _dead_letters(agent: str) -> dict[str, Any] | None:
+    """This agent's dead letters on the Redis broker (None on the embedded one: its failures are
+    the store's, which status reports already)."""
+    from memindex.workers.broker import is_embedded
+
+    if is_embedded():
+        return None
+    from memindex.workers.queues import dead_summary
+
+    return dead_summary(agent)
+
+
+def _dead_letters_text(dead: dict[str, Any] | None) -> str:
+    if not dead or not dead["messages"]:
+        return ""
+    refused = f", {dead['refused']} refused by a worker" if dead["refused"] else ""
+    return (f"\nDead letters: {dead['messages']} message(s) ({dead['files']} file(s){refused}); newest: "
+            f"{dead['newestError']} (`memindex dead-letters`)")
 
 
 def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, Any]) -> None:

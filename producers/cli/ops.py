@@ -22,7 +22,8 @@ from memindex.pipeline.config.settings import Context
 from memindex.pipeline.index.workspace import display_path
 from memindex.pipeline.errors import ConfigError, MemindexError, WorkspaceError
 from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
-from memindex.producers.cli.options import at_least_one, examples, metrics_address, non_negative, say_error
+from memindex.producers.cli.options import (at_least_one, examples, metrics_address, non_negative, say,
+                                           say_error)
 from memindex.producers.cli.progress import Progress
 
 log = logging.getLogger("memindex.ops")
@@ -156,11 +157,11 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     loops: list = [side]
     for ctx, settings in enabled:
         if not settings.enabled:
-            print(f"{ctx.agent_id}: memory search disabled; not watched", file=sys.stderr)
+            say(f"{ctx.agent_id}: memory search disabled; not watched", prefix=None, level=logging.INFO)
             continue
         if ctx.agent_id in missing:
             # Watched all the same (its nearest existing parent): indexed once the workspace appears.
-            print(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", file=sys.stderr)
+            say(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", prefix=None)
         elif initial_sync:
             catch_up.append(ctx)  # catch up on what changed while nobody watched
         if settings.memory_search["sync"]["watch"]:
@@ -204,6 +205,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memindex.workers import embedded
     from memindex.workers.broker import broker_url, is_embedded, redact
 
+    from memindex.workers.supervisor import stop_with_supervisor
+
+    stop_with_supervisor()  # SIGKILLed, honcho left the watcher running beside the next one's
+    args.metrics_port = metrics_port(args)
     contexts = agent_contexts(args)
     if not is_embedded():
         refused = _credentials_refused(wait=True)  # started before Redis (Procfile order): wait
@@ -213,14 +218,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
+        from memindex.workers.queues import depth
 
-        serve_metrics(args.metrics_port, contexts, job_state_counts)
+        serve_metrics(args.metrics_port, contexts, job_state_counts, depth)
     running = start_producers(contexts, initial_sync=not args.no_initial_sync,
                               max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
                               reload=lambda: agent_contexts(args), need_a_workspace=True)
     where = "embedded broker (in-process workers)" if is_embedded() else f"redis at {redact(broker_url() or '')}"
-    print(f"watching {running.agents} agent(s){_others_hint(args, contexts)}, "
-          f"{len(running.watcher.watched_dirs)} directories; {where}. Ctrl-C to stop.", file=sys.stderr, flush=True)
+    # A banner for the terminal, a JSON record under --log-format json (it was the one plain line there).
+    say(f"watching {running.agents} agent(s){_others_hint(args, contexts)}, "
+        f"{len(running.watcher.watched_dirs)} directories; {where}. Ctrl-C to stop.", prefix=None, level=logging.INFO)
     heartbeat = _heartbeat("watch")
     stop = _Stop()
     try:
@@ -235,10 +242,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
             from memindex.workers import queues
 
             if queues.total_outstanding():
-                print(f"stopping: finishing the work in flight (up to {args.drain_timeout:g} s; Ctrl-C again "
-                      "to stop now, the next start plans the rest)", file=sys.stderr, flush=True)
+                say(f"stopping: finishing the work in flight (up to {args.drain_timeout:g} s; Ctrl-C again "
+                    "to stop now, the next start plans the rest)", prefix=None, level=logging.INFO)
             embedded.wait_idle(timeout=args.drain_timeout)
-        print("stopped", file=sys.stderr)
+        say("stopped", prefix=None, level=logging.INFO)
     return 0
 
 
@@ -328,10 +335,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             done = backfill.wait(b, progress=bar, timeout=args.timeout)
         finally:
             bar.close()
-        ok = ok and done
+        ok = ok and done and not b.refused
         if not args.quiet:
             state = "done" if done else f"timed out ({backfill.progress_of(b)[1]} still pending)"
             print(f"{b.ctx.agent_id}: {state} in {time.monotonic() - started:.1f}s", flush=True)
+        if b.refused:  # (said even with --quiet, as the failures below are)
+            say_error(f"{b.ctx.agent_id}: {backfill.refused_line(b)}")
     failed = report_failures([b.settings for b in jobs], since)
     return 0 if ok and not failed else 1
 
@@ -498,12 +507,12 @@ def _credentials_refused(wait: bool = False) -> str | None:
                 return refused
             if not said:
                 said = time.monotonic()
-                print(f"redis at {redact(broker_url() or '?')} does not answer ({exc}); waiting for it "
-                      "(Ctrl-C to stop)", file=sys.stderr, flush=True)
+                say(f"redis at {redact(broker_url() or '?')} does not answer ({exc}); waiting for it "
+                    "(Ctrl-C to stop)", prefix=None)
             time.sleep(REDIS_WAIT_POLL_S)
             continue
         if said:
-            print(f"redis answers after {time.monotonic() - said:.0f} s; starting", file=sys.stderr, flush=True)
+            say(f"redis answers after {time.monotonic() - said:.0f} s; starting", prefix=None, level=logging.INFO)
         return None
 
 
@@ -573,7 +582,7 @@ def _claim_writer_start(queue: str) -> str | None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """exec ``dramatiq memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
+    """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
     from memindex.workers.broker import BROKER_ENV, QUEUES, is_write_queue
 
     if not os.environ.get(BROKER_ENV):
@@ -634,6 +643,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return 2
     from memindex.workers.logs import FORMAT_ENV, LEVEL_ENV
 
+    args.metrics_port = metrics_port(args)
     if args.log_level:
         os.environ[LEVEL_ENV] = args.log_level
     os.environ[FORMAT_ENV] = args.log_format
@@ -655,8 +665,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # What the worker processes import, imported here first: a MEMINDEX_* number they read that
     # is not one (MEMINDEX_BATCH_LEASE_S=abc) is this command's one line, not a traceback from each.
     import memindex.workers.actors  # noqa: F401
+    from memindex.pipeline.embeddings.providers.local import threads_default
 
-    argv = [sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes", str(processes),
+    threads_default()  # MEMINDEX_LOCAL_THREADS too (read when a local model first loads)
+
+    # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format, and
+    # the command stops when its supervisor dies.
+    argv = [sys.executable, "-m", "memindex.workers.run", "memindex.workers.actors", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -677,9 +692,27 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 # --- registration ---------------------------------------------------------------------------
 
+METRICS_ENV = "MEMINDEX_METRICS_ADDRESS"  # --metrics-port's default: docker-compose.yml sets it for every service
+
+
+def metrics_port(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``--metrics-port``, else ``$MEMINDEX_METRICS_ADDRESS`` (read as the command runs: the parser
+    is built once and cached); a bad value is the variable's one line (``EnvError``)."""
+    raw = os.environ.get(METRICS_ENV, "").strip()
+    if args.metrics_port or not raw:
+        return args.metrics_port
+    from memindex.pipeline.errors import EnvError
+
+    try:
+        return metrics_address(raw)
+    except argparse.ArgumentTypeError:
+        raise EnvError(METRICS_ENV, f"must be [HOST:]PORT, e.g. 9191 or 0.0.0.0:9191, not {raw!r}") from None
+
+
 def _metrics_opt(s: argparse.ArgumentParser) -> None:
     s.add_argument("--metrics-port", metavar="[HOST:]PORT", type=metrics_address, default=None,
-                   help="serve Prometheus metrics on PORT, 127.0.0.1 unless HOST is given (off by default; see README, Operations)")
+                   help=f"serve Prometheus metrics on PORT, 127.0.0.1 unless HOST is given (default ${METRICS_ENV}, "
+                        "else off; see README, Operations)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -90,11 +90,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     tools = _tools(args)
     running = None
     contexts = [tools.context(a) for a in tools.agent_ids()]
+    from memindex.producers.cli.ops import metrics_port
+
+    args.metrics_port = metrics_port(args)
     if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
         from memindex.workers.metrics import serve_metrics
+        from memindex.workers.queues import depth
 
-        serve_metrics(args.metrics_port, contexts, job_state_counts)
+        serve_metrics(args.metrics_port, contexts, job_state_counts, depth)
     if args.watch:
         from memindex.producers.cli.ops import start_producers
 

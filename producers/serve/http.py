@@ -210,6 +210,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES,
               cli: Callable[[list[str]], tuple[int, str, str]] | None = None) -> Starlette:
     """The JSON API; with ``cli``, also ``POST /v1/cli`` {"argv": [...]} -> {"exit", "stdout", "stderr"}:
     a ``memindex search|get --server`` command line run by ``cli`` (producers/cli/remote.py)."""
+    tools.transport = "http"
     async def search(request: Request) -> Response:
         kw = check_arguments(await _json_body(request, max_body_bytes), SEARCH_FIELDS, "query")
         return JSONResponse(await tools.search(kw.pop("query"), **kw))

@@ -100,6 +100,7 @@ class _StrictServer(MCPServer):
 
 
 def build_server(tools: MemoryTools) -> MCPServer:
+    tools.transport = "mcp"
     server: MCPServer = _StrictServer("memindex", instructions=INSTRUCTIONS, version=__version__,
                                       log_level="WARNING")
 

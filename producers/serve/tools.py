@@ -140,6 +140,8 @@ class MemoryTools:
     for that agent alone (``memindex mcp --agent ID``: a server per agent keeps their memories
     apart, whatever the client asks for)."""
 
+    transport = "library"  # what the search metrics label its calls with: build_app/build_server set http/mcp
+
     def __init__(self, base: Context, *, only: str | None = None) -> None:
         self.base, self.only = base, only
         self._lock = threading.Lock()
@@ -231,7 +233,7 @@ class MemoryTools:
             ok = True
             return result
         finally:
-            search_recorders().observe(settings.agent_id, time.perf_counter() - started, ok)
+            search_recorders().observe(settings.agent_id, time.perf_counter() - started, ok, self.transport)
 
     def _session_agent(self, agent: str | None, session_key: str | None) -> str | None:
         """The agent a search is for, as OpenClaw picks a session's agent: the one named, else the

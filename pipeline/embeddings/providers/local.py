@@ -23,6 +23,71 @@ from memindex.pipeline.embeddings.providers.hf_download import HF_BASE_URL, ensu
 from memindex.pipeline.embeddings.registry import ProviderArgs
 
 N_CTX = 512  # n_batch = n_ubatch = n_ctx: each input must fit one batch
+THREADS_ENV = "MEMINDEX_LOCAL_THREADS"  # llama.cpp threads per model; unset: threads_default()
+MAX_DEFAULT_THREADS = 4  # more bought nothing for a 384-dimension embedder
+
+
+def available_cpus(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """CPUs this process may actually use: its affinity mask (taskset, a container's cpuset),
+    capped by the cgroup v2 CPU quota (``cpu.max`` of its cgroup and every ancestor: a container
+    with ``--cpus 1.5`` on a 16-core host gets 2). ``os.cpu_count()`` counts the host's cores,
+    and llama.cpp threads beyond the CPUs there are spin at their barriers while the scheduler
+    runs someone else: 2 threads on an oversubscribed 2-core machine ran ~4x slower than 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_quota(cgroup_root)
+    return max(1, min(cpus, quota) if quota is not None else cpus)
+
+
+def _cgroup_quota(root: str) -> int | None:
+    """The tightest ``cpu.max`` quota on this process's cgroup v2 path, in whole CPUs (rounded up),
+    or None: no cgroup v2, or no quota ("max") anywhere on the path."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            rel = next((line.strip()[3:] for line in fh if line.startswith("0::")), None)
+    except OSError:
+        return None
+    if rel is None:
+        return None
+    best, path = None, Path(root, rel.lstrip("/"))
+    for directory in (path, *path.parents):
+        if not str(directory).startswith(root):
+            break
+        try:
+            quota, period = (directory / "cpu.max").read_text().split()[:2]
+        except (OSError, ValueError):
+            continue
+        if quota != "max" and int(period) > 0:
+            n = -(-int(quota) // int(period))  # ceil: 1.5 CPUs of quota is work for 2 threads
+            best = n if best is None else min(best, n)
+    return best
+
+
+# How many processes of this command load a model each (`memindex worker --processes N` sets it
+# for its dramatiq processes): they share the CPUs.
+PROCESSES_ENV = "MEMINDEX_WORKER_PROCESSES"
+
+
+def threads_default() -> int:
+    """llama.cpp's thread count: ``MEMINDEX_LOCAL_THREADS`` when set, else the CPUs available
+    to this process (``available_cpus``) shared by the command's worker processes, at least 1
+    and at most ``MAX_DEFAULT_THREADS``.
+
+    Shared, because each worker process loads its own model: the Procfile's `compute` line (2
+    processes) took 2 threads each on a 2-core machine, 4 spinning threads for 2 CPUs. Not fewer
+    than the CPUs: with short notes in one process (the embedded default, tests/
+    test_embedding_pipeline.py's fallback) 2 threads indexed in 88 s what 1 did not in 120 s,
+    while for 400-token chunks beside busy neighbours 1 thread ran 2.6-10x faster than 2
+    (bench/README.md): on a machine shared with other busy work, set it to 1."""
+    from memindex.pipeline.config.environ import env_number
+
+    given = env_number(THREADS_ENV, None, whole=True, minimum=1)
+    if given is not None:
+        return int(given)
+    processes = int(env_number(PROCESSES_ENV, 1, whole=True, minimum=1))
+    return max(1, min(MAX_DEFAULT_THREADS, available_cpus() // processes))
 
 
 def llama_available() -> bool:
@@ -133,7 +198,7 @@ class LocalProvider(EmbeddingProvider):
         self.model = (model_path or registry.get(self.id).default_model).strip()
         self.cache_dir = Path(cache_dir).expanduser()
         self.max_input_tokens = int(max_input_tokens or registry.max_input_tokens(self.id, model_family(self.model)))
-        self.n_threads = n_threads or min(4, os.cpu_count() or 1)
+        self.n_threads = n_threads or threads_default()
         self.max_batch_items = max_batch_items
         self.max_batch_tokens = 10**9  # llama packs a list into n_batch-sized decodes itself
         self._hf_base_url = hf_base_url
