@@ -85,6 +85,12 @@ class ProviderUnreachable(ProviderTransientError):
     retry lines before its one error line."""
 
 
+class ProviderTimedOut(ProviderTransientError):
+    """The endpoint took the request and did not answer within its deadline. Tried once more at
+    most (``RetryPolicy.timeout_attempts``), and only while that try fits the retry budget: six
+    tries of a hung endpoint held an ``index`` for four minutes, its files out of search with it."""
+
+
 class ProviderTooManyItems(ProviderError):
     """The provider refused the request's number of inputs (or their total size).
 
