@@ -15,7 +15,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config.environ import BROKER_ENV, env_number
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.logs import out_of_memory as out_of_memory
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
@@ -24,7 +24,6 @@ from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmb
 
 log = logging.getLogger("memindex.broker")
 
-BROKER_ENV = "MEMINDEX_BROKER_URL"
 SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE = "sync", "embed", "batch", "write"
 QUEUES = (SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE)
 # Write-queue shards (issue 18): N > 1 routes each store to ``write.<k>`` (workers/messages.py);
@@ -252,7 +251,11 @@ _install_log_filters()
 dramatiq.set_encoder(MessageEncoder())
 broker = make_broker()
 dramatiq.set_broker(broker)
-for _q in (*QUEUES, *shard_queues()):
+# Declared without asking Redis: importing this module must not wait on a hung Redis (a no-op
+# `index` waited its 30 s socket timeout here). A writer's N is in its environment (`--shard K/N`
+# sets it); other processes send to the recorded shards (write_queue_for) without declaring them.
+_own_shards = configured_shards() or 1 if broker_url() else 1
+for _q in (*QUEUES, *(f"{WRITE_QUEUE}.{k}" for k in range(_own_shards) if _own_shards > 1)):
     broker.declare_queue(_q)
 if not is_embedded(broker):
     from memindex.workers.limits import install as _install_limits
