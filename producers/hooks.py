@@ -61,6 +61,10 @@ def _within_deadline(key: str, call: Callable[[], bool]) -> bool:
     still in flight from an earlier call covers this one: refused at once, not a second thread."""
     if not broker_configured():
         return call()  # no network: the flag and the queue are in this process
+    # The queue layer is imported here, outside the deadline: importing it asks Redis nothing, and
+    # a process's first call spent most of the 0.5 s importing dramatiq and the actors.
+    import memindex.workers.actors  # noqa: F401
+    import memindex.workers.flags  # noqa: F401
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -72,8 +76,6 @@ def _within_deadline(key: str, call: Callable[[], bool]) -> bool:
                 log.warning("a sync request that gave up waiting for Redis failed later: %s", exc)
 
     done = threading.Event()
-    # Everything that may talk to Redis runs on the thread, imports included: the broker module's
-    # import asks Redis for the write shards, and another thread importing it holds the import lock.
     with _flight_lock:
         earlier = _in_flight.get(key)
         if earlier is not None and earlier.is_alive():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import dramatiq
@@ -49,7 +50,6 @@ def write_shards() -> int:
     url = broker_url()
     if not url or "broker" not in globals():
         return mine or 1
-    import time
 
     now = time.monotonic()
     if now - _shards_seen[0] > 5.0:
@@ -135,6 +135,21 @@ def redis_full(client: Any) -> bool:
     return bool(limit) and int(info.get("used_memory") or 0) >= limit and info.get("maxmemory_policy") == "noeviction"
 
 
+def full_probe() -> Any:
+    """For a metrics collector: a call saying whether the deployment's Redis is out of memory now
+    (None on the embedded broker)."""
+    return None if is_embedded() else (lambda: redis_full(broker.client))
+
+
+def oom_refusals(client: Any) -> int | None:
+    """How many commands this Redis refused for memory since its start (None: it does not say)."""
+    try:
+        stat = client.info("errorstats").get("errorstat_OOM")
+    except Exception:  # noqa: BLE001 - unreachable, or a Redis before 6.2
+        return None
+    return int(stat.get("count", 0)) if isinstance(stat, dict) else 0
+
+
 def refused_credentials(exc: BaseException) -> str | None:
     """The one line for a Redis error saying the password is wrong or missing (Redis answers,
     so "start Redis" would mislead); None for any other error."""
@@ -184,12 +199,50 @@ def _middleware() -> list:
 POLL_MS = env_number("MEMINDEX_POLL_MS", 100, minimum=1)
 
 
+# The broker commands that settle a message already taken (acknowledge, reject, hand back): when
+# Redis refuses them for memory they are retried like a lost connection's, until it takes writes.
+_RETRIED_WHEN_FULL = frozenset({"ack", "nack", "requeue"})
+REQUEUE_WAIT_S = 60.0  # a consumer handing back its delayed messages waits this long for room
+
+
 def _redis_broker_class():
     from dramatiq.brokers.redis import RedisBroker
 
     class _RedisBroker(RedisBroker):
         def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
             return super().consume(queue_name, prefetch, min(timeout, POLL_MS))
+
+        def _dispatch(self, command: str):
+            do = super()._dispatch(command)
+            if command not in _RETRIED_WHEN_FULL:
+                return do
+
+            def until_it_takes_writes(*args: Any) -> Any:
+                # dramatiq retries an acknowledgement (every 5 s) only after a connection error,
+                # and hands back a consumer's delayed messages only once: an OOM left the message in
+                # this live worker's ack set for good (a requeue's even killed its consumer thread):
+                # `index` waited on it forever, and the queue stayed wedged once Redis had room.
+                waited = 0.0
+                while True:
+                    try:
+                        return do(*args)
+                    except Exception as exc:
+                        if not out_of_memory(exc):
+                            raise
+                        if command != "requeue" or waited >= REQUEUE_WAIT_S:
+                            # ack, nack: raised as the connection error dramatiq retries; a
+                            # requeue that waited long enough: as the one its close() lets pass
+                            # (the messages come back when this worker stops: maintenance).
+                            from dramatiq.brokers.redis import ConnectionClosed
+
+                            import redis
+
+                            err = redis.ConnectionError(f"{exc} ({command})")
+                            raise (err if command != "requeue" else ConnectionClosed(err)) from exc
+                    time.sleep(1.0)
+                    waited += 1.0
+
+            return until_it_takes_writes
 
     return _RedisBroker
 

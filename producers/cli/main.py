@@ -310,11 +310,25 @@ def cmd_status(args: argparse.Namespace) -> int:
             if not is_redis_error(exc):
                 raise
             jobs, report["brokerError"] = None, _one_line_error(exc)
+        else:
+            full = _broker_full()
+            if full:
+                report["brokerFull"] = full
         entries.append(status_entry(report, embedding_probe=probe, index_error=index_error, scan=scan,
                                     batch_jobs=jobs))
         texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan))
     print(json.dumps(entries, indent=2, default=str) if args.json else "\n\n".join(texts))
     return 1 if failed else 0
+
+
+def _broker_full() -> str | None:
+    """The line saying the deployment's Redis is out of memory (its workers can move nothing on), or
+    None: no Redis, or it takes writes."""
+    if not os.environ.get("MEMINDEX_BROKER_URL", "").strip():
+        return None
+    from memindex.workers.broker import broker, oom_line, redis_full
+
+    return oom_line() if redis_full(broker.client) else None
 
 
 def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, Any]) -> None:

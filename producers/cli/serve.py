@@ -71,9 +71,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     contexts = [tools.context(a) for a in tools.agent_ids()]
     if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
+        from memindex.workers.broker import full_probe
         from memindex.workers.metrics import serve_metrics
 
-        serve_metrics(args.metrics_port, contexts, job_state_counts)
+        serve_metrics(args.metrics_port, contexts, job_state_counts, full_probe())
     if args.watch:
         from memindex.producers.cli.ops import start_producers
 
