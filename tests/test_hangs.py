@@ -113,3 +113,147 @@ os._exit(0)
     # A no-op index asks nothing of the broker (README "Using it").
     assert noop.returncode == 0 and noop_s < 10, (noop_s, noop.stdout, noop.stderr)
     print(out, f"no-op index {noop_s:.2f} s")
+
+
+# --- 3. Redis out of memory: said, and recovered from without a hand ------------------------------
+
+def _spawn(agent, url: str, logdir, name: str, *args: str) -> subprocess.Popen:
+    log = open(logdir / f"{name}.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "memindex", *args], cwd=REPO, env=agent.env(url),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _status(agent, url: str) -> dict:
+    out = run_cli("status", "--json", env=agent.env(url))
+    return json.loads(out.stdout)[0]["status"]
+
+
+@pytest.mark.redis
+def test_redis_out_of_memory_is_said_within_10s_and_the_pipeline_converges_once_it_has_room(agent, redis_server,
+                                                                                             tmp_path):
+    import redis
+
+    from conftest import kill_groups
+
+    url = redis_server.url
+    client = redis.Redis.from_url(url)
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace)}}})  # keyword-only
+    agent.write("memory/first.md", "# First\nthe first note\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = [_spawn(agent, url, logs, "worker", "worker", "--processes", "1", "--threads", "2"),
+             _spawn(agent, url, logs, "writer", "worker", "--writer"),
+             _spawn(agent, url, logs, "watch", "watch", "--metrics-port", f"127.0.0.1:{7400}")]
+    try:
+        assert run_cli("index", env=agent.env(url), timeout=60).returncode == 0
+        client.set("ballast", b"x" * (4 << 20))
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 2 << 20)  # below the ballast: every write is refused
+        for i in range(40):
+            agent.write(f"memory/n{i:02d}.md", f"# Note {i}\nthe quince{i} ledger\n")
+        started = time.monotonic()
+        out = run_cli("index", env=agent.env(url), timeout=60)
+        took = time.monotonic() - started
+        said = "is out of memory (Redis's maxmemory reached, no eviction)"
+        assert out.returncode != 0 and said in out.stderr and took < 10, (took, out.stdout, out.stderr)
+        assert "Traceback" not in out.stderr
+        health = run_cli("health", env=agent.env(url))
+        assert health.returncode == 1 and said in health.stdout + health.stderr, health
+        assert said in _status(agent, url).get("brokerFull", "")
+        import urllib.request
+
+        metrics = urllib.request.urlopen("http://127.0.0.1:7400/metrics", timeout=10).read().decode()
+        assert "memindex_broker_out_of_memory 1.0" in metrics
+        # Room again: nobody runs anything; the watcher and workers finish the job themselves.
+        client.delete("ballast")
+        client.config_set("maxmemory", 0)
+        freed = time.monotonic()
+        converged = wait_for(lambda: _status(agent, url)["files"] == 41 and not _status(agent, url)["dirty"],
+                             30, step=1)
+        assert converged, (_status(agent, url), (logs / "watch.log").read_text()[-3000:])
+        print(f"said after {took:.1f} s; converged {time.monotonic() - freed:.1f} s after the limit was lifted")
+        assert any(r["path"] == "memory/n39.md" for r in agent.search("quince39")["results"])
+        metrics = urllib.request.urlopen("http://127.0.0.1:7400/metrics", timeout=10).read().decode()
+        assert "memindex_broker_out_of_memory 0.0" in metrics
+    finally:
+        kill_groups(procs, signal.SIGTERM, 20)
+
+
+# --- 4. servers: header and body deadlines, a connection cap, no exit on EMFILE -------------------
+
+def _limit_fds(n: int):
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
+@pytest.mark.parametrize("command", [["serve", "--port"], ["mcp", "--http"]])
+def test_twice_the_connection_cap_of_half_sent_requests_leaves_the_server_answering(agent, command):
+    import http.client
+
+    from conftest import free_port
+
+    agent.write("memory/a.md", "the persimmon ledger\n")
+    agent.index()
+    port = free_port()
+    # 128 descriptors: the cap is what is left of them less 64 (about 35 connections); 2 s for a head.
+    env = dict(agent.env(), MEMINDEX_SERVE_HEADER_TIMEOUT_S="2", MEMINDEX_SERVE_BODY_TIMEOUT_S="2")
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", "--workspace", str(agent.workspace), *command,
+                             str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_limit_fds(128))
+    socks: list[socket.socket] = []
+    try:
+        assert wait_for(lambda: _connects(port), 30), proc.stderr.read() if proc.poll() is not None else ""
+        refused = 0
+        for i in range(128):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            # half a request: a head that never ends, or (every 4th) a head whose body never comes
+            s.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\ncontent-length: 100\r\n\r\n{" if i % 4 == 0
+                      else b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            socks.append(s)
+        time.sleep(0.5)
+        for s in socks:  # beyond the cap: answered 503 and closed at once
+            s.settimeout(0.05)
+            try:
+                data = s.recv(4096)
+            except (socket.timeout, OSError):
+                continue
+            refused += b" 503 " in data and b"overloaded" in data
+        if proc.poll() is not None:
+            open("/tmp/hangs/serve_err.txt", "w").write(proc.stderr.read())
+        assert refused >= 40, (refused, proc.poll())
+        # The half-sent ones time out (2 s + the watchdog's slack); then a normal request is answered.
+        closed = wait_for(lambda: all(_closed(s) for s in socks), 8, step=0.2)
+        assert closed, sum(not _closed(s) for s in socks)
+        started = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        took = time.monotonic() - started
+        assert resp.status in (200, 404) and took < 1.0, (resp.status, took)  # (mcp --http has no /healthz)
+        assert proc.poll() is None
+    finally:
+        for s in socks:
+            s.close()
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+    assert "Traceback" not in err, err
+    assert "Too many open files" not in err, err
+
+
+def _connects(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _closed(s: socket.socket) -> bool:
+    s.settimeout(0.01)
+    try:
+        return s.recv(4096, socket.MSG_PEEK) == b"" or False
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
