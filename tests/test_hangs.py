@@ -257,3 +257,41 @@ def _closed(s: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+# --- 5. credentials in remote.baseUrl --------------------------------------------------------------
+
+from provider_server import ProviderServer  # noqa: E402
+
+from conftest import module_server  # noqa: E402
+
+server = module_server(ProviderServer)
+
+
+def test_a_password_in_the_base_url_is_never_shown_and_the_api_key_is_still_sent(agent, fresh_services, server):
+    import base64
+
+    password = "urlpass-3141x"
+    basic = base64.b64encode(f"proxyuser:{password}".encode()).decode()
+    base = server.base("openai").replace("http://", f"http://proxyuser:{password}@")
+    agent.write("MEMORY.md", "the router is an Omada ER605\n")
+    agent.memory_config({"provider": "openai", "fallback": "none", "remote": {"baseUrl": base, "apiKey": "sk-test-123"}})
+    out = []
+    for args in (("-vv", "index"), ("-vv", "search", "router"), ("status", "--json", "--deep"), ("-vv", "status")):
+        proc = run_cli("--workspace", str(agent.workspace), *args, env=agent.env())
+        out.append(proc.stdout + proc.stderr)
+    text = "\n".join(out)
+    assert "HTTP Request: POST" in text  # httpx's line, with the URL, was logged
+    assert password not in text and basic not in text and "proxyuser" not in text, text
+    sent = [r.headers.get("Authorization") or r.headers.get("authorization") for r in server.log_for("openai")]
+    assert sent and all(h == "Bearer sk-test-123" for h in sent), sent
+
+
+def test_the_base_url_credentials_are_sent_as_basic_auth_without_an_api_key():
+    from memindex.pipeline.embeddings.providers.ollama import OllamaProvider
+
+    p = OllamaProvider("nomic-embed-text", base_url="http://u:p%40ss@ollama.example:11434")
+    assert p.base_url == "http://ollama.example:11434"
+    assert p._client.headers["authorization"] == "Basic dTpwQHNz"  # u:p@ss
+    keyed = OllamaProvider("nomic-embed-text", base_url="http://u:pass@ollama.example:11434", api_key="sk-xyz1")
+    assert keyed._client.headers["authorization"] == "Bearer sk-xyz1"
