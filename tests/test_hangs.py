@@ -392,3 +392,29 @@ def test_in_range_values_load_and_the_overlap_stays_below_the_tokens(tmp_path):
         load_settings(Context("main", str(cfg), str(tmp_path), str(tmp_path)))
     cfg.write_text(json.dumps(_config_with("memorySearch.chunking", {"tokens": 50})))  # the default 80 follows
     assert load_settings(Context("main", str(cfg), str(tmp_path), str(tmp_path))).memory_search["chunking"]["overlap"] == 49
+
+
+def test_a_client_leaving_mid_request_is_no_traceback_for_mcp_http(agent):
+    from conftest import free_port
+
+    agent.index()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", "--workspace", str(agent.workspace), "mcp", "--http",
+                             str(port)], cwd=REPO, env=agent.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert wait_for(lambda: _connects(port), 30)
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                      b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n"
+                      % (port, len(body) + 50) + body[:20])
+            time.sleep(0.3)
+            s.close()
+        time.sleep(1)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert "Traceback" not in err and "ClientDisconnect" not in err, err

@@ -75,6 +75,29 @@ class AcceptExhausted(logging.Filter):
         return True
 
 
+class ClientLeft(logging.Filter):
+    """The MCP SDK logs "Error handling POST request" with a full traceback when a client leaves
+    before its request body arrived whole (starlette's ``ClientDisconnect``): a client's own choice,
+    one DEBUG line here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or type(exc).__name__ != "ClientDisconnect":
+            return True
+        if not log.isEnabledFor(logging.DEBUG):
+            return False
+        record.msg, record.args = "a client left before its request arrived whole (%s)", (record.getMessage(),)
+        record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.DEBUG, "DEBUG"
+        return True
+
+
+def quiet_client_exits(logger_name: str) -> None:
+    """Install ``ClientLeft`` on ``logger_name`` (once)."""
+    target = logging.getLogger(logger_name)
+    if not any(isinstance(f, ClientLeft) for f in target.filters):
+        target.addFilter(ClientLeft())
+
+
 def guarded_protocol(body_timeout_s: float, cap: int | None = None) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the watchdog and the cap (a class per server: its settings)."""
     if not any(isinstance(f, AcceptExhausted) for f in logging.getLogger("asyncio").filters):
