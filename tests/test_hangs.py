@@ -418,3 +418,28 @@ def test_a_client_leaving_mid_request_is_no_traceback_for_mcp_http(agent):
         proc.terminate()
         _, err = proc.communicate(timeout=20)
     assert "Traceback" not in err and "ClientDisconnect" not in err, err
+
+
+# --- 7. the smaller ones ----------------------------------------------------------------------------
+
+def test_a_fifo_at_the_query_breaker_path_does_not_hang_a_search(agent):
+    agent.memory_config({"provider": "hash"})
+    agent.write("memory/a.md", "the tamarind ledger\n")
+    agent.index()
+    fifo = f"{agent.settings().store_path}.query-breaker.json"
+    os.mkfifo(fifo)
+    out = run_cli("--workspace", str(agent.workspace), "search", "tamarind", env=agent.env(), timeout=30)
+    assert out.returncode == 0 and "memory/a.md" in out.stdout, out
+
+
+def test_a_lone_surrogate_in_a_query_is_searched_not_a_failed_embedding(agent, caplog):
+    import logging
+
+    agent.memory_config({"provider": "hash"})
+    agent.write("memory/a.md", "the tamarind ledger\n")
+    agent.index()
+    with caplog.at_level(logging.INFO):
+        res = agent.search("tamarind \ud800")
+    assert [r["path"] for r in res["results"]] == ["memory/a.md"]
+    assert "query embedding failed" not in caplog.text and not res.get("warning"), (caplog.text, res)
+    assert res.get("mode") != "fts-only"
