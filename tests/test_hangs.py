@@ -443,3 +443,14 @@ def test_a_lone_surrogate_in_a_query_is_searched_not_a_failed_embedding(agent, c
     assert [r["path"] for r in res["results"]] == ["memory/a.md"]
     assert "query embedding failed" not in caplog.text and not res.get("warning"), (caplog.text, res)
     assert res.get("mode") != "fts-only"
+
+
+def test_status_exits_1_for_an_extra_path_the_index_refuses(agent):
+    """OpenClaw would walk all of "/"; memindex refuses it (README "Workspaces"), so every sync of
+    the agent fails: status says why under issue: and exits 1, as index does (with 2, a config error)."""
+    agent.write("memory/a.md", "fox\n")
+    agent.memory_config({"extraPaths": ["/"]})
+    out = run_cli("--workspace", str(agent.workspace), "status", env=agent.env())
+    assert out.returncode == 1 and "too broad" in out.stdout, out
+    agent.memory_config({"extraPaths": []})
+    assert run_cli("--workspace", str(agent.workspace), "status", env=agent.env()).returncode == 0

@@ -295,6 +295,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             failed = failed or index_error is not None
         probe = embedding_probe(settings) if args.deep or args.index else None
         report = index_status(settings, provider_info(settings), invariant=args.deep)
+        # An index its own config refuses (an extraPaths entry that is "/", which OpenClaw would walk
+        # whole): every sync of the agent fails, so status, which says why under issue:, exits 1 too
+        # (it said so and exited 0). A missing workspace is the workspace's state, not a config error.
+        failed = failed or _config_refuses(settings)
         note_probe(report, probe)
         if settings.memory["backend"] == "qmd":
             from memindex.pipeline.search.backend import open_search
@@ -319,6 +323,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan))
     print(json.dumps(entries, indent=2, default=str) if args.json else "\n\n".join(texts))
     return 1 if failed else 0
+
+
+def _config_refuses(settings: Any) -> bool:
+    if not (settings.enabled and "memory" in settings.sources):
+        return False
+    from memindex.pipeline.index.workspace import check_roots
+
+    try:
+        check_roots(settings)
+    except ConfigError:
+        return True
+    except MemindexError:  # (a missing workspace: its own issue line)
+        return False
+    return False
 
 
 def _broker_full() -> str | None:
