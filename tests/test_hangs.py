@@ -454,3 +454,13 @@ def test_status_exits_1_for_an_extra_path_the_index_refuses(agent):
     assert out.returncode == 1 and "too broad" in out.stdout, out
     agent.memory_config({"extraPaths": []})
     assert run_cli("--workspace", str(agent.workspace), "status", env=agent.env()).returncode == 0
+
+
+def test_a_store_under_proc_is_not_called_a_full_disk(agent):
+    env = dict(agent.env(), OPENCLAW_STATE_DIR="/proc/self")
+    for cmd in ("index", "status"):
+        out = run_cli("--workspace", str(agent.workspace), cmd, env=env)
+        text = out.stdout + out.stderr
+        assert "full" not in text and "0 bytes free" not in text and "Traceback" not in text, (cmd, text)
+    out = run_cli("--workspace", str(agent.workspace), "index", env=env)
+    assert out.returncode != 0 and "read-only" in out.stderr, out
