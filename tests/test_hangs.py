@@ -464,3 +464,32 @@ def test_a_store_under_proc_is_not_called_a_full_disk(agent):
         assert "full" not in text and "0 bytes free" not in text and "Traceback" not in text, (cmd, text)
     out = run_cli("--workspace", str(agent.workspace), "index", env=env)
     assert out.returncode != 0 and "read-only" in out.stderr, out
+
+
+def test_a_wal_deleted_during_index_never_ends_in_success_with_files_pending(agent):
+    for i in range(3000):
+        agent.write(f"memory/{i // 100:02d}/n{i:04d}.md", f"# Note {i}\nthe walnut {i} entry\n" + "filler text " * 40)
+    store = agent.settings().store_path
+    wal = f"{store}-wal"
+    proc = subprocess.Popen([sys.executable, "-m", "memindex", "--workspace", str(agent.workspace), "index"],
+                            cwd=REPO, env=agent.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deleted = 0
+    try:
+        while proc.poll() is None and deleted < 2:
+            if os.path.exists(wal) and os.path.getsize(wal) > 256 * 1024:
+                os.unlink(wal)  # mid-index, with writes in it not yet checkpointed
+                deleted += 1
+                time.sleep(0.5)
+            time.sleep(0.02)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    status = json.loads(run_cli("--workspace", str(agent.workspace), "status", "--json", env=agent.env()).stdout)
+    st = status[0]["status"]
+    if proc.returncode == 0:  # success is said only when every file is written
+        assert st["files"] == 3000 and not st["dirty"], (deleted, out, err, st["files"])
+    else:  # or it fails, saying why in one line
+        assert err.strip().startswith("error:") and len(err.strip().splitlines()) <= 3, err
+    assert "Traceback" not in err
+    print(f"WAL deleted {deleted}x; index rc {proc.returncode}: {out.strip()}", err)
