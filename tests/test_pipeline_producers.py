@@ -285,6 +285,18 @@ def test_interval_sync_fires_when_due_and_zero_is_off():
     assert rec.calls == [("a", "interval")] * 2
 
 
+def _fire_times(loop, now: list, rec, seconds) -> list[int]:
+    """Tick ``loop`` at each of ``seconds`` (its clock reads ``now[0]``): the ones that enqueued."""
+    fired = []
+    for t in seconds:
+        now[0] = float(t)
+        before = len(rec.calls)
+        loop.tick()
+        if len(rec.calls) > before:
+            fired.append(t)
+    return fired
+
+
 def test_files_waiting_for_vectors_are_retried_with_backoff_while_they_fail():
     """`watch` re-tried keyword-only files (their embeddings failed) only on the next edit: with
     intervalMinutes 0 a recovered provider was never asked again (status said "1 keyword-only"
@@ -296,13 +308,7 @@ def test_files_waiting_for_vectors_are_retried_with_backoff_while_they_fail():
     loop = IntervalSync([a], enqueue=rec, interval_of=lambda c: 0.0, clock=lambda: now[0],
                         vectors_pending_of=lambda c: pending[0], retry_s=10.0, stranded_s=0)
     assert loop.tick() == pytest.approx(10.0) and rec.calls == []
-    fired_at = []
-    for t in range(1, 200):
-        now[0] = float(t)
-        before = len(rec.calls)
-        loop.tick()
-        if len(rec.calls) > before:
-            fired_at.append(t)
+    fired_at = _fire_times(loop, now, rec, range(1, 200))
     assert fired_at == [10, 30, 70, 150], fired_at  # every 10 s at first, doubling while still failing
     assert set(rec.calls) == {("a", "vector-retry")}
     pending[0] = 0  # the provider answered: nothing to enqueue, and back to looking every 10 s
@@ -327,13 +333,7 @@ def test_files_pending_with_nothing_queued_are_queued_again_with_backoff(monkeyp
     stranded = [3]
     loop = IntervalSync([a], enqueue=rec, interval_of=lambda c: 0.0, clock=lambda: now[0], retry_s=0,
                         stranded_of=lambda c: stranded[0], stranded_s=5.0)
-    fired_at = []
-    for t in range(0, 100):
-        now[0] = float(t)
-        before = len(rec.calls)
-        loop.tick()
-        if len(rec.calls) > before:
-            fired_at.append(t)
+    fired_at = _fire_times(loop, now, rec, range(0, 100))
     assert fired_at == [10, 20, 40, 80], fired_at  # the second look that sees them, then doubling
     assert set(rec.calls) == {("a", "stranded")}
     stranded[0] = 0
