@@ -307,7 +307,7 @@ dramatiq.set_broker(broker)
 # Declared without asking Redis: importing this module must not wait on a hung Redis (a no-op
 # `index` waited its 30 s socket timeout here). A writer's N is in its environment (`--shard K/N`
 # sets it); other processes send to the recorded shards (write_queue_for) without declaring them.
-_own_shards = configured_shards() or 1 if broker_url() else 1
+_own_shards = (configured_shards() or 1) if broker_url() else 1
 for _q in (*QUEUES, *(f"{WRITE_QUEUE}.{k}" for k in range(_own_shards) if _own_shards > 1)):
     broker.declare_queue(_q)
 if not is_embedded(broker):
