@@ -81,6 +81,7 @@ import memindex
 ctx = memindex.Context("main", {str(agent.config_path)!r}, {str(agent.state)!r}, {str(agent.workspace)!r})
 engine = memindex.open_search(memindex.load_settings(ctx), schedule_sync=memindex.schedule_sync)
 engine.search("alpaca")  # warm: Redis answers
+import memindex.workers.actors  # (a process's first hook call imports the queue layer: README)
 os.kill({redis_server.proc.pid}, signal.SIGSTOP)
 out = {{}}
 for i in range(3):
