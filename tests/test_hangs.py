@@ -336,6 +336,19 @@ def test_every_numeric_setting_is_in_the_ranges_table():
     assert not missing, missing
 
 
+def _load(cfg, tmp_path):
+    """load_settings, leaving the process's once-per-process warnings as they were (an ignored
+    OpenClaw key loaded here must still be warned about by the tests that check that warning)."""
+    from memindex.pipeline.config import settings as settings_module
+
+    said = set(settings_module._warned)
+    try:
+        return settings_module.load_settings(settings_module.Context("main", str(cfg), str(tmp_path), str(tmp_path)))
+    finally:
+        settings_module._warned.clear()
+        settings_module._warned.update(said)
+
+
 def _config_with(key: str, value) -> dict:
     head, *rest = key.split(".")
     leaf: dict = {}
@@ -364,21 +377,19 @@ def _out_of_range(draw):
 @given(_out_of_range())
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_an_out_of_range_value_of_any_numeric_setting_is_refused_naming_its_key(tmp_path, case):
-    from memindex.pipeline.config.settings import Context, load_settings
     from memindex.pipeline.errors import ConfigError
 
     key, value = case
     cfg = tmp_path / "openclaw.json"
     cfg.write_text(json.dumps(_config_with(key, value)))
     with pytest.raises(ConfigError) as err:
-        load_settings(Context("main", str(cfg), str(tmp_path), str(tmp_path)))
+        _load(cfg, tmp_path)
     assert key.split(".", 1)[1] in str(err.value), (key, value, str(err.value))
     assert "\n" not in str(err.value)
 
 
 def test_in_range_values_load_and_the_overlap_stays_below_the_tokens(tmp_path):
     from memindex.pipeline.config import ranges
-    from memindex.pipeline.config.settings import Context, load_settings
     from memindex.pipeline.errors import ConfigError
 
     cfg = tmp_path / "openclaw.json"
@@ -386,13 +397,14 @@ def test_in_range_values_load_and_the_overlap_stays_below_the_tokens(tmp_path):
         if key.endswith(".overlap"):
             continue  # (below the default tokens: its own case)
         for value in (lo, hi):
-            cfg.write_text(json.dumps(_config_with(key, value)))
-            load_settings(Context("main", str(cfg), str(tmp_path), str(tmp_path)))
+            if value is not None:
+                cfg.write_text(json.dumps(_config_with(key, value)))
+                _load(cfg, tmp_path)
     cfg.write_text(json.dumps(_config_with("memorySearch.chunking", {"tokens": 50, "overlap": 50})))
     with pytest.raises(ConfigError, match="chunking.overlap"):
-        load_settings(Context("main", str(cfg), str(tmp_path), str(tmp_path)))
+        _load(cfg, tmp_path)
     cfg.write_text(json.dumps(_config_with("memorySearch.chunking", {"tokens": 50})))  # the default 80 follows
-    assert load_settings(Context("main", str(cfg), str(tmp_path), str(tmp_path))).memory_search["chunking"]["overlap"] == 49
+    assert _load(cfg, tmp_path).memory_search["chunking"]["overlap"] == 49
 
 
 def test_a_client_leaving_mid_request_is_no_traceback_for_mcp_http(agent):
