@@ -150,6 +150,16 @@ class IndexTimeout(MemindexError, TimeoutError):
         self.pending = pending
 
 
+class IndexIncomplete(MemindexError):
+    """The queues drained and files this sync planned were still not written, also after one
+    re-plan: their queued work was lost on the way (Redis refused it for memory, a writer lost its
+    WAL, ...). ``pending`` says how many; the next sync queues them again."""
+
+    def __init__(self, message: str, pending: int) -> None:
+        super().__init__(message)
+        self.pending = pending
+
+
 class DeadLettered(MemindexError):
     """Work of this sync was dead-lettered (refused by a worker, or out of retries): not indexed."""
 

@@ -432,6 +432,8 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         lines.append(f"index error:  {index_error}")
     if s.get("brokerError"):
         lines.append(f"broker:       {s['brokerError']} (batch jobs unknown; the index above is read from the store)")
+    if s.get("brokerFull"):  # Redis out of memory: pending files wait for it
+        lines.append(f"broker:       {s['brokerFull']}")
     if s.get("invariant") is not None:
         inv = s["invariant"]
         lines.append("store check:  ok (integrity, no orphan rows)" if inv["ok"]

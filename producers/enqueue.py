@@ -13,7 +13,8 @@ import time
 from typing import Any, Callable, Iterator
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
-from memindex.pipeline.errors import BrokerUnavailable, DeadLettered, IndexTimeout, NoWorkerError, checked_call
+from memindex.pipeline.errors import (BrokerUnavailable, DeadLettered, IndexIncomplete, IndexTimeout, NoWorkerError,
+                                      checked_call)
 
 log = logging.getLogger("memindex.sync")
 
@@ -97,16 +98,23 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     total = counts["to_index"] + counts.get("queued", 0)
     idle = wait_idle(ctx, total=total, progress=progress, timeout=timeout, since_ns=sent_ns)
     _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
-    if idle and counts.get("queued") and pending_files(settings_for(ctx)):
-        # What the other sync queued did not all arrive (its worker died, a message was lost).
-        # Nothing is in flight now, so this plan queues whatever is still missing.
+    if idle and pending_files(settings_for(ctx)):
+        # Drained, and files of the plan are still not written: what another sync had queued did
+        # not all arrive (its worker died), or this sync's own work was lost on the way (Redis
+        # refused a message for memory, a writer lost its WAL). Nothing is in flight now, so this
+        # plan queues whatever is still missing, once; "indexed 3001" with 57 pending is not said.
         again, _ = plan_now(ctx)
         redo = dispatch_plan(ctx, again)
-        log.info("sync %s: %d file(s) another sync had queued were not written; queued them again",
+        log.info("sync %s: %d file(s) queued were not written; queued them again",
                  settings_for(ctx).agent_id, redo["to_index"])
         left = None if timeout is None else max(0.0, deadline - time.monotonic())
         idle = wait_idle(ctx, total=total, progress=progress, timeout=left, since_ns=sent_ns)
         _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
+        lost = pending_files(settings_for(ctx)) if idle else 0
+        if lost:
+            raise IndexIncomplete(f"sync of agent '{settings_for(ctx).agent_id}' ended with {lost} file(s) not "
+                                  "written: their queued work was lost twice (see the log lines above); the next "
+                                  "sync queues them again", lost)
     if not idle:
         # A timed-out wait used to return the same counts as a finished one: the caller could not
         # tell "written" from "still queued" (index_status right after read 0 files).
@@ -161,6 +169,11 @@ def plan_now(ctx: Context, *, force: bool = False, probe: bool = True):
     return plan_agent(settings, planning_identity(settings, force=force, probe=probe), force=force)
 
 
+# Readings (1 s apart) of a Redis out of memory before `index` gives up waiting and says so.
+FULL_CHECKS = 2
+# ... or readings within the last REFUSALS_WINDOW in which Redis refused more commands for memory.
+REFUSALS_WINDOW, REFUSALS_RISES = 8, 2
+
 # How long queued work may wait with no live worker consuming its queue before
 # `index` says so and gives up (a worker starting up heartbeats well within this).
 NO_WORKER_GRACE_S = 15.0
@@ -192,21 +205,32 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
     """Redis: poll queue depth (the workers are other processes) until idle or timeout."""
     from memindex.workers import queues
 
+    from memindex.workers.broker import broker, oom_line, oom_refusals, redis_full
+
     deadline = None if timeout is None else time.monotonic() + timeout
     quiet = 0
     unconsumed_since: float | None = None
+    full_checks = 0
+    refusals = [oom_refusals(broker.client)]  # one reading a second, the last REFUSALS_WINDOW
     next_worker_check = time.monotonic()
     while True:
         if time.monotonic() >= next_worker_check:
             next_worker_check = time.monotonic() + 1.0
+            # Redis out of memory refuses messages the workers send on (their work is lost): the
+            # sync cannot finish, so `index` says so instead of waiting (it sat silent for minutes).
+            # At the limit (two readings in a row), or refusing again and again just under it
+            # (used memory falls back after each refusal): the next sync queues the rest.
+            full_checks = full_checks + 1 if redis_full(broker.client) else 0
+            refusals = [*refusals, oom_refusals(broker.client)][-REFUSALS_WINDOW:]
+            rises = sum(1 for a, b in zip(refusals, refusals[1:]) if a is not None and b is not None and b > a)
+            if full_checks >= FULL_CHECKS or rises >= REFUSALS_RISES:
+                raise BrokerUnavailable(oom_line())
             orphaned = queues.unconsumed_queues()
             if not orphaned:
                 unconsumed_since = None
             elif unconsumed_since is None:
                 unconsumed_since = time.monotonic()
             elif time.monotonic() - unconsumed_since > NO_WORKER_GRACE_S:
-                from memindex.workers.broker import broker, oom_line, redis_full
-
                 if redis_full(broker.client):  # workers cannot beat (or take work) while it refuses writes
                     raise NoWorkerError(oom_line())
                 raise NoWorkerError(

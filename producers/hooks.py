@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any, Callable
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
-from memindex.pipeline.errors import checked_call, require
+from memindex.pipeline.config.environ import BROKER_ENV, broker_configured
+from memindex.pipeline.errors import BrokerUnavailable, checked_call, require
 from memindex.producers.enqueue import broker_errors
 from memindex.workers.flags import send_once
 
@@ -45,10 +47,58 @@ def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None 
     return sent
 
 
+# The runtime hook's bound (README "Freshness"): it enqueues within this, or raises BrokerUnavailable
+# and leaves the request to finish on its own thread (a Redis that answers later still gets it; one
+# that never does fails it after the client's socket timeout). A hung Redis (SIGSTOP, a full
+# network buffer) held a session start for the 30 s socket timeout.
+HOOK_DEADLINE_S = 0.5
+_in_flight: dict[str, threading.Thread] = {}
+_flight_lock = threading.Lock()
+
+
+def _within_deadline(key: str, call: Callable[[], bool]) -> bool:
+    """``call()`` on a thread of its own, waited for at most HOOK_DEADLINE_S. A request of ``key``
+    still in flight from an earlier call covers this one: refused at once, not a second thread."""
+    if not broker_configured():
+        return call()  # no network: the flag and the queue are in this process
+    # The queue layer is imported here, outside the deadline: importing it asks Redis nothing, and
+    # a process's first call spent most of the 0.5 s importing dramatiq and the actors.
+    import memindex.workers.actors  # noqa: F401
+    import memindex.workers.flags  # noqa: F401
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["sent"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged if it left
+            box["error"] = exc
+            if done.is_set():
+                log.warning("a sync request that gave up waiting for Redis failed later: %s", exc)
+
+    done = threading.Event()
+    with _flight_lock:
+        earlier = _in_flight.get(key)
+        if earlier is not None and earlier.is_alive():
+            raise BrokerUnavailable(f"the broker ({BROKER_ENV}) has not answered an earlier sync request yet; "
+                                    "not waiting for it")
+        worker = threading.Thread(target=run, name="memindex-sync-request", daemon=True)
+        _in_flight[key] = worker
+        worker.start()
+    worker.join(HOOK_DEADLINE_S)
+    done.set()
+    if worker.is_alive():
+        raise BrokerUnavailable(f"the broker ({BROKER_ENV}) did not answer within {HOOK_DEADLINE_S:g} s; "
+                                "the sync request waits for it in the background")
+    if "error" in box:
+        raise box["error"]
+    return bool(box.get("sent"))
+
+
 @checked_call("on_session_start")
 @broker_errors()
 def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
-    """A session started: schedule a sync if ``sync.onSessionStart`` (default on)."""
+    """A session started: schedule a sync if ``sync.onSessionStart`` (default on). Returns
+    within HOOK_DEADLINE_S, or raises ``BrokerUnavailable``."""
     from memindex.pipeline.config.agents import settings_for
 
     require("ctx", ctx, Context)
@@ -57,7 +107,7 @@ def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     if not settings.memory_search["sync"]["onSessionStart"]:
         return False
     log.debug("session start %s for %s", session_key or "-", ctx.agent_id)
-    return request_sync_once(ctx, "session-start", settings)
+    return _within_deadline(str(settings.store_path), lambda: request_sync_once(ctx, "session-start", settings))
 
 
 # A search-triggered sync re-plans the whole workspace (a stat per file); a server

@@ -30,6 +30,14 @@ VECTOR_RETRY_S = env_number("MEMINDEX_VECTOR_RETRY_S", 120.0, above=0)
 VECTOR_RETRY_MAX_S = 1800.0
 
 
+# Files a plan announced (pending in the store) while nothing at all is queued or running: their
+# work was lost (Redis refused it for memory, a message was dropped, a writer lost its WAL). Two
+# looks this far apart that both see it ask for a sync, then less often (doubling up to the cap)
+# while it stays so (a full disk: each re-plan would fail again). Before, nothing re-planned them
+# until the next edit: a deployment stayed "healthy" with 128 files pending after Redis had room.
+STRANDED_S = 5.0
+STRANDED_MAX_S = 300.0
+
 _warned: dict[str | None, str] = {}  # agent -> the config error last logged for it
 
 
@@ -70,6 +78,34 @@ def _vectors_pending(ctx: Context) -> int:
         return 0
 
 
+def _stranded(ctx: Context) -> int:
+    """Files pending in the agent's store while no queue holds or runs anything (0 otherwise)."""
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.store.reader import open_reader
+    from memindex.workers import queues
+
+    try:
+        settings = settings_for(ctx)
+        if not settings.enabled or not settings.store_path.exists() or queues.total_outstanding():
+            return 0
+        reader = open_reader(settings)
+        try:
+            st = reader.state()
+            return reader.pending_count(st.building_generation or st.live_generation)
+        finally:
+            reader.close()
+    except Exception:  # noqa: BLE001 - Redis or the store unreadable: said elsewhere; look again later
+        return 0
+
+
+def _forget_leases(ctx: Context) -> None:
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.workers import leases
+    from memindex.workers.broker import broker
+
+    leases.forget_store(broker, settings_for(ctx).store_path)
+
+
 def _default_enqueue(ctx: Context, reason: str) -> object:
     from memindex.producers.hooks import request_sync_once
 
@@ -83,8 +119,11 @@ class IntervalSync:
                  interval_of: Callable[[Context], float] = _interval_s,
                  clock: Callable[[], float] = time.monotonic,
                  vectors_pending_of: Callable[[Context], int] = _vectors_pending,
-                 retry_s: float | None = None) -> None:
+                 retry_s: float | None = None, stranded_of: Callable[[Context], int] = _stranded,
+                 stranded_s: float = STRANDED_S) -> None:
         self.contexts = list(contexts)
+        self.stranded_of, self.stranded_s = stranded_of, stranded_s
+        self._stranded: dict[Context, tuple[float, float, bool]] = {}  # ctx -> (next look, period, seen)
         self.vectors_pending_of = vectors_pending_of
         self.retry_s = VECTOR_RETRY_S if retry_s is None else retry_s
         self._retry: dict[Context, tuple[float, float]] = {}  # ctx -> (next check, current period)
@@ -103,6 +142,9 @@ class IntervalSync:
         if self.retry_s > 0:
             for ctx in self.contexts:
                 wait = min(wait, self._retry_vectors(ctx, now))
+        if self.stranded_s > 0:
+            for ctx in self.contexts:
+                wait = min(wait, self._replan_stranded(ctx, now))
         for ctx in self.contexts:
             every = self.interval_of(ctx)
             if every <= 0:
@@ -134,6 +176,28 @@ class IntervalSync:
                 period = self.retry_s
             nxt = now + period
             self._retry[ctx] = (nxt, period)
+        return max(0.05, nxt - now)
+
+    def _replan_stranded(self, ctx: Context, now: float) -> float:
+        """Enqueue a sync when the agent's pending files have had nothing queued for them on two
+        looks in a row; seconds to the next look."""
+        nxt, period, seen = self._stranded.setdefault(ctx, (now + self.stranded_s, self.stranded_s, False))
+        if now >= nxt:
+            n = self.stranded_of(ctx)
+            if n and seen:
+                log.warning("%s: %d file(s) pending with nothing queued for them (their queued work was lost); "
+                            "queuing them again", ctx.agent_id, n)
+                try:
+                    _forget_leases(ctx)  # they stand for the lost work: kept, the re-plan skipped every file
+                    self.enqueue(ctx, "stranded")
+                    self.fired += 1
+                except Exception as exc:  # noqa: BLE001 - broker down or full: the next look tries again
+                    log.warning("sync for %s's stranded files not enqueued: %s", ctx.agent_id, exc)
+                period = min(period * 2, STRANDED_MAX_S)
+            elif not n:
+                period = self.stranded_s
+            nxt = now + period
+            self._stranded[ctx] = (nxt, period, bool(n))
         return max(0.05, nxt - now)
 
     def set_contexts(self, contexts: Iterable[Context]) -> None:

@@ -269,7 +269,8 @@ def test_interval_sync_fires_when_due_and_zero_is_off():
     rec = Recorder()
     a, b = Context("a"), Context("b")
     every = {a: 60.0, b: 0.0}
-    loop = IntervalSync([a, b], enqueue=rec, interval_of=lambda c: every[c], clock=lambda: now[0])
+    # (stranded_s=0: the look for stranded files, which would wake it every 5 s, is tested below)
+    loop = IntervalSync([a, b], enqueue=rec, interval_of=lambda c: every[c], clock=lambda: now[0], stranded_s=0)
     assert loop.tick() == pytest.approx(30.0)  # capped sleep, nothing due
     now[0] = 59.0
     loop.tick()
@@ -284,6 +285,18 @@ def test_interval_sync_fires_when_due_and_zero_is_off():
     assert rec.calls == [("a", "interval")] * 2
 
 
+def _fire_times(loop, now: list, rec, seconds) -> list[int]:
+    """Tick ``loop`` at each of ``seconds`` (its clock reads ``now[0]``): the ones that enqueued."""
+    fired = []
+    for t in seconds:
+        now[0] = float(t)
+        before = len(rec.calls)
+        loop.tick()
+        if len(rec.calls) > before:
+            fired.append(t)
+    return fired
+
+
 def test_files_waiting_for_vectors_are_retried_with_backoff_while_they_fail():
     """`watch` re-tried keyword-only files (their embeddings failed) only on the next edit: with
     intervalMinutes 0 a recovered provider was never asked again (status said "1 keyword-only"
@@ -293,15 +306,9 @@ def test_files_waiting_for_vectors_are_retried_with_backoff_while_they_fail():
     a = Context("a")
     pending = [2]
     loop = IntervalSync([a], enqueue=rec, interval_of=lambda c: 0.0, clock=lambda: now[0],
-                        vectors_pending_of=lambda c: pending[0], retry_s=10.0)
+                        vectors_pending_of=lambda c: pending[0], retry_s=10.0, stranded_s=0)
     assert loop.tick() == pytest.approx(10.0) and rec.calls == []
-    fired_at = []
-    for t in range(1, 200):
-        now[0] = float(t)
-        before = len(rec.calls)
-        loop.tick()
-        if len(rec.calls) > before:
-            fired_at.append(t)
+    fired_at = _fire_times(loop, now, rec, range(1, 200))
     assert fired_at == [10, 30, 70, 150], fired_at  # every 10 s at first, doubling while still failing
     assert set(rec.calls) == {("a", "vector-retry")}
     pending[0] = 0  # the provider answered: nothing to enqueue, and back to looking every 10 s
@@ -311,6 +318,31 @@ def test_files_waiting_for_vectors_are_retried_with_backoff_while_they_fail():
     pending[0] = 1  # a new failure is retried 10 s later, not 320 s
     now[0] = 320.0
     loop.tick()
+    assert len(rec.calls) == 5
+
+
+def test_files_pending_with_nothing_queued_are_queued_again_with_backoff(monkeypatch):
+    """issue 44: work lost on the way (Redis out of memory refused it) left files pending with nothing
+    queued for them, and nothing re-planned them until the next edit."""
+    from memindex.producers import interval
+
+    monkeypatch.setattr(interval, "_forget_leases", lambda ctx: None)  # (no store: nothing leased)
+    now = [0.0]
+    rec = Recorder()
+    a = Context("a")
+    stranded = [3]
+    loop = IntervalSync([a], enqueue=rec, interval_of=lambda c: 0.0, clock=lambda: now[0], retry_s=0,
+                        stranded_of=lambda c: stranded[0], stranded_s=5.0)
+    fired_at = _fire_times(loop, now, rec, range(0, 100))
+    assert fired_at == [10, 20, 40, 80], fired_at  # the second look that sees them, then doubling
+    assert set(rec.calls) == {("a", "stranded")}
+    stranded[0] = 0
+    now[0] = 160.0
+    loop.tick()  # none: back to a look every 5 s
+    stranded[0] = 2
+    for t in (165.0, 170.0):
+        now[0] = t
+        loop.tick()
     assert len(rec.calls) == 5
 
 

@@ -18,11 +18,13 @@ from memindex.workers.writer import (
     write_parts,
     write_plan,
     write_session_append,
+    write_text_first,
     write_touch,
 )
 
 __all__ = [
     "batch_submit", "batch_poll", "batch_finish",
     "close_writers", "dispatch_plan", "embed_chunks", "index_files", "index_session_delta", "run_sync", "sync_agent",
-    "write_deletes", "write_files", "write_parts", "write_plan", "write_session_append", "write_touch",
+    "write_deletes", "write_files", "write_parts", "write_plan", "write_session_append", "write_text_first",
+    "write_touch",
 ]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config.environ import BROKER_ENV, env_number
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.logs import out_of_memory as out_of_memory
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
@@ -24,7 +25,6 @@ from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmb
 
 log = logging.getLogger("memindex.broker")
 
-BROKER_ENV = "MEMINDEX_BROKER_URL"
 SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE = "sync", "embed", "batch", "write"
 QUEUES = (SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE)
 # Write-queue shards (issue 18): N > 1 routes each store to ``write.<k>`` (workers/messages.py);
@@ -50,7 +50,6 @@ def write_shards() -> int:
     url = broker_url()
     if not url or "broker" not in globals():
         return mine or 1
-    import time
 
     now = time.monotonic()
     if now - _shards_seen[0] > 5.0:
@@ -136,6 +135,21 @@ def redis_full(client: Any) -> bool:
     return bool(limit) and int(info.get("used_memory") or 0) >= limit and info.get("maxmemory_policy") == "noeviction"
 
 
+def full_probe() -> Any:
+    """For a metrics collector: a call saying whether the deployment's Redis is out of memory now
+    (None on the embedded broker)."""
+    return None if is_embedded() else (lambda: redis_full(broker.client))
+
+
+def oom_refusals(client: Any) -> int | None:
+    """How many commands this Redis refused for memory since its start (None: it does not say)."""
+    try:
+        stat = client.info("errorstats").get("errorstat_OOM")
+    except Exception:  # noqa: BLE001 - unreachable, or a Redis before 6.2
+        return None
+    return int(stat.get("count", 0)) if isinstance(stat, dict) else 0
+
+
 def refused_credentials(exc: BaseException) -> str | None:
     """The one line for a Redis error saying the password is wrong or missing (Redis answers,
     so "start Redis" would mislead); None for any other error."""
@@ -185,12 +199,50 @@ def _middleware() -> list:
 POLL_MS = env_number("MEMINDEX_POLL_MS", 100, minimum=1)
 
 
+# The broker commands that settle a message already taken (acknowledge, reject, hand back): when
+# Redis refuses them for memory they are retried like a lost connection's, until it takes writes.
+_RETRIED_WHEN_FULL = frozenset({"ack", "nack", "requeue"})
+REQUEUE_WAIT_S = 60.0  # a consumer handing back its delayed messages waits this long for room
+
+
 def _redis_broker_class():
     from dramatiq.brokers.redis import RedisBroker
 
     class _RedisBroker(RedisBroker):
         def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
             return super().consume(queue_name, prefetch, min(timeout, POLL_MS))
+
+        def _dispatch(self, command: str):
+            do = super()._dispatch(command)
+            if command not in _RETRIED_WHEN_FULL:
+                return do
+
+            def until_it_takes_writes(*args: Any) -> Any:
+                # dramatiq retries an acknowledgement (every 5 s) only after a connection error,
+                # and hands back a consumer's delayed messages only once: an OOM left the message in
+                # this live worker's ack set for good (a requeue's even killed its consumer thread):
+                # `index` waited on it forever, and the queue stayed wedged once Redis had room.
+                waited = 0.0
+                while True:
+                    try:
+                        return do(*args)
+                    except Exception as exc:
+                        if not out_of_memory(exc):
+                            raise
+                        if command != "requeue" or waited >= REQUEUE_WAIT_S:
+                            # ack, nack: raised as the connection error dramatiq retries; a
+                            # requeue that waited long enough: as the one its close() lets pass
+                            # (the messages come back when this worker stops: maintenance).
+                            from dramatiq.brokers.redis import ConnectionClosed
+
+                            import redis
+
+                            err = redis.ConnectionError(f"{exc} ({command})")
+                            raise (err if command != "requeue" else ConnectionClosed(err)) from exc
+                    time.sleep(1.0)
+                    waited += 1.0
+
+            return until_it_takes_writes
 
     return _RedisBroker
 
@@ -252,7 +304,11 @@ _install_log_filters()
 dramatiq.set_encoder(MessageEncoder())
 broker = make_broker()
 dramatiq.set_broker(broker)
-for _q in (*QUEUES, *shard_queues()):
+# Declared without asking Redis: importing this module must not wait on a hung Redis (a no-op
+# `index` waited its 30 s socket timeout here). A writer's N is in its environment (`--shard K/N`
+# sets it); other processes send to the recorded shards (write_queue_for) without declaring them.
+_own_shards = (configured_shards() or 1) if broker_url() else 1
+for _q in (*QUEUES, *(f"{WRITE_QUEUE}.{k}" for k in range(_own_shards) if _own_shards > 1)):
     broker.declare_queue(_q)
 if not is_embedded(broker):
     from memindex.workers.limits import install as _install_limits

@@ -47,7 +47,8 @@ from memindex.pipeline.store.schema import EMBED_PENDING
 from memindex.workers import queues
 from memindex.workers.broker import is_embedded
 from memindex.workers.messages import EMBED_QUEUE, GROUP_FILES, RETRY, request_resync, write_queue_for
-from memindex.workers.writer import send_write_to, wait_for_writer, write_files, write_parts, write_session_append
+from memindex.workers.writer import (send_write_to, wait_for_writer, write_files, write_parts, write_session_append,
+                                     write_text_first)
 
 log = logging.getLogger("memindex.compute")
 
@@ -196,6 +197,24 @@ def route_records(ctx: dict[str, Any], settings: AgentSettings, generation: int,
             wait_for_compute()
             embed_chunks.send(ctx, generation, spec, items)
     return len(todo)
+
+
+def send_text_first(ctx: dict[str, Any], settings: AgentSettings, generation: int, records: list[FileRecord]) -> None:
+    """Before their vectors are asked for: the text of every record still missing some, to the
+    writer, so the files are keyword-searchable whatever the provider does (it may hang for its
+    whole deadline and retries). Text only, without a vector space: the write that follows brings
+    the vectors and is checked against the index's. A file too big for one message waits for that
+    write (its parts are put back together there)."""
+    todo = [replace(r, chunks=[replace(c, embedding=None) for c in r.chunks], cache_hits=[], embedding=None)
+            for r in records if needs_embedding(r)]
+    if not todo:
+        return
+    queue = write_queue_for(str(settings.store_path))
+    for items in pack(todo, "files", generation):
+        whole = [i["record"] for i in items if not i.get("part")]
+        if whole:
+            wait_for_writer(queue)
+            send_write_to(queue, write_text_first, ctx, generation, whole)
 
 
 def forward(ctx: dict[str, Any], queue: str, generation: int, items: list[dict[str, Any]]) -> None:

@@ -25,7 +25,7 @@ from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta, T
 from memindex.pipeline.index.sessions import prepare_session_delta
 from memindex.workers.batch.actors import send_to_batch
 from memindex.workers.batch.route import batch_embedder_for
-from memindex.workers.compute import NOT_RETRIED, route_records
+from memindex.workers.compute import NOT_RETRIED, route_records, send_text_first
 from memindex.workers.messages import RETRY, SYNC_QUEUE, request_resync
 from memindex.workers.writer import send_write, write_deletes, write_touch
 
@@ -62,6 +62,7 @@ def index_files(ctx: dict[str, Any], generation: int, jobs: list[dict[str, Any]]
             touches.append(prepared.touch)
         elif prepared.record is not None:
             records.append(prepared.record)
+    send_text_first(ctx, settings, generation, records)  # searchable by its words now, vectors follow
     if deferring is not None:
         records = send_to_batch(ctx, settings, generation, records, deferring)  # the rest is ready now
     if records:
@@ -85,4 +86,6 @@ def index_session_delta(ctx: dict[str, Any], generation: int, delta: dict[str, A
         send_write(write_deletes, ctx, generation, [[d.source, d.path]])
     elif rec is not None:
         # An append extends exactly the indexed state; otherwise the file no longer extends it: a rewrite.
+        if rec.base_hash is None:
+            send_text_first(ctx, settings, generation, [rec])
         route_records(ctx, settings, generation, [rec], "append" if rec.base_hash is not None else "files")

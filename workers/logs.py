@@ -180,14 +180,14 @@ def is_redis_error(exc: BaseException) -> bool:
 def is_redis_down(exc: BaseException | None) -> bool:
     if exc is None:
         return False
-    try:
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-    except ImportError:  # pragma: no cover - the worker extra always has redis
-        return False
     # Out of memory (maxmemory, no eviction) repeats as much: every consumer's fetch and every ack
     # logged a CRITICAL with its traceback (23,000 lines in 90 s for the Procfile).
-    return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) or out_of_memory(exc)
+    if out_of_memory(exc):
+        return True
+    # By class and module, importing nothing: this runs inside a log filter, and an import there
+    # failing (EMFILE: asyncio logging "accept() out of system resource") killed the server's loop.
+    return any(c.__module__ == "redis.exceptions" and c.__name__ in ("ConnectionError", "TimeoutError")
+               for c in type(exc).__mro__)
 
 
 def redis_answered() -> bool:

@@ -204,8 +204,10 @@ class PendingCollector:
     """``memindex_files_pending`` and ``memindex_oldest_pending_seconds`` per agent, read from
     the stores at each scrape. A file's age counts from when this process first saw it pending."""
 
-    def __init__(self, contexts: Iterable[Any], batch_states: Callable[[Any], dict[str, int]] | None = None) -> None:
+    def __init__(self, contexts: Iterable[Any], batch_states: Callable[[Any], dict[str, int]] | None = None,
+                 broker_full: Callable[[], bool] | None = None) -> None:
         self.contexts = list(contexts)
+        self.broker_full = broker_full  # None: no Redis (the broker imports this module: passed in)
         self.batch_states = batch_states  # store path -> {state: jobs} (workers.batch.backend.job_state_counts)
         self._first_seen: dict[tuple[str, str], float] = {}
 
@@ -240,6 +242,11 @@ class PendingCollector:
         yield pending
         yield oldest
         yield jobs
+        if self.broker_full is not None:
+            full = GaugeMetricFamily("memindex_broker_out_of_memory", "1 while the deployment's Redis refuses "
+                                     "writes for memory (maxmemory, noeviction): no work moves on.")
+            full.add_metric([], 1.0 if self.broker_full() else 0.0)
+            yield full
 
 
 
@@ -272,12 +279,13 @@ class QueueCollector:
 
 def serve_metrics(address: tuple[str, int], contexts: Iterable[Any] = (),
                   batch_states: Callable[[Any], dict[str, int]] | None = None,
-                  queue_depth: Callable[[], dict[str, dict[str, int]]] | None = None) -> None:
+                  queue_depth: Callable[[], dict[str, dict[str, int]]] | None = None,
+                  broker_full: Callable[[], bool] | None = None) -> None:
     """``--metrics-port`` of a long-running process (``watch``, ``mcp``): this process's series on
-    ``port`` from a daemon thread, plus files pending per agent for ``contexts`` (what it watches)
-    and, given ``queue_depth``, the messages per queue.
+    ``port`` from a daemon thread, plus files pending per agent for ``contexts`` (what it watches),
+    given ``queue_depth`` the messages per queue, and given ``broker_full`` whether Redis is out of memory.
 
-    ``batch_states`` and ``queue_depth`` are passed in: their modules import the broker, which
+    ``batch_states``, ``queue_depth`` and ``broker_full`` are passed in: their modules import the broker, which
     imports this module."""
     from prometheus_client import REGISTRY, start_http_server
 
@@ -290,6 +298,6 @@ def serve_metrics(address: tuple[str, int], contexts: Iterable[Any] = (),
     search_recorders()  # the search series exist (at zero) before the first search
     contexts = list(contexts)
     if contexts:
-        REGISTRY.register(PendingCollector(contexts, batch_states))
+        REGISTRY.register(PendingCollector(contexts, batch_states, broker_full))
     if queue_depth is not None:
         REGISTRY.register(QueueCollector(queue_depth))

@@ -423,6 +423,16 @@ def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
 
 
 @write_actor
+def write_text_first(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+    """The text of files the compute side (or a batch job) is still embedding: keyword-searchable
+    at once (issue 44: a hung provider held new notes out of every search for minutes). Their
+    leases, pending marks and failure records wait for the write with the vectors."""
+    _, w = _writer(Context.from_dict(ctx))
+    # A file changed since it was read is left to that write (written as read, or dropped).
+    w.write_text_first(generation, [r for r in map(FileRecord.from_message, records) if is_current(r)])
+
+
+@write_actor
 def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
     _append(ctx, generation, [FileRecord.from_message(r) for r in records])
 

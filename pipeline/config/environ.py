@@ -16,6 +16,15 @@ from memindex.pipeline.errors import EnvError
 
 N = TypeVar("N", int, float, None)
 
+# The Redis URL every process of a deployment shares (unset: the embedded broker). Read here too,
+# without importing the broker module, whose import asks Redis for the write-shard count.
+BROKER_ENV = "MEMINDEX_BROKER_URL"
+
+
+def broker_configured() -> bool:
+    """Does this process use Redis (``MEMINDEX_BROKER_URL`` set), as the broker module decides?"""
+    return bool(os.environ.get(BROKER_ENV, "").strip())
+
 
 def env_number(name: str, default: N, *, whole: bool | None = None, minimum: float | None = None,
                above: float | None = None, env: Mapping[str, str] | None = None) -> N:

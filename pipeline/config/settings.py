@@ -26,6 +26,7 @@ from memindex.pipeline.embeddings.registry import dims_choices
 from memindex.pipeline.embeddings.registry import find as find_provider
 from memindex.pipeline.embeddings.registry import get as provider_spec
 from memindex.pipeline.embeddings.registry import ids as provider_ids
+from memindex.pipeline.config import ranges
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
@@ -55,17 +56,13 @@ def _bool(key: str, v: Any) -> bool:
 
 
 def _clamped(what: str, convert: Callable[[Any], Any], lo: Any, hi: Any) -> Check:
-    """A number (not a bool, not NaN) converted by ``convert`` and clamped to [lo, hi]."""
+    """A number (not a bool, not NaN) converted by ``convert``, in its range (``ranges.RANGES``,
+    else [lo, hi])."""
 
     def check(key: str, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ConfigError(key, f"expected {what}, got {v!r}")
-        n = convert(v)
-        if lo is not None:
-            n = max(lo, n)
-        if hi is not None:
-            n = min(hi, n)
-        return n
+        return convert(ranges.within(key, v, lo, hi))  # refused out of range (as written), never clamped
 
     return check
 
@@ -82,7 +79,7 @@ def _size(key: str, v: Any) -> int:
     """A vector size: a positive integer, never clamped (-5 clamped to 1 built a 1-dim index)."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ConfigError(key, f"expected a positive integer (a vector size), got {v!r}")
-    return v
+    return ranges.within(key, v)
 
 
 def _url(key: str, v: Any) -> str | None:
@@ -171,24 +168,30 @@ def _qmd_paths(key: str, v: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _bad_duration(key: str, v: Any) -> int:
+    raise ConfigError(key, f"expected a duration like 5m, 30s or a number of ms, got {v!r}")
+
+
 def _duration_ms(key: str, v: Any) -> int:
     """OpenClaw durations: numbers are ms, strings like '5m', '30s', '1h'."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return max(0, int(v))
+        return int(ranges.within(key, v)) if math.isfinite(v) else _bad_duration(key, v)
     if isinstance(v, str):
         s = v.strip().lower()
         units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
         for unit in ("ms", "s", "m", "h", "d"):
             if s.endswith(unit):
                 try:
-                    return int(float(s[: -len(unit)]) * units[unit])
+                    n = float(s[: -len(unit)]) * units[unit]
+                    return int(ranges.within(key, n)) if math.isfinite(n) else _bad_duration(key, v)
                 except ValueError:
                     break
         try:
-            return int(float(s))
+            n = float(s)
+            return int(ranges.within(key, n)) if math.isfinite(n) else _bad_duration(key, v)
         except ValueError:
             pass
-    raise ConfigError(key, f"expected a duration like 5m, 30s or a number of ms, got {v!r}")
+    return _bad_duration(key, v)
 
 
 # memorySearch.provider / fallback: "auto" / "none" or an id from the embeddings provider
@@ -695,10 +698,13 @@ def resolve_agent(
     ms["sources"] = sorted(set(sources)) or ["memory"]
     ms["searchSources"] = sorted(set(ms["searchSources"] or ms["sources"]) & set(ms["sources"])) or ["memory"]
     w = ms["query"]["hybrid"]
+    w["vectorWeight"], w["textWeight"] = min(1.0, w["vectorWeight"]), min(1.0, w["textWeight"])  # OpenClaw's cap
     total = w["vectorWeight"] + w["textWeight"]
     w["vectorWeight"], w["textWeight"] = (
         (w["vectorWeight"] / total, w["textWeight"] / total) if total > 0 else (D.VECTOR_WEIGHT, D.TEXT_WEIGHT)
     )
+    if any("overlap" in m.get("chunking", {}) for m in (base_ms, agent_ms)):  # set: must be below tokens
+        ranges.check_related(ms, agent_key if "chunking" in agent_ms else base_key)
     ms["chunking"]["overlap"] = max(0, min(ms["chunking"]["overlap"], ms["chunking"]["tokens"] - 1))
     validate_multimodal(ms, agent_key if "multimodal" in agent_ms else base_key)
 

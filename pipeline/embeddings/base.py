@@ -86,6 +86,12 @@ class ProviderUnreachable(ProviderTransientError):
     retry lines before its one error line."""
 
 
+class ProviderTimedOut(ProviderTransientError):
+    """The endpoint took the request and did not answer within its deadline. Tried once more at
+    most (``RetryPolicy.timeout_attempts``), and only while that try fits the retry budget: six
+    tries of a hung endpoint held an ``index`` for four minutes, its files out of search with it."""
+
+
 class ProviderTooManyItems(ProviderError):
     """The provider refused the request's number of inputs (or their total size).
 
@@ -166,7 +172,9 @@ class EmbeddingProvider(ABC):
         spec = registry.get(self.id)
         self._secret = api_key
         self.model = model or spec.default_model
-        self.base_url = (base_url or spec.default_base_url or "").rstrip("/")
+        # Credentials in the URL (http://user:pw@proxy/v1) are a header's, never the URL's: requests,
+        # logs and status name the URL without them (secrets.split_credentials).
+        self.base_url, self.url_auth = secrets.split_credentials((base_url or spec.default_base_url or "").rstrip("/"))
         # A proxy or local server (LiteLLM, ...) may serve other vectors under a known
         # model name: off the provider's own endpoint the dims come from the first
         # answer (or the configured output size), never from the provider's table.
@@ -177,6 +185,16 @@ class EmbeddingProvider(ABC):
         self.max_input_tokens = registry.max_input_tokens(self.id, self.model)
         self.max_batch_items = max_batch_items
         self.max_batch_tokens = max_batch_tokens
+
+    url_auth: str | None = None  # "Basic ..." from the base URL's user:password (``_init_remote``)
+
+    def with_url_auth(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """``headers`` plus the base URL's credentials as ``Authorization: Basic``, unless an API key
+        (sent as its bearer token) or a configured Authorization header takes that place."""
+        out = dict(headers)
+        if self.url_auth and not self._secret and not any(k.lower() == "authorization" for k in out):
+            out["Authorization"] = self.url_auth
+        return out
 
     @abstractmethod
     def embed_documents(self, texts: list[str]) -> list[list[float]]:

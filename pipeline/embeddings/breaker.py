@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 COOLDOWN_S = 30.0
+MAX_STATE_BYTES = 1 << 20  # the shared state file holds a few providers' entries; more is not ours
 
 
 class CircuitBreaker:
@@ -71,10 +73,20 @@ class SharedOpen:
         self.path, self.cooldown_s, self.clock = path, cooldown_s, clock
 
     def _read(self) -> dict[str, list]:
+        # Opened without blocking and read only if it is a regular file: a FIFO put at this path
+        # hung every search (a plain open waits for a writer), a device would be read for ever.
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return {}
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            data = json.loads(os.read(fd, MAX_STATE_BYTES).decode("utf-8"))
         except (OSError, ValueError):
             return {}
+        finally:
+            os.close(fd)
         return data if isinstance(data, dict) else {}
 
     def _write(self, data: dict[str, list]) -> None:

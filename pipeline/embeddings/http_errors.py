@@ -21,6 +21,7 @@ from memindex.pipeline.embeddings.base import (
     ProviderRateLimited,
     ProviderTooManyItems,
     ProviderTransientError,
+    ProviderTimedOut,
     ProviderUnreachable,
 )
 
@@ -190,7 +191,8 @@ def _request_url(exc: BaseException) -> str | None:
 
 def from_transport(provider_id: str, exc: BaseException) -> ProviderTransientError:
     kind = "timed out" if "timeout" in type(exc).__name__.lower() else "connection failed"
-    cls = ProviderUnreachable if kind != "timed out" and _never_connected(exc) else ProviderTransientError
+    cls = (ProviderTimedOut if kind == "timed out"
+           else ProviderUnreachable if _never_connected(exc) else ProviderTransientError)
     url = _request_url(exc)
     return cls(f"{provider_id}: request {kind}{f' ({url})' if url else ''}: {type(exc).__name__}: {exc}")
 

@@ -18,8 +18,8 @@ from typing import Callable, Sequence, TypeVar
 
 import tenacity
 
-from memindex.pipeline.embeddings.base import (ProviderError, ProviderRateLimited, ProviderTooManyItems,
-                                              ProviderTransientError, ProviderUnreachable)
+from memindex.pipeline.embeddings.base import (ProviderError, ProviderRateLimited, ProviderTimedOut,
+                                              ProviderTooManyItems, ProviderTransientError, ProviderUnreachable)
 
 __all__ = [
     "RetryPolicy",
@@ -39,6 +39,9 @@ class RetryPolicy:
     budget_s: float = 180.0  # total time (waits + calls) before giving up
     transient_attempts: int = 6  # attempts for 5xx/timeouts (rate limits are bounded by the budget)
     unreachable_attempts: int = 3  # nothing listening / no such host: OpenClaw's HTTP layer tries 3 times
+    # A request that timed out: one more try, only if it can end within the budget (a hung endpoint
+    # costs at most two deadlines, and one at the defaults: 2 x 120 s overruns the 180 s budget).
+    timeout_attempts: int = 2
     max_attempts: int = 50  # hard stop for anything
     base_delay_s: float = 0.5  # first 5xx backoff
     max_delay_s: float = 30.0  # 5xx backoff cap
@@ -71,6 +74,14 @@ def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None, *, l
     """
     policy = policy or RetryPolicy()
     started = policy.clock()
+    last_s = [0.0]  # how long the last attempt took: a timed-out one's retry takes as long
+
+    def timed() -> T:
+        t0 = policy.clock()
+        try:
+            return fn()
+        finally:
+            last_s[0] = policy.clock() - t0
 
     def wait(rs: tenacity.RetryCallState) -> float:
         return _next_wait(policy, rs.outcome.exception() if rs.outcome else None, rs.attempt_number)
@@ -84,6 +95,9 @@ def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None, *, l
         if isinstance(exc, ProviderUnreachable) and rs.attempt_number >= policy.unreachable_attempts:
             return True
         spent = max(rs.idle_for, policy.clock() - started)
+        if isinstance(exc, ProviderTimedOut):
+            return (rs.attempt_number >= policy.timeout_attempts
+                    or spent + rs.upcoming_sleep + last_s[0] > policy.budget_s)
         return spent + rs.upcoming_sleep > policy.budget_s
 
     def before_sleep(rs: tenacity.RetryCallState) -> None:
@@ -100,7 +114,7 @@ def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None, *, l
         before_sleep=before_sleep,
         reraise=True,
     )
-    return retrying(fn)
+    return retrying(timed)
 
 
 def pack_batches(

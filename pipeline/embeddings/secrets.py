@@ -47,6 +47,26 @@ def url_secrets(url: str | None) -> list[str]:
     return list(dict.fromkeys([unquote(v) for v in found if v] + [v for v in found if v]))
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """(``url`` without its ``user:password@``, the ``Basic ...`` header value they make, or None).
+
+    Left in the URL, httpx turned them into an ``Authorization: Basic <base64>`` header of its own:
+    the base64 (no registered secret) was echoed in logs, errors and status, and it replaced the
+    bearer token of a configured ``apiKey``. The header value and its base64 are registered here."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if parts.username is None and parts.password is None:
+        return url, None
+    import base64
+
+    host = parts.netloc.rsplit("@", 1)[1]
+    token = base64.b64encode(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()).decode()
+    register(token, *url_secrets(url))
+    return parts._replace(netloc=host).geturl(), f"Basic {token}"
+
+
 # A key a provider echoes half-masked ("Incorrect API key provided: sk-proj-****...cdef", OpenAI's
 # 401): its prefix and last characters are still part of the key. The whole token goes.
 _MASKED_ECHO = re.compile(r"[A-Za-z0-9_\-]{2,}[*\u2022]{4,}[A-Za-z0-9_\-]{1,12}")

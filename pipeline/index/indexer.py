@@ -23,6 +23,7 @@ from memindex.pipeline.index.media import extra_kind_for
 from memindex.pipeline.index.prepare import embedding_pending, is_read_error
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
+from memindex.pipeline.store.schema import VECTORS_QUEUED
 from memindex.pipeline.index.workspace import (
     MEMORY_DIR, ListingFacts, MemoryFile, check_roots, indexed_path_filter, iter_discover, rel_path,
     resolve_extra_paths,
@@ -138,7 +139,9 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
                 plan.unreadable += 1
                 continue
         # A file still waiting for its vectors is re-read, not touched: same bytes, new work.
-        if retry_vectors and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force:
+        # (Not one whose vectors are on their way: another plan queued it, and its lease says so.)
+        if (retry_vectors and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force
+                and not prev.error.startswith(VECTORS_QUEUED)):
             plan.retry_keys.add(key)
         plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
                                  prev.hash if prev and not retry_vectors else None))

@@ -150,6 +150,11 @@ def redact_sensitive_text(text: str) -> str:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def valid_unicode(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD: encodable as UTF-8 (a provider request, a message)."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def normalize_text(text: str) -> str:
     """Collapse every whitespace run (newlines included) to one space; lone surrogates -> U+FFFD."""
     return _LONE_SURROGATE.sub("\ufffd", " ".join(text.split()))

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 from memindex.pipeline.config.paths import normalize_agent_id
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import other_workspace
+from memindex.pipeline.index.session_text import valid_unicode
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, content_terms, keys_in, match_query_and_keywords
 from memindex.pipeline.search.corpus import check_corpus, search_corpus
@@ -548,7 +549,8 @@ class MemorySearch(AsyncSearch):
             resp.mode = "fts-only"  # what answered: the keyword arm alone
             return None
         try:
-            vec = emb.embed_query(query, fp)
+            # A lone surrogate cannot be sent (UTF-8): the query's words are, as the keyword arm takes them.
+            vec = emb.embed_query(valid_unicode(query), fp)
         except Exception as exc:  # noqa: BLE001 - degrade to keyword search, say so
             if not isinstance(exc, ProviderError):  # provider failures are logged once, as the breaker opens
                 log.warning("query embedding failed (%s); answering keyword-only", exc)

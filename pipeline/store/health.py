@@ -75,9 +75,12 @@ def disk_free(path: Path | str) -> int | None:
 
     where = nearest_existing(path)
     try:
-        return shutil.disk_usage(where).free if where is not None else None
+        usage = shutil.disk_usage(where) if where is not None else None
     except OSError:
         return None
+    # A filesystem of no size at all (procfs, sysfs: a store put under /proc) has no free space to
+    # tell, not a full disk: "its disk is full" sent an operator to free space that does not matter.
+    return usage.free if usage is not None and usage.total > 0 else None
 
 
 def disk_full(path: Path | str, below: int = FULL_DISK_BYTES) -> bool:

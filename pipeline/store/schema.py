@@ -32,6 +32,10 @@ FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 # The files-row error of a file stored keyword-only whose vectors are still to come (a provider
 # failure, or vectors of another size): ``status`` counts these as "vectors pending".
 EMBED_PENDING = "embedding pending"
+# The files-row error of a file written for keyword search before its vectors (issue 44): its text
+# is searchable as soon as it is read, and the write with its vectors, already queued, replaces it.
+# The file stays pending meanwhile; a plan leaves it to that write unless nothing is in flight.
+VECTORS_QUEUED = f"{EMBED_PENDING} (queued; keyword-searchable until its vectors are written)"
 
 BASE_DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -40,6 +40,7 @@ from memindex.pipeline.store.schema import (
     BASE_DDL,
     BUILDING_KEY,
     EMBED_PENDING,
+    VECTORS_QUEUED,
     LAST_PLAN_KEY,
     META_KEY,
     SCHEMA_VERSION,
@@ -562,11 +563,7 @@ class StoreWriter:
         if have is not None and fp:
             fp["vectorDims"] = have  # the dims this generation's vectors already have
         written, rejected = 0, []
-        with self._lock:
-            if self._fts_files and any((gen, r.source, r.path) in self._fts_files for r in records):
-                self._flush_fts()  # their chunks written earlier in the held transaction are replaced
-            if self.held_since is not None:
-                self._fts_files.update((gen, r.source, r.path) for r in records)
+        self._replacing(gen, records)
         resized = 0
         with self._lock, self._tx():
             accepted: dict[FileKey, FileWrite] = {}
@@ -598,6 +595,40 @@ class StoreWriter:
         self.maybe_promote(gen)
         return written, rejected
 
+    def _replacing(self, gen: int, records: Sequence[FileStat]) -> None:
+        """Before ``records`` replace their files' chunks: FTS rows of those chunks still held for
+        the group commit go in first (the replacement deletes them by rowid)."""
+        with self._lock:
+            if self._fts_files and any((gen, r.source, r.path) in self._fts_files for r in records):
+                self._flush_fts()
+            if self.held_since is not None:
+                self._fts_files.update((gen, r.source, r.path) for r in records)
+
+    def write_text_first(self, gen: int, records: Sequence[FileWrite]) -> int:
+        """Store the text of files whose vectors are still being made: keyword-searchable now.
+
+        Each file stays pending, with the ``VECTORS_QUEUED`` problem; the write with its vectors
+        (queued behind this one) replaces the rows. A file ``gen`` already holds with this content
+        (a re-plan for its vectors) is left as it is. No vector space is checked: there are no
+        vectors, and the write that brings them is checked as every write is.
+        Returns how many files were written.
+        """
+        if not self.generation_exists(gen):
+            return 0
+        ft = files_table(gen)
+        todo = []
+        for rec in records:
+            row = self.conn.execute(f"SELECT hash FROM {ft} WHERE source = ? AND path = ?",
+                                    (rec.source, rec.path)).fetchone()
+            if row is None or row[0] != rec.hash:
+                todo.append(_Unvectored(rec, VECTORS_QUEUED))
+        if not todo:
+            return 0
+        self._replacing(gen, todo)
+        with self._lock, self._tx():
+            self._write_batch(gen, todo, keep_pending=True)
+        return len(todo)
+
     def append_chunks(self, gen: int, records: Sequence[FileWrite]) -> int:
         """Add each record's chunks to its file, keeping the chunks already there.
 
@@ -625,7 +656,7 @@ class StoreWriter:
         self.maybe_promote(gen)
         return written
 
-    def _write_batch(self, gen: int, records: Sequence[FileWrite]) -> int:
+    def _write_batch(self, gen: int, records: Sequence[FileWrite], keep_pending: bool = False) -> int:
         """Replace every record's file with a few statements for the whole batch (issue 19).
 
         Per file, the writer used to issue ~8 statements plus one per chunk; each one releases
@@ -635,20 +666,20 @@ class StoreWriter:
         back and written file by file (``_write_isolated``), so that file alone gets a problem row.
         """
         if len(records) < 2:
-            return sum(self._write_isolated(gen, rec) for rec in records)
+            return sum(self._write_isolated(gen, rec, keep_pending=keep_pending) for rec in records)
         mark = self._fts_mark()
         self.conn.execute("SAVEPOINT batch_write")
         try:
-            n = self._write_many(gen, records)
+            n = self._write_many(gen, records, keep_pending)
         except UNSTORABLE:
             self.conn.execute("ROLLBACK TO batch_write")
             self.conn.execute("RELEASE batch_write")
             self._fts_rollback(mark)
-            return sum(self._write_isolated(gen, rec) for rec in records)
+            return sum(self._write_isolated(gen, rec, keep_pending=keep_pending) for rec in records)
         self.conn.execute("RELEASE batch_write")
         return n
 
-    def _write_many(self, gen: int, records: Sequence[FileWrite]) -> int:
+    def _write_many(self, gen: int, records: Sequence[FileWrite], keep_pending: bool = False) -> int:
         """``_write_file(gen, rec)`` for every record, statement by statement for the whole batch.
 
         The same rows as the per-file path: old chunks (and their FTS and vector rows) of each
@@ -710,18 +741,19 @@ class StoreWriter:
         if used_rows:
             self.conn.executemany(_CACHE_USED, used_rows)
         self.conn.executemany(_file_upsert(ftab), file_rows)
-        self.conn.executemany(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?",
-                              [(r.source, r.path) for r in records])
+        if not keep_pending:
+            self.conn.executemany(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?",
+                                  [(r.source, r.path) for r in records])
         return written
 
-    def _write_isolated(self, gen: int, rec: FileWrite, replace: bool = True) -> int:
+    def _write_isolated(self, gen: int, rec: FileWrite, replace: bool = True, keep_pending: bool = False) -> int:
         """``_write_file`` in a savepoint: a record the store cannot take (an invalid vector,
         text SQLite refuses, ...) becomes that file's problem row instead of failing, and
         endlessly retrying, the whole batch. Locked or failing disks still raise (retryable)."""
         mark = self._fts_mark()
         self.conn.execute("SAVEPOINT file_write")
         try:
-            n = self._write_file(gen, rec, replace)
+            n = self._write_file(gen, rec, replace, keep_pending)
         except UNSTORABLE as exc:
             self.conn.execute("ROLLBACK TO file_write")
             self.conn.execute("RELEASE file_write")
@@ -746,7 +778,7 @@ class StoreWriter:
         except UNSTORABLE as exc:  # not even its name can be stored: the log line is all there is
             log.warning("%s: cannot record its problem either (%s); skipped", printable(rec.path), exc)
 
-    def _write_file(self, gen: int, rec: FileWrite, replace: bool = True) -> int:
+    def _write_file(self, gen: int, rec: FileWrite, replace: bool = True, keep_pending: bool = False) -> int:
         source, path = rec.source, rec.path
         ident = rec.embedding
         model = ident.model if ident is not None else "fts-only"
@@ -789,7 +821,8 @@ class StoreWriter:
             (source, path, rec.hash, rec.size, rec.mtime_ns, rec.kind,
              kept + len(chunks), rec.error, ts, json.dumps(rec.extra) if rec.extra else None),
         )
-        self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
+        if not keep_pending:
+            self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
         return len(chunks)
 
     def touch_files(self, gen: int, records: Sequence[FileStat]) -> None:

@@ -321,6 +321,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             failed = failed or index_error is not None
         probe = embedding_probe(settings) if args.deep or args.index else None
         report = index_status(settings, provider_info(settings), invariant=args.deep)
+        # An index its own config refuses (an extraPaths entry that is "/", which OpenClaw would walk
+        # whole): every sync of the agent fails, so status, which says why under issue:, exits 1 too
+        # (it said so and exited 0). A missing workspace is the workspace's state, not a config error.
+        failed = failed or _config_refuses(settings)
         note_probe(report, probe)
         if settings.memory["backend"] == "qmd":
             from memindex.pipeline.search.backend import open_search
@@ -337,6 +341,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             if not is_redis_error(exc):
                 raise
             jobs, report["brokerError"] = None, _one_line_error(exc)
+        else:
+            full = _broker_full()
+            if full:
+                report["brokerFull"] = full
         entries.append(status_entry(report, embedding_probe=probe, index_error=index_error, scan=scan,
                                     batch_jobs=jobs))
         texts.append(format_status(report, probe=probe, index_error=index_error, scan=scan)
@@ -363,6 +371,31 @@ def _dead_letters_text(dead: dict[str, Any] | None) -> str:
     refused = f", {dead['refused']} refused by a worker" if dead["refused"] else ""
     return (f"\nDead letters: {dead['messages']} message(s) ({dead['files']} file(s){refused}); newest: "
             f"{dead['newestError']} (`memindex dead-letters`)")
+
+
+def _config_refuses(settings: Any) -> bool:
+    if not (settings.enabled and "memory" in settings.sources):
+        return False
+    from memindex.pipeline.errors import ConfigError, MemindexError
+    from memindex.pipeline.index.workspace import check_roots
+
+    try:
+        check_roots(settings)
+    except ConfigError:
+        return True
+    except MemindexError:  # (a missing workspace: its own issue line)
+        return False
+    return False
+
+
+def _broker_full() -> str | None:
+    """The line saying the deployment's Redis is out of memory (its workers can move nothing on), or
+    None: no Redis, or it takes writes."""
+    if not os.environ.get("MEMINDEX_BROKER_URL", "").strip():
+        return None
+    from memindex.workers.broker import broker, oom_line, redis_full
+
+    return oom_line() if redis_full(broker.client) else None
 
 
 def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, Any]) -> None:

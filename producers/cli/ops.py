@@ -217,10 +217,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
             return 2
     if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
+        from memindex.workers.broker import full_probe
         from memindex.workers.metrics import serve_metrics
         from memindex.workers.queues import depth
 
-        serve_metrics(args.metrics_port, contexts, job_state_counts, depth)
+        serve_metrics(args.metrics_port, contexts, job_state_counts, queue_depth=depth, broker_full=full_probe())
     running = start_producers(contexts, initial_sync=not args.no_initial_sync,
                               max_dirs=args.max_watch_dirs, debounce_ms=args.debounce_ms,
                               reload=lambda: agent_contexts(args), need_a_workspace=True)

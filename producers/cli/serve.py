@@ -95,10 +95,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     args.metrics_port = metrics_port(args)
     if args.metrics_port:  # first: a busy port is said before anything has started
         from memindex.workers.batch.backend import job_state_counts
+        from memindex.workers.broker import full_probe
         from memindex.workers.metrics import serve_metrics
         from memindex.workers.queues import depth
 
-        serve_metrics(args.metrics_port, contexts, job_state_counts, depth)
+        serve_metrics(args.metrics_port, contexts, job_state_counts, queue_depth=depth, broker_full=full_probe())
     if args.watch:
         from memindex.producers.cli.ops import start_producers
 

@@ -364,11 +364,16 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.sock
     then cancels the rest (a second signal: at once); ``CannotListen`` before anything is served or
     said when the address cannot be bound. ``sock``: one already listening (``serve --socket``, or
     bound before ``--daemon`` detached), said as its address."""
+    from memindex.producers.serve.guard import guarded_protocol
+
+    # Header and body deadlines and a connection cap (guard.py); serve's own 408 comes first.
+    protocol = guarded_protocol(BODY_TIMEOUT_S + 1)
     if sock is None:
         sock = listen_socket(host, port)
     print(f"{what} listening on {address_of(sock)}", file=sys.stderr, flush=True)
     server = _Server(uvicorn.Config(CancelledRequests(app), host=host, port=port, log_level="warning",
-                                    access_log=False, timeout_graceful_shutdown=DRAIN_S))  # type: ignore[arg-type]
+                                    access_log=False, timeout_graceful_shutdown=DRAIN_S,
+                                    http=protocol))  # type: ignore[arg-type]
     # uvicorn drains, restores the handlers it found, then raises the signal it caught again; with
     # the default SIGTERM handler that kills the process (exit 143 after a clean stop). A handler
     # that ignores it makes a SIGTERM stop exit 0, as `memindex watch` and the workers do.

@@ -154,6 +154,9 @@ def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str |
         _run_stdio(server)
         return
     host, port = http
+    from memindex.producers.serve.guard import quiet_client_exits
+
+    quiet_client_exits("mcp.server.streamable_http")
     run_uvicorn(protect(server.streamable_http_app(host=host), token, host), host, port, "memindex mcp (endpoint /mcp)")
 
 

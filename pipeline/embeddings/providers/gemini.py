@@ -80,7 +80,7 @@ class GeminiProvider(EmbeddingProvider):
             http_options=types.HttpOptions(
                 base_url=sdk_base,
                 api_version=api_version,
-                headers=self.headers or None,
+                headers=self.with_url_auth(self.headers) or None,
                 timeout=int(timeout * 1000),  # milliseconds
             ),
         )

@@ -41,7 +41,7 @@ class OllamaProvider(EmbeddingProvider):
         if api_key:
             sent["Authorization"] = f"Bearer {api_key}"
         sent.update(self.headers)
-        self._client = httpx.Client(headers=sent, timeout=timeout)
+        self._client = httpx.Client(headers=self.with_url_auth(sent), timeout=timeout)
 
     @classmethod
     def from_args(cls, args: ProviderArgs) -> Self:

@@ -35,7 +35,7 @@ class OpenAIProvider(EmbeddingProvider):
         self.client = openai.OpenAI(
             api_key=api_key,
             base_url=self.base_url,
-            default_headers=self.headers or None,
+            default_headers=self.with_url_auth(self.headers) or None,
             max_retries=0,
             timeout=timeout,
         )
