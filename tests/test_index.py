@@ -25,7 +25,7 @@ def test_index_and_search_end_to_end(agent):
     assert (top["startLine"], top["endLine"]) == (1, 3)  # OpenClaw's: the empty line after the last newline
     assert 0.35 <= top["score"] <= 1.0
     assert top["source"] == "memory"
-    assert "Source: memory/2026-02-10.md#L1-L2" in top["snippet"]
+    assert "Source: memory/2026-02-10.md#L1-L3" in top["snippet"]  # cited to endLine, as OpenClaw cites
     assert res["provider"] == "none" and res["mode"] == "fts-only"
 
 
