@@ -145,6 +145,7 @@ test("real memindex mcp: search, read and status through the plugin", { skip: !h
   for (const flavor of ["capability", "split"] as const) {
     const reg = load({ command: MEMINDEX, timeoutMs: 20000 }, flavor);
     for (const s of reg.services) await s.start();
+    try {  // (a failed assertion must still stop the child, or node's runner never exits)
     const search = reg.tools.get("memory_search")!(ctx);
     let res;
     for (let i = 0; i < 60; i++) {  // the first search schedules the index build
@@ -153,14 +154,17 @@ test("real memindex mcp: search, read and status through the plugin", { skip: !h
       await new Promise((r) => setTimeout(r, 250));
     }
     assert.equal(res.details.results[0].path, "memory/2026-01-05.md", JSON.stringify(res.details));
-    assert.equal(res.details.results[0].citation, "memory/2026-01-05.md#L1-L3");
+    // OpenClaw numbers the empty line after the final newline: a 3-line note is cited 1-4.
+    assert.equal(res.details.results[0].citation, "memory/2026-01-05.md#L1-L4");
     const got = await reg.tools.get("memory_get")!(ctx).execute("2", { path: "memory/2026-01-05.md", from: 3, lines: 1 });
     assert.equal(got.details.text.split("\n")[0], "The persimmon ladder is in shed 3.");
     const runtime = flavor === "capability" ? reg.capability.runtime : reg.runtime;
     const { manager } = await runtime.getMemorySearchManager({ agentId: "main" });
     assert.equal(manager.status().files, 1);
     assert.equal((await manager.search("persimmon"))[0].path, "memory/2026-01-05.md");
-    for (const s of reg.services) await s.stop();
+    } finally {
+      for (const s of reg.services) await s.stop();
+    }
   }
 });
 
