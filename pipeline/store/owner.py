@@ -31,6 +31,10 @@ _SIDE_SUFFIXES = ("-wal", "-shm", "-journal", ".failures.json", ".failures.lock"
                   ".query-breaker.json", ".held", ".writer")
 
 _known: dict[tuple[str, int, int], str] = {}
+# Files (path, inode) this process opened as memindex's store: never classified again. Reading the
+# file (any descriptor of it, closed) would drop the POSIX locks this process's own connections hold
+# on it, and another process's last close would then delete the WAL under them.
+_own: set[tuple[str, int]] = set()
 _lock = threading.Lock()
 
 
@@ -50,6 +54,8 @@ def classify(path: Path) -> str:
         return EMPTY
     stamp = (str(path), st.st_ino, st.st_mtime_ns)
     with _lock:
+        if (str(path), st.st_ino) in _own:
+            return MEMINDEX
         if stamp in _known:
             return _known[stamp]
     try:
@@ -73,7 +79,20 @@ def classify(path: Path) -> str:
         kind = OTHER
     with _lock:
         _known[stamp] = kind
+        if kind == MEMINDEX:
+            _own.add((str(path), st.st_ino))
     return kind
+
+
+def opened(path: Path) -> None:
+    """Record that this process opened ``path`` as memindex's store (it may have just created it),
+    so later opens in this process never read the file to tell whose it is."""
+    try:
+        ino = os.stat(path).st_ino
+    except OSError:
+        return
+    with _lock:
+        _own.add((str(path), ino))
 
 
 def require_own(settings: Any) -> None:

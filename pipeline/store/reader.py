@@ -496,4 +496,6 @@ class ReadSnapshot:
 def open_reader(settings: Any) -> StoreReader:
     owner.open_own(settings)
     vec = settings.memory_search["store"]["vector"]
-    return StoreReader(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"])
+    store = StoreReader(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"])
+    owner.opened(settings.store_path)
+    return store
