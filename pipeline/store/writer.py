@@ -23,6 +23,7 @@ from memindex.pipeline.store.core import (
     run_script,
     table_exists,
 )
+from memindex.pipeline.store import fts_totals
 from memindex.pipeline.store.fts_text import index_text
 from memindex.pipeline.store.health import (
     is_corruption,
@@ -263,6 +264,13 @@ class StoreWriter:
         # In a held transaction, the FTS rows of new chunks wait here until the commit (see hold).
         self._fts_rows: list[tuple[str, int, str]] = []  # (fts table, chunk rowid, indexed text)
         self._fts_files: set[tuple[int, str, str]] = set()  # (generation, source, path) of those chunks
+        # FTS rows deleted in the current transaction: their sizes come off FTS5's totals after the
+        # commit (fts_totals: a contentless_delete table never takes them off itself).
+        self._fts_deleted = False
+        if self.fts_error is None:
+            fts_totals.recount(self.conn, [r[0] for r in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%fts5%'")])
+            fts_totals.settle(self.conn)  # deletes a crash left unsettled
 
     def _open_checked(self) -> db.Connection:
         """Open the store, moving a damaged one aside first (``quarantine``). A store that
@@ -299,6 +307,23 @@ class StoreWriter:
         finally:
             release_writer_lock(self._lock_file)
 
+    def _fts_gone(self, ft: str, rowids: Sequence[int]) -> None:
+        """Before FTS rows are deleted: their sizes, to take off FTS5's totals after the commit."""
+        fts_totals.record_gone(self.conn, ft, rowids)
+        self._fts_deleted = True
+
+    def _settle_fts(self) -> None:
+        """After a commit: take the rows it deleted off FTS5's totals (``fts_totals.settle``). A
+        failure (a busy or full disk) leaves them recorded, for the next commit or open to settle."""
+        if not self._fts_deleted or self.conn.in_transaction:
+            return
+        try:
+            fts_totals.settle(self.conn)
+            self._fts_deleted = False
+        except db.Error as exc:
+            log.warning("could not update the keyword index's totals of %s (retried after the next write): %s",
+                        printable(str(self.path)), exc)
+
     # -- group commit (issue 19) -------------------------------------------------
     def hold(self) -> None:
         """Open a transaction that the following writes join, until ``commit``.
@@ -330,11 +355,13 @@ class StoreWriter:
         with self._lock:
             if self.held_since is None:
                 return
+            committed = False
             try:
                 if self.conn.in_transaction:
                     self._flush_fts()
                     self.conn.execute("COMMIT")
                 self.full = False
+                committed = True
             except db.Error as exc:
                 self.lost_held = True
                 if self.conn.in_transaction:
@@ -345,6 +372,8 @@ class StoreWriter:
                 raise
             finally:
                 self._end_held()
+            if committed:
+                self._settle_fts()
 
     def _end_held(self) -> None:
         """No transaction is held any more: nothing waits for its commit."""
@@ -702,6 +731,7 @@ class StoreWriter:
             part = old[i : i + _SQL_IN_MAX]
             marks = ",".join("?" * len(part))
             if self.fts_error is None:
+                self._fts_gone(ft, part)
                 self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({marks})", part)
             if vec_exists:
                 self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", part)
@@ -856,6 +886,7 @@ class StoreWriter:
         if rowids:
             marks = ",".join("?" * len(rowids))
             if self.fts_error is None:
+                self._fts_gone(fts_table(gen), rowids)
                 self.conn.execute(f"DELETE FROM {fts_table(gen)} WHERE rowid IN ({marks})", rowids)
             if self.vector_error is None and table_exists(self.conn, vec_table(gen)):
                 self.conn.execute(f"DELETE FROM {vec_table(gen)} WHERE rowid IN ({marks})", rowids)
@@ -924,6 +955,7 @@ class _Transaction:
             if self.mode == "own":
                 if exc_type is None:
                     self.conn.execute("COMMIT")
+                    self.writer._settle_fts()
                 elif self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
             elif self.mode == "savepoint":
