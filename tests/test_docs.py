@@ -354,3 +354,50 @@ def test_ci_runs_exactly_the_readmes_test_command() -> None:
           if line.strip() and not line.lstrip().startswith("#")]
     assert ci[-1].strip() == blocks[1].strip()
     assert blocks[1].strip() == "pip install -q -e '.[test,local]' && python -m pytest -q"
+
+
+def _config_table() -> dict[str, object]:
+    """``key -> default`` from the configuration page's table (a row may name several keys)."""
+    import json
+
+    text = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    table = text[text.index("## The `memorySearch` keys"):]
+    table = table[:table.index("\n## ")]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        keys = re.findall(r"`([\w.]+)`", cells[0])
+        defaults = [json.loads(d) for d in re.findall(r"`([^`]+)`", cells[1])]
+        if len(defaults) == 1:
+            defaults *= len(keys)
+        assert len(defaults) == len(keys), line
+        rows.update(zip(keys, defaults))
+    return rows
+
+
+def test_documented_config_defaults_are_the_defaults(tmp_path: Path) -> None:
+    """A config that sets every key of the table to its documented default resolves exactly as an
+    empty one (a key the loader does not take fails too: unknown keys are errors)."""
+    import json
+
+    rows = _config_table()
+    assert len(rows) >= 45 and rows["query.minScore"] == 0.35
+    settings = []
+    for name, search in (("empty", {}), ("documented", rows)):
+        state = tmp_path / name
+        (state / "ws").mkdir(parents=True)
+        tree: dict = {}
+        for key, value in search.items():
+            *parents, leaf = key.split(".")
+            node = tree
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        cfg = {"agents": {"defaults": {"workspace": str(tmp_path / "ws"), "memorySearch": tree}}}
+        (state / "openclaw.json").write_text(json.dumps(cfg), encoding="utf-8")
+        ctx = memindex.Context(agent_id="main", config=str(state / "openclaw.json"), state_dir=str(state))
+        shown = repr(memindex.load_settings(ctx, env={})).replace(str(state), "<state>")
+        settings.append(re.sub(r"\b(\d+)\.0\b", r"\1", shown))  # 60 and 60.0 are one number to a config
+    assert settings[0] == settings[1]
