@@ -42,10 +42,12 @@ test("config defaults and refusals of nonsense values", () => {
 });
 
 test("search hits keep the builtin's fields in its order, per API generation", () => {
+  const provenance = { originClass: "agent", sessionKind: "unknown", observedAt: 1796347025737 };
   const raw = { path: "memory/a.md", startLine: 2, endLine: 5, score: 0.8, textScore: 0.5, snippet: "x",
-    source: "memory", citation: "memory/a.md#L2-L5", snippetStartLine: 3, kind: undefined };
+    source: "memory", citation: "memory/a.md#L2-L5", provenance, snippetStartLine: 3, kind: undefined };
   assert.deepEqual(Object.keys(searchHit(raw, "capability")),
-    ["path", "startLine", "endLine", "score", "textScore", "snippet", "source", "corpus", "citation"]);
+    ["path", "startLine", "endLine", "score", "textScore", "snippet", "source", "provenance", "corpus", "citation"]);
+  assert.deepEqual(searchHit(raw, "capability").provenance, provenance);
   assert.deepEqual(Object.keys(searchHit(raw, "split")),
     ["path", "startLine", "endLine", "score", "snippet", "source", "citation"]);
   const payload = searchPayload({ results: [raw], provider: "none", model: "fts-only", fallback: false,
