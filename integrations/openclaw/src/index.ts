@@ -11,6 +11,7 @@
 // registerMemoryPromptSection calls.
 import { MemindexClient, MemindexToolError, MemindexUnavailable, parsePluginConfig } from "./client.js";
 import type { OpenClawPaths } from "./client.js";
+import { registerMemoryCli } from "./cli.js";
 import { buildMemoryFlushPlan } from "./flush.js";
 import {
   disabledSearch, failedRead, jsonResult, memoryPromptSection, readPayload, searchHit, searchPayload, unavailableSearch,
@@ -95,6 +96,7 @@ export function createPlugin(api: Api) {
   const flavor: Flavor = typeof api.registerMemoryCapability === "function" ? "capability" : "split";
   const config = parsePluginConfig(api.pluginConfig);
   const client = sharedClient(config, () => openclawPaths(api), api.logger);
+  let serviceRunning = false;  // the gateway started this plugin's service (the child is long-lived)
 
   async function search(params: Json, ctx: ToolCtx, signal?: AbortSignal): Promise<Json> {
     const query = params.query;
@@ -196,7 +198,11 @@ export function createPlugin(api: Api) {
         async probeVectorAvailability() {
           return Boolean((status.vector as Json | undefined)?.available);
         },
-        async close() {},
+        async close() {
+          // In the gateway the child serves every later call; in a one-shot CLI process (`openclaw
+          // status --all`) it is the only thing left keeping the process alive.
+          if (!serviceRunning) await client.close();
+        },
       },
     };
   }
@@ -222,10 +228,13 @@ export function createPlugin(api: Api) {
       api.registerMemoryRuntime?.(runtime);
     }
 
+    registerMemoryCli(api, client);
+
     // The child lives as long as the gateway: started with it (so the first search is warm), stopped with it.
     api.registerService?.({
       id: "memindex",
       start: async () => {
+        serviceRunning = true;
         try {
           await client.connect();
         } catch (err) {
@@ -234,6 +243,7 @@ export function createPlugin(api: Api) {
         }
       },
       stop: async () => {
+        serviceRunning = false;
         await client.close();
       },
     });
