@@ -40,7 +40,9 @@ NOTE_WORD = "quixotic-kumquat"
 
 # (release, the builtin memory_search hit's fields in order, memory_get's fields for an excerpt)
 RELEASES = {
-    "2026.9.6": (["path", "startLine", "endLine", "score", "snippet", "source", "corpus", "citation"],
+    # memory-core 2026.9.6's `openclaw memory search --json` hit, read off the real CLI: ... snippet, source,
+    # provenance {originClass, sessionKind, observedAt}; its tool adds corpus and citation.
+    "2026.9.6": (["path", "startLine", "endLine", "score", "snippet", "source", "provenance", "corpus", "citation"],
                  ["status", "text", "path", "from", "lines"]),
     "2026.3.31": (["path", "startLine", "endLine", "score", "snippet", "source", "citation"],
                   ["text", "path"]),
@@ -206,11 +208,15 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
         assert found["results"], found
         hit = found["results"][0]
         # The builtin's fields in its order (2026.9 adds the partial scores the search computed after
-        # `score`; its `provenance` is memory-core's own record, which memindex does not keep).
+        # `score`, and the chunk's provenance after `source`).
         partial = [k for k in hit if k in ("vectorScore", "textScore")]
         assert list(hit) == hit_fields[:4] + partial + hit_fields[4:], hit
         assert not partial or "corpus" in hit_fields, hit
         assert hit["path"] == "memory/2026-11-02.md" and hit["source"] == "memory"
+        if "provenance" in hit_fields:  # memory-core's record of a workspace memory file
+            note = memdir / "memory" / "2026-11-02.md"
+            assert hit["provenance"] == {"originClass": "agent", "sessionKind": "unknown",
+                                         "observedAt": note.stat().st_mtime_ns // 1_000_000}, hit
         assert NOTE_WORD in hit["snippet"] and 1 <= hit["startLine"] <= 3 <= hit["endLine"]
         # A direct session: citations on, as the builtin decides for `citations: auto`.
         assert hit["citation"].startswith("memory/2026-11-02.md#L") and hit["snippet"].endswith(hit["citation"])
