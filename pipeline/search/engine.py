@@ -468,8 +468,8 @@ class MemorySearch(AsyncSearch):
                 # a full top-K from the vector arm bounds the cosine of every chunk it did not return
                 unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
             )
-            # The hits' files as last indexed, read in this snapshot (decay may have read them already).
-            observed = mtimes if mtimes is not None else snap.file_mtimes((c.source, c.path) for c in cands)
+            # The hits' files as last indexed, read in this snapshot: their provenance's observedAt.
+            observed = snap.file_mtimes_ns((c.source, c.path) for c in cands)
         cite = citations_on(citations_mode, session_key)
         resp.results = [self._result(c, cite, keys, kinds.get(c.chunk_id), observed.get((c.source, c.path)))
                         for c in cands]
@@ -485,7 +485,7 @@ class MemorySearch(AsyncSearch):
         return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
 
     def _result(self, c: Candidate, cite: bool, keys: frozenset[str], kind: str | None = None,
-                mtime_s: float | None = None) -> SearchResult:
+                mtime_ns: int | None = None) -> SearchResult:
         text, last = c.text, c.end_line
         if text.endswith("\n") and last > c.start_line:
             # The empty line after a final line break counts in endLine (OpenClaw's numbering) but
@@ -498,7 +498,7 @@ class MemorySearch(AsyncSearch):
         snippet = f"{snip.text.strip()}\n\nSource: {citation}" if cite else snip.text
         return SearchResult(
             path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
-            snippet=snippet, source=c.source, provenance=provenance(c.source, c.path, mtime_s),
+            snippet=snippet, source=c.source, provenance=provenance(c.source, c.path, mtime_ns),
             citation=citation if cite else None,
             vectorScore=round(c.vector_score, 6) if c.has_vector else None,
             textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,

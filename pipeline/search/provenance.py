@@ -47,8 +47,8 @@ def memory_origin(path: str) -> OriginClass:
     return "untrusted"
 
 
-def provenance(source: str, path: str, mtime_s: float | None) -> Provenance:
-    """The hit's record; ``mtime_s`` is the file's mtime (seconds) as last indexed."""
-    observed = max(0, int((mtime_s or 0.0) * 1000))
+def provenance(source: str, path: str, mtime_ns: int | None) -> Provenance:
+    """The hit's record; ``mtime_ns`` is the file's mtime (nanoseconds) as last indexed."""
+    observed = max(0, (mtime_ns or 0) // 1_000_000)  # OpenClaw's Math.floor(mtimeMs)
     origin: OriginClass = memory_origin(path) if source == "memory" else "untrusted"
     return {"originClass": origin, "sessionKind": "unknown", "observedAt": observed}
