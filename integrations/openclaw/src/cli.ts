@@ -8,7 +8,8 @@
 // when its manifest lists it in `cliCommands`: OpenClaw then loads both owners for `openclaw memory`
 // and keeps the first registration (loader: "cli command already registered"), in discovery order,
 // where a plugin from a configured path (`plugins install -l`) comes before the bundled ones and an
-// installed package after them. `openclaw memindex` has no other owner, so it always works.
+// installed package after them (memory-core's then wins unless `plugins.entries.memory-core.enabled`
+// is false). `openclaw memindex` has no other owner, so it always works.
 import type { MemindexClient } from "./client.js";
 import type { Json } from "./shapes.js";
 
