@@ -143,13 +143,19 @@ function onPath(cmd: string): boolean {
 const MEMINDEX = process.env.MEMINDEX_COMMAND ?? "memindex";
 const haveMemindex = onPath(MEMINDEX);
 
-test("real memindex mcp: search, read and status through the plugin", { skip: !haveMemindex && `no ${MEMINDEX}` }, async () => {
+/** A scratch OpenClaw home with one memory note, named to this process as the gateway names it to memindex. */
+function scratchOpenClaw(rel: string, text: string): string {
   const root = mkdtempSync(path.join(tmpdir(), "memindex-plugin-"));
-  mkdirSync(path.join(root, "ws", "memory"), { recursive: true });
-  writeFileSync(path.join(root, "ws", "memory", "2026-01-05.md"), "# Log\n\nThe persimmon ladder is in shed 3.\n");
+  mkdirSync(path.dirname(path.join(root, "ws", rel)), { recursive: true });
+  writeFileSync(path.join(root, "ws", rel), text);
   writeFileSync(path.join(root, "openclaw.json"), JSON.stringify({ agents: { defaults: { workspace: path.join(root, "ws") } } }));
   process.env.OPENCLAW_STATE_DIR = path.join(root, "state");
   process.env.OPENCLAW_CONFIG_PATH = path.join(root, "openclaw.json");
+  return root;
+}
+
+test("real memindex mcp: search, read and status through the plugin", { skip: !haveMemindex && `no ${MEMINDEX}` }, async () => {
+  scratchOpenClaw("memory/2026-01-05.md", "# Log\n\nThe persimmon ladder is in shed 3.\n");
   for (const flavor of ["capability", "split"] as const) {
     const reg = load({ command: MEMINDEX, timeoutMs: 20000 }, flavor);
     for (const s of reg.services) await s.start();
@@ -217,12 +223,7 @@ function recorder(): { root: Command; actions: Map<string, (...a: any[]) => Prom
 }
 
 test("openclaw memory status|search|index through the plugin's CLI, on a real memindex", { skip: !haveMemindex && `no ${MEMINDEX}` }, async () => {
-  const root = mkdtempSync(path.join(tmpdir(), "memindex-cli-"));
-  mkdirSync(path.join(root, "ws", "memory"), { recursive: true });
-  writeFileSync(path.join(root, "ws", "memory", "2026-04-01.md"), "# Log\n\nThe medlar tree was pruned.\n");
-  writeFileSync(path.join(root, "openclaw.json"), JSON.stringify({ agents: { defaults: { workspace: path.join(root, "ws") } } }));
-  process.env.OPENCLAW_STATE_DIR = path.join(root, "state");
-  process.env.OPENCLAW_CONFIG_PATH = path.join(root, "openclaw.json");
+  const root = scratchOpenClaw("memory/2026-04-01.md", "# Log\n\nThe medlar tree was pruned.\n");
   const reg = load({ command: MEMINDEX, timeoutMs: 60000 });
   // Two registrations, so `memory` refused (memory-core registered it first) leaves `memindex`.
   assert.deepEqual(reg.cli, ["memory", "memindex"]);
