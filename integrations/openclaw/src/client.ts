@@ -67,6 +67,10 @@ export class MemindexClient {
   private stderrTail = "";
   private exitReason: string | null = null;
   private schemas = new Map<string, ToolSchema>();
+  /** Set while a gateway runs the plugin's service: the child then serves every later call, and a
+   *  runtime manager's close leaves it running. Here, not per plugin load: OpenClaw loads a plugin
+   *  more than once per process, and every load shares this client. */
+  keepAlive = false;
 
   constructor(readonly config: PluginConfig, private readonly paths: () => OpenClawPaths,
               private readonly log?: { warn?: (m: string) => void; info?: (m: string) => void }) {}

@@ -96,7 +96,6 @@ export function createPlugin(api: Api) {
   const flavor: Flavor = typeof api.registerMemoryCapability === "function" ? "capability" : "split";
   const config = parsePluginConfig(api.pluginConfig);
   const client = sharedClient(config, () => openclawPaths(api), api.logger);
-  let serviceRunning = false;  // the gateway started this plugin's service (the child is long-lived)
 
   async function search(params: Json, ctx: ToolCtx, signal?: AbortSignal): Promise<Json> {
     const query = params.query;
@@ -201,7 +200,7 @@ export function createPlugin(api: Api) {
         async close() {
           // In the gateway the child serves every later call; in a one-shot CLI process (`openclaw
           // status --all`) it is the only thing left keeping the process alive.
-          if (!serviceRunning) await client.close();
+          if (!client.keepAlive) await client.close();
         },
       },
     };
@@ -234,7 +233,7 @@ export function createPlugin(api: Api) {
     api.registerService?.({
       id: "memindex",
       start: async () => {
-        serviceRunning = true;
+        client.keepAlive = true;
         try {
           await client.connect();
         } catch (err) {
@@ -243,7 +242,7 @@ export function createPlugin(api: Api) {
         }
       },
       stop: async () => {
-        serviceRunning = false;
+        client.keepAlive = false;
         await client.close();
       },
     });

@@ -176,6 +176,8 @@ test("real memindex mcp: search, read and status through the plugin", { skip: !h
     const { manager } = await runtime.getMemorySearchManager({ agentId: "main" });
     assert.equal(manager.status().files, 1);
     assert.equal((await manager.search("persimmon"))[0].path, "memory/2026-01-05.md");
+    await manager.close();  // the gateway's service runs: the child stays for the next call
+    assert.notEqual(reg.client.client, null);
     if (flavor === "capability") {  // 2026.9's provenance, as memindex gives it
       assert.equal(res.details.results[0].provenance.originClass, "agent");
       assert.equal(typeof res.details.results[0].provenance.observedAt, "number");
@@ -250,7 +252,12 @@ test("openclaw memory status|search|index through the plugin's CLI, on a real me
   process.exitCode = 0;
   assert.deepEqual(errors, []);
   // Each command ends the child it started (a one-shot CLI process must exit).
-  assert.equal((reg.client as any).client, null);
+  assert.equal(reg.client.client, null);
+  // So does the memory runtime's manager outside a gateway (`openclaw status --all`).
+  const { manager } = await reg.capability.runtime.getMemorySearchManager({ agentId: "main" });
+  assert.equal(manager.status().files, 1);
+  await manager.close();
+  assert.equal(reg.client.client, null);
 });
 
 test("status, search and index lines from memindex payloads", () => {
