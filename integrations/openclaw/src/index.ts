@@ -183,7 +183,12 @@ export function createPlugin(api: Api) {
         status: () => providerStatus,
         async search(query: string, opts: { maxResults?: number; minScore?: number; sessionKey?: string } = {}) {
           const raw = await client.call("memory_search", { query, ...agent, ...opts.maxResults ? { maxResults: opts.maxResults } : {}, ...opts.minScore !== undefined ? { minScore: opts.minScore } : {}, ...opts.sessionKey ? { sessionKey: opts.sessionKey } : {} });
-          return (Array.isArray(raw.results) ? (raw.results as Json[]) : []).map((r) => searchHit(r, "split"));
+          // The manager's hits as memory-core's manager returns them: the tool's presentation
+          // (corpus, citation) is added by the tool, not here.
+          return (Array.isArray(raw.results) ? (raw.results as Json[]) : []).map((r) => {
+            const { corpus: _corpus, citation: _citation, ...hit } = searchHit(r, flavor);
+            return hit;
+          });
         },
         async readFile(p: { relPath: string; from?: number; lines?: number }) {
           const raw = await client.call("memory_get", { path: p.relPath, ...agent, ...p.from ? { from: p.from } : {}, ...p.lines ? { lines: p.lines } : {} });

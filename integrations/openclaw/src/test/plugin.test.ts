@@ -175,7 +175,10 @@ test("real memindex mcp: search, read and status through the plugin", { skip: !h
     const runtime = flavor === "capability" ? reg.capability.runtime : reg.runtime;
     const { manager } = await runtime.getMemorySearchManager({ agentId: "main" });
     assert.equal(manager.status().files, 1);
-    assert.equal((await manager.search("persimmon"))[0].path, "memory/2026-01-05.md");
+    const managed = (await manager.search("persimmon"))[0];
+    assert.equal(managed.path, "memory/2026-01-05.md");
+    assert.equal("corpus" in managed || "citation" in managed, false);
+    assert.equal("provenance" in managed, flavor === "capability");  // 2026.9's manager hits carry it
     await manager.close();  // the gateway's service runs: the child stays for the next call
     assert.notEqual(reg.client.client, null);
     if (flavor === "capability") {  // 2026.9's provenance, as memindex gives it
