@@ -746,3 +746,37 @@ def test_mmr_early_stop_gives_the_same_results(rows, lam, k, min_score) -> None:
 def test_mmr_fast_tokeniser_matches_the_reference_scan(text) -> None:
     norm = unicodedata.normalize("NFC", text).lower()
     assert mmr_tokens(text) == _scan_tokens(norm)
+
+
+def test_hits_carry_openclaw_2026_9_provenance(agent):
+    """Each hit names where its text came from as memory-core 2026.9 does: the origin by the
+    file's path (dreaming output is "system", the workspace's memory files "agent"), its mtime in
+    whole milliseconds as observedAt, after `source` in the hit."""
+    files = {"MEMORY.md": "# Memory\nThe heron feeder is by the pond.\n",
+             "memory/2026-03-01.md": "Refilled the heron feeder with sprats.\n",
+             "memory/dreaming/2026-03-02.md": "Dream: the heron feeder floated away.\n"}
+    for rel, text in files.items():
+        agent.write(rel, text)
+    stamp = 1_767_225_600.123456  # 2026-01-01T00:00:00.123456Z
+    os.utime(agent.workspace / "memory" / "2026-03-01.md", (stamp, stamp))
+    agent.index()
+    res = run(agent.settings(), "heron feeder", min_score=0.0)
+    got = {r["path"]: r for r in res["results"]}
+    assert set(got) == set(files), res
+    origins = {p: r["provenance"]["originClass"] for p, r in got.items()}
+    assert origins == {"MEMORY.md": "agent", "memory/2026-03-01.md": "agent", "memory/dreaming/2026-03-02.md": "system"}
+    dated = got["memory/2026-03-01.md"]
+    assert dated["provenance"] == {"originClass": "agent", "sessionKind": "unknown", "observedAt": 1_767_225_600_123}
+    keys = list(dated)
+    assert keys.index("provenance") == keys.index("source") + 1, keys
+
+
+@pytest.mark.parametrize("path, origin", [
+    ("MEMORY.md", "agent"), ("USER.md", "agent"), ("users/mara/USER.md", "agent"), ("memory/a/b.md", "agent"),
+    ("DREAMS.md", "system"), ("memory/.dreams/x.md", "system"), ("notes/todo.md", "untrusted"),
+    ("../shared/notes.md", "untrusted"), ("/abs/notes.md", "untrusted"), ("memory/./a.md", "untrusted"),
+])
+def test_memory_origin_follows_openclaw_path_classification(path, origin):
+    from memindex.pipeline.search.provenance import memory_origin
+
+    assert memory_origin(path) == origin

@@ -20,7 +20,7 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from memindex.pipeline.search.get import memory_get  # noqa: E402
 from tests.conftest import Agent, free_port  # noqa: E402
 
-TOOLS = {"memory_search", "memory_get", "memory_status"}
+TOOLS = {"memory_search", "memory_get", "memory_status", "memory_index"}
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +128,17 @@ def test_stdio_tools_and_freshness(indexed: Agent, tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "a new memory file never became searchable"
                 await asyncio.sleep(0.3)
             assert res.structured_content["results"][0]["path"] == "memory/2026-03-01.md"
+
+            # memory_index (`openclaw memory index` through the plugin): written when it answers.
+            indexed.write("memory/2026-03-02.md", "The wombat gate latch was oiled.\n")
+            res = await client.call_tool("memory_index", {})
+            assert not res.is_error, res.content
+            done = res.structured_content
+            assert done["agentId"] == "main" and done["to_index"] >= 1 and done["status"]["files"] >= 4, done
+            res = await client.call_tool("memory_search", {"query": "wombat latch"})
+            assert res.structured_content["results"][0]["path"] == "memory/2026-03-02.md"
+            res = await client.call_tool("memory_index", {"force": "yes"})
+            assert res.is_error and "force must be true or false" in res.content[0].text
 
     asyncio.run(main())
 

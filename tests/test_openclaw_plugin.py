@@ -40,7 +40,9 @@ NOTE_WORD = "quixotic-kumquat"
 
 # (release, the builtin memory_search hit's fields in order, memory_get's fields for an excerpt)
 RELEASES = {
-    "2026.9.6": (["path", "startLine", "endLine", "score", "snippet", "source", "corpus", "citation"],
+    # memory-core 2026.9.6's `openclaw memory search --json` hit, read off the real CLI: ... snippet, source,
+    # provenance {originClass, sessionKind, observedAt}; its tool adds corpus and citation.
+    "2026.9.6": (["path", "startLine", "endLine", "score", "snippet", "source", "provenance", "corpus", "citation"],
                  ["status", "text", "path", "from", "lines"]),
     "2026.3.31": (["path", "startLine", "endLine", "score", "snippet", "source", "citation"],
                   ["text", "path"]),
@@ -78,7 +80,7 @@ def _free_port() -> int:
 class Gateway:
     """``openclaw gateway run`` in a fresh HOME, with the plugin installed and configured."""
 
-    def __init__(self, version: str, home: Path, memdir: Path, plugin_config: dict) -> None:
+    def __init__(self, version: str, home: Path, memdir: Path, plugin_config: dict, start: bool = True) -> None:
         self.node, self.cli = _install(version)
         self.memdir = memdir
         self.home, self.port = home, _free_port()
@@ -106,6 +108,9 @@ class Gateway:
         cfg["plugins"]["entries"]["memindex"]["config"] = plugin_config
         self.config_path.write_text(json.dumps(cfg, indent=2))
         self.log = open(home / "gateway.log", "w")
+        self.proc: subprocess.Popen | None = None
+        if not start:  # the CLI alone (`openclaw memory ...`): no gateway
+            return
         self.proc = subprocess.Popen([self.node, self.cli, "gateway", "run", "--port", str(self.port)],
                                      env=self.env, cwd=home, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -152,7 +157,7 @@ class Gateway:
         return [int(p) for p in out.stdout.split()]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=60)
@@ -203,11 +208,15 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
         assert found["results"], found
         hit = found["results"][0]
         # The builtin's fields in its order (2026.9 adds the partial scores the search computed after
-        # `score`; its `provenance` is memory-core's own record, which memindex does not keep).
+        # `score`, and the chunk's provenance after `source`).
         partial = [k for k in hit if k in ("vectorScore", "textScore")]
         assert list(hit) == hit_fields[:4] + partial + hit_fields[4:], hit
         assert not partial or "corpus" in hit_fields, hit
         assert hit["path"] == "memory/2026-11-02.md" and hit["source"] == "memory"
+        if "provenance" in hit_fields:  # memory-core's record of a workspace memory file
+            note = memdir / "memory" / "2026-11-02.md"
+            assert hit["provenance"] == {"originClass": "agent", "sessionKind": "unknown",
+                                         "observedAt": note.stat().st_mtime_ns // 1_000_000}, hit
         assert NOTE_WORD in hit["snippet"] and 1 <= hit["startLine"] <= 3 <= hit["endLine"]
         # A direct session: citations on, as the builtin decides for `citations: auto`.
         assert hit["citation"].startswith("memory/2026-11-02.md#L") and hit["snippet"].endswith(hit["citation"])
@@ -308,3 +317,55 @@ def _run_node_tests(node: str, exe: Path, port: int) -> None:
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "# fail 0" in res.stdout and "# skipped 0" in res.stdout, res.stdout[-2000:]
+
+
+def _json_out(res: subprocess.CompletedProcess) -> dict:
+    """A command's --json answer: stdout from its first "{" (plugin log lines may precede it)."""
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return json.loads(res.stdout[res.stdout.index("{"):])
+
+
+def test_memory_cli_speaks_for_memindex(tmp_path: Path) -> None:
+    """`openclaw memory status|search|index` and `openclaw status --all` through the real CLI
+    answer from memindex's store, not memory-core's (which stays loaded as the dreaming sidecar and
+    keeps its own `memory` commands unless the slot's plugin registers the root first); `openclaw
+    memindex ...` is the same commands under the plugin's own name. No gateway: each command is a
+    one-shot process that starts memindex and must exit when done."""
+    memdir = tmp_path / "memindex-workspace"
+    (memdir / "memory").mkdir(parents=True)
+    note = memdir / "memory" / "2026-11-02.md"
+    note.write_text(f"# Garage\n\nThe {NOTE_WORD} router lives in the garage rack, VLAN 42.\n")
+    command, _mode = _wrapper(tmp_path, memdir)
+    gw = Gateway("2026.9.6", tmp_path / "home", memdir, {"command": str(command), "startTimeoutMs": 120000,
+                                                         "timeoutMs": 120000}, start=False)
+    try:
+        indexed = gw.openclaw("memory", "index")
+        assert indexed.returncode == 0, indexed.stdout + indexed.stderr
+        assert "Memory index updated (main): 1 files indexed" in indexed.stdout, indexed.stdout + indexed.stderr
+
+        status = _json_out(gw.openclaw("memory", "status", "--json"))
+        # memindex's own store and workspace: OpenClaw's builtin would say its agent database and ~/workspace.
+        assert status["store"] == str(gw.home / ".openclaw" / "memindex" / "main.sqlite"), status
+        assert status["workspace"] == str(memdir) and status["files"] == 1 and status["chunks"] >= 1, status
+        assert status["dirty"] is False and status["provider"] == "none" and status["model"] == "fts-only", status
+
+        found = _json_out(gw.openclaw("memory", "search", f"{NOTE_WORD} router", "--json"))
+        hit = found["results"][0]
+        assert hit["path"] == "memory/2026-11-02.md" and NOTE_WORD in hit["snippet"], found
+        assert hit["provenance"]["originClass"] == "agent" and hit["provenance"]["observedAt"] == int(
+            note.stat().st_mtime_ns // 1_000_000), hit
+
+        text = gw.openclaw("memindex", "status")
+        assert text.returncode == 0, text.stdout + text.stderr
+        assert "Memory Search (main) · memindex" in text.stdout and "Indexed: 1/1 files" in text.stdout, text.stdout
+        assert f"Store: {status['store']}" in text.stdout and "Dirty: no" in text.stdout, text.stdout
+
+        # `openclaw status --all` asks the slot's memory runtime (the plugin's search manager), and
+        # the one-shot process still exits: the manager's close ends the child outside a gateway.
+        overview = _json_out(gw.openclaw("status", "--json", "--all"))
+        memory = overview["memory"]
+        assert memory["files"] == 1 and memory["custom"]["engine"] == "memindex", memory
+        assert memory["dbPath"] == status["store"] and overview["memoryPlugin"]["slot"] == "memindex", overview
+    finally:
+        gw.stop()
+    assert not gw.memindex_children(), "a CLI command left memindex mcp running"

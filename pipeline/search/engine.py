@@ -28,6 +28,7 @@ from memindex.pipeline.search.ranking import (
     Candidate, CosineBackground, cosine_background, keyword_evidence, normalize_weights, rank_pipeline,
     relative_text_score, term_weights,
 )
+from memindex.pipeline.search.provenance import Provenance, provenance
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.search.snippet import centred_snippet
 from memindex.pipeline.store.reader import ReadSnapshot, StoreReader, open_reader
@@ -73,6 +74,8 @@ class SearchResult:
     score: float
     snippet: str
     source: str
+    # OpenClaw 2026.9's record of where the text came from (provenance.py): after `source`, as memory-core orders it.
+    provenance: Provenance | None = None
     citation: str | None = None
     vectorScore: float | None = None
     textScore: float | None = None
@@ -465,8 +468,11 @@ class MemorySearch(AsyncSearch):
                 # a full top-K from the vector arm bounds the cosine of every chunk it did not return
                 unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
             )
+            # The hits' files as last indexed, read in this snapshot: their provenance's observedAt.
+            observed = snap.file_mtimes_ns((c.source, c.path) for c in cands)
         cite = citations_on(citations_mode, session_key)
-        resp.results = [self._result(c, cite, keys, kinds.get(c.chunk_id)) for c in cands]
+        resp.results = [self._result(c, cite, keys, kinds.get(c.chunk_id), observed.get((c.source, c.path)))
+                        for c in cands]
         if len(query) > MAX_QUERY_CHARS:  # the keyword arm reads only this much: say so
             cut = f"the query is {len(query):,} characters; keywords were taken from its first {MAX_QUERY_CHARS:,}"
             resp.warning = f"{resp.warning}; {cut}" if resp.warning else cut
@@ -478,7 +484,8 @@ class MemorySearch(AsyncSearch):
     def _empty_response(self, citations_mode: str) -> SearchResponse:
         return SearchResponse(results=[], provider="none", model="fts-only", citations=citations_mode)
 
-    def _result(self, c: Candidate, cite: bool, keys: frozenset[str], kind: str | None = None) -> SearchResult:
+    def _result(self, c: Candidate, cite: bool, keys: frozenset[str], kind: str | None = None,
+                mtime_ns: int | None = None) -> SearchResult:
         text, last = c.text, c.end_line
         if text.endswith("\n") and last > c.start_line:
             # The empty line after a final line break counts in endLine (OpenClaw's numbering) but
@@ -491,7 +498,8 @@ class MemorySearch(AsyncSearch):
         snippet = f"{snip.text.strip()}\n\nSource: {citation}" if cite else snip.text
         return SearchResult(
             path=c.path, startLine=c.start_line, endLine=c.end_line, score=round(c.score, 6),
-            snippet=snippet, source=c.source, citation=citation if cite else None,
+            snippet=snippet, source=c.source, provenance=provenance(c.source, c.path, mtime_ns),
+            citation=citation if cite else None,
             vectorScore=round(c.vector_score, 6) if c.has_vector else None,
             textScore=round(c.text_score, 6) if c.has_text else None, kind=kind,
             snippetStartLine=snip.start_line, snippetEndLine=snip_end,

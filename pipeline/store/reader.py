@@ -426,14 +426,18 @@ class ReadSnapshot:
 
     def file_mtimes(self, keys: Iterable[FileKey]) -> dict[FileKey, float]:
         """(source, path) -> the file's mtime in seconds, as last indexed."""
+        return {key: ns / 1e9 for key, ns in self.file_mtimes_ns(keys).items()}
+
+    def file_mtimes_ns(self, keys: Iterable[FileKey]) -> dict[FileKey, int]:
+        """(source, path) -> the file's mtime in nanoseconds, as last indexed (exact, for whole milliseconds)."""
         if self._conn is None or self.generation is None:
             return {}
         sql = f"SELECT mtime_ns FROM {files_table(self.generation)} WHERE source = ? AND path = ?"
-        out: dict[FileKey, float] = {}
+        out: dict[FileKey, int] = {}
         for key in dict.fromkeys(keys):
             row = self._conn.execute(sql, key).fetchone()
             if row is not None:
-                out[key] = row[0] / 1e9
+                out[key] = int(row[0])
         return out
 
     # -- status ----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """``memindex mcp``: the memory tools on the official MCP SDK, over stdio or streamable HTTP.
 
-Tools ``memory_search``, ``memory_get`` and ``memory_status`` answer with the
+Tools ``memory_search``, ``memory_get``, ``memory_status`` (and ``memory_index``, a sync that
+waits) answer with the
 in-process API's payloads (as structured content, and as JSON text for
 clients that read only text); a refusal (unknown agent, a path outside
 memory, bad arguments) is a tool error (``is_error``) whose message says why.
@@ -26,7 +27,7 @@ from memindex import __version__
 from memindex.pipeline.config import defaults as D
 from memindex.producers.serve.http import protect, run_uvicorn
 from memindex.producers.serve.tools import (
-    GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
+    GET_FIELDS, INDEX_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
 )
 
 INSTRUCTIONS = (
@@ -58,7 +59,15 @@ STATUS_DESCRIPTION = (
 
 Agent = Annotated[str | None, Field(description="Which agent's memory (default: the server's agent). "
                                     "memory_status lists the configured agents.")]
+INDEX_DESCRIPTION = (
+    "Sync the memory index now and wait until it is written (what `openclaw memory index` runs through "
+    "the OpenClaw plugin): files changed since the last sync are re-indexed, deleted ones removed; "
+    "force=true rebuilds it whole. Answers the counts and the status it leaves. Searches already sync "
+    "on their own: this is for an operator, rarely for a conversation."
+)
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# Writes only memindex's own index, and a second call with nothing changed does nothing.
+INDEXING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
 async def _answer(name: str, call: Awaitable[dict[str, Any]]) -> Any:  # the payload, or a CallToolResult
@@ -72,7 +81,7 @@ async def _answer(name: str, call: Awaitable[dict[str, Any]]) -> Any:  # the pay
 
 
 _TOOL_FIELDS = {"memory_search": (SEARCH_FIELDS, "query"), "memory_get": (GET_FIELDS, "path"),
-                "memory_status": (STATUS_FIELDS, None)}
+                "memory_status": (STATUS_FIELDS, None), "memory_index": (INDEX_FIELDS, None)}
 
 
 class _StrictServer(MCPServer):
@@ -141,9 +150,14 @@ def build_server(tools: MemoryTools) -> MCPServer:
     async def memory_status(agent: Agent = None) -> dict[str, Any]:
         return await _answer("memory_status", tools.status(agent=agent))
 
+    async def memory_index(agent: Agent = None, force: Annotated[bool, Field(
+            description="Rebuild the whole index, not only what changed.")] = False) -> dict[str, Any]:
+        return await _answer("memory_index", tools.index(agent=agent, force=force))
+
     for fn, desc in ((memory_search, SEARCH_DESCRIPTION), (memory_get, GET_DESCRIPTION),
                      (memory_status, STATUS_DESCRIPTION)):
         server.add_tool(fn, name=fn.__name__, description=desc, annotations=READ_ONLY)
+    server.add_tool(memory_index, name="memory_index", description=INDEX_DESCRIPTION, annotations=INDEXING)
     return server
 
 

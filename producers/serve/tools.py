@@ -23,13 +23,14 @@ from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context, config_stamp, list_agent_ids, load_raw
 from memindex.pipeline.config.paths import default_agent_id, validate_agent_id
 from memindex.pipeline.errors import ConfigError, MemindexError, MemoryGetError, StoreError
-from memindex.pipeline.search.aio import run_in_pool
+from memindex.pipeline.search.aio import run_in_pool, run_waiting
 from memindex.pipeline.search.backend import SearchEngine, engine_for
 from memindex.pipeline.search.corpus import CORPORA
 from memindex.pipeline.search.engine import min_score_problem, query_problem
 from memindex.pipeline.search.get import amemory_get
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.status import source_scan, status_entry
+from memindex.producers.enqueue import sync_and_wait
 from memindex.producers.hooks import schedule_sync
 
 
@@ -71,6 +72,7 @@ SEARCH_FIELDS = {"query": "query", "maxResults": "max_results", "minScore": "min
                  "agent": "agent", "sessionKey": "session_key", "corpus": "corpus"}
 GET_FIELDS = {"path": "path", "from": "from_line", "lines": "lines", "agent": "agent"}
 STATUS_FIELDS = {"agent": "agent"}
+INDEX_FIELDS = {"agent": "agent", "force": "force"}
 
 
 def escaped(name: str) -> str:
@@ -92,7 +94,7 @@ def check_fields(data: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]
 # MCP SDK's own validation coerced `true` and "3" to a maxResults and answered in pydantic's words).
 _WIRE_TYPES: dict[str, tuple[type | tuple[type, ...], float | None]] = {
     "query": (str, None), "path": (str, None), "agent": (str, None), "sessionKey": (str, None),
-    "corpus": (str, None),
+    "corpus": (str, None), "force": (bool, None),
     # from/lines 0 mean "not given" (from the first line; every line), as in-process and in OpenClaw.
     "maxResults": (int, 1), "minScore": ((int, float), None), "from": (int, 0), "lines": (int, 0)}
 
@@ -118,8 +120,9 @@ def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: 
     """``value`` if None or of ``kind`` (bools are not numbers here), else a bad_request naming ``name``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, kind):
-        expected = "an integer" if kind is int else "a number" if kind == (int, float) else "a string"
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        expected = ("an integer" if kind is int else "a number" if kind == (int, float)
+                    else "true or false" if kind is bool else "a string")
         raise OperationError("bad_request", f"{name} must be {expected}")
     if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity / NaN, which Python reads
         raise OperationError("bad_request", f"{name} must be a finite number")
@@ -265,6 +268,17 @@ class MemoryTools:
             return (await amemory_get(settings, path, from_line, lines)).as_dict()
         except MemoryGetError as exc:
             raise OperationError("path_rejected", str(exc)) from None
+
+    async def index(self, *, agent: Any = None, force: Any = None) -> dict[str, Any]:
+        """Sync the agent's index now and wait for it (``memindex index``; ``openclaw memory index``
+        through the OpenClaw plugin): the plan's counts, then the status it leaves."""
+        force = _wire("force", force)
+        settings = self.settings(agent)
+        if not settings.enabled:
+            raise OperationError("disabled", f"memory is disabled for agent {settings.agent_id!r}", 403)
+        with refusals():
+            counts = await run_waiting(sync_and_wait, self.context(settings.agent_id), force=bool(force))
+        return {"agentId": settings.agent_id, **counts, "status": await self.status(agent=settings.agent_id)}
 
     async def status(self, *, agent: Any = None) -> dict[str, Any]:
         """The agent's status: ``status --json``'s ``status`` object (OpenClaw's keys, ours beside

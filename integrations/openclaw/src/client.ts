@@ -67,6 +67,10 @@ export class MemindexClient {
   private stderrTail = "";
   private exitReason: string | null = null;
   private schemas = new Map<string, ToolSchema>();
+  /** Set while a gateway runs the plugin's service: the child then serves every later call, and a
+   *  runtime manager's close leaves it running. Here, not per plugin load: OpenClaw loads a plugin
+   *  more than once per process, and every load shares this client. */
+  keepAlive = false;
 
   constructor(readonly config: PluginConfig, private readonly paths: () => OpenClawPaths,
               private readonly log?: { warn?: (m: string) => void; info?: (m: string) => void }) {}
@@ -171,8 +175,7 @@ export class MemindexClient {
    *  `optional` arguments are passed only if memindex's schema for the tool lists them (a newer
    *  OpenClaw argument an older memindex would refuse as unknown). */
   async call(name: string, args: Record<string, unknown>, signal?: AbortSignal,
-             optional: string[] = []): Promise<Record<string, unknown>> {
-    const deadline = this.config.timeoutMs;
+             optional: string[] = [], deadline = this.config.timeoutMs): Promise<Record<string, unknown>> {
     const controller = new AbortController();
     const onAbort = () => controller.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -184,7 +187,7 @@ export class MemindexClient {
       }, deadline);
     });
     try {
-      return await Promise.race([this.callOnce(name, args, controller.signal, optional), expired]);
+      return await Promise.race([this.callOnce(name, args, controller.signal, optional, deadline), expired]);
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
@@ -192,17 +195,17 @@ export class MemindexClient {
   }
 
   private async callOnce(name: string, args: Record<string, unknown>, signal: AbortSignal, optional: string[],
-                         retried = false): Promise<Record<string, unknown>> {
+                         deadline: number, retried = false): Promise<Record<string, unknown>> {
     const client = await this.connect();
     const sent = { ...args };
     for (const arg of optional) if (!this.accepts(name, arg)) delete sent[arg];
     let result;
     try {
-      result = await client.callTool({ name, arguments: sent }, undefined, { signal, timeout: this.config.timeoutMs });
+      result = await client.callTool({ name, arguments: sent }, undefined, { signal, timeout: deadline });
     } catch (err) {
       if (signal.aborted) throw new MemindexUnavailable(this.failure(`${name} was cancelled`), true);
       // The session ended under the call (memindex exited): once, on a fresh one (still within the deadline).
-      if (!retried && this.client !== client) return this.callOnce(name, args, signal, optional, true);
+      if (!retried && this.client !== client) return this.callOnce(name, args, signal, optional, deadline, true);
       throw new MemindexUnavailable(this.failure(`${this.describe()} failed ${name}`, err));
     }
     const structured = result.structuredContent as Record<string, unknown> | undefined;

@@ -11,6 +11,7 @@
 // registerMemoryPromptSection calls.
 import { MemindexClient, MemindexToolError, MemindexUnavailable, parsePluginConfig } from "./client.js";
 import type { OpenClawPaths } from "./client.js";
+import { registerMemoryCli } from "./cli.js";
 import { buildMemoryFlushPlan } from "./flush.js";
 import {
   disabledSearch, failedRead, jsonResult, memoryPromptSection, readPayload, searchHit, searchPayload, unavailableSearch,
@@ -182,7 +183,12 @@ export function createPlugin(api: Api) {
         status: () => providerStatus,
         async search(query: string, opts: { maxResults?: number; minScore?: number; sessionKey?: string } = {}) {
           const raw = await client.call("memory_search", { query, ...agent, ...opts.maxResults ? { maxResults: opts.maxResults } : {}, ...opts.minScore !== undefined ? { minScore: opts.minScore } : {}, ...opts.sessionKey ? { sessionKey: opts.sessionKey } : {} });
-          return (Array.isArray(raw.results) ? (raw.results as Json[]) : []).map((r) => searchHit(r, "split"));
+          // The manager's hits as memory-core's manager returns them: the tool's presentation
+          // (corpus, citation) is added by the tool, not here.
+          return (Array.isArray(raw.results) ? (raw.results as Json[]) : []).map((r) => {
+            const { corpus: _corpus, citation: _citation, ...hit } = searchHit(r, flavor);
+            return hit;
+          });
         },
         async readFile(p: { relPath: string; from?: number; lines?: number }) {
           const raw = await client.call("memory_get", { path: p.relPath, ...agent, ...p.from ? { from: p.from } : {}, ...p.lines ? { lines: p.lines } : {} });
@@ -196,7 +202,11 @@ export function createPlugin(api: Api) {
         async probeVectorAvailability() {
           return Boolean((status.vector as Json | undefined)?.available);
         },
-        async close() {},
+        async close() {
+          // In the gateway the child serves every later call; in a one-shot CLI process (`openclaw
+          // status --all`) it is the only thing left keeping the process alive.
+          if (!client.keepAlive) await client.close();
+        },
       },
     };
   }
@@ -222,10 +232,13 @@ export function createPlugin(api: Api) {
       api.registerMemoryRuntime?.(runtime);
     }
 
+    registerMemoryCli(api, client);
+
     // The child lives as long as the gateway: started with it (so the first search is warm), stopped with it.
     api.registerService?.({
       id: "memindex",
       start: async () => {
+        client.keepAlive = true;
         try {
           await client.connect();
         } catch (err) {
@@ -234,6 +247,7 @@ export function createPlugin(api: Api) {
         }
       },
       stop: async () => {
+        client.keepAlive = false;
         await client.close();
       },
     });

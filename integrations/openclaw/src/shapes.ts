@@ -10,16 +10,22 @@ export type Flavor = "split" | "capability";
 export const DEFAULT_READ_LINES = 120;
 
 // The builtin's hit fields in its order; 2026.5+ also shows the two partial scores when the search
-// computed them (2026.3's hits never carried them).
-const RESULT_FIELDS = ["path", "startLine", "endLine", "score", "vectorScore", "textScore", "snippet", "source"] as const;
-const OPTIONAL_FIELDS = new Set(["vectorScore", "textScore"]);
+// computed them, and 2026.9 the chunk's `provenance` ({originClass, sessionKind, observedAt}, after
+// `source`); 2026.3's hits carried neither.
+const RESULT_FIELDS = ["path", "startLine", "endLine", "score", "vectorScore", "textScore", "snippet", "source", "provenance"] as const;
+const CAPABILITY_ONLY: Record<string, (v: unknown) => boolean> = {
+  vectorScore: (v) => typeof v === "number",
+  textScore: (v) => typeof v === "number",
+  provenance: (v) => typeof v === "object" && v !== null && !Array.isArray(v),
+};
 
 /** One search hit as the builtin shows it: its fields only, in its order (memindex's own extras dropped). */
 export function searchHit(raw: Json, flavor: Flavor): Json {
   const hit: Json = {};
   for (const k of RESULT_FIELDS) {
-    if (!OPTIONAL_FIELDS.has(k)) hit[k] = raw[k];
-    else if (flavor === "capability" && typeof raw[k] === "number") hit[k] = raw[k];
+    const only = CAPABILITY_ONLY[k];
+    if (!only) hit[k] = raw[k];
+    else if (flavor === "capability" && only(raw[k])) hit[k] = raw[k];
   }
   if (flavor === "capability") hit.corpus = raw.source;
   if (typeof raw.citation === "string") hit.citation = raw.citation;

@@ -6,27 +6,33 @@ import { accessSync, constants, mkdtempSync, mkdirSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import path from "node:path";
 
-import entry from "../index.js";
+import { createPlugin } from "../index.js";
 import { parsePluginConfig } from "../client.js";
+import { addMemoryCommands, indexLines, searchLines, statusLines } from "../cli.js";
+import type { Command } from "../cli.js";
 import { buildMemoryFlushPlan } from "../flush.js";
 import { readPayload, searchHit, searchPayload, unavailableSearch } from "../shapes.js";
 
-type Registered = { tools: Map<string, (ctx: object) => any>; services: any[]; capability?: any; runtime?: any };
+type Registered = { tools: Map<string, (ctx: object) => any>; services: any[]; capability?: any; runtime?: any;
+  client?: any; cli: string[] };
 
 /** The plugin registered on a host with the given API generation (2026.5+ "capability", 2026.3 "split"). */
 function load(config: object, flavor: "capability" | "split" = "capability"): Registered {
-  const reg: Registered = { tools: new Map(), services: [] };
+  const reg: Registered = { tools: new Map(), services: [], cli: [] };
   const api: Record<string, unknown> = {
     id: "memindex", pluginConfig: config, logger: { info() {}, warn() {} },
     registerTool: (factory: any, opts: { names: string[] }) => opts.names.forEach((n) => reg.tools.set(n, factory)),
     registerService: (s: any) => reg.services.push(s),
+    registerCli: (_r: unknown, opts: { descriptors: { name: string }[] }) => reg.cli.push(...opts.descriptors.map((d) => d.name)),
   };
   if (flavor === "capability") api.registerMemoryCapability = (c: any) => { reg.capability = c; };
   else {
     api.registerMemoryRuntime = (r: any) => { reg.runtime = r; };
     api.registerMemoryPromptSection = () => {};
   }
-  entry.register(api);
+  const plugin = createPlugin(api);
+  plugin.register();
+  reg.client = plugin.client;
   return reg;
 }
 
@@ -42,10 +48,12 @@ test("config defaults and refusals of nonsense values", () => {
 });
 
 test("search hits keep the builtin's fields in its order, per API generation", () => {
+  const provenance = { originClass: "agent", sessionKind: "unknown", observedAt: 1796347025737 };
   const raw = { path: "memory/a.md", startLine: 2, endLine: 5, score: 0.8, textScore: 0.5, snippet: "x",
-    source: "memory", citation: "memory/a.md#L2-L5", snippetStartLine: 3, kind: undefined };
+    source: "memory", citation: "memory/a.md#L2-L5", provenance, snippetStartLine: 3, kind: undefined };
   assert.deepEqual(Object.keys(searchHit(raw, "capability")),
-    ["path", "startLine", "endLine", "score", "textScore", "snippet", "source", "corpus", "citation"]);
+    ["path", "startLine", "endLine", "score", "textScore", "snippet", "source", "provenance", "corpus", "citation"]);
+  assert.deepEqual(searchHit(raw, "capability").provenance, provenance);
   assert.deepEqual(Object.keys(searchHit(raw, "split")),
     ["path", "startLine", "endLine", "score", "snippet", "source", "citation"]);
   const payload = searchPayload({ results: [raw], provider: "none", model: "fts-only", fallback: false,
@@ -135,13 +143,19 @@ function onPath(cmd: string): boolean {
 const MEMINDEX = process.env.MEMINDEX_COMMAND ?? "memindex";
 const haveMemindex = onPath(MEMINDEX);
 
-test("real memindex mcp: search, read and status through the plugin", { skip: !haveMemindex && `no ${MEMINDEX}` }, async () => {
+/** A scratch OpenClaw home with one memory note, named to this process as the gateway names it to memindex. */
+function scratchOpenClaw(rel: string, text: string): string {
   const root = mkdtempSync(path.join(tmpdir(), "memindex-plugin-"));
-  mkdirSync(path.join(root, "ws", "memory"), { recursive: true });
-  writeFileSync(path.join(root, "ws", "memory", "2026-01-05.md"), "# Log\n\nThe persimmon ladder is in shed 3.\n");
+  mkdirSync(path.dirname(path.join(root, "ws", rel)), { recursive: true });
+  writeFileSync(path.join(root, "ws", rel), text);
   writeFileSync(path.join(root, "openclaw.json"), JSON.stringify({ agents: { defaults: { workspace: path.join(root, "ws") } } }));
   process.env.OPENCLAW_STATE_DIR = path.join(root, "state");
   process.env.OPENCLAW_CONFIG_PATH = path.join(root, "openclaw.json");
+  return root;
+}
+
+test("real memindex mcp: search, read and status through the plugin", { skip: !haveMemindex && `no ${MEMINDEX}` }, async () => {
+  scratchOpenClaw("memory/2026-01-05.md", "# Log\n\nThe persimmon ladder is in shed 3.\n");
   for (const flavor of ["capability", "split"] as const) {
     const reg = load({ command: MEMINDEX, timeoutMs: 20000 }, flavor);
     for (const s of reg.services) await s.start();
@@ -161,7 +175,16 @@ test("real memindex mcp: search, read and status through the plugin", { skip: !h
     const runtime = flavor === "capability" ? reg.capability.runtime : reg.runtime;
     const { manager } = await runtime.getMemorySearchManager({ agentId: "main" });
     assert.equal(manager.status().files, 1);
-    assert.equal((await manager.search("persimmon"))[0].path, "memory/2026-01-05.md");
+    const managed = (await manager.search("persimmon"))[0];
+    assert.equal(managed.path, "memory/2026-01-05.md");
+    assert.equal("corpus" in managed || "citation" in managed, false);
+    assert.equal("provenance" in managed, flavor === "capability");  // 2026.9's manager hits carry it
+    await manager.close();  // the gateway's service runs: the child stays for the next call
+    assert.notEqual(reg.client.client, null);
+    if (flavor === "capability") {  // 2026.9's provenance, as memindex gives it
+      assert.equal(res.details.results[0].provenance.originClass, "agent");
+      assert.equal(typeof res.details.results[0].provenance.observedAt, "number");
+    }
     } finally {
       for (const s of reg.services) await s.stop();
     }
@@ -185,4 +208,70 @@ test("url: a running memindex mcp --http, its token read from the named variable
   const refused = await wrong.tools.get("memory_search")!(ctx).execute("2", { query: "quince orchard" });
   assert.equal(refused.details.unavailable, true);
   assert.match(refused.details.error, /401|nauthorized/, refused.details.error);
+});
+
+/** A commander-shaped recorder of what the plugin's CLI registers, whose actions the test runs. */
+function recorder(): { root: Command; actions: Map<string, (...a: any[]) => Promise<unknown>>; options: Map<string, string[]> } {
+  const actions = new Map<string, (...a: any[]) => Promise<unknown>>();
+  const options = new Map<string, string[]>();
+  const sub = (name: string): Command => {
+    const c: Command = {
+      command: (n: string) => sub(n),
+      description: () => c,
+      option: (flags: string) => { options.set(name, [...options.get(name) ?? [], flags.split(" ")[0]]); return c; },
+      argument: () => c,
+      action: (fn) => { actions.set(name, fn as any); return c; },
+    };
+    return c;
+  };
+  return { root: sub("memory"), actions, options };
+}
+
+test("openclaw memory status|search|index through the plugin's CLI, on a real memindex", { skip: !haveMemindex && `no ${MEMINDEX}` }, async () => {
+  const root = scratchOpenClaw("memory/2026-04-01.md", "# Log\n\nThe medlar tree was pruned.\n");
+  const reg = load({ command: MEMINDEX, timeoutMs: 60000 });
+  // Two registrations, so `memory` refused (memory-core registered it first) leaves `memindex`.
+  assert.deepEqual(reg.cli, ["memory", "memindex"]);
+  const { root: cmd, actions, options } = recorder();
+  const printed: string[] = [];
+  const errors: string[] = [];
+  addMemoryCommands(cmd, reg.client, { log: (l) => printed.push(l), error: (l) => errors.push(l) });
+  // memory-core's flags, so a user's `openclaw memory ...` habits carry over.
+  assert.deepEqual(options.get("search"), ["--query", "--agent", "--max-results", "--min-score", "--json"]);
+  assert.ok(options.get("index")!.includes("--force") && options.get("status")!.includes("--deep"));
+
+  await actions.get("index")!({});
+  assert.match(printed.pop()!, /^Memory index updated \(main\): 1 files indexed, 0 removed, 0 unchanged\.$/);
+  await actions.get("status")!({});
+  const status = printed.pop()!;
+  assert.match(status, /^Memory Search \(main\) · memindex$/m);
+  assert.match(status, /^Indexed: 1\/1 files · \d+ chunks$/m);
+  assert.match(status, /^Dirty: no$/m);
+  assert.ok(status.includes(`Store: ${path.join(root, "state", "memindex", "main.sqlite")}`), status);
+  await actions.get("search")!("medlar pruned", {});
+  assert.match(printed.pop()!, /^\d\.\d{3} memory\/2026-04-01\.md:1-4\n/);
+  await actions.get("search")!(undefined, {});
+  assert.match(errors.pop()!, /Missing search query/);
+  process.exitCode = 0;
+  assert.deepEqual(errors, []);
+  // Each command ends the child it started (a one-shot CLI process must exit).
+  assert.equal(reg.client.client, null);
+  // So does the memory runtime's manager outside a gateway (`openclaw status --all`).
+  const { manager } = await reg.capability.runtime.getMemorySearchManager({ agentId: "main" });
+  assert.equal(manager.status().files, 1);
+  await manager.close();
+  assert.equal(reg.client.client, null);
+});
+
+test("status, search and index lines from memindex payloads", () => {
+  const lines = statusLines({ agentId: "ops", provider: "none", requestedProvider: "openai", model: "fts-only",
+    sources: ["memory"], files: 2, chunks: 5, dirty: true, store: "/s/ops.sqlite", workspace: "/w",
+    scan: { totalFiles: 3, issues: [] }, problems: ["one file too large"] });
+  assert.deepEqual(lines.slice(0, 8), ["Memory Search (ops) · memindex", "Provider: none (requested: openai)",
+    "Model: fts-only", "Sources: memory", "Indexed: 2/3 files · 5 chunks", "Dirty: yes", "Store: /s/ops.sqlite", "Workspace: /w"]);
+  assert.deepEqual(lines.slice(-2), ["Issues:", "  one file too large"]);
+  assert.deepEqual(searchLines({ results: [] }), ["No matches."]);
+  assert.deepEqual(indexLines({ agentId: "main", to_index: 3, to_delete: 1, unchanged: 7, failed: 1 }), [
+    "Memory index updated (main): 3 files indexed, 1 removed, 7 unchanged.",
+    "Memory index WARNING (main): 1 files not fully indexed; see `openclaw memory status`."]);
 });
