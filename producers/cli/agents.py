@@ -9,36 +9,30 @@ configured agent with ``--all``.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from memindex.pipeline.config.settings import DEFAULT_AGENT, Context
-
-
-def add_all_opt(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--all", action="store_true", help="every configured agent (instead of --agent)")
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.paths import list_agent_ids, resolve_agent_id
+from memindex.pipeline.config.settings import DEFAULT_AGENT, AgentSettings, Context, load_raw
+from memindex.pipeline.errors import ConfigError
 
 
 def context_for(args: argparse.Namespace, agent: str) -> Context:
     return Context(agent, args.config, args.state_dir, args.workspace)
 
 
-def _config(args: argparse.Namespace) -> dict:
-    from memindex.pipeline.config.settings import load_raw
-
+def _config(args: argparse.Namespace) -> dict[str, Any]:
     return load_raw(context_for(args, DEFAULT_AGENT))
 
 
 def configured_agents(args: argparse.Namespace) -> list[str]:
     """Every configured agent id, in ``agents.list`` order (``main`` when the list is empty)."""
-    from memindex.pipeline.config.paths import list_agent_ids
-
     return list_agent_ids(_config(args))
 
 
 def base_context(args: argparse.Namespace) -> Context:
     """The global options as a Context: ``--agent`` (normalised; an unknown id is an error naming
     the configured ones), else the config's default agent (OpenClaw's ``resolveDefaultAgentId``)."""
-    from memindex.pipeline.config.paths import resolve_agent_id
-
     return context_for(args, resolve_agent_id(_config(args), args.agent))
 
 
@@ -50,8 +44,23 @@ def agent_contexts(args: argparse.Namespace, *, all_by_default: bool = False) ->
     agents = configured_agents(args)
     if args.workspace and len(agents) > 1:
         # One directory for every agent would pour it into each agent's store (and drop their own).
-        from memindex.pipeline.errors import ConfigError
-
         raise ConfigError("--workspace", f"names one agent's workspace, and {len(agents)} agents are configured "
                                          f"({', '.join(agents)}); add --agent ID")
     return [context_for(args, a) for a in agents]
+
+
+def command_context(args: argparse.Namespace, agent: str | None = None) -> Context:
+    """The Context a one-shot command runs with: ``agent``'s, else the global options'; inside
+    ``memindex serve`` (a --server call) the server's own for that agent."""
+    ctx = context_for(args, agent) if agent else base_context(args)
+    serving = getattr(args, "serving", None)  # run by `memindex serve` for a --server caller
+    return ctx if serving is None else serving.context(ctx.agent_id)
+
+
+def command_settings(args: argparse.Namespace, agent: str | None = None) -> AgentSettings:
+    return settings_for(command_context(args, agent))
+
+
+def command_agents(args: argparse.Namespace) -> list[str]:
+    """``--agent``, else every configured agent (``openclaw memory status|index``)."""
+    return [c.agent_id for c in agent_contexts(args, all_by_default=True)]

@@ -19,6 +19,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from memindex.workers.logs import TEXT_FORMAT, JsonFormatter
+
 
 @dataclass
 class Capture:
@@ -87,8 +89,6 @@ class _Forward(logging.Handler):
             self.handleError(record)
 
     def _formatter(self, fmt: str) -> logging.Formatter:
-        from memindex.workers.logs import TEXT_FORMAT, JsonFormatter
-
         if fmt == "json":
             self._json = self._json or JsonFormatter()
             return self._json

@@ -23,6 +23,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from memindex.pipeline.config.defaults import SERVER_TIMEOUT_S  # (a module with no imports)
 from memindex.pipeline.errors import MemindexError  # (the standard library's functools and re besides)
 
 if TYPE_CHECKING:
@@ -98,8 +99,6 @@ def split_server(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
 
 
 def timeout_s(text: str | None) -> float:
-    from memindex.pipeline.config.defaults import SERVER_TIMEOUT_S  # (a module with no imports)
-
     source = "--server-timeout"
     if text is None:
         text, source = os.environ.get(TIMEOUT_ENV), TIMEOUT_ENV
