@@ -9,12 +9,27 @@ configured agent with ``--all``.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.paths import list_agent_ids, resolve_agent_id
 from memindex.pipeline.config.settings import DEFAULT_AGENT, AgentSettings, Context, load_raw
 from memindex.pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from memindex.pipeline.search.backend import SearchEngine
+
+
+class Serving(Protocol):
+    """What a CLI command run inside ``memindex serve`` for a ``--server`` caller runs against
+    (``serve.CliServing``): the server's config and agents, and its warm engines."""
+
+    base: Context
+    only: str | None
+
+    def context(self, agent_id: str) -> Context: ...
+
+    def engine(self, settings: AgentSettings) -> SearchEngine: ...
 
 
 def context_for(args: argparse.Namespace, agent: str) -> Context:
@@ -53,7 +68,7 @@ def command_context(args: argparse.Namespace, agent: str | None = None) -> Conte
     """The Context a one-shot command runs with: ``agent``'s, else the global options'; inside
     ``memindex serve`` (a --server call) the server's own for that agent."""
     ctx = context_for(args, agent) if agent else base_context(args)
-    serving = getattr(args, "serving", None)  # run by `memindex serve` for a --server caller
+    serving: Serving | None = getattr(args, "serving", None)  # run by `memindex serve` for a --server caller
     return ctx if serving is None else serving.context(ctx.agent_id)
 
 

@@ -28,7 +28,7 @@ from memindex.producers.cli.options import (
 from memindex.workers.logs import FORMAT_ENV, FORMATS, HTTP_LOGGERS, LEVEL_ENV, LEVELS, configure
 
 if TYPE_CHECKING:
-    from memindex.producers.cli.serve import CliServing
+    from memindex.producers.cli.agents import Serving
 
 
 class _Version(argparse.Action):
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def run_for_server(argv: list[str], serving: CliServing) -> tuple[int, str, str]:
+def run_for_server(argv: list[str], serving: Serving) -> tuple[int, str, str]:
     """``memindex <argv>`` run inside ``memindex serve`` for a ``--server`` caller: (exit code,
     stdout, stderr) exactly as an in-process run prints them, from the server's warm engines.
     ``serving``: the server's config, agents and engines (producers/cli/serve.py ``CliServing``)."""
@@ -209,7 +209,7 @@ def run_for_server(argv: list[str], serving: CliServing) -> tuple[int, str, str]
         return code, cap.out.getvalue(), cap.err.getvalue()
 
 
-def _serving_problem(args: argparse.Namespace, serving: CliServing) -> str | None:
+def _serving_problem(args: argparse.Namespace, serving: Serving) -> str | None:
     """Why a server will not run this command line (None: it will), and otherwise points ``args``
     at the server's own config: it serves the agents it was started with, not the caller's files."""
     if args.command not in remote.REMOTE_COMMANDS:
@@ -228,7 +228,7 @@ def _serving_problem(args: argparse.Namespace, serving: CliServing) -> str | Non
     return None
 
 
-def _run(argv: list[str], serving: CliServing | None = None) -> int:
+def _run(argv: list[str], serving: Serving | None = None) -> int:
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing else command_named(argv))
     if completing:  # the shell asks for completions (see `memindex completion`)

@@ -14,13 +14,13 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.search.backend import SearchEngine, open_search
 from memindex.pipeline.search.engine import query_problem
 from memindex.pipeline.search.scope import agent_from_key
-from memindex.producers.cli.agents import command_settings, configured_agents
+from memindex.producers.cli.agents import Serving, command_settings, configured_agents
 from memindex.producers.cli.openclaw_format import search_text, without_citations
 from memindex.producers.cli.options import say, say_error
 
 
 def _engine(args: argparse.Namespace, settings: AgentSettings) -> SearchEngine:
-    serving = getattr(args, "serving", None)
+    serving: Serving | None = getattr(args, "serving", None)
     if serving is not None:  # the server's warm engine for this agent
         return serving.engine(settings)
     # "auto": the query embedder resolves lazily, so a keyword-only index never
