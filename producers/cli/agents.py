@@ -69,7 +69,7 @@ def command_context(args: argparse.Namespace, agent: str | None = None) -> Conte
     ``memindex serve`` (a --server call) the server's own for that agent."""
     ctx = context_for(args, agent) if agent else base_context(args)
     serving: Serving | None = getattr(args, "serving", None)  # run by `memindex serve` for a --server caller
-    return ctx if serving is None else serving.context(ctx.agent_id)
+    return ctx if serving is None else serving.context(_agent_id(ctx))
 
 
 def command_settings(args: argparse.Namespace, agent: str | None = None) -> AgentSettings:
@@ -78,4 +78,10 @@ def command_settings(args: argparse.Namespace, agent: str | None = None) -> Agen
 
 def command_agents(args: argparse.Namespace) -> list[str]:
     """``--agent``, else every configured agent (``openclaw memory status|index``)."""
-    return [c.agent_id for c in agent_contexts(args, all_by_default=True)]
+    return [_agent_id(c) for c in agent_contexts(args, all_by_default=True)]
+
+
+def _agent_id(ctx: Context) -> str:
+    # Every Context made here names its agent (None, "the default one", is resolved above).
+    assert ctx.agent_id is not None
+    return ctx.agent_id

@@ -29,7 +29,7 @@ POLL_S = 0.2
 
 # --- memindex batches -----------------------------------------------------------------------
 
-def batch_report(settings: Any, limit: int = 20) -> dict[str, Any]:
+def batch_report(settings: AgentSettings, limit: int = 20) -> dict[str, Any]:
     """One agent's batch jobs (newest first) and queued work, from its batch state (the file beside
     the store, or Redis with the Redis broker)."""
     st = open_for(settings.store_path, readonly=True)
@@ -82,11 +82,11 @@ def cmd_batches(args: argparse.Namespace) -> int:
 
 # --- memindex backfill --batch -----------------------------------------------------------------
 
-def _batch_problem(settings: Any) -> str | None:
+def _batch_problem(settings: AgentSettings) -> str | None:
     if not settings.memory_search["remote"]["batch"]["enabled"]:
         return (f"{settings.agent_id}: batch APIs are off; set agents.defaults.memorySearch.remote.batch.enabled "
                 "(or the agent's memorySearch.remote.batch.enabled) to true")
-    provider = provider_info(settings).get("provider")
+    provider = provider_info(settings)["provider"]
     if not registry.supports_batch(provider):
         *most, last = registry.batch_ids()
         have = f"{', '.join(most)} and {last} do" if most else f"{last} does"
@@ -94,7 +94,7 @@ def _batch_problem(settings: Any) -> str | None:
     return None
 
 
-def _progress_line(agent: str, pending: int, landed: bool, report: dict[str, Any]) -> str:
+def _progress_line(agent: str | None, pending: int, landed: bool, report: dict[str, Any]) -> str:
     active = [j for j in report["jobs"] if j["phase"] != "done"]
     jobs = ", ".join(f"{j['provider']} {j.get('remote_id') or j['key']} {j['state']} ({j['phase']}) "
                      f"{j['completed']}/{j['requests']}" for j in active)
@@ -118,7 +118,8 @@ def cmd_backfill_batch(args: argparse.Namespace) -> int:
             print("note: embedded broker (no MEMINDEX_BROKER_URL): the workers run in this process, so the "
                   "backfill waits for its batch jobs", file=sys.stderr)
     started = time.monotonic()
-    runs, known = [], {}
+    runs: list[backfill.Backfill] = []
+    known: dict[str | None, set[str]] = {}
     for ctx, st in zip(contexts, settings):
         known[ctx.agent_id] = {j["key"] for j in batch_report(st, limit=10_000)["jobs"]}
         b = backfill.enqueue(ctx, force=getattr(args, "force", False))
@@ -134,9 +135,9 @@ def cmd_backfill_batch(args: argparse.Namespace) -> int:
     return 0 if _wait_all(runs, known, args, started) else 1
 
 
-def _wait_all(runs: list[Any], known: dict[str, set[str]], args: argparse.Namespace, started: float) -> bool:
+def _wait_all(runs: list[backfill.Backfill], known: dict[str | None, set[str]], args: argparse.Namespace, started: float) -> bool:
     deadline = None if getattr(args, "timeout", None) is None else started + args.timeout
-    last: dict[str, str] = {}
+    last: dict[str | None, str] = {}
     left = list(runs)
     while left:
         for b in list(left):

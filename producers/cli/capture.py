@@ -17,7 +17,7 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 from memindex.workers.logs import TEXT_FORMAT, JsonFormatter
 
@@ -46,12 +46,15 @@ def current() -> Capture | None:
 class _Routed(io.TextIOBase):
     """A standard stream of the server: the current call's buffer when one is captured."""
 
-    def __init__(self, real: Any, which: str) -> None:
+    def __init__(self, real: TextIO, which: str) -> None:
         self._real, self._which = real, which
 
-    def _target(self) -> Any:
+    def _target(self) -> TextIO | io.StringIO:
         cap = _current.get()
-        return self._real if cap is None else getattr(cap, self._which)
+        if cap is None:
+            return self._real
+        buffer: io.StringIO = getattr(cap, self._which)
+        return buffer
 
     def write(self, text: str) -> int:
         return self._target().write(text)
@@ -59,12 +62,14 @@ class _Routed(io.TextIOBase):
     def flush(self) -> None:
         self._target().flush()
 
+    # typeshed has these as plain attributes; CPython's TextIOBase makes them read-only, so a
+    # subclass can only override them with properties.
     @property
-    def encoding(self) -> str:  # (io.TextIOBase would say None)
+    def encoding(self) -> str:  # type: ignore[override]  # (io.TextIOBase would say None)
         return self._real.encoding
 
     @property
-    def errors(self) -> str:
+    def errors(self) -> str | None:  # type: ignore[override]
         return self._real.errors
 
     def __getattr__(self, name: str) -> Any:  # fileno, buffer, reconfigure: the real stream's
@@ -105,8 +110,8 @@ def install() -> None:
     with _installed:
         if _done:
             return
-        sys.stdout = _Routed(sys.stdout, "out")  # type: ignore[assignment]
-        sys.stderr = _Routed(sys.stderr, "err")  # type: ignore[assignment]
+        sys.stdout = _Routed(sys.stdout, "out")
+        sys.stderr = _Routed(sys.stderr, "err")
         logging.getLogger().addHandler(_Forward())
         _done.append(True)
 

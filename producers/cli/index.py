@@ -9,7 +9,7 @@ from typing import Any
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import provider_info
-from memindex.pipeline.errors import ConfigError, MemindexError
+from memindex.pipeline.errors import ConfigError, MemindexError, QmdError
 from memindex.pipeline.index.failures import failures_since
 from memindex.producers.cli.agents import command_agents, command_context, command_settings
 from memindex.producers.cli.failures import (
@@ -107,7 +107,7 @@ def _qmd_index(settings: AgentSettings, quiet: bool) -> bool:
     if settings.memory["backend"] != "qmd":
         return True
     # lazy: the qmd runner and its sync loop only with memory.backend "qmd"
-    from memindex.pipeline.search.qmd.runner import QmdError, QmdMissing
+    from memindex.pipeline.search.qmd.runner import QmdMissing
     from memindex.producers.qmd_sync import sync_qmd_now
 
     try:

@@ -75,9 +75,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    import argcomplete  # (only here and when completing: its import is not free)
+    from argcomplete.shell_integration import shellcode  # (only here: its import is not free)
 
-    sys.stdout.write(argcomplete.shellcode(["memindex"], shell=args.shell))
+    sys.stdout.write(shellcode(["memindex"], shell=args.shell))
     return 0
 
 
@@ -261,6 +261,7 @@ def _run(argv: list[str], serving: Serving | None = None) -> int:
             set_process_label(f"memindex {args.command}")  # who holds a store, in another writer's wait line
         else:  # the server's logging stays; the caller's level and format shape its own lines
             cap = capture.current()
+            assert cap is not None  # (run_for_server captures every call it runs)
             cap.level, cap.fmt = _log_choice(args), args.log_format
         return int(args.func(args) or 0)
     except ConfigError as exc:

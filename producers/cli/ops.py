@@ -18,11 +18,13 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import redis
+from dramatiq.brokers.redis import RedisBroker
 
 from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.environ import BROKER_ENV
 from memindex.pipeline.config.paths import validate_agent_id
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.embeddings.providers.local import threads_default
@@ -44,7 +46,7 @@ from memindex.producers.watcher import DEFAULT_MAX_DIRS, ConfigReload, Watcher
 from memindex.workers import embedded, health, queues
 from memindex.workers.batch.backend import job_state_counts
 from memindex.workers.broker import (
-    BROKER_ENV, QUEUES, SHARDS_ENV, WRITE_QUEUE, broker, broker_url, configured_shards, full_probe, is_embedded,
+    QUEUES, SHARDS_ENV, WRITE_QUEUE, broker, broker_url, configured_shards, full_probe, is_embedded,
     is_write_queue, recorded_write_shards, redact, refused_credentials,
 )
 from memindex.workers.lifecycle import BEAT_S, Heartbeat, pid_alive, processes
@@ -88,10 +90,22 @@ class _Stop:
 
 # --- watch ----------------------------------------------------------------------------
 
+class Loop(Protocol):
+    """A producer running beside the others until stopped (detector, qmd schedule, config reload)."""
+
+    def stop(self) -> None: ...
+
+
+def _redis() -> RedisBroker:
+    """The deployment's Redis broker: only commands that found it is not the embedded one ask."""
+    assert isinstance(broker, RedisBroker), "the embedded broker has no Redis"
+    return broker
+
+
 class Producers:
     """The watcher, interval sync and side loops of one long-running process (watch, mcp --watch)."""
 
-    def __init__(self, watcher: Any, interval: Any, loops: list, agents: int) -> None:
+    def __init__(self, watcher: Watcher, interval: IntervalSync, loops: list[Loop], agents: int) -> None:
         self.watcher, self.interval, self.loops, self.agents = watcher, interval, loops, agents
 
     def stop(self) -> None:
@@ -167,7 +181,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     embedded.start()  # no-op on Redis: the Procfile / compose run the workers
     pairs, catch_up = [], []
     side = _SideLoops()
-    loops: list = [side]
+    loops: list[Loop] = [side]
     for ctx, settings in enabled:
         if not settings.enabled:
             say(f"{ctx.agent_id}: memory search disabled; not watched", prefix=None, level=logging.INFO)
@@ -253,7 +267,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def _heartbeat(kind: str) -> Any:
     """This process's heartbeat on Redis, for ``memindex health`` (None on the embedded broker)."""
-    return None if is_embedded() else Heartbeat(broker.client, broker.namespace, kind, ()).start()
+    return None if is_embedded() else Heartbeat(_redis().client, _redis().namespace, kind, ()).start()
 
 
 class _SideLoops:
@@ -263,9 +277,9 @@ class _SideLoops:
     every second, each pass a traceback), and an agent added or changed gets its own."""
 
     def __init__(self) -> None:
-        self._running: dict[str, tuple[str, list]] = {}  # agent id -> (settings digest, loops)
+        self._running: dict[str, tuple[str, list[Loop]]] = {}  # agent id -> (settings digest, loops)
 
-    def set(self, agents: list[tuple[Context, Any]]) -> None:
+    def set(self, agents: list[tuple[Context, AgentSettings]]) -> None:
         now = {ctx.agent_id or "": (ctx, s) for ctx, s in agents}
         for aid in [a for a in self._running if a not in now or self._running[a][0] != now[a][1].digest()]:
             for loop in self._running.pop(aid)[1]:
@@ -281,9 +295,9 @@ class _SideLoops:
         self._running.clear()
 
 
-def _side_loops(ctx: Context, settings: Any) -> list:
+def _side_loops(ctx: Context, settings: AgentSettings) -> list[Loop]:
     """Other producers that belong to a long-running process, when this agent uses them."""
-    loops: list = []
+    loops: list[Loop] = []
     if "sessions" in settings.sources:
         loops.append(DetectorLoop([ctx], interval=1.0).start())
     if settings.memory.get("backend") == "qmd":
@@ -342,7 +356,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 # --- queues -----------------------------------------------------------------------------
 
 def queue_report(contexts: list[Context]) -> dict[str, Any]:
-    agents = {}
+    agents: dict[str | None, dict[str, Any]] = {}
     for ctx in contexts:
         try:
             agents[ctx.agent_id] = {"pending": pending_files(settings_for(ctx))}
@@ -413,7 +427,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         return 2
     host = args.host or socket.gethostname()
     try:
-        ok, lines = health.check(broker.client, broker.namespace, host, stall_s=args.stall_seconds)
+        ok, lines = health.check(_redis().client, _redis().namespace, host, stall_s=args.stall_seconds)
     except Exception as exc:  # noqa: BLE001 - redis unreachable: unhealthy, one line
 
         print(f"unhealthy: {refused_credentials(exc) or f'cannot read the heartbeats: {type(exc).__name__}: {exc}'}",
@@ -468,7 +482,7 @@ def _credentials_refused(wait: bool = False) -> str | None:
     starts every process at once, Redis may come up later, and a writer or watcher that
     exited on it took the whole Procfile down (dramatiq's own consumers already wait)."""
 
-    client = redis.Redis.from_url(broker_url(), socket_connect_timeout=2, socket_timeout=2)
+    client = redis.Redis.from_url(broker_url() or "", socket_connect_timeout=2, socket_timeout=2)
     said = 0.0
     while True:
         try:
@@ -499,7 +513,7 @@ def _other_writer(queue: str) -> str | None:
 
     def seen() -> dict[str, int]:
         out = {}
-        for proc in processes(broker.client, broker.namespace):
+        for proc in processes(_redis().client, _redis().namespace):
             if queue not in {q.removesuffix(".DQ") for q in proc["queues"]}:
                 continue
             if proc["host"] == socket.gethostname() and not pid_alive(proc["pid"]):
@@ -528,14 +542,14 @@ def _claim_writer_start(queue: str) -> str | None:
 
     key = f"memindex:writer-start:{queue}"
     me = f"pid {os.getpid()} on host {socket.gethostname()}"  # exec keeps the pid: it is the writer's
-    client = broker.client
+    client = _redis().client
     for _ in range(3):
         if client.set(key, me, nx=True, ex=WRITER_START_S):
             return None
         held = client.get(key)
         if held is None:  # expired between the two calls
             continue
-        other = held.decode("utf-8", "replace")
+        other = held.decode("utf-8", "replace") if isinstance(held, bytes) else str(held)
         pid, _, host = other.removeprefix("pid ").partition(" on host ")
         if other != me and (host != socket.gethostname() or not pid.isdigit() or pid_alive(int(pid))):
             return other
@@ -649,8 +663,9 @@ def metrics_port(args: argparse.Namespace) -> tuple[str, int] | None:
     """``--metrics-port``, else ``$MEMINDEX_METRICS_ADDRESS`` (read as the command runs: the parser
     is built once and cached); a bad value is the variable's one line (``EnvError``)."""
     raw = os.environ.get(METRICS_ENV, "").strip()
-    if args.metrics_port or not raw:
-        return args.metrics_port
+    given: tuple[str, int] | None = args.metrics_port
+    if given or not raw:
+        return given
     try:
         return metrics_address(raw)
     except argparse.ArgumentTypeError:

@@ -50,7 +50,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--json", action="store_true", help="machine-readable output (commands that have it)")
 
 
-def share_global_options(sub: argparse._SubParsersAction) -> None:
+def share_global_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Accept the shared options after every registered command too (call once all are registered)."""
     for parser in dict.fromkeys(sub.choices.values()):  # aliases map to the same parser
         group = parser.add_argument_group(GLOBAL_TITLE)

@@ -87,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
                     print(json.dumps({"id": qid, "line": n, "error": f"line {n} {what}"}, ensure_ascii=False))
                     bad += 1
                     continue
-                resp = engine.search(query, **opts).as_dict()
-                print(json.dumps({"id": qid, **resp}, ensure_ascii=False))
-                bad += bool(resp.get("unavailable"))  # answered, but the search failed
+                answer = engine.search(query, **opts).as_dict()
+                print(json.dumps({"id": qid, **answer}, ensure_ascii=False))
+                bad += bool(answer.get("unavailable"))  # answered, but the search failed
         if bad:
             say_error(f"{bad} line(s) of {args.queries} could not be searched (their answers say why)")
         return 1 if bad else 0

@@ -118,6 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.daemon or args.socket:
             say_error("--stop ends a running server: give it alone (with --pid-file if one was given)")
             return 2
+        assert pid_file is not None  # (--stop: the default pid file when none is given)
         # lazy: the serve extra's web stack (http.py imports uvicorn), only to stop a server
         from memindex.producers.serve.http import DRAIN_S
 

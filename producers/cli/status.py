@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Any
 
+from dramatiq.brokers.redis import RedisBroker
+
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import provider_info
@@ -87,7 +89,7 @@ def _dead_letters_text(dead: dict[str, Any] | None) -> str:
             f"{dead['newestError']} (`memindex dead-letters`)")
 
 
-def _config_refuses(settings: Any) -> bool:
+def _config_refuses(settings: AgentSettings) -> bool:
     if not (settings.enabled and "memory" in settings.sources):
         return False
     try:
@@ -104,7 +106,7 @@ def _broker_full() -> str | None:
     None: no Redis, or it takes writes."""
     if not os.environ.get("MEMINDEX_BROKER_URL", "").strip():
         return None
-    return oom_line() if redis_full(broker.client) else None
+    return oom_line() if isinstance(broker, RedisBroker) and redis_full(broker.client) else None
 
 
 def _note_disk_changes(args: argparse.Namespace, agent: str, report: dict[str, Any]) -> None:

@@ -123,7 +123,7 @@ def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: 
         raise OperationError("bad_request", f"{name} must be {expected}")
     if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity / NaN, which Python reads
         raise OperationError("bad_request", f"{name} must be a finite number")
-    if minimum is not None and value < minimum:
+    if minimum is not None and isinstance(value, (int, float)) and value < minimum:
         raise OperationError("bad_request", f"{name} must be at least {minimum:g}")
     return value
 
