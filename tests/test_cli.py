@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memindex.producers.cli.main import build_parser
+from memindex.producers.cli.runner import build_parser
 from memindex.producers.cli.options import command_parsers
 from tests.conftest import module_server, run_cli
 from tests.provider_server import ProviderServer
@@ -382,7 +382,7 @@ def test_help_version_and_one_command_import_no_other_commands_code(tmp_path):
 
     from memindex.producers.cli.commands import COMMANDS
 
-    modules = sorted({c.run.split(":")[0] for c in COMMANDS} - {"memindex.producers.cli.main"})
+    modules = sorted({c.run.split(":")[0] for c in COMMANDS} - {"memindex.producers.cli.runner"})
     code = ("import atexit, json, sys\n"
             f"mods = {modules!r}\n"
             "atexit.register(lambda: print(json.dumps(sorted(m for m in mods if m in sys.modules)), file=sys.stderr))\n"

@@ -83,7 +83,7 @@ COMMANDS: tuple[Command, ...] = (
              ("memindex status --deep --agent ops", "also send one embedding request and time it"),
              ("memindex status --index --json", "sync first, then OpenClaw's JSON shape")),
             A.status),
-    Command("completion", f"{_CLI}.main:cmd_completion", "print a shell completion script",
+    Command("completion", f"{_CLI}.runner:cmd_completion", "print a shell completion script",
             "Tab completion for commands and options (argcomplete).",
             (('eval "$(memindex completion bash)"', "enable completion in this bash session"),
              ("memindex completion zsh > ~/.zfunc/_memindex", "install it for zsh")),

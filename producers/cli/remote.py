@@ -265,6 +265,19 @@ def call(url: str, argv: list[str], timeout: float) -> dict[str, Any]:
     raise RemoteError(f"memindex serve at {url} refused the call: {message}")
 
 
+def lenient_streams() -> None:
+    """A terminal that is not UTF-8 (an ISO-8859-1 locale, PYTHONIOENCODING=ascii) gets ``\\u…``
+    for what it cannot show: an emoji in a note made `search` and `get` die with
+    UnicodeEncodeError and print nothing."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+        if encoding not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change now: left as it is
+                pass
+
+
 def run(url: str, timeout_text: str | None, argv: list[str]) -> int:
     """Print what the server's run printed and return its exit code (1 and one line: no answer)."""
     try:

@@ -19,7 +19,7 @@ from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.search.backend import SearchEngine, open_search
 from memindex.producers.cli.agents import base_context
-from memindex.producers.cli.main import run_for_server
+from memindex.producers.cli.runner import run_for_server
 from memindex.producers.cli.ops import Producers, metrics_port, start_producers
 from memindex.producers.cli.options import say_error
 from memindex.producers.serve import TOKEN_ENV, daemon

@@ -234,6 +234,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES,
 
     async def metrics(request: Request) -> Response:
         # Behind the token like the memory routes: labels name agents.
+        # lazy: workers.metrics loads dramatiq; an app without a scraper never needs it
         from memindex.workers.metrics import exposition
 
         body, content_type = exposition()
@@ -364,6 +365,7 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.sock
     then cancels the rest (a second signal: at once); ``CannotListen`` before anything is served or
     said when the address cannot be bound. ``sock``: one already listening (``serve --socket``, or
     bound before ``--daemon`` detached), said as its address."""
+    # lazy: guard.py reads its MEMINDEX_SERVE_* limits as it loads: said when a server starts, not on import
     from memindex.producers.serve.guard import guarded_protocol
 
     # Header and body deadlines and a connection cap (guard.py); serve's own 408 comes first.

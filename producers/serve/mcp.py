@@ -156,6 +156,7 @@ def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str |
         _run_stdio(server)
         return
     host, port = http
+    # lazy: guard.py reads its MEMINDEX_SERVE_* limits as it loads; stdio never needs them
     from memindex.producers.serve.guard import quiet_client_exits
 
     quiet_client_exits("mcp.server.streamable_http")

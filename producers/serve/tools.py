@@ -220,6 +220,7 @@ class MemoryTools:
         if min_score is not None and (why := min_score_problem(min_score)):
             raise OperationError("bad_request", f"minScore {why}")
         settings = self.settings(self._session_agent(_wire("agent", agent), session_key))
+        # lazy: workers.metrics loads dramatiq; the tools serve a library user without the queue's packages
         from memindex.workers.metrics import search_recorders
 
         started, ok = time.perf_counter(), False
