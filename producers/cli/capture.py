@@ -30,7 +30,7 @@ class Capture:
     err: io.StringIO = field(default_factory=io.StringIO)
 
     def shows(self, record: logging.LogRecord) -> bool:
-        # A one-shot command leaves the backend's "qmd unavailable" to its own line (main._setup_logging).
+        # A one-shot command leaves the backend's "qmd unavailable" to its own line (runner._setup_logging).
         floor = logging.ERROR if record.name.startswith("memindex.backend") and self.level >= logging.WARNING \
             else self.level
         return record.levelno >= floor

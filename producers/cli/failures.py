@@ -33,12 +33,12 @@ def run_started() -> int:
     return int(time.time() * 1000)
 
 
-def report_failures(settings: Iterable[Any], since_ms: int, out: TextIO | None = None) -> int:
+def report_failures(settings: Iterable[AgentSettings], since_ms: int, out: TextIO | None = None) -> int:
     """Print one summary line per (agent, reason) failed since ``since_ms``; returns the files failed."""
     return print_failures(((s.agent_id, failures_since(s.store_path, since_ms)) for s in settings), out)
 
 
-def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
+def skipped_files(settings: AgentSettings, since_ms: int) -> tuple[int, int]:
     """Files the index holds nothing of (binary, too large, an undecodable name), in all and among
     those written since ``since_ms``: the ``index`` line says how many, so that a clean-looking run
     does not hide them, and does not count this run's among the files it indexed."""
@@ -53,7 +53,7 @@ def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
         reader.close()
 
 
-def unwritten_files(settings: Any, failures: dict[str, dict[str, Any]], since_ms: int) -> int:
+def unwritten_files(settings: AgentSettings, failures: dict[str, dict[str, Any]], since_ms: int) -> int:
     """How many of the files that failed since ``since_ms`` were not written at all (no row since:
     a full disk rolled their writes back), as opposed to written keyword-only."""
     paths = [p for g in failures.values() for p in g.get("paths", [])]

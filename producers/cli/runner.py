@@ -16,7 +16,7 @@ import functools
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from memindex.pipeline.config.environ import env_choice
 from memindex.pipeline.errors import ConfigError, MemindexError
