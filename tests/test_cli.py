@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memindex.producers.cli.main import build_parser
+from memindex.producers.cli.runner import build_parser
 from memindex.producers.cli.options import command_parsers
 from tests.conftest import module_server, run_cli
 from tests.provider_server import ProviderServer
@@ -323,7 +323,8 @@ import json, sys
 from memindex.producers.cli.main import main
 rc = main(sys.argv[1:])
 heavy = ("dramatiq", "asyncio", "numpy", "llama_cpp", "json5", "dotenv", "difflib", "openai", "httpx")
-other_commands = ("memindex.producers.cli.ops", "memindex.producers.cli.batch", "memindex.producers.cli.serve")
+other_commands = ("memindex.producers.cli.ops", "memindex.producers.cli.batch", "memindex.producers.cli.serve",
+                  "memindex.producers.cli.status", "memindex.producers.cli.get")
 print(json.dumps({"rc": rc, "loaded": sorted(m for m in sys.modules if m.split(".")[0] in heavy
                                              or m in other_commands)}), file=sys.stderr)
 """
@@ -354,21 +355,50 @@ def test_search_and_no_change_index_import_no_queue_vector_or_sdk_code(tmp_path)
     assert probe("search", "--json", "kumquat router") == []
 
 
-def test_core_command_is_found_without_a_parser_or_left_to_the_full_one():
-    from memindex.producers.cli.main import core_command
+def test_the_command_is_found_without_a_parser_or_left_to_the_full_one():
+    from memindex.producers.cli.commands import COMMANDS, command_named
 
-    assert core_command(["search", "x"]) == "search"
-    assert core_command(["--agent", "ops", "-v", "--json", "status"]) == "status"
-    assert core_command(["--config", "search", "index"]) == "index"  # an option's value is not the command
-    assert core_command(["--agent=ops", "get", "MEMORY.md"]) == "get"
-    for argv in ([], ["worker"], ["-h", "search"], ["--conf", "x", "search"], ["--", "search"], ["mcp"]):
-        assert core_command(argv) is None, argv
+    assert command_named(["search", "x"]) == "search"
+    assert command_named(["--agent", "ops", "-v", "--json", "status"]) == "status"
+    assert command_named(["--config", "search", "index"]) == "index"  # an option's value is not the command
+    assert command_named(["--agent=ops", "get", "MEMORY.md"]) == "get"
+    assert command_named(["worker", "--writer"]) == "worker"
+    for argv in ([], ["-h", "search"], ["--conf", "x", "search"], ["--", "search"], ["serch", "x"]):
+        assert command_named(argv) is None, argv
     # Either way the same command line parses to the same arguments.
     argv = ["--agent", "ops", "search", "--json", "router", "vlan", "--max-results", "3"]
-    assert vars(build_parser(full=False).parse_args(argv)) == vars(build_parser().parse_args(argv))
-    assert vars(build_parser(full=False, only="search").parse_args(argv)) == vars(build_parser().parse_args(argv))
-    for cmd in ("index", "search", "get", "status", "completion"):  # each core command alone
-        assert [name for name, _ in command_parsers(build_parser(full=False, only=cmd))] == [cmd]
+    assert vars(build_parser("search").parse_args(argv)) == vars(build_parser().parse_args(argv))
+    argv = ["backfill", "--batch", "--wait", "--agent", "ops"]
+    assert vars(build_parser("backfill").parse_args(argv)) == vars(build_parser().parse_args(argv))
+    for cmd in (c.name for c in COMMANDS):  # each command alone
+        assert [name for name, _ in command_parsers(build_parser(cmd))] == [cmd]
+
+
+def test_help_version_and_one_command_import_no_other_commands_code(tmp_path):
+    """The command table is the one place command code is loaded: --help and --version load none of
+    it, and a command loads its own module and not the others' (their top-level imports are heavy)."""
+    import subprocess
+    import sys
+
+    from memindex.producers.cli.commands import COMMANDS
+
+    modules = sorted({c.run.split(":")[0] for c in COMMANDS} - {"memindex.producers.cli.runner"})
+    code = ("import atexit, json, sys\n"
+            f"mods = {modules!r}\n"
+            "atexit.register(lambda: print(json.dumps(sorted(m for m in mods if m in sys.modules)), file=sys.stderr))\n"
+            "from memindex.producers.cli.main import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+
+    def loaded(*argv: str) -> list[str]:
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stderr.strip().splitlines()[-1])
+
+    assert loaded("--help") == loaded("--version") == loaded("search", "--help") == []
+    (tmp_path / "oc.json").write_text("{}")
+    assert loaded("--config", str(tmp_path / "oc.json"), "--state-dir", str(tmp_path / "st"), "--workspace",
+                  str(tmp_path), "get", "MEMORY.md") == ["memindex.producers.cli.get"]
 
 
 def test_search_numbers_out_of_range_are_usage_errors(tmp_path) -> None:

@@ -50,7 +50,7 @@ def test_procfile_and_compose_start_the_same_commands():
 
 
 def test_the_writer_is_one_thread_and_workers_skip_the_write_queue():
-    from memindex.producers.cli.main import build_parser
+    from memindex.producers.cli.runner import build_parser
 
     procs = procfile()
     parser = build_parser()
@@ -511,7 +511,7 @@ def test_the_monitoring_profile_scrapes_every_memindex_service():
 
 def test_the_metrics_address_variable_is_the_metrics_port_default(monkeypatch):
     from memindex.pipeline.errors import EnvError
-    from memindex.producers.cli.main import build_parser
+    from memindex.producers.cli.runner import build_parser
     from memindex.producers.cli.ops import metrics_port
 
     monkeypatch.setenv("MEMINDEX_METRICS_ADDRESS", "0.0.0.0:9191")

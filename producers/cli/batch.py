@@ -1,11 +1,9 @@
 """Batch commands: ``memindex batches`` and ``memindex backfill --batch``.
 
-``--batch`` is added to the existing ``backfill`` command when it is there
-(``memindex.producers.cli.ops``); otherwise it is offered as ``memindex batch-backfill``.
-Whether a backfill uses batch APIs is the agent's config
-(``remote.batch.enabled``), because the workers that route chunks read the
-config, not this process's flags; ``--batch`` checks that it applies and then
-follows ``remote.batch.wait``: show batch progress until the data is
+``backfill --batch`` is ``ops.cmd_backfill`` handing over to ``cmd_backfill_batch``.
+Whether a backfill uses batch APIs is the agent's config (``remote.batch.enabled``), because
+the workers that route chunks read the config, not this process's flags; ``--batch`` checks
+that it applies and then follows ``remote.batch.wait``: show batch progress until the data is
 searchable, or return at once and let ``memindex batches`` show the jobs.
 """
 
@@ -15,22 +13,25 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
-from memindex.producers.cli.agents import add_all_opt, agent_contexts
-from memindex.producers.cli.options import examples
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.embedder import provider_info
+from memindex.producers import backfill
+from memindex.producers.cli.agents import agent_contexts
+from memindex.workers.batch.backend import location, open_for
+from memindex.workers.batch.state import ACTIVE, IN_FLIGHT, iter_summaries
 
 POLL_S = 0.2
 
 
 # --- memindex batches -----------------------------------------------------------------------
 
-def batch_report(settings: Any, limit: int = 20) -> dict[str, Any]:
+def batch_report(settings: AgentSettings, limit: int = 20) -> dict[str, Any]:
     """One agent's batch jobs (newest first) and queued work, from its batch state (the file beside
     the store, or Redis with the Redis broker)."""
-    from memindex.workers.batch.backend import location, open_for
-    from memindex.workers.batch.state import ACTIVE, IN_FLIGHT, iter_summaries
-
     st = open_for(settings.store_path, readonly=True)
     report: dict[str, Any] = {"agent": settings.agent_id, "state": location(settings.store_path),
                               "enabled": bool(settings.memory_search["remote"]["batch"]["enabled"]),
@@ -71,8 +72,6 @@ def format_report(r: dict[str, Any]) -> str:
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    from memindex.pipeline.config.agents import settings_for
-
     reports = [batch_report(settings_for(ctx), args.limit) for ctx in agent_contexts(args)]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
@@ -83,14 +82,11 @@ def cmd_batches(args: argparse.Namespace) -> int:
 
 # --- memindex backfill --batch -----------------------------------------------------------------
 
-def _batch_problem(settings: Any) -> str | None:
-    from memindex.pipeline.embeddings.embedder import provider_info
-    from memindex.pipeline.embeddings import registry
-
+def _batch_problem(settings: AgentSettings) -> str | None:
     if not settings.memory_search["remote"]["batch"]["enabled"]:
         return (f"{settings.agent_id}: batch APIs are off; set agents.defaults.memorySearch.remote.batch.enabled "
                 "(or the agent's memorySearch.remote.batch.enabled) to true")
-    provider = provider_info(settings).get("provider")
+    provider = provider_info(settings)["provider"]
     if not registry.supports_batch(provider):
         *most, last = registry.batch_ids()
         have = f"{', '.join(most)} and {last} do" if most else f"{last} does"
@@ -98,7 +94,7 @@ def _batch_problem(settings: Any) -> str | None:
     return None
 
 
-def _progress_line(agent: str, pending: int, landed: bool, report: dict[str, Any]) -> str:
+def _progress_line(agent: str | None, pending: int, landed: bool, report: dict[str, Any]) -> str:
     active = [j for j in report["jobs"] if j["phase"] != "done"]
     jobs = ", ".join(f"{j['provider']} {j.get('remote_id') or j['key']} {j['state']} ({j['phase']}) "
                      f"{j['completed']}/{j['requests']}" for j in active)
@@ -109,9 +105,6 @@ def _progress_line(agent: str, pending: int, landed: bool, report: dict[str, Any
 
 
 def cmd_backfill_batch(args: argparse.Namespace) -> int:
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.producers import backfill
-
     contexts = agent_contexts(args)
     settings = [settings_for(c) for c in contexts]
     problems = [p for p in (_batch_problem(s) for s in settings) if p]
@@ -125,7 +118,8 @@ def cmd_backfill_batch(args: argparse.Namespace) -> int:
             print("note: embedded broker (no MEMINDEX_BROKER_URL): the workers run in this process, so the "
                   "backfill waits for its batch jobs", file=sys.stderr)
     started = time.monotonic()
-    runs, known = [], {}
+    runs: list[backfill.Backfill] = []
+    known: dict[str | None, set[str]] = {}
     for ctx, st in zip(contexts, settings):
         known[ctx.agent_id] = {j["key"] for j in batch_report(st, limit=10_000)["jobs"]}
         b = backfill.enqueue(ctx, force=getattr(args, "force", False))
@@ -141,11 +135,9 @@ def cmd_backfill_batch(args: argparse.Namespace) -> int:
     return 0 if _wait_all(runs, known, args, started) else 1
 
 
-def _wait_all(runs: list[Any], known: dict[str, set[str]], args: argparse.Namespace, started: float) -> bool:
-    from memindex.producers import backfill
-
+def _wait_all(runs: list[backfill.Backfill], known: dict[str | None, set[str]], args: argparse.Namespace, started: float) -> bool:
     deadline = None if getattr(args, "timeout", None) is None else started + args.timeout
-    last: dict[str, str] = {}
+    last: dict[str | None, str] = {}
     left = list(runs)
     while left:
         for b in list(left):
@@ -173,41 +165,3 @@ def _wait_all(runs: list[Any], known: dict[str, set[str]], args: argparse.Namesp
             return False
         time.sleep(POLL_S)
     return True
-
-
-# --- registration ------------------------------------------------------------------------------
-
-def _wrap(original: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        return cmd_backfill_batch(args) if getattr(args, "batch", False) else original(args)
-
-    return run
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("batches", help="batch embedding jobs: in flight, state and counts", **examples(
-        ("memindex batches", "the default agent's batch jobs"),
-        ("memindex batches --all --json", "every configured agent, as JSON"),
-        description="Provider batch jobs (remote.batch.enabled): id, state, phase, done/requests, "
-                    "failed and redone items."))
-    add_all_opt(s)
-    s.add_argument("--json", action="store_true", help="print the reports as JSON")
-    s.add_argument("--limit", metavar="N", type=int, default=20, help="jobs per agent, newest first (default 20)")
-    s.set_defaults(func=cmd_batches)
-
-    backfill = sub.choices.get("backfill")
-    help_text = ("embed through the provider's batch API (needs remote.batch.enabled); waits per "
-                 "remote.batch.wait, showing batch progress until the data is searchable")
-    if backfill is not None:
-        backfill.add_argument("--batch", action="store_true", help=help_text)
-        backfill.set_defaults(func=_wrap(backfill.get_default("func")))
-        return
-    s = sub.add_parser("batch-backfill", help="backfill through the provider's batch API", **examples(
-        ("memindex batch-backfill --wait", "enqueue, then follow the batch jobs to the end"),
-        description="Backfill through the provider's batch API (remote.batch.enabled)."))
-    add_all_opt(s)
-    s.add_argument("--wait", action="store_true", help="wait even when remote.batch.wait is false")
-    s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
-    s.add_argument("--timeout", metavar="S", type=float, default=None, help="give up waiting after S seconds")
-    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-    s.set_defaults(func=cmd_backfill_batch, batch=True)

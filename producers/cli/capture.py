@@ -17,7 +17,9 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
+
+from memindex.workers.logs import TEXT_FORMAT, JsonFormatter
 
 
 @dataclass
@@ -28,7 +30,7 @@ class Capture:
     err: io.StringIO = field(default_factory=io.StringIO)
 
     def shows(self, record: logging.LogRecord) -> bool:
-        # A one-shot command leaves the backend's "qmd unavailable" to its own line (main._setup_logging).
+        # A one-shot command leaves the backend's "qmd unavailable" to its own line (runner._setup_logging).
         floor = logging.ERROR if record.name.startswith("memindex.backend") and self.level >= logging.WARNING \
             else self.level
         return record.levelno >= floor
@@ -44,12 +46,15 @@ def current() -> Capture | None:
 class _Routed(io.TextIOBase):
     """A standard stream of the server: the current call's buffer when one is captured."""
 
-    def __init__(self, real: Any, which: str) -> None:
+    def __init__(self, real: TextIO, which: str) -> None:
         self._real, self._which = real, which
 
-    def _target(self) -> Any:
+    def _target(self) -> TextIO | io.StringIO:
         cap = _current.get()
-        return self._real if cap is None else getattr(cap, self._which)
+        if cap is None:
+            return self._real
+        buffer: io.StringIO = getattr(cap, self._which)
+        return buffer
 
     def write(self, text: str) -> int:
         return self._target().write(text)
@@ -57,12 +62,14 @@ class _Routed(io.TextIOBase):
     def flush(self) -> None:
         self._target().flush()
 
+    # typeshed has these as plain attributes; CPython's TextIOBase makes them read-only, so a
+    # subclass can only override them with properties.
     @property
-    def encoding(self) -> str:  # (io.TextIOBase would say None)
+    def encoding(self) -> str:  # type: ignore[override]  # (io.TextIOBase would say None)
         return self._real.encoding
 
     @property
-    def errors(self) -> str:
+    def errors(self) -> str | None:  # type: ignore[override]
         return self._real.errors
 
     def __getattr__(self, name: str) -> Any:  # fileno, buffer, reconfigure: the real stream's
@@ -87,8 +94,6 @@ class _Forward(logging.Handler):
             self.handleError(record)
 
     def _formatter(self, fmt: str) -> logging.Formatter:
-        from memindex.workers.logs import TEXT_FORMAT, JsonFormatter
-
         if fmt == "json":
             self._json = self._json or JsonFormatter()
             return self._json
@@ -105,8 +110,8 @@ def install() -> None:
     with _installed:
         if _done:
             return
-        sys.stdout = _Routed(sys.stdout, "out")  # type: ignore[assignment]
-        sys.stderr = _Routed(sys.stderr, "err")  # type: ignore[assignment]
+        sys.stdout = _Routed(sys.stdout, "out")
+        sys.stderr = _Routed(sys.stderr, "err")
         logging.getLogger().addHandler(_Forward())
         _done.append(True)
 

@@ -7,7 +7,9 @@ import sys
 import time
 from typing import Any, Iterable, TextIO
 
-from memindex.pipeline.index.failures import SUMMARISED
+from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED, failures_since
+from memindex.pipeline.store.reader import open_reader
 
 
 class _Summarised(logging.Filter):
@@ -31,19 +33,15 @@ def run_started() -> int:
     return int(time.time() * 1000)
 
 
-def report_failures(settings: Iterable[Any], since_ms: int, out: TextIO | None = None) -> int:
+def report_failures(settings: Iterable[AgentSettings], since_ms: int, out: TextIO | None = None) -> int:
     """Print one summary line per (agent, reason) failed since ``since_ms``; returns the files failed."""
-    from memindex.pipeline.index.failures import failures_since
-
     return print_failures(((s.agent_id, failures_since(s.store_path, since_ms)) for s in settings), out)
 
 
-def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
+def skipped_files(settings: AgentSettings, since_ms: int) -> tuple[int, int]:
     """Files the index holds nothing of (binary, too large, an undecodable name), in all and among
     those written since ``since_ms``: the ``index`` line says how many, so that a clean-looking run
     does not hide them, and does not count this run's among the files it indexed."""
-    from memindex.pipeline.store.reader import open_reader
-
     reader = open_reader(settings)
     try:
         with reader.snapshot() as snap:
@@ -55,11 +53,9 @@ def skipped_files(settings: Any, since_ms: int) -> tuple[int, int]:
         reader.close()
 
 
-def unwritten_files(settings: Any, failures: dict[str, dict[str, Any]], since_ms: int) -> int:
+def unwritten_files(settings: AgentSettings, failures: dict[str, dict[str, Any]], since_ms: int) -> int:
     """How many of the files that failed since ``since_ms`` were not written at all (no row since:
     a full disk rolled their writes back), as opposed to written keyword-only."""
-    from memindex.pipeline.store.reader import open_reader
-
     paths = [p for g in failures.values() for p in g.get("paths", [])]
     if not paths:
         return 0
@@ -75,8 +71,6 @@ def unwritten_files(settings: Any, failures: dict[str, dict[str, Any]], since_ms
 
 def print_failures(groups: Iterable[tuple[str, dict[str, dict[str, Any]]]], out: TextIO | None = None) -> int:
     """``report_failures`` for groups already read: (agent id, ``failures_since``'s answer) pairs."""
-    from memindex.pipeline.index.failures import SKIPPED_NOTE
-
     out = out or sys.stderr
     total = skipped = 0
     for agent_id, by_reason in groups:

@@ -1,5 +1,5 @@
-"""Operating the pipeline from the command line: ``watch``, ``backfill``,
-``queues``, ``dead-letters`` and ``worker`` (hooked into ``memindex.producers.cli.main``).
+"""Operating the pipeline from the command line: ``watch``, ``backfill``, ``queues``, ``health``,
+``dead-letters`` and ``worker`` (their options: ``arguments.py``; the table: ``commands.py``).
 
 ``memindex watch`` is the one command that keeps a workspace fresh: the file
 watcher, interval sync and the session-delta detector (and, on the embedded
@@ -9,27 +9,54 @@ default with no Redis, the in-process workers too).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from memindex.pipeline.config.settings import Context
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.environ import BROKER_ENV
+from memindex.pipeline.config.paths import validate_agent_id
+from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.embeddings.providers.local import threads_default
+from memindex.pipeline.errors import ConfigError, EnvError, MemindexError, WorkspaceError
 from memindex.pipeline.index.workspace import display_path
-from memindex.pipeline.errors import ConfigError, MemindexError, WorkspaceError
-from memindex.producers.cli.agents import add_all_opt, agent_contexts, configured_agents
-from memindex.producers.cli.options import (at_least_one, examples, metrics_address, non_negative, say,
-                                           say_error)
+from memindex.pipeline.store.locks import LABEL_ENV
+from memindex.producers import backfill
+from memindex.producers.cli.agents import agent_contexts, configured_agents
+from memindex.producers.cli.arguments import METRICS_ENV, QUEUES_INTERVAL_S
+from memindex.producers.cli.batch import cmd_backfill_batch
+from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
+from memindex.producers.cli.options import metrics_address, say, say_error
 from memindex.producers.cli.progress import Progress
+from memindex.producers.enqueue import pending_files, request_sync
+from memindex.producers.interval import IntervalSync
+from memindex.producers.qmd_sync import start_qmd_sync
+from memindex.producers.session_delta import DetectorLoop
+from memindex.producers.watcher import DEFAULT_MAX_DIRS, ConfigReload, Watcher
+from memindex.workers import embedded, health, queues
+from memindex.workers.batch.backend import job_state_counts
+from memindex.workers.broker import (
+    QUEUES, SHARDS_ENV, WRITE_QUEUE, broker, broker_url, configured_shards, full_probe, is_embedded,
+    is_write_queue, recorded_write_shards, redact, refused_credentials,
+)
+from memindex.workers.lifecycle import BEAT_S, Heartbeat, pid_alive, processes
+from memindex.workers.logs import FORMAT_ENV, LEVEL_ENV
+from memindex.workers.messages import GROUP_FILES
+from memindex.workers.metrics import serve_metrics, worker_env
+from memindex.workers.queues import claim_shard_count, depth
+from memindex.workers.supervisor import stop_with_supervisor
 
 log = logging.getLogger("memindex.ops")
-
-# `queues --watch`: seconds between refreshes unless --interval says.
-QUEUES_INTERVAL_S = 2.0
 
 
 def _progress(desc: str, enabled: bool) -> Progress:
@@ -63,10 +90,22 @@ class _Stop:
 
 # --- watch ----------------------------------------------------------------------------
 
+class Loop(Protocol):
+    """A producer running beside the others until stopped (detector, qmd schedule, config reload)."""
+
+    def stop(self) -> None: ...
+
+
+def _redis() -> RedisBroker:
+    """The deployment's Redis broker: only commands that found it is not the embedded one ask."""
+    assert isinstance(broker, RedisBroker), "the embedded broker has no Redis"
+    return broker
+
+
 class Producers:
     """The watcher, interval sync and side loops of one long-running process (watch, mcp --watch)."""
 
-    def __init__(self, watcher: Any, interval: Any, loops: list, agents: int) -> None:
+    def __init__(self, watcher: Watcher, interval: IntervalSync, loops: list[Loop], agents: int) -> None:
         self.watcher, self.interval, self.loops, self.agents = watcher, interval, loops, agents
 
     def stop(self) -> None:
@@ -93,9 +132,6 @@ class _CatchUp:
         self._thread: threading.Thread | None = None
 
     def start(self) -> "_CatchUp":
-        from memindex.workers import queues
-        from memindex.workers.broker import is_embedded
-
         queued = 0 if is_embedded() else queues.total_outstanding()
         if not queued:
             self._sync()
@@ -108,8 +144,6 @@ class _CatchUp:
         return self
 
     def _run(self) -> None:
-        from memindex.workers import queues
-
         deadline = time.monotonic() + CATCH_UP_WAIT_S
         while time.monotonic() < deadline:
             try:
@@ -122,8 +156,6 @@ class _CatchUp:
         self._sync()
 
     def _sync(self) -> None:
-        from memindex.producers.enqueue import request_sync
-
         for ctx in self.contexts:
             try:
                 request_sync(ctx, reason="watch-start")
@@ -139,11 +171,6 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
                     need_a_workspace: bool = False) -> Producers:
     """Start watching ``contexts``. ``need_a_workspace`` (``memindex watch``): refuse, with the
     paths, when no enabled agent's workspace exists (a server keeps serving instead)."""
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.producers.interval import IntervalSync
-    from memindex.producers.watcher import DEFAULT_MAX_DIRS, Watcher
-    from memindex.workers import embedded
-
     enabled = [(ctx, settings_for(ctx)) for ctx in contexts]
     missing = {ctx.agent_id: f"workspace {display_path(str(s.workspace))} does not exist"
                for ctx, s in enabled if s.enabled and not s.workspace.is_dir()}
@@ -154,7 +181,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     embedded.start()  # no-op on Redis: the Procfile / compose run the workers
     pairs, catch_up = [], []
     side = _SideLoops()
-    loops: list = [side]
+    loops: list[Loop] = [side]
     for ctx, settings in enabled:
         if not settings.enabled:
             say(f"{ctx.agent_id}: memory search disabled; not watched", prefix=None, level=logging.INFO)
@@ -174,8 +201,6 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
                       configured=[ctx.agent_id for ctx in contexts]).start()
     interval = IntervalSync(contexts).start()
     if reload is not None and contexts:
-        from memindex.producers.watcher import ConfigReload
-
         def apply(now: list[Context]) -> None:  # a changed openclaw.json: watch the agents it lists now
             on = [(ctx, s) for ctx in now if (s := settings_for(ctx)).enabled]
             watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search["sync"]["watch"]],
@@ -202,11 +227,6 @@ def _others_hint(args: argparse.Namespace, contexts: list[Context]) -> str:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from memindex.workers import embedded
-    from memindex.workers.broker import broker_url, is_embedded, redact
-
-    from memindex.workers.supervisor import stop_with_supervisor
-
     stop_with_supervisor()  # SIGKILLed, honcho left the watcher running beside the next one's
     args.metrics_port = metrics_port(args)
     contexts = agent_contexts(args)
@@ -216,10 +236,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
             say_error(refused)
             return 2
     if args.metrics_port:  # first: a busy port is said before anything has started
-        from memindex.workers.batch.backend import job_state_counts
-        from memindex.workers.broker import full_probe
-        from memindex.workers.metrics import serve_metrics
-        from memindex.workers.queues import depth
 
         serve_metrics(args.metrics_port, contexts, job_state_counts, queue_depth=depth, broker_full=full_probe())
     running = start_producers(contexts, initial_sync=not args.no_initial_sync,
@@ -240,7 +256,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if heartbeat is not None:
             heartbeat.stop()
         if is_embedded():  # the queue dies with this process: finish what is in flight, saying so
-            from memindex.workers import queues
 
             if queues.total_outstanding():
                 say(f"stopping: finishing the work in flight (up to {args.drain_timeout:g} s; Ctrl-C again "
@@ -252,10 +267,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def _heartbeat(kind: str) -> Any:
     """This process's heartbeat on Redis, for ``memindex health`` (None on the embedded broker)."""
-    from memindex.workers.broker import broker, is_embedded
-    from memindex.workers.lifecycle import Heartbeat
-
-    return None if is_embedded() else Heartbeat(broker.client, broker.namespace, kind, ()).start()
+    return None if is_embedded() else Heartbeat(_redis().client, _redis().namespace, kind, ()).start()
 
 
 class _SideLoops:
@@ -265,9 +277,9 @@ class _SideLoops:
     every second, each pass a traceback), and an agent added or changed gets its own."""
 
     def __init__(self) -> None:
-        self._running: dict[str, tuple[str, list]] = {}  # agent id -> (settings digest, loops)
+        self._running: dict[str, tuple[str, list[Loop]]] = {}  # agent id -> (settings digest, loops)
 
-    def set(self, agents: list[tuple[Context, Any]]) -> None:
+    def set(self, agents: list[tuple[Context, AgentSettings]]) -> None:
         now = {ctx.agent_id or "": (ctx, s) for ctx, s in agents}
         for aid in [a for a in self._running if a not in now or self._running[a][0] != now[a][1].digest()]:
             for loop in self._running.pop(aid)[1]:
@@ -283,16 +295,12 @@ class _SideLoops:
         self._running.clear()
 
 
-def _side_loops(ctx: Context, settings: Any) -> list:
+def _side_loops(ctx: Context, settings: AgentSettings) -> list[Loop]:
     """Other producers that belong to a long-running process, when this agent uses them."""
-    loops: list = []
+    loops: list[Loop] = []
     if "sessions" in settings.sources:
-        from memindex.producers.session_delta import DetectorLoop
-
         loops.append(DetectorLoop([ctx], interval=1.0).start())
     if settings.memory.get("backend") == "qmd":
-        from memindex.producers.qmd_sync import start_qmd_sync
-
         loop = start_qmd_sync(settings)
         if loop is not None:
             loops.append(loop)
@@ -302,9 +310,8 @@ def _side_loops(ctx: Context, settings: Any) -> list:
 # --- backfill ---------------------------------------------------------------------------
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from memindex.producers import backfill
-    from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
-
+    if args.batch:  # backfill --batch: through the provider's batch API
+        return cmd_backfill_batch(args)
     say_failures_once(args)
     contexts = agent_contexts(args)
     since = run_started()
@@ -349,12 +356,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 # --- queues -----------------------------------------------------------------------------
 
 def queue_report(contexts: list[Context]) -> dict[str, Any]:
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.producers.enqueue import pending_files
-    from memindex.workers import queues
-    from memindex.workers.broker import broker_url, is_embedded, redact
-
-    agents = {}
+    agents: dict[str | None, dict[str, Any]] = {}
     for ctx in contexts:
         try:
             agents[ctx.agent_id] = {"pending": pending_files(settings_for(ctx))}
@@ -369,7 +371,6 @@ def _format_report(r: dict[str, Any]) -> str:
     if r["broker"] == "embedded":
         lines.append("  (embedded: queues live inside the process running the workers; set "
                      "MEMINDEX_BROKER_URL to inspect a shared Redis broker)")
-    from memindex.workers.messages import GROUP_FILES
 
     lines.append(f"messages (a sync request, or a group of up to {GROUP_FILES} files):")
     cols = ("ready", "delayed", "running", "prefetched", "dead")
@@ -396,7 +397,6 @@ def cmd_queues(args: argparse.Namespace) -> int:
             except ConfigError:
                 raise  # the one config line and exit 2, as every command gives
             except Exception as exc:  # noqa: BLE001 - e.g. redis unreachable: a clear message, exit 1
-                from memindex.workers.broker import refused_credentials
 
                 say_error(refused_credentials(exc) or f"cannot read the queues: {type(exc).__name__}: {exc}")
                 if stop is None:
@@ -421,20 +421,14 @@ def cmd_queues(args: argparse.Namespace) -> int:
 # --- health ---------------------------------------------------------------------------------
 
 def cmd_health(args: argparse.Namespace) -> int:
-    import socket
-
-    from memindex.workers import health
-    from memindex.workers.broker import broker, is_embedded
-
     if is_embedded():
         say_error("health reads the heartbeats on a shared Redis broker; set MEMINDEX_BROKER_URL "
                   "(on the embedded broker the workers live and die with `memindex watch` itself)")
         return 2
     host = args.host or socket.gethostname()
     try:
-        ok, lines = health.check(broker.client, broker.namespace, host, stall_s=args.stall_seconds)
+        ok, lines = health.check(_redis().client, _redis().namespace, host, stall_s=args.stall_seconds)
     except Exception as exc:  # noqa: BLE001 - redis unreachable: unhealthy, one line
-        from memindex.workers.broker import refused_credentials
 
         print(f"unhealthy: {refused_credentials(exc) or f'cannot read the heartbeats: {type(exc).__name__}: {exc}'}",
               file=sys.stderr)
@@ -448,9 +442,6 @@ def cmd_health(args: argparse.Namespace) -> int:
 # --- dead letters -----------------------------------------------------------------------------
 
 def cmd_dead_letters(args: argparse.Namespace) -> int:
-    from memindex.workers import queues
-    from memindex.workers.broker import is_embedded
-
     if is_embedded():
         print("embedded broker: failed jobs are reported by the process that ran them (memindex index / "
               "watch); set MEMINDEX_BROKER_URL to inspect a shared Redis broker", file=sys.stderr)
@@ -459,7 +450,6 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         return 0
     agent = None
     if args.agent:  # any id a message may carry, configured or not (an agent since removed)
-        from memindex.pipeline.config.paths import validate_agent_id
 
         agent = validate_agent_id(args.agent)
     dead = queues.dead_letters(limit=args.limit, agent=agent)
@@ -468,8 +458,6 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     elif not dead:
         print("no dead letters" + (f" for agent {agent}" if agent else ""))
     else:
-        import datetime as dt
-
         for d in dead:
             err = d.get("error")
             died = (dt.datetime.fromtimestamp(d["died"] / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
@@ -493,11 +481,8 @@ def _credentials_refused(wait: bool = False) -> str | None:
     ``wait``: while Redis does not answer at all, wait for it (saying so once): the Procfile
     starts every process at once, Redis may come up later, and a writer or watcher that
     exited on it took the whole Procfile down (dramatiq's own consumers already wait)."""
-    import redis
 
-    from memindex.workers.broker import broker_url, redact, refused_credentials
-
-    client = redis.Redis.from_url(broker_url(), socket_connect_timeout=2, socket_timeout=2)
+    client = redis.Redis.from_url(broker_url() or "", socket_connect_timeout=2, socket_timeout=2)
     said = 0.0
     while True:
         try:
@@ -525,14 +510,10 @@ def _other_writer(queue: str) -> str | None:
     Live = its heartbeat (workers/lifecycle.py) moves on within two beats. A writer being restarted
     leaves a heartbeat that outlives it by up to PROC_TTL_S and no longer moves: not counted (nor
     one of a pid gone from this host, at once)."""
-    import socket
-
-    from memindex.workers.broker import broker
-    from memindex.workers.lifecycle import BEAT_S, pid_alive, processes
 
     def seen() -> dict[str, int]:
         out = {}
-        for proc in processes(broker.client, broker.namespace):
+        for proc in processes(_redis().client, _redis().namespace):
             if queue not in {q.removesuffix(".DQ") for q in proc["queues"]}:
                 continue
             if proc["host"] == socket.gethostname() and not pid_alive(proc["pid"]):
@@ -558,21 +539,17 @@ def _claim_writer_start(queue: str) -> str | None:
     started at the same instant (neither beats yet), and both ran. Returns the other starter as
     ``pid N on host H`` when it holds the claim; a claim left by a dead pid of this host (a writer
     killed and restarted at once) or by this very pid is taken over."""
-    import socket
-
-    from memindex.workers.broker import broker
-    from memindex.workers.lifecycle import pid_alive
 
     key = f"memindex:writer-start:{queue}"
     me = f"pid {os.getpid()} on host {socket.gethostname()}"  # exec keeps the pid: it is the writer's
-    client = broker.client
+    client = _redis().client
     for _ in range(3):
         if client.set(key, me, nx=True, ex=WRITER_START_S):
             return None
         held = client.get(key)
         if held is None:  # expired between the two calls
             continue
-        other = held.decode("utf-8", "replace")
+        other = held.decode("utf-8", "replace") if isinstance(held, bytes) else str(held)
         pid, _, host = other.removeprefix("pid ").partition(" on host ")
         if other != me and (host != socket.gethostname() or not pid.isdigit() or pid_alive(int(pid))):
             return other
@@ -584,8 +561,6 @@ def _claim_writer_start(queue: str) -> str | None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
-    from memindex.workers.broker import BROKER_ENV, QUEUES, is_write_queue
-
     if not os.environ.get(BROKER_ENV):
         say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
                   "`memindex watch` runs the workers in-process.")
@@ -604,7 +579,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except ValueError as exc:
             say_error(f"--shard {args.shard}: {exc}")
             return 2
-        from memindex.workers.queues import claim_shard_count
 
         other = claim_shard_count(n)
         if other is not None:
@@ -612,7 +586,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       f"--shard {k}/{n}; refusing to consume (to change N: stop every writer, drain the write "
                       "queues, then `redis-cli DEL memindex:write-shards`)")
             return 2
-        from memindex.workers.broker import SHARDS_ENV, WRITE_QUEUE
 
         os.environ[SHARDS_ENV] = str(n)  # the dramatiq process declares write.0 .. write.<N-1>
         processes, threads, qs = 1, 1, [WRITE_QUEUE if n == 1 else f"{WRITE_QUEUE}.{k}"]
@@ -623,8 +596,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       "one with another --shard K/N")
             return 2
     else:
-        from memindex.workers.broker import SHARDS_ENV, configured_shards, recorded_write_shards
-
         mine, recorded = configured_shards(), recorded_write_shards()
         if mine is not None and recorded is not None and mine != recorded:
             # Its sends would go to shards no writer consumes (they now follow the recorded N, with
@@ -642,7 +613,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if "write" in qs and (processes, threads) != (1, 1):
             say_error("the write queue must be consumed by exactly one thread (use --writer)")
             return 2
-    from memindex.workers.logs import FORMAT_ENV, LEVEL_ENV
 
     args.metrics_port = metrics_port(args)
     if args.log_level:
@@ -654,20 +624,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if flag:
             os.environ[var] = os.path.abspath(os.path.expanduser(flag))
     if args.metrics_port:
-        from memindex.workers.metrics import worker_env
-
         os.environ.update(worker_env(*args.metrics_port))
-    from memindex.pipeline.store.locks import LABEL_ENV
-
     # What another writer of the same store names while it waits for this one (dramatiq's child
     # would say "__main__.py").
     os.environ[LABEL_ENV] = ("memindex worker --writer" + (f" --shard {args.shard}" if args.shard else "")
                              if args.writer else "memindex worker --queues " + " ".join(qs))
     # What the worker processes import, imported here first: a MEMINDEX_* number they read that
     # is not one (MEMINDEX_BATCH_LEASE_S=abc) is this command's one line, not a traceback from each.
+    # lazy: after the variables above are set (the actors read them as they load), and only here:
+    # loading the actors costs a third of a second that no other command pays
     import memindex.workers.actors  # noqa: F401
-    from memindex.pipeline.embeddings.providers.local import threads_default
-
     threads_default()  # MEMINDEX_LOCAL_THREADS too (read when a local model first loads)
 
     # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format, and
@@ -691,114 +657,16 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-# --- registration ---------------------------------------------------------------------------
-
-METRICS_ENV = "MEMINDEX_METRICS_ADDRESS"  # --metrics-port's default: docker-compose.yml sets it for every service
-
+# --- --metrics-port -------------------------------------------------------------------------
 
 def metrics_port(args: argparse.Namespace) -> tuple[str, int] | None:
     """``--metrics-port``, else ``$MEMINDEX_METRICS_ADDRESS`` (read as the command runs: the parser
     is built once and cached); a bad value is the variable's one line (``EnvError``)."""
     raw = os.environ.get(METRICS_ENV, "").strip()
-    if args.metrics_port or not raw:
-        return args.metrics_port
-    from memindex.pipeline.errors import EnvError
-
+    given: tuple[str, int] | None = args.metrics_port
+    if given or not raw:
+        return given
     try:
         return metrics_address(raw)
     except argparse.ArgumentTypeError:
         raise EnvError(METRICS_ENV, f"must be [HOST:]PORT, e.g. 9191 or 0.0.0.0:9191, not {raw!r}") from None
-
-
-def _metrics_opt(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--metrics-port", metavar="[HOST:]PORT", type=metrics_address, default=None,
-                   help=f"serve Prometheus metrics on PORT, 127.0.0.1 unless HOST is given (default ${METRICS_ENV}, "
-                        "else off; see README, Operations)")
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("watch", help="keep the index fresh: watcher + interval sync (+ in-process workers)",
-                       **examples(("memindex watch", "the default agent, until Ctrl-C"),
-                                  ("memindex watch --all", "every configured agent (the Procfile's watcher)"),
-                                  description="Sync once, then watch the memory files and sync on change; "
-                                              "without MEMINDEX_BROKER_URL the workers run in this process."))
-    add_all_opt(s)
-    s.add_argument("--no-initial-sync", action="store_true", help="do not sync once at start")
-    s.add_argument("--max-watch-dirs", metavar="N", type=at_least_one, default=None,
-                   help="cap on watched directories (default $MEMINDEX_WATCH_MAX_DIRS or 512)")
-    s.add_argument("--debounce-ms", metavar="MS", type=non_negative, default=None, help="override sync.watchDebounceMs")
-    s.add_argument("--drain-timeout", metavar="S", type=float, default=30.0,
-                   help="embedded: seconds to let queued work finish on exit")
-    _metrics_opt(s)
-    s.set_defaults(func=cmd_watch)
-
-    s = sub.add_parser("backfill", help="enqueue a whole workspace in bulk", **examples(
-        ("memindex backfill --all", "enqueue every configured agent and return"),
-        ("memindex backfill --wait --timeout 600", "enqueue, then follow progress to the end"),
-        ("memindex backfill --batch", "embed through the provider's batch API"),
-        description="Plan every agent's files and stream them into the queue in groups; with Redis "
-                    "it returns once enqueued (the workers index), embedded it waits."))
-    add_all_opt(s)
-    s.add_argument("--wait", action="store_true", help="wait until everything is indexed, with progress")
-    s.add_argument("--force", action="store_true", help="re-index every file, not only changed ones")
-    s.add_argument("--timeout", metavar="S", type=float, default=None,
-                   help="with --wait: give up after S seconds")
-    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-    s.set_defaults(func=cmd_backfill)
-
-    s = sub.add_parser("queues", help="queue depth per queue and pending work per agent", **examples(
-        ("memindex queues", "messages ready / delayed / running / prefetched / dead per queue"),
-        ("memindex queues --watch --interval 5", "refresh every 5 s until Ctrl-C"),
-        description="Queue depths on the broker and pending files per agent (every configured agent "
-                    "unless --agent)."))
-    s.add_argument("--json", action="store_true", help="print the report as JSON")
-    s.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    s.add_argument("--interval", metavar="S", type=float, default=None,
-                   help=f"with --watch: seconds between refreshes (default {QUEUES_INTERVAL_S:g})")
-    s.set_defaults(func=cmd_queues)
-
-    s = sub.add_parser("health", help="exit non-zero unless this host's memindex processes are consuming",
-                       **examples(("memindex health", "every worker and watcher on this host (compose healthcheck)"),
-                                  ("memindex health --stall-seconds 60", "stricter: queue not moving for 60 s"),
-                                  description="Reads the heartbeats that worker processes and `memindex watch` "
-                                              "keep on Redis: fails when one is stale (stopped, paused, hung) "
-                                              "or when its queue has messages but nothing was consumed."))
-    s.add_argument("--host", default=None, help="check another host's processes (default: this hostname)")
-    s.add_argument("--stall-seconds", metavar="S", type=float, default=None,
-                   help="queue ready but nothing consumed for S seconds is unhealthy "
-                        "(default $MEMINDEX_HEALTH_STALL_S or 300)")
-    s.set_defaults(func=cmd_health)
-
-    s = sub.add_parser("dead-letters", help="jobs that failed after all retries", **examples(
-        ("memindex dead-letters", "what failed, for which agent, the last error"),
-        ("memindex dead-letters --replay", "re-enqueue them with a fresh retry budget"),
-        ("memindex --agent ops dead-letters --discard", "drop ops' for good (work that can never succeed)"),
-        description="Messages that exhausted their retries on the Redis broker (with --agent, that agent's)."))
-    act = s.add_mutually_exclusive_group()
-    act.add_argument("--replay", action="store_true", help="re-enqueue them (retry counters reset)")
-    act.add_argument("--discard", action="store_true",
-                     help="delete them for good; the Markdown stays the source of truth and the next sync "
-                          "plans what is missing")
-    s.add_argument("--json", action="store_true", help="print them as JSON")
-    s.add_argument("--limit", metavar="N", type=int, default=1000, help="at most N messages (default 1000)")
-    s.set_defaults(func=cmd_dead_letters)
-
-    s = sub.add_parser("worker", help="run dramatiq workers on MEMINDEX_BROKER_URL", **examples(
-        ("memindex worker --queues sync --processes 1", "file side: plan syncs, read and chunk files"),
-        ("memindex worker --queues embed --processes 4", "compute side: embed only, no filesystem needed"),
-        ("memindex worker --queues batch --threads 2", "compute side: batch-API jobs (state in Redis)"),
-        ("memindex worker --writer", "the single writer process"),
-        ("memindex worker --writer --shard 0/2", "writer of shard 0 of 2 (write.0)"),
-        description="Exec `dramatiq memindex.workers.actors` with the right queues (the Procfile's "
-                    "worker, compute, batch and writer processes). sync is file-side (it reads the "
-                    "workspaces and stores); embed and batch are compute-side and may run on another host."))
-    s.add_argument("--writer", action="store_true", help="the single writer: --processes 1 --threads 1 -Q write")
-    s.add_argument("--shard", metavar="K/N", default=None,
-                   help="with --writer: consume write shard K of N (write.K); every process needs "
-                        "MEMINDEX_WRITE_SHARDS=N, and a writer whose N differs from the deployment's refuses")
-    s.add_argument("--processes", metavar="N", type=int, default=2, help="worker processes (default 2)")
-    s.add_argument("--threads", metavar="N", type=int, default=4, help="threads per process (default 4)")
-    s.add_argument("--queues", nargs="+", default=None, help="queues to consume (default: sync embed batch)")
-    _metrics_opt(s)
-    s.set_defaults(func=cmd_worker)
-

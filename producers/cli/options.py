@@ -15,7 +15,9 @@ import sys
 import textwrap
 from typing import Any, Iterable
 
-from memindex.workers.logs import FORMATS, LEVELS, JsonFormatter
+from memindex.producers.cli.capture import current
+from memindex.producers.serve import DEFAULT_HOST
+from memindex.workers.logs import FORMATS, LEVELS, JsonFormatter, is_redis_error
 
 GLOBAL_TITLE = "global options (before or after the command)"
 
@@ -48,7 +50,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--json", action="store_true", help="machine-readable output (commands that have it)")
 
 
-def share_global_options(sub: argparse._SubParsersAction) -> None:
+def share_global_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Accept the shared options after every registered command too (call once all are registered)."""
     for parser in dict.fromkeys(sub.choices.values()):  # aliases map to the same parser
         group = parser.add_argument_group(GLOBAL_TITLE)
@@ -88,8 +90,6 @@ def command_parsers(parser: argparse.ArgumentParser) -> Iterable[tuple[str, argp
 
 
 def _json_logging() -> bool:
-    from memindex.producers.cli.capture import current
-
     cap = current()  # a --server call run by `memindex serve`: the caller's --log-format
     if cap is not None:
         return cap.fmt == "json"
@@ -98,8 +98,6 @@ def _json_logging() -> bool:
 
 
 def _shown(log: logging.Logger, level: int) -> bool:
-    from memindex.producers.cli.capture import current
-
     cap = current()
     return level >= cap.level if cap is not None else log.isEnabledFor(level)
 
@@ -126,12 +124,24 @@ def say_error(line: str) -> None:
         print(f"error: {line}", file=sys.stderr)
 
 
+def one_line_error(exc: BaseException) -> str | None:
+    """The one line for an error the user can act on (a file they named, the broker); None: a bug."""
+    if is_redis_error(exc):  # broker unreachable, hung or refusing
+        # lazy: workers.broker builds the Redis broker as it loads; only a Redis error needs it here
+        from memindex.workers.broker import broker_error_line
+
+        return broker_error_line(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return f"input is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return None
+
+
 def metrics_address(text: str) -> tuple[str, int]:
     """``--metrics-port [HOST:]PORT``: the series name agents, so a bare PORT is loopback only
     (it listened on every interface, no token asked, while ``serve`` refuses that for memory);
     ``0.0.0.0:PORT`` is for a scraper on another machine or container."""
-    from memindex.producers.serve import DEFAULT_HOST
-
     host, sep, port = text.strip().rpartition(":")
     try:
         n = int(port)

@@ -23,7 +23,8 @@ class Progress:
         if not self.enabled:
             return
         if self.bar is None:
-            from tqdm import tqdm
+            # (tqdm ships no type information, and types-tqdm is not a dependency)
+            from tqdm import tqdm  # type: ignore[import-untyped]
 
             self.bar = tqdm(total=total, desc=self.desc, unit="file", file=sys.stderr)
         if total != self.bar.total:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from memindex.pipeline.config.defaults import SERVER_TIMEOUT_S  # (a module with no imports)
 from memindex.pipeline.errors import MemindexError  # (the standard library's functools and re besides)
 
 if TYPE_CHECKING:
@@ -98,8 +99,6 @@ def split_server(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
 
 
 def timeout_s(text: str | None) -> float:
-    from memindex.pipeline.config.defaults import SERVER_TIMEOUT_S  # (a module with no imports)
-
     source = "--server-timeout"
     if text is None:
         text, source = os.environ.get(TIMEOUT_ENV), TIMEOUT_ENV
@@ -181,7 +180,8 @@ def _exchange(sock: socket.socket, request: bytes, deadline: float) -> bytes:
 
     sock.settimeout(max(0.001, deadline - time.monotonic()))
     sock.sendall(request)
-    parts, size = [], 0
+    parts: list[bytes] = []
+    size = 0
     while True:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
         chunk = sock.recv(1 << 16)
@@ -193,7 +193,7 @@ def _exchange(sock: socket.socket, request: bytes, deadline: float) -> bytes:
             raise RemoteError("the answer is larger than any memindex serve sends")
 
 
-def _parse(raw: bytes) -> tuple[int, dict]:
+def _parse(raw: bytes) -> tuple[int, dict[str, Any]]:
     import json
 
     head, sep, body = raw.partition(b"\r\n\r\n")
@@ -229,7 +229,7 @@ def _unchunk(body: bytes) -> bytes:
     return b"".join(out)
 
 
-def call(url: str, argv: list[str], timeout: float) -> dict:
+def call(url: str, argv: list[str], timeout: float) -> dict[str, Any]:
     """``argv`` run by the server at ``url``: {"exit", "stdout", "stderr"}; ``RemoteError`` otherwise."""
     import json
     import time
@@ -258,11 +258,24 @@ def call(url: str, argv: list[str], timeout: float) -> dict:
         raise RemoteError(f"{url}: {exc}") from None
     if status == 200 and isinstance(data.get("exit"), int):
         return data
-    err = data.get("error") if isinstance(data.get("error"), dict) else {}
-    message = err.get("message") or f"HTTP {status}"
+    err = data.get("error")
+    message = (err.get("message") if isinstance(err, dict) else None) or f"HTTP {status}"
     if status == 404:
         message += " (not a memindex serve, or one older than --server)"
     raise RemoteError(f"memindex serve at {url} refused the call: {message}")
+
+
+def lenient_streams() -> None:
+    """A terminal that is not UTF-8 (an ISO-8859-1 locale, PYTHONIOENCODING=ascii) gets ``\\u…``
+    for what it cannot show: an emoji in a note made `search` and `get` die with
+    UnicodeEncodeError and print nothing."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+        if encoding not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change now: left as it is
+                pass
 
 
 def run(url: str, timeout_text: str | None, argv: list[str]) -> int:
@@ -283,4 +296,5 @@ def run(url: str, timeout_text: str | None, argv: list[str]) -> int:
                 stream.flush()
             except BrokenPipeError:  # `... | head`: the reader left, not an error
                 os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-    return answer["exit"]
+    code: int = answer["exit"]  # (call checked it is an int)
+    return code

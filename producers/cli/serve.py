@@ -1,4 +1,4 @@
-"""``memindex mcp`` and ``memindex serve``: long-lived servers for agent runtimes (hooked into main.py).
+"""``memindex mcp`` and ``memindex serve``: long-lived servers for agent runtimes.
 
 Both serve every configured agent from one process (``--agent ID``: that agent
 alone), with engines and the query embedder kept loaded. They need the ``serve`` extra; without it they
@@ -11,11 +11,23 @@ import argparse
 import gc
 import importlib.util
 import os
+import socket
 import sys
+from pathlib import Path
 
+from memindex.pipeline.config.agents import PerSettings
+from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.search.backend import SearchEngine, open_search
 from memindex.producers.cli.agents import base_context
-from memindex.producers.cli.options import examples, metrics_address, say_error
-from memindex.producers.serve import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
+from memindex.producers.cli.runner import run_for_server
+from memindex.producers.cli.ops import Producers, metrics_port, start_producers
+from memindex.producers.cli.options import say_error
+from memindex.producers.serve import TOKEN_ENV, daemon
+from memindex.producers.serve.tools import MemoryTools, OperationError
+from memindex.workers.batch.backend import job_state_counts
+from memindex.workers.broker import full_probe
+from memindex.workers.metrics import serve_metrics
+from memindex.workers.queues import depth
 
 EXTRA_HINT = "pip install 'memindex[serve]'"
 
@@ -38,9 +50,8 @@ def _token(args: argparse.Namespace) -> str | None:
     return "" if given else None  # "": one was given, blank (refused off loopback, and said so)
 
 
-def _tools(args: argparse.Namespace):  # -> MemoryTools, checked to serve at least one agent
-    from memindex.producers.serve.tools import MemoryTools
-
+def _tools(args: argparse.Namespace) -> MemoryTools:
+    """The memory tools, checked to serve at least one agent."""
     base = base_context(args)
     # --agent confines the server to that agent; without it every configured agent is served.
     tools = MemoryTools(base, only=base.agent_id if args.agent else None)
@@ -58,27 +69,23 @@ class CliServing:
     servers' engines, which schedule a sync on search (a stat of every file every 2 s at most):
     a CLI search schedules none, and its answer and cost must be the same either way."""
 
-    def __init__(self, tools) -> None:  # tools: MemoryTools
-        from memindex.pipeline.config.agents import PerSettings
-
+    def __init__(self, tools: MemoryTools) -> None:
         self.tools, self.base, self.only = tools, tools.base, tools.only
-        self._engines: PerSettings = PerSettings()
+        self._engines: PerSettings[SearchEngine] = PerSettings()
 
-    def context(self, agent_id: str):
+    def context(self, agent_id: str) -> Context:
         return self.tools.context(agent_id)
 
-    def engine(self, settings):
-        from memindex.pipeline.search.backend import open_search
-
+    def engine(self, settings: AgentSettings) -> SearchEngine:
         return self._engines.get(settings, lambda: open_search(settings, query_embedder="auto"))
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     if _missing_extra("mcp"):
         return 2
+    # lazy: the serve extra (MCP SDK, Starlette, uvicorn) may be absent, which _missing_extra said
     from memindex.producers.serve import mcp
     from memindex.producers.serve.http import parse_bind, require_token_off_loopback
-    from memindex.producers.serve.tools import OperationError
 
     try:
         http = parse_bind(args.http) if args.http else None
@@ -88,21 +95,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         say_error(f"{exc}")
         return 2
     tools = _tools(args)
-    running = None
+    running: Producers | None = None
     contexts = [tools.context(a) for a in tools.agent_ids()]
-    from memindex.producers.cli.ops import metrics_port
-
     args.metrics_port = metrics_port(args)
     if args.metrics_port:  # first: a busy port is said before anything has started
-        from memindex.workers.batch.backend import job_state_counts
-        from memindex.workers.broker import full_probe
-        from memindex.workers.metrics import serve_metrics
-        from memindex.workers.queues import depth
-
         serve_metrics(args.metrics_port, contexts, job_state_counts, queue_depth=depth, broker_full=full_probe())
     if args.watch:
-        from memindex.producers.cli.ops import start_producers
-
         # The agents the config lists as it changes (added, removed, workspace moved), as `watch --all`.
         running = start_producers(contexts, reload=lambda: [tools.context(a) for a in tools.agent_ids()])
     try:
@@ -114,26 +112,24 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from memindex.producers.serve import daemon
-
     pid_file = Path(args.pid_file).expanduser().absolute() if args.pid_file else (
         daemon.default_pid_file() if args.daemon or args.stop else None)
     if args.stop:
         if args.daemon or args.socket:
             say_error("--stop ends a running server: give it alone (with --pid-file if one was given)")
             return 2
+        assert pid_file is not None  # (--stop: the default pid file when none is given)
+        # lazy: the serve extra's web stack (http.py imports uvicorn), only to stop a server
         from memindex.producers.serve.http import DRAIN_S
 
         print(daemon.stop(pid_file, DRAIN_S + 5.0), file=sys.stderr)
         return 0
     if _missing_extra("serve"):
         return 2
+    # lazy: the serve extra (Starlette, uvicorn) may be absent, which _missing_extra said
     from memindex.producers.serve.http import (
         address_of, build_app, listen_socket, parse_bind, protect, require_token_off_loopback, run_uvicorn,
     )
-    from memindex.producers.serve.tools import OperationError
 
     token = _token(args)
     try:
@@ -147,11 +143,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         daemon.claim_pid_file(pid_file)
     unix_path = Path(args.socket).expanduser().absolute() if args.socket is not None else None
 
-    def bind():
+    def bind() -> socket.socket:
         return daemon.unix_socket(unix_path) if unix_path is not None else listen_socket(host, port)
 
-    sock, detached = None, None
+    sock: socket.socket | None = None
+    detached: daemon.Detached | None = None
     if args.daemon:
+        assert pid_file is not None  # (--daemon: the default pid file when none is given)
         # Bound before the fork: a busy port or a bad socket path is said by the command the user
         # ran, with its exit code; callers that connect meanwhile wait in the backlog.
         sock = bind()
@@ -167,7 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if pid_file is not None:
             daemon.write_pid_file(pid_file)
         serving = CliServing(tools)
-        app = build_app(tools, cli=lambda argv: args.cli_runner(argv, serving))
+        app = build_app(tools, cli=lambda argv: run_for_server(argv, serving))
         if detached is not None:
             detached.ready(f"memindex serve running in the background on {address_of(sock)} (pid {os.getpid()}; "
                            f"pid file {pid_file}, log {detached.log_file}); `memindex serve --stop` ends it")
@@ -184,48 +182,3 @@ def cmd_serve(args: argparse.Namespace) -> int:
             except OSError:
                 pass
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    token_help = f"bearer token clients must send (default ${TOKEN_ENV}); required off 127.0.0.1"
-    s = sub.add_parser("mcp", help="MCP server (memory_search, memory_get, memory_status) on stdio or HTTP",
-                       **examples(
-                           ("memindex mcp", "stdio, as Claude Code / Cursor start it"),
-                           ("memindex mcp --http 127.0.0.1:8765 --watch", "streamable HTTP at /mcp, watcher on"),
-                           ("memindex mcp --agent ops", "ops' memory only: calls naming another agent are refused"),
-                           description="Serve every configured agent's memory to MCP clients (with --agent, "
-                                       "that agent's alone); engines and the query embedder stay loaded "
-                                       "between calls."))
-    s.add_argument("--http", metavar="[HOST:]PORT",
-                   help=f"streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST default {DEFAULT_HOST})")
-    s.add_argument("--token", help=token_help)
-    s.add_argument("--watch", action="store_true",
-                   help="also run the file watcher and interval sync in this process (default: a sync is "
-                        "scheduled on each search, as the runtime hooks do)")
-    s.add_argument("--metrics-port", metavar="[HOST:]PORT", type=metrics_address, default=None,
-                   help="serve Prometheus metrics (searches, latency, files pending per agent) on "
-                        "PORT at /metrics, 127.0.0.1 unless HOST is given (off by default; see README, Operations)")
-    s.set_defaults(func=cmd_mcp)
-
-    s = sub.add_parser("serve", help="JSON HTTP API: POST /v1/search, POST /v1/get, GET /v1/status",
-                       **examples(
-                           ("memindex serve", "http://127.0.0.1:%d, no token needed" % DEFAULT_PORT),
-                           ("memindex serve --daemon --socket /run/user/$UID/memindex/serve.sock",
-                            "in the background, for `memindex search --server unix:...`"),
-                           ("memindex serve --stop", "end the one --daemon started"),
-                           ("MEMINDEX_TOKEN=s3cret memindex serve --host 0.0.0.0", "off-loopback: token required"),
-                           description="The memory tools as a small JSON API for runtimes that are not "
-                                       "Python (curl examples in the README)."))
-    s.add_argument("--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST})")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
-    s.add_argument("--token", help=token_help)
-    s.add_argument("--socket", metavar="PATH", default=None,
-                   help="listen on this Unix socket instead of HOST:PORT (made 0600; its directory must be "
-                        "yours alone, 0700, and is made so when missing), e.g. $XDG_RUNTIME_DIR/memindex/serve.sock")
-    s.add_argument("--daemon", action="store_true",
-                   help="run in the background once ready (pid file: --pid-file, default "
-                        "<runtime dir>/serve.pid; output to the pid file's .log)")
-    s.add_argument("--pid-file", metavar="PATH", default=None,
-                   help="write this process's pid here (removed at exit); with --stop, the server to end")
-    s.add_argument("--stop", action="store_true", help="stop the server the pid file names (SIGTERM) and exit")
-    s.set_defaults(func=cmd_serve)

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.config.environ import env_number
@@ -234,6 +234,7 @@ def build_app(tools: MemoryTools, *, max_body_bytes: int = MAX_BODY_BYTES,
 
     async def metrics(request: Request) -> Response:
         # Behind the token like the memory routes: labels name agents.
+        # lazy: workers.metrics loads dramatiq; an app without a scraper never needs it
         from memindex.workers.metrics import exposition
 
         body, content_type = exposition()
@@ -327,7 +328,7 @@ class CancelledRequests:
             return
         started = False
 
-        async def tracked(message: dict[str, Any]) -> None:
+        async def tracked(message: Message) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -364,6 +365,7 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.sock
     then cancels the rest (a second signal: at once); ``CannotListen`` before anything is served or
     said when the address cannot be bound. ``sock``: one already listening (``serve --socket``, or
     bound before ``--daemon`` detached), said as its address."""
+    # lazy: guard.py reads its MEMINDEX_SERVE_* limits as it loads: said when a server starts, not on import
     from memindex.producers.serve.guard import guarded_protocol
 
     # Header and body deadlines and a connection cap (guard.py); serve's own 408 comes first.
@@ -372,8 +374,10 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.sock
         sock = listen_socket(host, port)
     print(f"{what} listening on {address_of(sock)}", file=sys.stderr, flush=True)
     server = _Server(uvicorn.Config(CancelledRequests(app), host=host, port=port, log_level="warning",
-                                    access_log=False, timeout_graceful_shutdown=DRAIN_S,
-                                    http=protocol))  # type: ignore[arg-type]
+                                    # uvicorn annotates int but hands it to asyncio, where a
+                                    # fraction (MEMINDEX_SERVE_DRAIN_S=0.5) works
+                                    access_log=False, timeout_graceful_shutdown=DRAIN_S,  # type: ignore[arg-type]
+                                    http=protocol))
     # uvicorn drains, restores the handlers it found, then raises the signal it caught again; with
     # the default SIGTERM handler that kills the process (exit 143 after a clean stop). A handler
     # that ignores it makes a SIGTERM stop exit 0, as `memindex watch` and the workers do.

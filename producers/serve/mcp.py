@@ -14,7 +14,7 @@ import os
 import signal
 import stat
 import threading
-from typing import Annotated, Any, Awaitable, Literal
+from typing import Annotated, Any, Awaitable, Literal, cast
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -70,13 +70,15 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 INDEXING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
-async def _answer(name: str, call: Awaitable[dict[str, Any]]) -> Any:  # the payload, or a CallToolResult
+async def _answer(name: str, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """The tool's payload; a failed search's is a CallToolResult, which the SDK passes through as it
+    is (the tools' ``dict`` annotation is their output schema, which a tool error does not follow)."""
     try:
         return await call
     except OperationError as exc:
         if exc.payload is not None:  # a failed search: a tool error that keeps OpenClaw's payload
-            return CallToolResult(content=[TextContent(type="text", text=f"{name}: {exc}")],
-                                  structured_content=exc.payload, is_error=True)
+            return cast("dict[str, Any]", CallToolResult(content=[TextContent(type="text", text=f"{name}: {exc}")],
+                                                         structured_content=exc.payload, is_error=True))
         raise ToolError(str(exc)) from None  # the model reads the reason and can correct its call
 
 
@@ -168,6 +170,7 @@ def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str |
         _run_stdio(server)
         return
     host, port = http
+    # lazy: guard.py reads its MEMINDEX_SERVE_* limits as it loads; stdio never needs them
     from memindex.producers.serve.guard import quiet_client_exits
 
     quiet_client_exits("mcp.server.streamable_http")
@@ -196,7 +199,8 @@ def _run_stdio(server: MCPServer) -> None:
 
                 group.start_soon(stop_on_sigterm)
                 stdin = _WireLines(wire) if wire is not None else None
-                async with stdio_server(stdin=stdin) as (read, write):
+                # The SDK only iterates the lines of its stdin: _WireLines is that, not an AsyncFile.
+                async with stdio_server(stdin=stdin) as (read, write):  # type: ignore[arg-type]
                     await lowlevel.run(read, write, lowlevel.create_initialization_options())
                 group.cancel_scope.cancel()  # the client closed stdin: stop watching for SIGTERM too
         finally:

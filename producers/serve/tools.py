@@ -126,7 +126,7 @@ def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: 
         raise OperationError("bad_request", f"{name} must be {expected}")
     if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity / NaN, which Python reads
         raise OperationError("bad_request", f"{name} must be a finite number")
-    if minimum is not None and value < minimum:
+    if minimum is not None and isinstance(value, (int, float)) and value < minimum:
         raise OperationError("bad_request", f"{name} must be at least {minimum:g}")
     return value
 
@@ -223,6 +223,7 @@ class MemoryTools:
         if min_score is not None and (why := min_score_problem(min_score)):
             raise OperationError("bad_request", f"minScore {why}")
         settings = self.settings(self._session_agent(_wire("agent", agent), session_key))
+        # lazy: workers.metrics loads dramatiq; the tools serve a library user without the queue's packages
         from memindex.workers.metrics import search_recorders
 
         started, ok = time.perf_counter(), False
