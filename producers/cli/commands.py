@@ -134,7 +134,7 @@ COMMANDS: tuple[Command, ...] = (
             (("memindex batches", "the default agent's batch jobs"),
              ("memindex batches --all --json", "every configured agent, as JSON")),
             A.batches),
-    Command("mcp", f"{_CLI}.serve:cmd_mcp", "MCP server (memory_search, memory_get, memory_status) on stdio or HTTP",
+    Command("mcp", f"{_CLI}.serve:cmd_mcp", "MCP server (memory_search, memory_get, memory_status, memory_index) on stdio or HTTP",
             "Serve every configured agent's memory to MCP clients (with --agent, that agent's alone); engines "
             "and the query embedder stay loaded between calls.",
             (("memindex mcp", "stdio, as Claude Code / Cursor start it"),
