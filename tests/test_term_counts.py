@@ -151,3 +151,26 @@ def test_a_generation_without_counts_keeps_working_and_gets_none(agent, gone):
         assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'terms_g%'").fetchone()[0] == 0
     finally:
         r.close()
+
+
+def test_status_deep_checks_the_counts_against_the_index(agent):
+    for rel, text in NOTES.items():
+        agent.write(rel, text)
+    agent.index()
+    r = open_reader(agent.settings())
+    try:
+        assert r.check_invariant() == {"ok": True, "problems": []}
+        gen = r.state().live_generation
+    finally:
+        r.close()
+    w = db.connect(agent.settings().store_path)
+    try:
+        w.execute(f"UPDATE {terms_table(gen)} SET docs = docs + 1 WHERE term = 'mara'")
+        w.execute(f"DELETE FROM {terms_table(gen)} WHERE term = 'lisbon'")
+    finally:
+        w.close()
+    r = open_reader(agent.settings())
+    try:
+        assert r.check_invariant()["problems"] == [f"generation {gen}: 2 term count(s) that differ from the FTS index"]
+    finally:
+        r.close()

@@ -137,6 +137,9 @@ class StoreReader:
         if table_exists(c, ft):
             count(f"SELECT count(*) FROM {ft} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan FTS row(s)")
             count(f"SELECT count(*) FROM {ct} WHERE rowid NOT IN (SELECT rowid FROM {ft})", "chunk(s) without an FTS row")
+            wrong = terms.count_problems(c, gen)
+            if wrong:
+                out.append(f"{wrong} term count(s) that differ from the FTS index")
         if self.vector_error is None and table_exists(c, vt):
             count(f"SELECT count(*) FROM {vt} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan vector row(s)")
         return out

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 from memindex.pipeline.store import db
 from memindex.pipeline.store.core import table_exists
 from memindex.pipeline.store.fts_text import index_text
-from memindex.pipeline.store.schema import FTS_TOKENIZER, chunks_table, contexts_table, terms_table
+from memindex.pipeline.store.schema import FTS_TOKENIZER, chunks_table, contexts_table, fts_table, terms_table
 
 # Scratch tables in TEMP (per connection, never in the store file; a read-only connection may
 # write TEMP). The writer's only needs chunk counts per term (detail=none: no positions kept);
@@ -100,6 +100,18 @@ def uncount_chunks(conn: db.Connection, gen: int, rowids: Sequence[int]) -> None
             f"WHERE c.rowid IN ({marks})", part)]
         count(conn, gen, texts, -1)
         conn.execute(f"DELETE FROM {xt} WHERE rowid IN ({marks})", part)
+
+
+def count_problems(conn: db.Connection, gen: int) -> int:
+    """Terms whose kept count differs from FTS5's own (``status --deep``; walks the whole index)."""
+    if not keeps_counts(conn, gen):
+        return 0
+    vocab = f"temp.memindex_vocab_g{int(gen)}"
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {fts_table(gen)}, row)")
+    tt = terms_table(gen)
+    fts, kept = f"SELECT term, doc FROM {vocab}", f"SELECT term, docs FROM {tt}"
+    return conn.execute(f"SELECT count(*) FROM (SELECT term FROM ({fts} EXCEPT {kept}) "
+                        f"UNION SELECT term FROM ({kept} EXCEPT {fts}))").fetchone()[0]
 
 
 class TermCounts:
