@@ -30,7 +30,7 @@ from memindex.pipeline.store.schema import FTS_TOKENIZER, chunks_table, contexts
 
 # Scratch tables in TEMP (per connection, never in the store file; a read-only connection may
 # write TEMP). The writer's only needs chunk counts per term (detail=none: no positions kept);
-# the reader's tells a one-token phrase from a longer one by its token positions.
+# the reader's counts a phrase's tokens (detail=full: one ``instance`` row per token).
 _COUNT, _COUNT_ROWS = "temp.memindex_term_count", "temp.memindex_term_count_rows"
 _TOKENS, _TOKENS_SEEN = "temp.memindex_query_tokens", "temp.memindex_query_tokens_seen"
 _PHRASE_CACHE_MAX = 8192
@@ -110,8 +110,8 @@ def count_problems(conn: db.Connection, gen: int) -> int:
     conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {fts_table(gen)}, row)")
     tt = terms_table(gen)
     fts, kept = f"SELECT term, doc FROM {vocab}", f"SELECT term, docs FROM {tt}"
-    return conn.execute(f"SELECT count(*) FROM (SELECT term FROM ({fts} EXCEPT {kept}) "
-                        f"UNION SELECT term FROM ({kept} EXCEPT {fts}))").fetchone()[0]
+    return int(conn.execute(f"SELECT count(*) FROM (SELECT term FROM ({fts} EXCEPT {kept}) "
+                            f"UNION SELECT term FROM ({kept} EXCEPT {fts}))").fetchone()[0])
 
 
 class TermCounts:

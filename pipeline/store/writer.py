@@ -722,14 +722,14 @@ class StoreWriter:
                     [source, *part])]
         vec_exists = self.vector_error is None and table_exists(self.conn, vt)
         for i in range(0, len(old), _SQL_IN_MAX):
-            part = old[i : i + _SQL_IN_MAX]
-            marks = ",".join("?" * len(part))
+            ids = old[i : i + _SQL_IN_MAX]
+            marks = ",".join("?" * len(ids))
             if self.fts_error is None:
-                self._uncount(gen, part)
-                self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({marks})", part)
+                self._uncount(gen, ids)
+                self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({marks})", ids)
             if vec_exists:
-                self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", part)
-            self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", part)
+                self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", ids)
+            self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", ids)
         rowid = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {ct}").fetchone()[0]
         ts = db.now_ms()
         vec_ok: dict[int, bool] = {}
