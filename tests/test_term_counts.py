@@ -27,6 +27,25 @@ NOTES = {
 }
 
 
+def _index_notes(agent) -> None:
+    for rel, text in NOTES.items():
+        agent.write(rel, text)
+    agent.index()
+
+
+def _alter(agent, *statements: str) -> int:
+    """Run ``statements`` (``{terms}``/``{contexts}``: the live generation's tables) on the store,
+    as another program could; the live generation."""
+    w = db.connect(agent.settings().store_path)
+    try:
+        gen = read_state(w).live_generation
+        for sql in statements:
+            w.execute(sql.format(terms=terms_table(gen), contexts=contexts_table(gen)))
+        return gen
+    finally:
+        w.close()
+
+
 def _fts_counts(conn: db.Connection, gen: int) -> dict[str, int]:
     """FTS5's own chunk count of every term (fts5vocab walks the whole index)."""
     conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.v{gen} USING fts5vocab(main, {fts_table(gen)}, row)")
@@ -47,9 +66,7 @@ def _kept_counts(agent) -> tuple[dict[str, int], dict[str, int], int]:
 
 
 def test_the_kept_counts_are_fts5s_own_through_writes_rewrites_and_deletes(agent):
-    for rel, text in NOTES.items():
-        agent.write(rel, text)
-    agent.index()
+    _index_notes(agent)
     kept, fts, contexts = _kept_counts(agent)
     assert kept == fts and len(kept) > 50, (len(kept), len(fts))
     # the date words of a daily note's context and its title are counted (porter-stemmed, as stored)
@@ -70,9 +87,7 @@ def test_the_kept_counts_are_fts5s_own_through_writes_rewrites_and_deletes(agent
 
 
 def test_a_phrase_count_is_what_match_counts(agent):
-    for rel, text in NOTES.items():
-        agent.write(rel, text)
-    agent.index()
+    _index_notes(agent)
     r = open_reader(agent.settings())
     try:
         conn, gen = r.conn(), r.state().live_generation
@@ -107,21 +122,13 @@ def test_search_ranks_exactly_as_with_match_counts(agent):
     for i in range(60):
         agent.write(f"memory/n{i:02d}.md", f"# Note {i}\nthe telegram bot deploy {'router ' * (i % 5)}"
                     f"{'lisbon hotel ' if i % 7 == 0 else ''}filler words number {i}\n")
-    for rel, text in NOTES.items():
-        agent.write(rel, text)
-    agent.index()
+    _index_notes(agent)
     queries = ["telegram deploy", "router lisbon hotel", "mara deploy proxy", "filler words", "café crème",
                "february notes", "東京", "nothing matches this"]
     assert all(build_match_query(q) for q in queries) and all(content_terms(q) for q in queries[:-1])
     kept = _rank(agent, queries), _rank(agent, queries, FtsBudget(budget=20, small=10))
     assert any(kept[0]) and kept[0] != kept[1]  # (the small budget changes what is ranked)
-    w = db.connect(agent.settings().store_path)
-    try:
-        gen = read_state(w).live_generation
-        w.execute(f"DROP TABLE {terms_table(gen)}")
-        w.execute(f"DROP TABLE {contexts_table(gen)}")
-    finally:
-        w.close()
+    _alter(agent, "DROP TABLE {terms}", "DROP TABLE {contexts}")
     counted = _rank(agent, queries), _rank(agent, queries, FtsBudget(budget=20, small=10))
     assert kept == counted
 
@@ -131,14 +138,7 @@ def test_a_generation_without_counts_keeps_working_and_gets_none(agent, gone):
     # A store indexed before the counts existed: writes and deletes neither fail nor create them.
     agent.write("memory/a.md", "# A\nalpha beta\n")
     agent.index()
-    w = db.connect(agent.settings().store_path)
-    try:
-        gen = read_state(w).live_generation
-        w.execute(f"DROP TABLE {terms_table(gen)}")
-        if gone == "both":
-            w.execute(f"DROP TABLE {contexts_table(gen)}")
-    finally:
-        w.close()
+    _alter(agent, "DROP TABLE {terms}", *(["DROP TABLE {contexts}"] if gone == "both" else []))
     agent.write("memory/a.md", "# A\nalpha gamma\n")
     agent.write("memory/b.md", "# B\ngamma delta\n")
     agent.index()
@@ -154,21 +154,14 @@ def test_a_generation_without_counts_keeps_working_and_gets_none(agent, gone):
 
 
 def test_status_deep_checks_the_counts_against_the_index(agent):
-    for rel, text in NOTES.items():
-        agent.write(rel, text)
-    agent.index()
+    _index_notes(agent)
     r = open_reader(agent.settings())
     try:
         assert r.check_invariant() == {"ok": True, "problems": []}
-        gen = r.state().live_generation
     finally:
         r.close()
-    w = db.connect(agent.settings().store_path)
-    try:
-        w.execute(f"UPDATE {terms_table(gen)} SET docs = docs + 1 WHERE term = 'mara'")
-        w.execute(f"DELETE FROM {terms_table(gen)} WHERE term = 'lisbon'")
-    finally:
-        w.close()
+    gen = _alter(agent, "UPDATE {terms} SET docs = docs + 1 WHERE term = 'mara'",
+                 "DELETE FROM {terms} WHERE term = 'lisbon'")
     r = open_reader(agent.settings())
     try:
         assert r.check_invariant()["problems"] == [f"generation {gen}: 2 term count(s) that differ from the FTS index"]
