@@ -167,3 +167,28 @@ def test_status_deep_checks_the_counts_against_the_index(agent):
         assert r.check_invariant()["problems"] == [f"generation {gen}: 2 term count(s) that differ from the FTS index"]
     finally:
         r.close()
+
+
+def test_session_appends_and_rebuilds_keep_the_counts(agent):
+    # Session deltas add chunks to a file already indexed (the writer's append path); a
+    # truncated transcript is rebuilt (its chunks deleted and written again).
+    from memindex.producers import session_delta
+    from tests.test_session_delta import Sess, msg
+
+    session_delta._inflight.clear()  # (as test_session_delta's fixture: no work in flight from another test)
+    try:
+        s = Sess(agent, delta_messages=3)
+        s.append(b"".join(msg("user", f"kestrel sighting {i} near the ospreys") for i in range(5)))
+        assert s.check() == 1
+        s.append(b"".join(msg("assistant", f"noted kestrel {i}, herons too") for i in range(4)))
+        assert s.check() == 1
+        kept, fts, _ = _kept_counts(agent)
+        assert kept == fts and kept["kestrel"] >= 2, kept
+        with open(s.path, "r+b") as fh:
+            fh.truncate(0)
+            fh.write(msg("user", "a fresh start with puffins"))
+        assert s.check() == 1
+        kept, fts, _ = _kept_counts(agent)
+        assert kept == fts and "kestrel" not in kept and kept["puffin"] == 1, kept
+    finally:
+        session_delta._inflight.clear()
