@@ -192,3 +192,18 @@ def test_session_appends_and_rebuilds_keep_the_counts(agent):
         assert kept == fts and "kestrel" not in kept and kept["puffin"] == 1, kept
     finally:
         session_delta._inflight.clear()
+
+
+def test_a_scratch_table_that_cannot_be_used_falls_back_to_match_counts(agent):
+    # TEMP holding something else under the scratch table's name (as a failed TEMP would): the
+    # lookup says "not answered" and the caller counts by MATCH, instead of failing the search.
+    _index_notes(agent)
+    r = open_reader(agent.settings())
+    try:
+        conn, gen = r.conn(), r.state().live_generation
+        conn.execute("CREATE TABLE temp.memindex_query_tokens (x)")
+        assert TermCounts().counts(conn, gen, ['"mara"', '"deploys"']) == [None, None]
+        with r.snapshot() as snap:
+            assert snap.term_counts(['"mara"', '"deploys"']) == [2, 2]
+    finally:
+        r.close()

@@ -20,6 +20,7 @@ keeps per chunk. Generations created before this have neither table; their count
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Iterable, Sequence
 
@@ -27,6 +28,8 @@ from memindex.pipeline.store import db
 from memindex.pipeline.store.core import table_exists
 from memindex.pipeline.store.fts_text import index_text
 from memindex.pipeline.store.schema import FTS_TOKENIZER, chunks_table, contexts_table, fts_table, terms_table
+
+log = logging.getLogger("memindex.store")
 
 # Scratch tables in TEMP (per connection, never in the store file; a read-only connection may
 # write TEMP). The writer's only needs chunk counts per term (detail=none: no positions kept);
@@ -128,7 +131,11 @@ class TermCounts:
         None for a phrase of several tokens, or for all of them when ``gen`` keeps no counts."""
         if not phrases or not keeps_counts(conn, gen):
             return [None] * len(phrases)
-        terms = self._stored_terms(conn, phrases)
+        try:
+            terms = self._stored_terms(conn, phrases)
+        except db.OperationalError as exc:  # no TEMP space for the scratch table: count by MATCH
+            log.warning("term counts unavailable (%s); counting by MATCH", exc)
+            return [None] * len(phrases)
         wanted = sorted({t for t in terms if t})
         found = dict(conn.execute(f"SELECT term, docs FROM {terms_table(gen)} WHERE term IN "
                                   f"({','.join('?' * len(wanted))})", wanted)) if wanted else {}
