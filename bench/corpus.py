@@ -310,8 +310,8 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
     m["cli_inproc_p50"], m["cli_cpu_p50"] = pct(minp, 50), pct(mcpu, 50)
     if qcli:
         q["cli_p50"], q["cli_p95"], q["cli_cpu_p50"] = pct(qcli, 50), pct(qcli, 95), pct(qcpu, 50)
-    store = mroot / "state" / "memory" / "main.sqlite"
-    m["store_mb"] = dir_bytes(mroot / "state" / "memory") / 1e6
+    store = mroot / "state" / "memindex" / "main.sqlite"  # the default store path (owner.py)
+    m["store_mb"] = dir_bytes(store.parent) / 1e6
     if qmd:
         q["store_mb"] = dir_bytes(qroot / "xdg-cache" / "qmd") / 1e6
     from memindex.pipeline.config.settings import Context, load_settings
@@ -550,10 +550,11 @@ def warm_search(root: Path, queries: list[str], rounds: int = 3) -> dict[str, fl
             cpu.append((time.thread_time() - c0) * 1000)
             if r == 0:
                 first_lat.append(cpu[-1])
+    store = eng.settings.store_path
     eng.close()
     out = {"p50": pct(lat, 50), "p95": pct(lat, 95), "cpu_p50": pct(cpu, 50), "cpu_p95": pct(cpu, 95),
            "first_cpu_p95": pct(first_lat, 95)}
-    out["fts_p50"], out["fts_p95"] = fts_floor_ms(root / "state" / "memory" / "main.sqlite", queries)
+    out["fts_p50"], out["fts_p95"] = fts_floor_ms(store, queries)
     return out
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from memindex.pipeline.store import db
+from memindex.pipeline.store import db, terms
 from memindex.pipeline.store.schema import chunks_table, fts_table
 
 # Postings (summed document frequency) ranked per query: ~1.2-2.7 ms of bm25() on this 2-core
@@ -39,10 +39,10 @@ FTS_RANK_BUDGET = 1_500
 # 1,500, 0.807 at 750, 0.799 at 500 - there the share keeps 1,500.
 FTS_RANK_BUDGET_SMALL = 750
 FTS_BUDGET_SHARE = 0.07
-# Document frequencies are counted up to 4x the small budget (the count walks the posting list,
-# ~0.06 us a posting, once per phrase per engine: 0.38 ms for a word in 6,000 chunks, the
-# first time a search meets it): enough to order the phrases a budget can still use, bounded
-# for the words in half the store.
+# Document frequencies are taken up to 4x the small budget: enough to order the phrases a budget
+# can still use. A phrase's comes from the writer's term counts (store/terms.py, one lookup); an
+# AND of phrases, or a phrase in a generation without counts, is counted by walking its matches
+# (~0.06 us a posting: 0.38 ms for a word in 6,000 chunks), bounded for the words in half the store.
 DF_COUNT_FACTOR = 4
 _CACHE_MAX = 4096
 
@@ -117,9 +117,10 @@ class FtsBudget:
 
     def count_cap_for(self, size: int) -> int:
         """How far a phrase's document frequency is counted: the same at every store size (a count
-        walks the posting list up to it, the first time a search meets the phrase; sized by the
-        larger budget it doubled that work from 1k to 30k files). Beyond it only the order among
-        phrases over every budget is lost, which trimming does not use."""
+        without the writer's term counts walks the posting list up to it; sized by the larger
+        budget it doubled that work from 1k to 30k files). Beyond it only the order among phrases
+        over every budget is lost, which trimming does not use (and the plans stay the same
+        whichever way a count was taken)."""
         return DF_COUNT_FACTOR * self.small
 
     def _trim(self, conn: db.Connection, gen: int, match: str) -> tuple[str, int, int]:
@@ -161,7 +162,12 @@ class FtsBudget:
         return n
 
     def _count(self, conn: db.Connection, gen: int, expr: str, cap: int) -> int:
-        """Chunks matching ``expr``, counted up to ``cap + 1`` (no ranking: ~0.06 us each)."""
+        """Chunks matching ``expr``, counted up to ``cap + 1``: a phrase's from the writer's term
+        counts (one lookup, store/terms.py), else by walking its matches (~0.06 us each)."""
+        if " AND " not in expr:
+            n = terms.phrase_counts(conn, gen, [expr])[0]
+            if n is not None:
+                return min(n, cap + 1)
         ft = fts_table(gen)
         return conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {ft} WHERE {ft} MATCH ? LIMIT ?)",
                             (expr, cap + 1)).fetchone()[0]

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from memindex.pipeline.store import db, owner
+from memindex.pipeline.store import db, owner, terms
 from memindex.pipeline.store.core import (
     FileKey,
     IndexedFile,
@@ -137,6 +137,9 @@ class StoreReader:
         if table_exists(c, ft):
             count(f"SELECT count(*) FROM {ft} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan FTS row(s)")
             count(f"SELECT count(*) FROM {ct} WHERE rowid NOT IN (SELECT rowid FROM {ft})", "chunk(s) without an FTS row")
+            wrong = terms.count_problems(c, gen)
+            if wrong:
+                out.append(f"{wrong} term count(s) that differ from the FTS index")
         if self.vector_error is None and table_exists(c, vt):
             count(f"SELECT count(*) FROM {vt} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan vector row(s)")
         return out
@@ -363,7 +366,11 @@ class ReadSnapshot:
             return [0] * len(phrases)
         ft = fts_table(gen)
         try:
-            return [c.execute(f"SELECT count(*) FROM {ft} WHERE {ft} MATCH ?", (p,)).fetchone()[0] for p in phrases]
+            # The writer's counts (one lookup each, store/terms.py); a MATCH count (a walk of the
+            # phrase's posting lists) for a phrase of several tokens or an older generation.
+            counts = terms.phrase_counts(c, gen, phrases)
+            return [n if n is not None else c.execute(f"SELECT count(*) FROM {ft} WHERE {ft} MATCH ?", (p,)).fetchone()[0]
+                    for p, n in zip(phrases, counts)]
         except db.OperationalError as exc:
             if "no such table" not in str(exc):
                 _search_log.warning("keyword statistics failed: %s", exc)

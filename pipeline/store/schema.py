@@ -71,6 +71,16 @@ def vec_table(gen: int) -> str:
     return f"vec_g{int(gen)}"
 
 
+def terms_table(gen: int) -> str:
+    """Term -> how many of ``gen``'s chunks hold it, kept by the writer (store/terms.py)."""
+    return f"terms_g{int(gen)}"
+
+
+def contexts_table(gen: int) -> str:
+    """Chunk rowid -> the file context indexed with its text (store/terms.py)."""
+    return f"contexts_g{int(gen)}"
+
+
 def pending_table(gen: int) -> str:
     """The files the last plan for ``gen`` sent and the writer has not written yet: a rebuilding
     generation goes live only when this is empty (``maybe_promote``), and a kept-over plan knows
@@ -181,5 +191,6 @@ def vec_ddl(gen: int, dims: int) -> str:
 def drop_generation_sql(gen: int) -> list[str]:
     return [
         f"DROP TABLE IF EXISTS {t}"
-        for t in (vec_table(gen), fts_table(gen), chunks_table(gen), files_table(gen), pending_table(gen))
+        for t in (vec_table(gen), fts_table(gen), chunks_table(gen), files_table(gen), pending_table(gen),
+                  terms_table(gen), contexts_table(gen))
     ]

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreError
-from memindex.pipeline.store import db, owner
+from memindex.pipeline.store import db, owner, terms
 from memindex.pipeline.store.core import (
     UNSTORABLE,
     FileKey,
@@ -24,7 +24,6 @@ from memindex.pipeline.store.core import (
     table_exists,
 )
 from memindex.pipeline.store import fts_totals
-from memindex.pipeline.store.fts_text import index_text
 from memindex.pipeline.store.health import (
     is_corruption,
     is_full,
@@ -262,7 +261,7 @@ class StoreWriter:
         self.lost_held = False  # SQLite rolled a held transaction back: its writes are gone
         self.full = False  # the last write or commit found the disk full (cleared by a commit that works)
         # In a held transaction, the FTS rows of new chunks wait here until the commit (see hold).
-        self._fts_rows: list[tuple[str, int, str]] = []  # (fts table, chunk rowid, indexed text)
+        self._fts_rows: list[tuple[int, int, str]] = []  # (generation, chunk rowid, indexed text)
         self._fts_files: set[tuple[int, str, str]] = set()  # (generation, source, path) of those chunks
         # FTS rows deleted in the current transaction: their sizes come off FTS5's totals after the
         # commit (fts_totals: a contentless_delete table never takes them off itself).
@@ -271,6 +270,7 @@ class StoreWriter:
             fts_totals.recount(self.conn, [r[0] for r in self.conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%fts5%'")])
             fts_totals.settle(self.conn)  # deletes a crash left unsettled
+        self._counts_kept: dict[int, bool] = {}  # generation -> it has term counts (``_keeps_counts``)
 
     def _open_checked(self) -> db.Connection:
         """Open the store, moving a damaged one aside first (``quarantine``). A store that
@@ -395,14 +395,28 @@ class StoreWriter:
         rolled back would take the flushed rows with it."""
         rows, self._fts_rows = self._fts_rows, []
         self._fts_files.clear()
-        by_table: dict[str, list[tuple[int, str]]] = {}
-        for table, rowid, text in rows:
-            by_table.setdefault(table, []).append((rowid, text))
-        for table, part in by_table.items():
-            self._insert_fts(table, part)
+        by_gen: dict[int, list[tuple[int, str]]] = {}
+        for gen, rowid, text in rows:
+            by_gen.setdefault(gen, []).append((rowid, text))
+        for gen, part in by_gen.items():
+            self._insert_fts(gen, part)
 
-    def _insert_fts(self, table: str, rows: list[tuple[int, str]]) -> None:
-        self.conn.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", rows)
+    def _insert_fts(self, gen: int, rows: list[tuple[int, str]]) -> None:
+        self.conn.executemany(f"INSERT INTO {fts_table(gen)}(rowid, text) VALUES (?, ?)", rows)
+        if self._keeps_counts(gen):  # the term counts move with the FTS rows (store/terms.py)
+            terms.count(self.conn, gen, [text for _, text in rows], 1)
+
+    def _keeps_counts(self, gen: int) -> bool:
+        """Whether ``gen`` has term counts to keep (asked once per generation)."""
+        keeps = self._counts_kept.get(gen)
+        if keeps is None:
+            keeps = self._counts_kept[gen] = terms.keeps_counts(self.conn, gen)
+        return keeps
+
+    def _uncount(self, gen: int, rowids: list[int]) -> None:
+        """Before chunks ``rowids`` (and their FTS rows) are deleted."""
+        if self._keeps_counts(gen):
+            terms.uncount_chunks(self.conn, gen, rowids)
 
     def _flush_first(self) -> None:
         """Before a write that may delete or drop FTS rows: insert the waiting ones (outside
@@ -446,6 +460,11 @@ class StoreWriter:
                 current = dict(self.conn.execute(f"SELECT k, CAST(v AS TEXT) FROM {fts_table(gen)}_config"))
                 for stmt in fts_config_sql(gen, current):
                     self.conn.execute(stmt)
+                # Term counts start with the generation (exact from its first chunk on); an older
+                # generation's search counts by MATCH until a rebuild replaces it.
+                if self.conn.execute(f"SELECT 1 FROM {chunks_table(gen)} LIMIT 1").fetchone() is None:
+                    terms.create_tables(self.conn, gen)
+                self._counts_kept.pop(gen, None)
             except db.OperationalError as exc:
                 self.fts_error = str(exc)
                 log.warning("fts unavailable: %s (vector-only search)", exc)
@@ -540,6 +559,7 @@ class StoreWriter:
     def _drop_generation(self, gen: int) -> None:
         for sql in drop_generation_sql(gen):
             self.conn.execute(sql)  # a table's triggers go with it
+        self._counts_kept.pop(gen, None)
         self._set_meta(vec_dims_key(gen), None)
         self._set_meta(files_version_key(gen), None)
 
@@ -564,14 +584,17 @@ class StoreWriter:
             return st.building_fingerprint
         return None
 
-    def _insert_chunk_rows(self, ft: str, vt: str, fts_rows: list[tuple], vec_rows: list[tuple],
-                           cache_rows: list[tuple]) -> None:
-        """The FTS, vector and embedding-cache rows of chunks just inserted (both write paths)."""
+    def _insert_chunk_rows(self, gen: int, vt: str, fts_rows: list[tuple], vec_rows: list[tuple],
+                           cache_rows: list[tuple], contexts: list[tuple[int, str]]) -> None:
+        """The FTS, vector and embedding-cache rows of chunks just inserted (both write paths);
+        ``contexts``: (rowid, file context) of each, for the term counts."""
         if self.fts_error is None and fts_rows:
+            if self._keeps_counts(gen):
+                terms.add_contexts(self.conn, gen, contexts)
             if self.held_since is not None:
-                self._fts_rows += [(ft, rowid, text) for rowid, text in fts_rows]  # see hold()
+                self._fts_rows += [(gen, rowid, text) for rowid, text in fts_rows]  # see hold()
             else:
-                self._insert_fts(ft, fts_rows)
+                self._insert_fts(gen, fts_rows)
         if vec_rows:
             self.conn.executemany(f"INSERT INTO {vt}(rowid, embedding) VALUES (?, ?)", vec_rows)
         if cache_rows and self.cache_writes:
@@ -728,18 +751,19 @@ class StoreWriter:
                     [source, *part])]
         vec_exists = self.vector_error is None and table_exists(self.conn, vt)
         for i in range(0, len(old), _SQL_IN_MAX):
-            part = old[i : i + _SQL_IN_MAX]
-            marks = ",".join("?" * len(part))
+            ids = old[i : i + _SQL_IN_MAX]
+            marks = ",".join("?" * len(ids))
             if self.fts_error is None:
-                self._fts_gone(ft, part)
-                self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({marks})", part)
+                self._fts_gone(ft, ids)
+                self._uncount(gen, ids)
+                self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({marks})", ids)
             if vec_exists:
-                self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", part)
-            self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", part)
+                self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", ids)
+            self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", ids)
         rowid = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {ct}").fetchone()[0]
         ts = db.now_ms()
         vec_ok: dict[int, bool] = {}
-        chunk_rows, fts_rows, vec_rows, cache_rows, used_rows, file_rows = [], [], [], [], [], []
+        chunk_rows, fts_rows, vec_rows, cache_rows, used_rows, file_rows, contexts = [], [], [], [], [], [], []
         written = 0
         for rec in records:
             source, path, ident = rec.source, rec.path, rec.embedding
@@ -752,7 +776,8 @@ class StoreWriter:
                 rowid += 1
                 chunk_rows.append((rowid, chunk_id(source, path, seq, ch.start_line, ch.end_line, ch.hash, model),
                                    source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts))
-                fts_rows.append((rowid, index_text(f"{ch.context}\n{ch.text}" if ch.context else ch.text)))
+                fts_rows.append((rowid, terms.fts_text(ch.text, ch.context)))
+                contexts.append((rowid, ch.context))
                 if blob is not None:
                     if dims and vec_ok.get(int(dims)):
                         vec_rows.append((rowid, blob))
@@ -767,7 +792,7 @@ class StoreWriter:
         self.conn.executemany(
             f"INSERT INTO {ct}(rowid, id, source, path, start_line, end_line, hash, kind, text, "
             "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", chunk_rows)
-        self._insert_chunk_rows(ft, vt, fts_rows, vec_rows, cache_rows)
+        self._insert_chunk_rows(gen, vt, fts_rows, vec_rows, cache_rows, contexts)
         if used_rows:
             self.conn.executemany(_CACHE_USED, used_rows)
         self.conn.executemany(_file_upsert(ftab), file_rows)
@@ -824,8 +849,8 @@ class StoreWriter:
         if dims:
             vec_ok = self._ensure_vec(gen, int(dims))
         ts = db.now_ms()
-        ct, ft, vt = chunks_table(gen), fts_table(gen), vec_table(gen)
-        fts_rows, vec_rows, cache_rows = [], [], []
+        ct, vt = chunks_table(gen), vec_table(gen)
+        fts_rows, vec_rows, cache_rows, contexts = [], [], [], []
         for seq, ch in enumerate(chunks, start=kept):
             blob = _vector_blob(ch, dims, path)
             cid = chunk_id(source, path, seq, ch.start_line, ch.end_line, ch.hash, model)
@@ -836,13 +861,14 @@ class StoreWriter:
                 (cid, source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts),
             )
             rowid = cur.lastrowid
-            fts_rows.append((rowid, index_text(f"{ch.context}\n{ch.text}" if ch.context else ch.text)))
+            fts_rows.append((rowid, terms.fts_text(ch.text, ch.context)))
+            contexts.append((rowid, ch.context))
             if blob is not None:
                 if vec_ok:
                     vec_rows.append((rowid, blob))
                 if ch.cacheable and ident is not None:
                     cache_rows.append((ident.provider, model, ident.provider_key, dims, ch.hash, blob, ts, ts))
-        self._insert_chunk_rows(ft, vt, fts_rows, vec_rows, cache_rows)
+        self._insert_chunk_rows(gen, vt, fts_rows, vec_rows, cache_rows, contexts)
         hits = rec.cache_hits
         if hits and ident is not None:
             self.conn.executemany(_CACHE_USED, [(ts, ident.provider, model, ident.provider_key, dims, h) for h in hits])
@@ -887,6 +913,7 @@ class StoreWriter:
             marks = ",".join("?" * len(rowids))
             if self.fts_error is None:
                 self._fts_gone(fts_table(gen), rowids)
+                self._uncount(gen, rowids)
                 self.conn.execute(f"DELETE FROM {fts_table(gen)} WHERE rowid IN ({marks})", rowids)
             if self.vector_error is None and table_exists(self.conn, vec_table(gen)):
                 self.conn.execute(f"DELETE FROM {vec_table(gen)} WHERE rowid IN ({marks})", rowids)
