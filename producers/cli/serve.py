@@ -128,7 +128,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     # lazy: the serve extra (Starlette, uvicorn) may be absent, which _missing_extra said
     from memindex.producers.serve.http import (
-        address_of, build_app, listen_socket, parse_bind, protect, require_token_off_loopback, run_uvicorn,
+        EARLY_STOP, address_of, build_app, listen_socket, parse_bind, protect, require_token_off_loopback, run_uvicorn,
     )
 
     token = _token(args)
@@ -141,6 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if pid_file is not None:
         daemon.claim_pid_file(pid_file)
+    EARLY_STOP.install()  # a SIGTERM once the port listens, before uvicorn runs, still stops with exit 0
     unix_path = Path(args.socket).expanduser().absolute() if args.socket is not None else None
 
     def bind() -> socket.socket:

@@ -342,12 +342,37 @@ class CancelledRequests:
                 await _send_json(send, 503, err.as_dict(), {"Connection": "close"})
 
 
+class _EarlyStop:
+    """A SIGTERM that comes before uvicorn takes the signals over: the port already listens (a
+    supervisor or a test sees it and stops the server) while the app is still being built. With
+    the default handler it killed the process (exit 143); remembered here, it stops the server as
+    soon as it has started, and the exit is 0 as for any SIGTERM stop."""
+
+    requested = False
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def install(self) -> None:
+        """From here on a SIGTERM is remembered (main thread only: signals cannot be set elsewhere)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.handle)
+
+
+EARLY_STOP = _EarlyStop()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, where a second SIGTERM or SIGINT cancels the open requests at once, as the
     drain's end does (uvicorn waited on: only a second SIGINT forced it, skipping the app's own
     shutdown, with CancelledError tracebacks); a third forces the exit."""
 
     hurried = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if EARLY_STOP.requested:  # uvicorn's handlers are in place now; it came before them
+            self.should_exit = True
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.should_exit and not self.hurried:
@@ -368,6 +393,7 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.sock
     # lazy: guard.py reads its MEMINDEX_SERVE_* limits as it loads: said when a server starts, not on import
     from memindex.producers.serve.guard import guarded_protocol
 
+    EARLY_STOP.install()  # (serve installed it before binding; mcp --http binds just below)
     # Header and body deadlines and a connection cap (guard.py); serve's own 408 comes first.
     protocol = guarded_protocol(BODY_TIMEOUT_S + 1)
     if sock is None:
@@ -382,7 +408,7 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.sock
     # the default SIGTERM handler that kills the process (exit 143 after a clean stop). A handler
     # that ignores it makes a SIGTERM stop exit 0, as `memindex watch` and the workers do.
     main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, lambda *_: None) if main else None
+    old = signal.signal(signal.SIGTERM, EARLY_STOP.handle) if main else None
     try:
         server.run(sockets=[sock])
     finally:
