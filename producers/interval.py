@@ -56,7 +56,7 @@ def _interval_s(ctx: Context) -> float:
     _warned.pop(ctx.agent_id, None)
     if not settings.enabled:
         return 0.0
-    return float(settings.memory_search["sync"]["intervalMinutes"]) * 60.0
+    return float(settings.memory_search.sync.interval_minutes) * 60.0
 
 
 def _vectors_pending(ctx: Context) -> int:

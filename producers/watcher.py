@@ -126,7 +126,7 @@ class AgentWatch:
     @classmethod
     def from_settings(cls, ctx: Context, settings: AgentSettings) -> "AgentWatch":
         ws = settings.workspace
-        w = cls(ctx, settings.memory_search["sync"]["watchDebounceMs"] / 1000.0, digest=settings.digest())
+        w = cls(ctx, settings.memory_search.sync.watch_debounce_ms / 1000.0, digest=settings.digest())
         w.files = {_norm(ws / name) for name in ROOT_FILES}
         w.trees = [_norm(ws / MEMORY_DIR)]
         w.extra_keep = _media_filter(settings)
@@ -572,7 +572,7 @@ def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
     pairs = []
     for ctx in contexts:
         settings = settings_for(ctx)
-        if not settings.enabled or not settings.memory_search["sync"]["watch"]:
+        if not settings.enabled or not settings.memory_search.sync.watch:
             log.info("watcher: %s not watched (memory search or sync.watch disabled)", ctx.agent_id)
             continue
         pairs.append((ctx, settings))

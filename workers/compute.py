@@ -35,7 +35,8 @@ from typing import Any, Iterator
 import dramatiq
 
 from memindex.pipeline.config.environ import env_number
-from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.config.records import Memory, MemorySearch
+from memindex.pipeline.config.settings import AgentSettings, Context, default_memory
 from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderError, ProviderRateLimited,
                                               ProviderTransientError)
 from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
@@ -78,18 +79,19 @@ MODES = {"files": write_files, "append": write_session_append}
 
 def compute_spec(settings: AgentSettings) -> dict[str, Any]:
     """The agent's embedding settings as a message part, without secrets."""
-    ms = copy.deepcopy(settings.memory_search)
+    ms = settings.memory_search.to_dict()
     providers = copy.deepcopy(settings.providers)
     stripped = 0
-    for section in (ms.get("remote"), *providers.values()):
+    for section in (ms["remote"], *providers.values()):
         if isinstance(section, dict):
             for f in SECRET_FIELDS:
                 if section.pop(f, None) is not None:
                     stripped += 1
+    ms["remote"].update(apiKey=None, headers={})  # the record's "none set", its fields being required
     return {"agent_id": settings.agent_id, "workspace": str(settings.workspace),
             "state_dir": str(settings.state_dir), "store": str(settings.store_path),
             "config": str(settings.config_path) if settings.config_path else None,
-            "memory_search": ms, "providers": providers, "memory": settings.memory, "secrets": stripped}
+            "memory_search": ms, "providers": providers, "memory": settings.memory.to_dict(), "secrets": stripped}
 
 
 def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettings:
@@ -111,7 +113,8 @@ def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettin
             log.warning("could not read %s (%s); using the message's settings and this host's environment",
                         spec["config"], exc)
     return AgentSettings(spec["agent_id"], Path(spec["workspace"]), Path(spec["state_dir"]), Path(spec["store"]),
-                         True, copy.deepcopy(spec["memory_search"]), spec.get("memory") or {},
+                         True, MemorySearch.from_dict(spec["memory_search"]),
+                         Memory.from_dict(spec["memory"]) if spec.get("memory") else default_memory(),
                          copy.deepcopy(spec["providers"]),
                          config_path=Path(spec["config"]) if spec.get("config") else None)
 

@@ -30,6 +30,7 @@ from memindex.pipeline.config import ranges
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
+from memindex.pipeline.config.records import Memory, MemorySearch, Record
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
 from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
 from memindex.pipeline.config.paths import config_path_for as config_path_for
@@ -434,6 +435,11 @@ def _defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def default_memory() -> Memory:
+    """The ``memory`` block of a config that sets none (a compute message from a sender without one)."""
+    return Memory.from_dict(_defaults(MEMORY))
+
+
 def _unknown_key(schema: Mapping[str, Any], k: str, path: str) -> ConfigError:
     """A key neither OpenClaw nor memindex knows, with the closest known one suggested."""
     import difflib  # only to suggest a name for an unknown key
@@ -587,6 +593,8 @@ _SECRET_KEY = re.compile(r"api[-_]?key|token|secret|passw|authorization|cookie|c
 def masked(value: Any, key: str = "") -> Any:
     """``value`` with every secret-looking entry (an ``apiKey``, a token, any header value) as
     ``"***"``; for showing settings, never for using them."""
+    if isinstance(value, Record):  # a typed block: masked in the config's own (camelCase) shape
+        value = value.to_dict()
     if isinstance(value, Mapping):
         return {k: ("***" if (key.lower() == "headers" or _SECRET_KEY.search(str(k))) and isinstance(v, str) and v
                     else masked(v, str(k))) for k, v in value.items()}
@@ -604,8 +612,8 @@ class AgentSettings:
     state_dir: Path
     store_path: Path
     enabled: bool
-    memory_search: dict[str, Any]
-    memory: dict[str, Any]
+    memory_search: MemorySearch
+    memory: Memory
     providers: dict[str, Any] = field(default_factory=dict)
     memory_flush: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
@@ -624,7 +632,7 @@ class AgentSettings:
 
     @property
     def sources(self) -> list[str]:
-        return list(self.memory_search["sources"])
+        return list(self.memory_search.sources)
 
     @property
     def sessions_dir(self) -> Path:
@@ -632,17 +640,18 @@ class AgentSettings:
 
     @property
     def chunk_tokens(self) -> int:
-        return int(self.memory_search["chunking"]["tokens"])
+        return self.memory_search.chunking.tokens
 
     @property
     def chunk_overlap(self) -> int:
-        c = self.memory_search["chunking"]
-        return max(0, min(int(c["overlap"]), int(c["tokens"]) - 1))
+        c = self.memory_search.chunking
+        return max(0, min(c.overlap, c.tokens - 1))
 
     def digest(self) -> str:
         """Stable hash of the resolved settings (for caching per-agent objects)."""
         blob = json.dumps(
-            [self.agent_id, str(self.workspace), str(self.store_path), self.memory_search, self.memory],
+            [self.agent_id, str(self.workspace), str(self.store_path), self.memory_search.to_dict(),
+             self.memory.to_dict()],
             sort_keys=True,
             default=str,
         )
@@ -754,8 +763,8 @@ def resolve_agent(
         state_dir=state_dir,
         store_path=Path(os.path.normpath(store_path)),
         enabled=enabled,
-        memory_search=ms,
-        memory=memory,
+        memory_search=MemorySearch.from_dict(ms),
+        memory=Memory.from_dict(memory),
         providers=providers,
         memory_flush=flush,
         config_path=config_path,

@@ -103,7 +103,8 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
     from memindex.pipeline.embeddings.select import select_provider
 
     ms = settings.memory_search
-    choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models",
+    # The provider API takes memorySearch in the config's shape (third-party providers read it).
+    choice = select_provider(ms.to_dict(), settings.providers, os.environ, cache_dir=settings.state_dir / "models",
                              auth_profiles=_profile_keys(settings),
                              destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema))
     service = None
@@ -111,7 +112,7 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
         from memindex.pipeline.embeddings.limiter import make_limiter
         from memindex.pipeline.embeddings.service import EmbeddingService
 
-        limiter = make_limiter(int(ms["remote"]["nonBatchConcurrency"]))
+        limiter = make_limiter(int(ms.remote.non_batch_concurrency))
         service = EmbeddingService(choice, limiter, retry=_retry_policy())
     with _services_lock:
         _services[key] = (service, choice.reason)
@@ -303,7 +304,7 @@ class ChunkEmbedder:
 
     def cached_vectors(self, hashes: Sequence[str]) -> dict[str, list[float]]:
         """chunk hash -> vector, for the hashes this index's provider already embedded (the cache)."""
-        if not self.use_cache or not self.settings.memory_search["cache"]["enabled"]:
+        if not self.use_cache or not self.settings.memory_search.cache.enabled:
             return {}
         # One reader per agent, reused: opening a connection (and loading sqlite-vec)
         # for every file's lookup was most of the cache's cost.

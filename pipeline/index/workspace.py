@@ -313,7 +313,7 @@ def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
     (``check_roots`` is what refuses it with an error)."""
     out: list[Path] = []
     allow = _allow_broad()
-    for raw in settings.memory_search["extraPaths"]:
+    for raw in settings.memory_search.extra_paths:
         p = expand_home(raw)
         p = p if p.is_absolute() else settings.workspace / p
         if allow or not _too_broad(p, settings):
@@ -334,7 +334,7 @@ def check_roots(settings: AgentSettings) -> None:
         raise WorkspaceError(f"workspace {display_path(str(ws))} is not a directory{LEFT_UNCHANGED}")
     if _allow_broad():
         return
-    for raw in settings.memory_search["extraPaths"]:
+    for raw in settings.memory_search.extra_paths:
         p = expand_home(raw)
         if _too_broad(p if p.is_absolute() else ws / p, settings):
             raise ConfigError("memorySearch.extraPaths",

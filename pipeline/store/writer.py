@@ -953,8 +953,8 @@ class _Transaction:
 
 def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:
     owner.open_own(settings)
-    vec = settings.memory_search["store"]["vector"]
-    store = StoreWriter(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"],
+    vec = settings.memory_search.store.vector
+    store = StoreWriter(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
                        wait_s=wait_s)
     owner.opened(settings.store_path)
     return store

@@ -33,7 +33,7 @@ def batch_report(settings: Any, limit: int = 20) -> dict[str, Any]:
 
     st = open_for(settings.store_path, readonly=True)
     report: dict[str, Any] = {"agent": settings.agent_id, "state": location(settings.store_path),
-                              "enabled": bool(settings.memory_search["remote"]["batch"]["enabled"]),
+                              "enabled": bool(settings.memory_search.remote.batch.enabled),
                               "queued_files": 0, "in_flight": 0, "active": 0, "jobs": []}
     if st is None:
         return report
@@ -87,7 +87,7 @@ def _batch_problem(settings: Any) -> str | None:
     from memindex.pipeline.embeddings.embedder import provider_info
     from memindex.pipeline.embeddings import registry
 
-    if not settings.memory_search["remote"]["batch"]["enabled"]:
+    if not settings.memory_search.remote.batch.enabled:
         return (f"{settings.agent_id}: batch APIs are off; set agents.defaults.memorySearch.remote.batch.enabled "
                 "(or the agent's memorySearch.remote.batch.enabled) to true")
     provider = provider_info(settings).get("provider")
@@ -118,7 +118,7 @@ def cmd_backfill_batch(args: argparse.Namespace) -> int:
     if problems:
         print("error: " + "\n       ".join(problems), file=sys.stderr)
         return 2
-    wait = getattr(args, "wait", False) or any(s.memory_search["remote"]["batch"]["wait"] for s in settings)
+    wait = getattr(args, "wait", False) or any(s.memory_search.remote.batch.wait for s in settings)
     if not wait and backfill.must_wait():
         wait = True
         if not args.quiet:

@@ -126,7 +126,7 @@ def _below_delta(settings: Any, pending: int) -> str:
 def _say_keyword_only(settings: Any) -> None:
     """A provider named in the config that cannot serve (no API key: keyword search, as in
     OpenClaw) is said once per `index`, even with -q; searches only carry it in `status`."""
-    if settings.memory_search["provider"] in ("auto", "none"):
+    if settings.memory_search.provider in ("auto", "none"):
         return
     from memindex.pipeline.embeddings.embedder import provider_info
     from memindex.producers.cli.options import say
@@ -140,7 +140,7 @@ def _qmd_index(settings: Any, quiet: bool) -> bool:
     """With the qmd backend, `index` also runs qmd update (+ embed when due); False: it failed
     (the run's exit code says so, as OpenClaw's `Memory index failed` does; searches meanwhile
     answer from the built-in store, which this run did update)."""
-    if settings.memory["backend"] != "qmd":
+    if settings.memory.backend != "qmd":
         return True
     from memindex.pipeline.search.qmd.runner import QmdError, QmdMissing
     from memindex.producers.cli.options import say_error
@@ -326,7 +326,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         # (it said so and exited 0). A missing workspace is the workspace's state, not a config error.
         failed = failed or _config_refuses(settings)
         note_probe(report, probe)
-        if settings.memory["backend"] == "qmd":
+        if settings.memory.backend == "qmd":
             from memindex.pipeline.search.backend import open_search
 
             report.update(open_search(settings).status(probe=True))

@@ -164,7 +164,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
             say(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", prefix=None)
         elif initial_sync:
             catch_up.append(ctx)  # catch up on what changed while nobody watched
-        if settings.memory_search["sync"]["watch"]:
+        if settings.memory_search.sync.watch:
             pairs.append((ctx, settings))
     side.set([(ctx, s) for ctx, s in enabled if s.enabled])
     if catch_up:
@@ -178,7 +178,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
 
         def apply(now: list[Context]) -> None:  # a changed openclaw.json: watch the agents it lists now
             on = [(ctx, s) for ctx in now if (s := settings_for(ctx)).enabled]
-            watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search["sync"]["watch"]],
+            watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search.sync.watch],
                                 configured=[ctx.agent_id for ctx in now])
             interval.set_contexts(now)
             side.set(on)  # transcript detectors and qmd schedules follow the agents too
@@ -290,7 +290,7 @@ def _side_loops(ctx: Context, settings: Any) -> list:
         from memindex.producers.session_delta import DetectorLoop
 
         loops.append(DetectorLoop([ctx], interval=1.0).start())
-    if settings.memory.get("backend") == "qmd":
+    if settings.memory.backend == "qmd":
         from memindex.producers.qmd_sync import start_qmd_sync
 
         loop = start_qmd_sync(settings)

@@ -88,13 +88,13 @@ class Timing:
 
 
 def timing(settings: AgentSettings) -> Timing:
-    b = settings.memory_search["remote"]["batch"]
-    poll = max(MIN_POLL_S, b["pollIntervalMs"] / 1000)
+    b = settings.memory_search.remote.batch
+    poll = max(MIN_POLL_S, b.poll_interval_ms / 1000)
     lease = max(LEASE_MIN_S, 4 * poll)
-    return Timing(poll_s=poll, lease_s=lease, timeout_s=float(b["timeoutMinutes"]) * 60,
+    return Timing(poll_s=poll, lease_s=lease, timeout_s=float(b.timeout_minutes) * 60,
                   gather_s=min(poll, 2.0), gather_max_s=min(10 * poll, 30.0),
                   slot_ttl_s=4 * lease + 60, cancel_grace_s=max(30.0, 5 * poll),
-                  concurrency=max(1, int(b["concurrency"])))
+                  concurrency=max(1, int(b.concurrency)))
 
 
 def _delay_ms(seconds: float) -> int:
@@ -329,7 +329,7 @@ def _poll_once(who: Who, settings: AgentSettings, st: StateBackend, t: Timing, j
     if status.state.terminal:
         return _collect(who, st, t, job, token, client, status)
     if job.phase == bs.POLLING and job.deadline and now > job.deadline:
-        minutes = settings.memory_search["remote"]["batch"]["timeoutMinutes"]
+        minutes = settings.memory_search.remote.batch.timeout_minutes
         log.warning("%s: %s batch %s still %s after %g min; cancelling it", settings.agent_id, job.provider,
                     job.remote_id, status.raw, minutes)
         try:
