@@ -35,7 +35,7 @@ from typing import Any, Iterator
 import dramatiq
 
 from memindex.pipeline.config.environ import env_number
-from memindex.pipeline.config.records import Memory, MemorySearch
+from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings
 from memindex.pipeline.config.settings import AgentSettings, Context, default_memory
 from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderError, ProviderRateLimited,
                                               ProviderTransientError)
@@ -113,8 +113,8 @@ def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettin
             log.warning("could not read %s (%s); using the message's settings and this host's environment",
                         spec["config"], exc)
     return AgentSettings(spec["agent_id"], Path(spec["workspace"]), Path(spec["state_dir"]), Path(spec["store"]),
-                         True, MemorySearch.from_dict(spec["memory_search"]),
-                         Memory.from_dict(spec["memory"]) if spec.get("memory") else default_memory(),
+                         True, MemorySearchSettings.from_dict(spec["memory_search"]),
+                         MemorySettings.from_dict(spec["memory"]) if spec.get("memory") else default_memory(),
                          copy.deepcopy(spec["providers"]),
                          config_path=Path(spec["config"]) if spec.get("config") else None)
 

@@ -8,8 +8,9 @@ own: every field is set from the schema's merged tree, so a default is still def
 
 Attributes are snake_case; each record's camelCase config name is its encode name (msgspec's
 ``rename="camel"``), so ``to_dict()`` gives back the config's own shape for display
-(``memindex config``/``status``), the settings digest and the compute spec. Nothing from memindex
-is imported here: the provider table (``embeddings/registry.py``) may name ``MemorySearch``.
+(``masked`` settings), the settings digest, the compute spec and the embedding provider API
+(``select_provider`` and a provider's ``ProviderArgs.memory_search`` take the config's shape:
+third-party providers and library callers pass partial dicts). Nothing from memindex is imported.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class Multimodal(Record, frozen=True):
     max_file_bytes: int
 
 
-class MemorySearch(Record, frozen=True):
+class MemorySearchSettings(Record, frozen=True):
     """``agents.defaults.memorySearch`` ← ``agents.list[id].memorySearch``, resolved."""
 
     enabled: bool
@@ -202,7 +203,7 @@ class Qmd(Record, frozen=True):
     scope: dict[str, Any] | None
 
 
-class Memory(Record, frozen=True):
+class MemorySettings(Record, frozen=True):
     """The config's top-level ``memory`` block, resolved."""
 
     backend: str  # "builtin" | "qmd"

@@ -30,7 +30,7 @@ from memindex.pipeline.config import ranges
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
-from memindex.pipeline.config.records import Memory, MemorySearch, Record
+from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings, Record
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
 from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
 from memindex.pipeline.config.paths import config_path_for as config_path_for
@@ -435,9 +435,9 @@ def _defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def default_memory() -> Memory:
+def default_memory() -> MemorySettings:
     """The ``memory`` block of a config that sets none (a compute message from a sender without one)."""
-    return Memory.from_dict(_defaults(MEMORY))
+    return MemorySettings.from_dict(_defaults(MEMORY))
 
 
 def _unknown_key(schema: Mapping[str, Any], k: str, path: str) -> ConfigError:
@@ -612,8 +612,8 @@ class AgentSettings:
     state_dir: Path
     store_path: Path
     enabled: bool
-    memory_search: MemorySearch
-    memory: Memory
+    memory_search: MemorySearchSettings
+    memory: MemorySettings
     providers: dict[str, Any] = field(default_factory=dict)
     memory_flush: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
@@ -763,8 +763,8 @@ def resolve_agent(
         state_dir=state_dir,
         store_path=Path(os.path.normpath(store_path)),
         enabled=enabled,
-        memory_search=MemorySearch.from_dict(ms),
-        memory=Memory.from_dict(memory),
+        memory_search=MemorySearchSettings.from_dict(ms),
+        memory=MemorySettings.from_dict(memory),
         providers=providers,
         memory_flush=flush,
         config_path=config_path,
