@@ -34,7 +34,7 @@ from typing import Any, Iterator
 
 import dramatiq
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings
 from memindex.pipeline.config.settings import AgentSettings, Context, default_memory
 from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderError, ProviderRateLimited,
@@ -62,8 +62,8 @@ NOT_RETRIED = (ProviderAuthError, InvalidVectorError, UnknownAgent)
 # bytes (texts + vectors, base64, counting the vectors the compute side will add). 256 chunks of
 # ~1.6 KB text are ~0.4 MB, plus 2 KB (384 dims) to 8 KB (1536) of vector each: a few provider
 # requests, and a Redis value far below its limits. Env vars shrink them (tests).
-EMBED_MSG_CHUNKS = env_number("MEMINDEX_EMBED_MSG_CHUNKS", 256, minimum=1)
-EMBED_MSG_BYTES = env_number("MEMINDEX_EMBED_MSG_BYTES", 1024 * 1024, minimum=1)
+EMBED_MSG_CHUNKS = environ.EMBED_MSG_CHUNKS.get()
+EMBED_MSG_BYTES = environ.EMBED_MSG_BYTES.get()
 
 # The file side waits (bounded) while this many embed messages are ready: without it a backfill
 # would put every chunk text of a workspace into Redis before the compute side caught up.

@@ -26,7 +26,7 @@ from memindex.pipeline.embeddings.registry import dims_choices
 from memindex.pipeline.embeddings.registry import find as find_provider
 from memindex.pipeline.embeddings.registry import get as provider_spec
 from memindex.pipeline.embeddings.registry import ids as provider_ids
-from memindex.pipeline.config import ranges
+from memindex.pipeline.config import environ, ranges
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
@@ -737,7 +737,7 @@ def resolve_agent(
                                       nest_in_defaults=openclaw_schema.nests_workspaces(cfg))).resolve()
 
     raw_store, store_key = ms["store"]["path"], f"{agent_key if 'store' in agent_ms else base_key}.store.path"
-    own_store = (env.get(STORE_PATH_ENV) or "").strip()
+    own_store = environ.STORE_PATH.text(env)
     legacy_store = None
     if own_store:  # memindex's own setting, which no OpenClaw version reads
         raw_store, store_key = own_store, STORE_PATH_ENV
@@ -792,7 +792,7 @@ def _agent_dir(entry: Mapping[str, Any], agent_id: str, state_dir: Path, env: Ma
 DEFAULT_STORE_DIR = "memindex"
 # memindex's store path (``{agentId}``, ``~``; relative to the state dir), for a config whose
 # memorySearch.store.path is OpenClaw's (2026.3) or that cannot hold one (2026.9's schema).
-STORE_PATH_ENV = "MEMINDEX_STORE_PATH"
+STORE_PATH_ENV = environ.STORE_PATH.name
 
 
 def _default_store_path(state_dir: Path, agent_id: str) -> Path:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
 from memindex.pipeline.config import openclaw_schema
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.failures import SUMMARISED
@@ -133,10 +133,10 @@ def _retry_policy() -> Any:
     from memindex.pipeline.embeddings import RetryPolicy
 
     kw: dict[str, Any] = {}
-    delay_s = env_number("MEMINDEX_RETRY_BASE_DELAY_S", None, whole=False, minimum=0)
+    delay_s = environ.RETRY_BASE_DELAY_S.get()
     if delay_s is not None:
         kw["base_delay_s"] = kw["rate_limit_delay_s"] = delay_s
-    attempts = env_number("MEMINDEX_RETRY_ATTEMPTS", None, whole=True, minimum=1)
+    attempts = environ.RETRY_ATTEMPTS.get()
     if attempts is not None:
         kw["transient_attempts"] = attempts
     return RetryPolicy(**kw)

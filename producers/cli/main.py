@@ -17,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from memindex.pipeline.config import defaults as D  # (no imports of its own)
+from memindex.pipeline.config import environ  # (defaults and the error root only)
 
 if TYPE_CHECKING:
     from memindex.pipeline.config.settings import Context
@@ -58,7 +59,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from memindex.producers.cli.progress import Progress
     from memindex.producers.enqueue import sync_and_wait
 
-    if os.environ.get("MEMINDEX_BROKER_URL", "").strip():
+    if broker_configured():
         from memindex.workers.broker import broker_url
 
         broker_url()  # a URL no broker can have is said even when nothing changed (no broker is asked then)
@@ -391,7 +392,7 @@ def _config_refuses(settings: Any) -> bool:
 def _broker_full() -> str | None:
     """The line saying the deployment's Redis is out of memory (its workers can move nothing on), or
     None: no Redis, or it takes writes."""
-    if not os.environ.get("MEMINDEX_BROKER_URL", "").strip():
+    if not broker_configured():
         return None
     from memindex.workers.broker import broker, oom_line, redis_full
 
@@ -719,11 +720,8 @@ def _log_choice(args: argparse.Namespace) -> int:
     the flag's choices (``EnvError``): ``verbose`` was ignored without a word."""
     import logging
 
-    from memindex.pipeline.config.environ import env_choice
-    from memindex.workers.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS
-
-    args.log_level = args.log_level or env_choice(LEVEL_ENV, LEVELS)
-    args.log_format = args.log_format or env_choice(FORMAT_ENV, FORMATS, "text")
+    args.log_level = args.log_level or environ.LOG_LEVEL.get()
+    args.log_format = args.log_format or environ.LOG_FORMAT.get()
     quiet = logging.INFO if args.command in LONG_RUNNING else logging.WARNING
     level = quiet if args.verbose == 0 else min(quiet, logging.INFO) if args.verbose == 1 else logging.DEBUG
     if args.log_level:

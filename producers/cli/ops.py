@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import Context
 from memindex.pipeline.index.workspace import display_path
 from memindex.pipeline.errors import ConfigError, MemindexError, WorkspaceError
@@ -586,7 +587,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
     from memindex.workers.broker import BROKER_ENV, QUEUES, is_write_queue
 
-    if not os.environ.get(BROKER_ENV):
+    if not environ.BROKER_URL.raw():
         say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
                   "`memindex watch` runs the workers in-process.")
         return 2
@@ -693,13 +694,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 # --- registration ---------------------------------------------------------------------------
 
-METRICS_ENV = "MEMINDEX_METRICS_ADDRESS"  # --metrics-port's default: docker-compose.yml sets it for every service
+METRICS_ENV = environ.METRICS_ADDRESS.name  # --metrics-port's default: docker-compose.yml sets it for every service
 
 
 def metrics_port(args: argparse.Namespace) -> tuple[str, int] | None:
     """``--metrics-port``, else ``$MEMINDEX_METRICS_ADDRESS`` (read as the command runs: the parser
     is built once and cached); a bad value is the variable's one line (``EnvError``)."""
-    raw = os.environ.get(METRICS_ENV, "").strip()
+    raw = environ.METRICS_ADDRESS.text()
     if args.metrics_port or not raw:
         return args.metrics_port
     from memindex.pipeline.errors import EnvError

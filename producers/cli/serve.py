@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 
+from memindex.pipeline.config import environ
 from memindex.producers.cli.agents import base_context
 from memindex.producers.cli.options import examples, metrics_address, say_error
 from memindex.producers.serve import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
@@ -31,7 +32,7 @@ def _token(args: argparse.Namespace) -> str | None:
     """--token, else $MEMINDEX_TOKEN; blank is none. A request's token is compared stripped, so a
     blank one (MEMINDEX_TOKEN=" ") was taken as a token that no request could ever match, and let
     a 0.0.0.0 bind start; a padded one (" s3cret") likewise locked everyone out."""
-    given = [raw for raw in (args.token, os.environ.get(TOKEN_ENV)) if raw is not None]
+    given = [raw for raw in (args.token, environ.TOKEN.raw()) if raw is not None]
     for raw in given:
         if raw.strip():
             return raw.strip()

@@ -40,7 +40,7 @@ from typing import Any
 
 import dramatiq
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for
 from memindex.pipeline.embeddings.base import ProviderError
@@ -66,8 +66,8 @@ from memindex.workers.messages import GROUP_FILES, RETRY
 
 log = logging.getLogger("memindex.batch")
 
-LEASE_MIN_S = env_number("MEMINDEX_BATCH_LEASE_S", 30.0, above=0)  # a silent poller is presumed dead after this
-JANITOR_S = env_number("MEMINDEX_BATCH_JANITOR_S", max(0.5, min(5.0, LEASE_MIN_S / 2)), above=0)
+LEASE_MIN_S = environ.BATCH_LEASE_S.get()  # a silent poller is presumed dead after this
+JANITOR_S = environ.BATCH_JANITOR_S.get() or max(0.5, min(5.0, LEASE_MIN_S / 2))
 MIN_POLL_S = 0.05
 SUBMIT_LEASE_S = 600.0  # uploading a large request file may take minutes
 FINISH_LEASE_S = 300.0  # renewed after every record, so only a dead finisher lets it lapse
