@@ -80,7 +80,7 @@ def _size(key: str, v: Any) -> int:
     """A vector size: a positive integer, never clamped (-5 clamped to 1 built a 1-dim index)."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ConfigError(key, f"expected a positive integer (a vector size), got {v!r}")
-    return ranges.within(key, v)
+    return int(ranges.within(key, v))
 
 
 def _url(key: str, v: Any) -> str | None:
@@ -209,14 +209,14 @@ def fallback_choices() -> tuple[str, ...]:
 
 def _provider(key: str, v: Any) -> str:
     # "none" is OpenClaw's deliberate keyword-only search (no embeddings at all).
-    if v in ("auto", "none") or (isinstance(v, str) and find_provider(v) is not None):
+    if isinstance(v, str) and (v in ("auto", "none") or find_provider(v) is not None):
         return v
     raise ConfigError(key, f"expected one of {', '.join(provider_choices())}; got {v!r}")
 
 
 def _fallback(key: str, v: Any) -> str:
     spec = find_provider(v) if isinstance(v, str) else None
-    if v == "none" or (spec is not None and not spec.test_only):
+    if isinstance(v, str) and (v == "none" or (spec is not None and not spec.test_only)):
         return v
     raise ConfigError(key, f"expected one of {', '.join(fallback_choices())}; got {v!r}")
 
@@ -518,7 +518,7 @@ def _warn_near_misses(cfg: Mapping[str, Any]) -> None:
     agents = cfg.get("agents")
     if not isinstance(agents, dict):
         return
-    found = [("agents", k, _AGENTS_KEYS) for k in agents]
+    found: list[tuple[str, Any, tuple[str, ...]]] = [("agents", k, _AGENTS_KEYS) for k in agents]
     if isinstance(agents.get("defaults"), dict):
         found += [("agents.defaults", k, _DEFAULTS_KEYS) for k in agents["defaults"]]
     for i, entry in enumerate(agents.get("list") or []):
@@ -772,10 +772,14 @@ def resolve_agent(
         store_key=store_key,
         legacy_store=legacy_store,
         openclaw_store=Path(os.path.normpath(openclaw_schema.openclaw_store(
-            cfg, entry.get("id") if isinstance(entry.get("id"), str) else agent_id, agent_id, state_dir, custom_oc))),
+            cfg, _str_or(entry.get("id"), agent_id), agent_id, state_dir, custom_oc))),
         agent_dir=_agent_dir(entry, agent_id, state_dir, env),
         auth={"auth": _subtree(cfg, "auth", "auth"), "secrets": _subtree(cfg, "secrets", "secrets")},
     )
+
+
+def _str_or(value: Any, default: str) -> str:
+    return value if isinstance(value, str) else default
 
 
 def _agent_dir(entry: Mapping[str, Any], agent_id: str, state_dir: Path, env: Mapping[str, str]) -> Path:
