@@ -59,7 +59,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from memindex.producers.cli.progress import Progress
     from memindex.producers.enqueue import sync_and_wait
 
-    if broker_configured():
+    if environ.broker_configured():
         from memindex.workers.broker import broker_url
 
         broker_url()  # a URL no broker can have is said even when nothing changed (no broker is asked then)
@@ -392,7 +392,7 @@ def _config_refuses(settings: Any) -> bool:
 def _broker_full() -> str | None:
     """The line saying the deployment's Redis is out of memory (its workers can move nothing on), or
     None: no Redis, or it takes writes."""
-    if not broker_configured():
+    if not environ.broker_configured():
         return None
     from memindex.workers.broker import broker, oom_line, redis_full
 
