@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from typing import Generic, Mapping, Sequence, TypeVar
 
 from memindex.pipeline.config import defaults as D
@@ -67,18 +66,26 @@ def env_choice(name: str, choices: Mapping[str, str] | Sequence[str], default: s
 VARS: dict[str, "Var"] = {}
 
 
-@dataclass(frozen=True)
 class Var:
-    """A variable taken as text: its value as set (``raw``) or stripped (``text``)."""
+    """A variable taken as text: its value as set (``raw``) or stripped (``text``).
 
+    Plain classes, not dataclasses: the ``--server`` client reads its variables here, and
+    ``dataclasses`` imports ``inspect`` (tests/test_no_daemon.py keeps that path light)."""
+
+    __slots__ = ("name", "meaning", "internal")
     name: str
     meaning: str
-    internal: bool = field(default=False, kw_only=True)  # set by memindex for the processes it starts
+    internal: bool
 
-    def __post_init__(self) -> None:
-        if not self.name.startswith("MEMINDEX_") or self.name in VARS:
-            raise ValueError(f"{self.name}: not a MEMINDEX_ name, or defined twice")
-        VARS[self.name] = self
+    def __init__(self, name: str, meaning: str, *, internal: bool = False) -> None:
+        if not name.startswith("MEMINDEX_") or name in VARS:
+            raise ValueError(f"{name}: not a MEMINDEX_ name, or defined twice")
+        self.name, self.meaning = name, meaning
+        self.internal = internal  # set by memindex for the processes it starts, not by an operator
+        VARS[name] = self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name})"
 
     def raw(self, env: Mapping[str, str] | None = None) -> str | None:
         """The value exactly as set; None when unset. ``env`` replaces os.environ."""
@@ -92,15 +99,24 @@ class Var:
         return "unset"
 
 
-@dataclass(frozen=True)
 class Number(Var, Generic[N]):
-    """A number, refused (``EnvError``) when not one or out of bounds; ``default`` when unset."""
+    """A number, refused (``EnvError``) when not one or out of bounds; ``default`` when unset.
+    ``whole`` None: whole when the default is an int; ``default_note``: what applies when the
+    default is None (the reader computes it)."""
 
-    default: N = None  # type: ignore[assignment]  # every Number below gives its own
-    whole: bool | None = None  # None: whole when the default is an int
-    minimum: float | None = None
-    above: float | None = None
-    default_note: str = ""  # when ``default`` is None: what applies instead
+    __slots__ = ("default", "whole", "minimum", "above", "default_note")
+    default: N
+    whole: bool | None
+    minimum: float | None
+    above: float | None
+    default_note: str
+
+    def __init__(self, name: str, meaning: str, default: N, *, whole: bool | None = None,
+                 minimum: float | None = None, above: float | None = None, default_note: str = "",
+                 internal: bool = False) -> None:
+        super().__init__(name, meaning, internal=internal)
+        self.default, self.whole, self.minimum, self.above = default, whole, minimum, above
+        self.default_note = default_note
 
     def get(self, env: Mapping[str, str] | None = None) -> N:
         return env_number(self.name, self.default, whole=self.whole, minimum=self.minimum, above=self.above,
@@ -112,13 +128,18 @@ class Number(Var, Generic[N]):
         return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
 
-@dataclass(frozen=True)
 class Choice(Var):
     """One of ``choices`` (case aside), else an ``EnvError`` listing them."""
 
-    choices: tuple[str, ...] = ()
-    default: str | None = None
-    default_note: str = ""
+    __slots__ = ("choices", "default", "default_note")
+    choices: tuple[str, ...]
+    default: str | None
+    default_note: str
+
+    def __init__(self, name: str, meaning: str, *, choices: tuple[str, ...], default: str | None = None,
+                 default_note: str = "") -> None:
+        super().__init__(name, meaning)
+        self.choices, self.default, self.default_note = choices, default, default_note
 
     def get(self, env: Mapping[str, str] | None = None) -> str | None:
         return env_choice(self.name, self.choices, self.default, env=env)
@@ -127,9 +148,10 @@ class Choice(Var):
         return self.default_note or (self.default or "unset")
 
 
-@dataclass(frozen=True)
 class Flag(Var):
     """On when set to 1, true or yes (case aside); anything else is off."""
+
+    __slots__ = ()
 
     def on(self, env: Mapping[str, str] | None = None) -> bool:
         return self.text(env).lower() in ("1", "true", "yes")
