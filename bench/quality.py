@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import calendar
-import copy
 import datetime as dt
 import json
 import logging
@@ -32,6 +31,7 @@ from typing import Any, Iterable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after site-packages: the repo's memindex/ alone is not the package
 
+from memindex.pipeline.config.records import MemorySearchSettings  # noqa: E402
 from memindex.pipeline.config.settings import AgentSettings, Context  # noqa: E402
 from memindex.pipeline.search.ranking import dated_path_date  # noqa: E402
 from memindex.pipeline.search.engine import MemorySearch, QueryEmbedder  # noqa: E402
@@ -118,7 +118,7 @@ def build_index(conv_dir: Path, state: Path, gguf: Path, max_tokens: int | None,
 
 
 def variant_settings(base: AgentSettings, overrides: dict[str, Any]) -> AgentSettings:
-    ms = copy.deepcopy(base.memory_search)
+    ms = base.memory_search.to_dict()
     hy = ms["query"]["hybrid"]
     for k, v in overrides.items():
         if k == "fusion":
@@ -127,7 +127,7 @@ def variant_settings(base: AgentSettings, overrides: dict[str, Any]) -> AgentSet
             hy[k].update(v)
         else:
             hy[k] = v
-    return replace(base, memory_search=ms)
+    return replace(base, memory_search=MemorySearchSettings.from_dict(ms))
 
 
 class MemoQueryEmbedder(QueryEmbedder):

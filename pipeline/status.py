@@ -33,7 +33,7 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
     reader = open_reader(settings)
     out: dict[str, Any] = {
         "agent": settings.agent_id,
-        "backend": settings.memory["backend"],
+        "backend": settings.memory.backend,
         "enabled": settings.enabled,
         "workspace": str(settings.workspace),
         "store": str(settings.store_path),
@@ -41,13 +41,13 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
         "configSchema": settings.config_schema,
         "openclawIndex": _openclaw_index(settings),
         "sources": settings.sources,
-        "extraPaths": settings.memory_search["extraPaths"],
+        "extraPaths": settings.memory_search.extra_paths,
         "provider": (provider or {}).get("provider", "none"),
         "model": (provider or {}).get("model", "fts-only"),
         "providerReason": (provider or {}).get("reason"),
         "providerFallback": bool((provider or {}).get("fallback")),
         "providerFallbackReason": (provider or {}).get("fallbackReason"),
-        "requestedProvider": settings.memory_search["provider"],
+        "requestedProvider": settings.memory_search.provider,
         "files": 0,
         "chunks": 0,
         "sourceCounts": [],
@@ -80,7 +80,7 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
         live = out.get("fingerprint") or {}
         if provider is None and live.get("provider"):  # (a library caller: the index says who serves)
             out["provider"], out["model"] = live["provider"], live.get("model", out["model"])
-        fallback = settings.memory_search.get("fallback")
+        fallback = settings.memory_search.fallback
         if (live.get("provider") not in (None, "none", out["provider"]) and fallback not in (None, "none")
                 and live.get("provider") == fallback):
             # The primary failed while indexing and the fallback built the index: say who serves.
@@ -173,9 +173,9 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     out["fts"] = {"enabled": True, "available": fts, "error": None if fts else "no FTS5 table in the live index"}
     out["vector"] = _vector_info(reader, snap.table_exists(vec_table(gen)), vec_dims)
     out["cache"] = {
-        "enabled": settings.memory_search["cache"]["enabled"],
+        "enabled": settings.memory_search.cache.enabled,
         "entries": snap.cache_entries(),
-        "maxEntries": settings.memory_search["cache"]["maxEntries"],
+        "maxEntries": settings.memory_search.cache.max_entries,
     }
 
 
@@ -221,9 +221,9 @@ def _vector_info(reader: Any, has_table: bool, dims: str | None) -> dict[str, An
 
 def _batch_settings(settings: AgentSettings) -> dict[str, Any]:
     """remote.batch as OpenClaw's status reports it (job counts live with the batch workers)."""
-    b = settings.memory_search["remote"]["batch"]
-    return {"enabled": bool(b["enabled"]), "wait": bool(b["wait"]), "concurrency": b["concurrency"],
-            "pollIntervalMs": b["pollIntervalMs"], "timeoutMs": int(b["timeoutMinutes"] * 60_000)}
+    b = settings.memory_search.remote.batch
+    return {"enabled": bool(b.enabled), "wait": bool(b.wait), "concurrency": b.concurrency,
+            "pollIntervalMs": b.poll_interval_ms, "timeoutMs": int(b.timeout_minutes * 60_000)}
 
 
 def _first_few(ws: Path, paths: list[str]) -> str:

@@ -104,7 +104,7 @@ def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     require("ctx", ctx, Context)
     require("session_key", session_key, str, optional=True)
     settings = settings_for(ctx)
-    if not settings.memory_search["sync"]["onSessionStart"]:
+    if not settings.memory_search.sync.on_session_start:
         return False
     log.debug("session start %s for %s", session_key or "-", ctx.agent_id)
     return _within_deadline(str(settings.store_path), lambda: request_sync_once(ctx, "session-start", settings))

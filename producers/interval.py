@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import Context
 
 log = logging.getLogger("memindex.interval")
@@ -26,7 +26,7 @@ MAX_SLEEP_S = 30.0
 # re-tried by a sync this often while any remain, doubling while they keep failing up to the
 # cap: `watch` otherwise re-tried them only on the next edit, and with intervalMinutes 0 (the
 # default) a recovered provider was never asked again.
-VECTOR_RETRY_S = env_number("MEMINDEX_VECTOR_RETRY_S", 120.0, above=0)
+VECTOR_RETRY_S = environ.VECTOR_RETRY_S.get()
 VECTOR_RETRY_MAX_S = 1800.0
 
 
@@ -56,7 +56,7 @@ def _interval_s(ctx: Context) -> float:
     _warned.pop(ctx.agent_id, None)
     if not settings.enabled:
         return 0.0
-    return float(settings.memory_search["sync"]["intervalMinutes"]) * 60.0
+    return float(settings.memory_search.sync.interval_minutes) * 60.0
 
 
 def _vectors_pending(ctx: Context) -> int:

@@ -24,10 +24,10 @@ class QmdSyncLoop:
 
     def __init__(self, manager: QmdManager) -> None:
         self.manager = manager
-        up = manager.cfg["update"]
-        self.interval_s = up["interval"] / 1000 if up["interval"] > 0 else None
-        embed_s = up["embedInterval"] / 1000 if up["embedInterval"] > 0 else None
-        if manager.cfg["searchMode"] == "search":
+        up = manager.cfg.update
+        self.interval_s = up.interval / 1000 if up.interval > 0 else None
+        embed_s = up.embed_interval / 1000 if up.embed_interval > 0 else None
+        if manager.cfg.search_mode == "search":
             embed_s = None  # nothing to embed for BM25-only search
         # Wake often enough for whichever of update/embed is due first.
         ticks = [t for t in (self.interval_s, embed_s) if t]
@@ -37,9 +37,9 @@ class QmdSyncLoop:
         self.runs = 0
 
     def start(self) -> "QmdSyncLoop":
-        up = self.manager.cfg["update"]
-        boot = up["onBoot"]
-        if boot and up["waitForBootSync"]:
+        up = self.manager.cfg.update
+        boot = up.on_boot
+        if boot and up.wait_for_boot_sync:
             self._run("boot", force=True)
             boot = False
         self._thread = threading.Thread(target=self._loop, args=(boot,), daemon=True,
@@ -74,7 +74,7 @@ class QmdSyncLoop:
 
 def start_qmd_sync(settings: AgentSettings, *, manager: QmdManager | None = None) -> QmdSyncLoop | None:
     """Start the schedule for a qmd-backed agent; None for the builtin backend."""
-    if settings.memory["backend"] != "qmd" or not settings.enabled:
+    if settings.memory.backend != "qmd" or not settings.enabled:
         return None
     return QmdSyncLoop(manager or manager_for(settings)).start()
 

@@ -52,21 +52,21 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.workspace import (MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_markdown_name,
                                               resolve_extra_paths, watch_roots)
 
 log = logging.getLogger("memindex.watcher")
 
-DEFAULT_MAX_DIRS = env_number("MEMINDEX_WATCH_MAX_DIRS", 512, minimum=1)
+DEFAULT_MAX_DIRS = environ.WATCH_MAX_DIRS.get()
 MAX_DELAY_FACTOR = 10  # a steady stream of edits still syncs every 10 debounce periods
 CAPPED_RESYNC_S = 300.0  # agents with unwatched directories (cap hit) resync this often
 RETRY_S = 2.0  # enqueue failed (broker down): try again after this long
 ENQUEUE_REPEAT_S = 60.0  # the same enqueue failure (not Redis: a broken config) is said again after this long
 # How often ConfigReload stats the config: a stat is cheap, and an operator who edits
 # openclaw.json expects the new agent to be watched within seconds, not on restart.
-CONFIG_POLL_S = env_number("MEMINDEX_CONFIG_POLL_S", 2.0, above=0)
+CONFIG_POLL_S = environ.CONFIG_POLL_S.get()
 # How often the watcher asks Redis whether it lost its data: one SET per period.
 DATA_LOSS_PROBE_S = 2.0
 
@@ -126,7 +126,7 @@ class AgentWatch:
     @classmethod
     def from_settings(cls, ctx: Context, settings: AgentSettings) -> "AgentWatch":
         ws = settings.workspace
-        w = cls(ctx, settings.memory_search["sync"]["watchDebounceMs"] / 1000.0, digest=settings.digest())
+        w = cls(ctx, settings.memory_search.sync.watch_debounce_ms / 1000.0, digest=settings.digest())
         w.files = {_norm(ws / name) for name in ROOT_FILES}
         w.trees = [_norm(ws / MEMORY_DIR)]
         w.extra_keep = _media_filter(settings)
@@ -572,7 +572,7 @@ def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
     pairs = []
     for ctx in contexts:
         settings = settings_for(ctx)
-        if not settings.enabled or not settings.memory_search["sync"]["watch"]:
+        if not settings.enabled or not settings.memory_search.sync.watch:
             log.info("watcher: %s not watched (memory search or sync.watch disabled)", ctx.agent_id)
             continue
         pairs.append((ctx, settings))

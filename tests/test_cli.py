@@ -522,7 +522,7 @@ def test_files_skipped_for_their_content_are_not_promised_a_retry(tmp_path):
     from memindex.workers.failures import note_record_failures
 
     settings = SimpleNamespace(store_path=tmp_path / "main.sqlite", agent_id="main",
-                               memory_search={"provider": "openai"})
+                               memory_search=SimpleNamespace(provider="openai"))
     recs = [FileRecord("sessions", "sessions/a.jsonl", "/x/a.jsonl", "error:TypeError", 1, 1, "session",
                        "could not be indexed (TypeError: boom); skipped"),
             FileRecord("memory", "memory/b.md", "/x/b.md", "h", 1, 1, "markdown",

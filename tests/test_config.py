@@ -10,21 +10,21 @@ def test_defaults_match_the_spec(tmp_path):
     home = tmp_path / "home"
     s = resolve_agent({}, "main", state_dir=tmp_path, env={"HOME": str(home)})
     ms = s.memory_search
-    assert ms["provider"] == "auto" and ms["fallback"] == "none"
-    assert ms["chunking"] == {"tokens": 400, "overlap": 80}
-    assert ms["query"]["maxResults"] == 6 and ms["query"]["minScore"] == 0.35
-    h = ms["query"]["hybrid"]
-    assert (h["vectorWeight"], h["textWeight"], h["candidateMultiplier"]) == (0.7, 0.3, 4)
-    assert h["mmr"] == {"enabled": False, "lambda": 0.7}
-    assert h["temporalDecay"] == {"enabled": False, "halfLifeDays": 30}
-    assert ms["sync"]["watchDebounceMs"] == 1500
-    assert ms["sync"]["sessions"] == {"deltaBytes": 100000, "deltaMessages": 50}
-    assert ms["cache"] == {"enabled": True, "maxEntries": 50000}
-    assert ms["remote"]["batch"]["concurrency"] == 2
+    assert ms.provider == "auto" and ms.fallback == "none"
+    assert ms.chunking.to_dict() == {"tokens": 400, "overlap": 80}
+    assert ms.query.max_results == 6 and ms.query.min_score == 0.35
+    h = ms.query.hybrid
+    assert (h.vector_weight, h.text_weight, h.candidate_multiplier) == (0.7, 0.3, 4)
+    assert h.mmr.to_dict() == {"enabled": False, "lambda": 0.7}
+    assert h.temporal_decay.to_dict() == {"enabled": False, "halfLifeDays": 30}
+    assert ms.sync.watch_debounce_ms == 1500
+    assert ms.sync.sessions.to_dict() == {"deltaBytes": 100000, "deltaMessages": 50}
+    assert ms.cache.to_dict() == {"enabled": True, "maxEntries": 50000}
+    assert ms.remote.batch.concurrency == 2
     assert s.store_path == tmp_path / "memindex" / "main.sqlite"
     # The default workspace is under the home, not the state dir (resolveDefaultAgentWorkspaceDir).
     assert s.workspace == (home / ".openclaw" / "workspace").resolve()
-    assert s.memory["citations"] == "auto" and s.memory["backend"] == "builtin"
+    assert s.memory.citations == "auto" and s.memory.backend == "builtin"
     assert s.enabled
 
 
@@ -41,14 +41,14 @@ def test_agent_override_merges_over_defaults(tmp_path):
     }
     ops = resolve_agent(cfg, "ops", state_dir=tmp_path)
     assert ops.workspace == (tmp_path / "ops-ws").resolve()
-    assert ops.memory_search["extraPaths"] == ["notes", "shared", "runbooks"]
-    assert ops.memory_search["query"]["maxResults"] == 10  # from defaults
-    assert ops.memory_search["query"]["minScore"] == 0.2  # from the agent
-    assert ops.memory_search["query"]["hybrid"]["vectorWeight"] == 0.5  # normalised to sum 1
+    assert ops.memory_search.extra_paths == ["notes", "shared", "runbooks"]
+    assert ops.memory_search.query.max_results == 10  # from defaults
+    assert ops.memory_search.query.min_score == 0.2  # from the agent
+    assert ops.memory_search.query.hybrid.vector_weight == 0.5  # normalised to sum 1
     assert ops.store_path == tmp_path / "stores" / "ops.db"
     main = resolve_agent(cfg, "main", state_dir=tmp_path)
     assert main.workspace == (tmp_path / "ws").resolve()
-    assert main.memory_search["query"]["minScore"] == 0.35
+    assert main.memory_search.query.min_score == 0.35
 
 
 def test_a_null_override_is_unset_as_in_openclaw(tmp_path):
@@ -63,9 +63,9 @@ def test_a_null_override_is_unset_as_in_openclaw(tmp_path):
                                                   "query": {"maxResults": None, "minScore": None},
                                                   "cache": {"maxEntries": None}, "extraPaths": None}}]}}
     ms = resolve_agent(cfg, "main", state_dir=tmp_path).memory_search
-    assert ms["local"]["modelPath"] == model
-    assert ms["query"]["maxResults"] == 9 and ms["query"]["minScore"] == 0.35
-    assert ms["cache"]["maxEntries"] == 50000 and ms["extraPaths"] == []
+    assert ms.local.model_path == model
+    assert ms.query.max_results == 9 and ms.query.min_score == 0.35
+    assert ms.cache.max_entries == 50000 and ms.extra_paths == []
     assert resolve_agent(cfg, "main", state_dir=tmp_path).store_path == tmp_path / "memindex" / "main.sqlite"
     with pytest.raises(ConfigError, match="maxResult"):  # an unknown key stays an error, null or not
         resolve_agent({"agents": {"defaults": {"memorySearch": {"query": {"maxResult": None}}}}}, state_dir=tmp_path)
@@ -137,10 +137,10 @@ def load_config_dict(cfg: dict, tmp_path: Path) -> dict:
 
 def test_a_blank_base_url_is_the_provider_default(tmp_path):
     s = resolve_agent({"agents": {"defaults": {"memorySearch": {"remote": {"baseUrl": "  "}}}}}, state_dir=tmp_path)
-    assert s.memory_search["remote"]["baseUrl"] is None
+    assert s.memory_search.remote.base_url is None
     s = resolve_agent({"agents": {"defaults": {"memorySearch": {"remote": {"baseUrl": " http://h:1/v1 "}}}}},
                       state_dir=tmp_path)
-    assert s.memory_search["remote"]["baseUrl"] == "http://h:1/v1"
+    assert s.memory_search.remote.base_url == "http://h:1/v1"
 
 
 def test_bad_agent_and_memory_keys(tmp_path):
@@ -164,17 +164,17 @@ def test_json5_file_and_lookup_order(tmp_path, monkeypatch):
     (state / "openclaw.json").write_text(
         "// comment\n{agents: {defaults: {memorySearch: {query: {maxResults: 3,},},},},}\n")
     s = load_settings(Context(state_dir=str(state)))
-    assert s.memory_search["query"]["maxResults"] == 3
+    assert s.memory_search.query.max_results == 3
     other = tmp_path / "other.json5"
     other.write_text("{agents: {defaults: {memorySearch: {query: {maxResults: 4}}}}}")
     monkeypatch.setenv("OPENCLAW_CONFIG_PATH", str(other))
-    assert load_settings(Context(state_dir=str(state))).memory_search["query"]["maxResults"] == 4
+    assert load_settings(Context(state_dir=str(state))).memory_search.query.max_results == 4
     explicit = tmp_path / "x.json"
     explicit.write_text('{"agents": {"defaults": {"memorySearch": {"query": {"maxResults": 5}}}}}')
-    assert load_settings(Context(config=str(explicit), state_dir=str(state))).memory_search["query"]["maxResults"] == 5
+    assert load_settings(Context(config=str(explicit), state_dir=str(state))).memory_search.query.max_results == 5
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
     monkeypatch.delenv("OPENCLAW_CONFIG_PATH")
-    assert load_settings(Context()).memory_search["query"]["maxResults"] == 3
+    assert load_settings(Context()).memory_search.query.max_results == 3
 
 
 def test_broken_config_file_is_one_clear_error(tmp_path):
@@ -228,4 +228,4 @@ def test_printing_settings_never_shows_a_key_or_header_value(tmp_path):
         assert "AgentSettings(" in text and "http://127.0.0.1:9/v1" in text
         for secret in ("sk-CFG-aaaa1111", "hdr-SECRET-777", "sk-MODELS-bbbb2222"):
             assert secret not in text
-    assert settings.memory_search["remote"]["apiKey"] == "sk-CFG-aaaa1111"  # the values themselves are kept
+    assert settings.memory_search.remote.api_key == "sk-CFG-aaaa1111"  # the values themselves are kept

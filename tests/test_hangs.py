@@ -404,7 +404,7 @@ def test_in_range_values_load_and_the_overlap_stays_below_the_tokens(tmp_path):
     with pytest.raises(ConfigError, match="chunking.overlap"):
         _load(cfg, tmp_path)
     cfg.write_text(json.dumps(_config_with("memorySearch.chunking", {"tokens": 50})))  # the default 80 follows
-    assert _load(cfg, tmp_path).memory_search["chunking"]["overlap"] == 49
+    assert _load(cfg, tmp_path).memory_search.chunking.overlap == 49
 
 
 def test_a_client_leaving_mid_request_is_no_traceback_for_mcp_http(agent):

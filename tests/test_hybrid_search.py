@@ -5,7 +5,6 @@ scope, multilingual keywords, exact tokens, and searching under a writer."""
 from __future__ import annotations
 
 import calendar
-import copy
 import os
 import datetime as dt
 import threading
@@ -19,6 +18,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 import memindex.pipeline.search.engine as search_mod
 from memindex.pipeline.store import db
+from memindex.pipeline.config.records import MemorySearchSettings
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.providers.local import llama_available
 from memindex.pipeline.store.fts_budget import FtsBudget
@@ -60,14 +60,14 @@ QUERIES = ["router VLAN IoT", "who fixed the deploy", "backup failed NAS", "Lisb
 
 def with_ms(settings: AgentSettings, **changes: Any) -> AgentSettings:
     """A copy of ``settings`` with memorySearch keys replaced (dotted paths), without touching the config file."""
-    ms = copy.deepcopy(settings.memory_search)
+    ms = settings.memory_search.to_dict()
     for dotted, value in changes.items():
         node = ms
         *parents, leaf = dotted.split(".")
         for p in parents:
             node = node[p]
         node[leaf] = value
-    return replace(settings, memory_search=ms)
+    return replace(settings, memory_search=MemorySearchSettings.from_dict(ms))
 
 
 def run(settings: AgentSettings, query: str, clock: float | None = None, **kw: Any) -> dict[str, Any]:

@@ -150,7 +150,7 @@ def test_validation_other_keys():
 def test_valid_configs_resolve(modalities):
     s = _resolve({**GOOD, "fallback": "none", "outputDimensionality": 3072,
                   "multimodal": {"enabled": True, "modalities": modalities}})
-    assert s.memory_search["multimodal"] == {"enabled": True, "modalities": modalities,
+    assert s.memory_search.multimodal.to_dict() == {"enabled": True, "modalities": modalities,
                                              "maxFileBytes": 10 * 1024 * 1024}
     # Multimodal off: any provider is fine, the multimodal keys are inert.
     _resolve({"provider": "openai", "fallback": "gemini", "multimodal": {"enabled": False}})

@@ -383,11 +383,13 @@ def test_a_plain_keyword_only_cli_search_and_a_server_call_stay_light(memory, tm
     out, mods = _modules(tmp_path, env, "--server", f"unix:{memory}/none.sock", "search", "kiwi")
     assert out.returncode == 1 and "cannot reach memindex serve" in out.stderr, out.stderr
     # The --server client: the standard library, the CLI module and its client; not even the config
-    # reader, the store or the CLI's option helpers (they come with the server's answer).
+    # reader, the store or the CLI's option helpers (they come with the server's answer). The table
+    # of MEMINDEX_* variables is the one reader of MEMINDEX_SERVER, _TOKEN and _SERVER_TIMEOUT_S.
     ours = {m for m in mods if m.startswith("memindex.")}
     assert ours <= {"memindex.producers", "memindex.producers.cli", "memindex.producers.cli.main",
                     "memindex.producers.cli.remote", "memindex.pipeline", "memindex.pipeline.errors",
-                    "memindex.pipeline.config", "memindex.pipeline.config.defaults"}, ours
+                    "memindex.pipeline.config", "memindex.pipeline.config.defaults",
+                    "memindex.pipeline.config.environ"}, ours
     heavy = FORBIDDEN | {"http.client", "sqlite3", "logging", "inspect"}
     assert not mods & heavy, mods & heavy
 

@@ -279,10 +279,10 @@ def test_include_var_env_block_dotenv_and_secret_refs_resolve_like_openclaw(tmp_
         monkeypatch.delenv(k, raising=False)
     s = load_settings(Context(config=str(cfg), state_dir=str(state)))
     ms = s.memory_search
-    assert ms["query"]["maxResults"] == 9 and ms["query"]["hybrid"]["mmr"]["enabled"] is True  # nested $include
-    assert ms["extraPaths"] == ["team-notes", "literal-${NOT_SUBSTITUTED}"]  # ${VAR} and its $${} escape
-    assert ms["remote"]["apiKey"] == "sk-from-env-block"  # SecretRef (env) <- env block
-    assert ms["remote"]["headers"] == {"X-Dotenv": "sk-from-dotenv", "X-Var": "from-vars"}  # .env, env.vars
+    assert ms.query.max_results == 9 and ms.query.hybrid.mmr.enabled is True  # nested $include
+    assert ms.extra_paths == ["team-notes", "literal-${NOT_SUBSTITUTED}"]  # ${VAR} and its $${} escape
+    assert ms.remote.api_key == "sk-from-env-block"  # SecretRef (env) <- env block
+    assert ms.remote.headers == {"X-Dotenv": "sk-from-dotenv", "X-Var": "from-vars"}  # .env, env.vars
     assert s.providers["voyage"]["apiKey"] == "pa-from-file"  # SecretRef (file, JSON pointer)
     assert isinstance(s.providers["anthropic"]["apiKey"], dict)  # not a provider memindex uses: untouched
     # Both fill the process environment the way OpenClaw does, never overriding what is set.
@@ -307,15 +307,15 @@ def test_an_edit_in_an_included_file_reaches_the_cached_settings(tmp_path):
         st = path.stat()
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
 
-    assert settings_for(ctx).memory_search["model"] == "m-one"
+    assert settings_for(ctx).memory_search.model == "m-one"
     _write(deeper, '{provider: "openai", model: "m-two"}')
     bump(deeper)
-    assert settings_for(ctx).memory_search["model"] == "m-two"
+    assert settings_for(ctx).memory_search.model == "m-two"
     deeper.unlink()  # a broken include is an error, and its return is a change too
     with pytest.raises(ConfigError, match="config file not found"):
         settings_for(ctx)
     _write(deeper, '{provider: "openai", model: "m-three"}')
-    assert settings_for(ctx).memory_search["model"] == "m-three"
+    assert settings_for(ctx).memory_search.model == "m-three"
     assert cfg.stat().st_mtime_ns == before  # openclaw.json itself never changed
 
 
@@ -378,7 +378,7 @@ def _exec_config(tmp_path, **provider) -> Path:
 def _exec_key(tmp_path, cfg: Path, **env) -> str:
     s = load_settings(Context(config=str(cfg), state_dir=str(tmp_path / "s")),
                       env={"HOME": str(tmp_path), "PATH": os.environ["PATH"], "SECRET_PARENT": "x", **env})
-    return s.memory_search["remote"]["apiKey"]
+    return s.memory_search.remote.api_key
 
 
 def test_exec_secret_ref_runs_the_resolver_with_openclaws_protocol(tmp_path):
@@ -460,12 +460,12 @@ def test_each_openclaw_key_loads_with_one_warning(tmp_path, caplog, where, value
 def test_openclaw_keys_we_implement_are_honoured(tmp_path):
     s = resolve_agent({"agents": {"defaults": {"memorySearch": {"provider": "openai", "dimensions": 256}}}},
                       state_dir=tmp_path)
-    assert s.memory_search["outputDimensionality"] == 256 and "dimensions" not in s.memory_search
+    assert s.memory_search.output_dimensionality == 256 and "dimensions" not in s.memory_search.to_dict()
     with pytest.raises(ConfigError, match="conflicts with outputDimensionality"):
         resolve_agent({"agents": {"defaults": {"memorySearch": {"dimensions": 256, "outputDimensionality": 512}}}},
                       state_dir=tmp_path)
     assert resolve_agent({"agents": {"defaults": {"memorySearch": {"provider": "none"}}}},
-                         state_dir=tmp_path).memory_search["provider"] == "none"
+                         state_dir=tmp_path).memory_search.provider == "none"
 
 
 @pytest.mark.parametrize("ms, key, suggestion", [

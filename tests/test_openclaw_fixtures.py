@@ -42,7 +42,7 @@ def _setup(fixture: dict[str, Any], root: Path) -> dict[str, str]:
 def _provider(settings: Any, env: dict[str, str]) -> tuple[str, str | None]:
     names = list(dict.fromkeys(n for pid in registry.ids() for n in (pid, *registry.get(pid).config_names)))
     profiles = keys_by_provider(settings.agent_dir, settings.state_dir, settings.auth, env, names)
-    choice = select_provider(settings.memory_search, settings.providers, env, settings.state_dir / "models",
+    choice = select_provider(settings.memory_search.to_dict(), settings.providers, env, settings.state_dir / "models",
                              auth_profiles=profiles)
     chosen = choice.primary or choice.fallback
     return (chosen.id, chosen.model) if chosen else ("none", None)

@@ -68,9 +68,9 @@ def test_config_choices_are_the_registry(tmp_path):
     assert fallback_choices() == ("none", *registry.ids())
     for pid in registry.ids():
         ms = _load({"provider": pid, "fallback": pid}, tmp_path).memory_search
-        assert (ms["provider"], ms["fallback"]) == (pid, pid)
+        assert (ms.provider, ms.fallback) == (pid, pid)
     # the test-only provider is usable by name, but is no choice users see and no fallback
-    assert _load({"provider": "hash"}, tmp_path).memory_search["provider"] == "hash"
+    assert _load({"provider": "hash"}, tmp_path).memory_search.provider == "hash"
     with pytest.raises(ConfigError) as err:
         _load({"provider": "cohere"}, tmp_path)
     assert err.value.key == "agents.defaults.memorySearch.provider"
@@ -226,7 +226,7 @@ def letters():
 
 def test_registered_provider_is_a_config_choice(letters, tmp_path):
     assert "letters" in registry.ids() and "letters" in provider_choices() and "letters" in fallback_choices()
-    assert _load({"provider": "letters", "model": "letters-v2"}, tmp_path).memory_search["provider"] == "letters"
+    assert _load({"provider": "letters", "model": "letters-v2"}, tmp_path).memory_search.provider == "letters"
     assert registry.default_caps()["letters"] == 2 and ConcurrencyLimiter().caps["letters"] == 2
     assert batch_client_for(build_provider("letters", _ms(provider="letters"), {}, {}, tmp_path)) is None
     with pytest.raises(ValueError, match="already registered"):

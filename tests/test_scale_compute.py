@@ -355,7 +355,7 @@ def test_the_compute_spec_carries_no_key_and_rebuilds_the_same_settings(tmp_path
     # One that cannot uses its own environment.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-compute-env")
     elsewhere = settings_from_spec(dict(spec, config=str(tmp_path / "not-on-this-host.json")), a.ctx.as_dict())
-    assert "apiKey" not in elsewhere.memory_search["remote"]
+    assert elsewhere.memory_search.remote.api_key is None
     embedder = chunk_embedder_for(elsewhere, cache=False)
     embedder.embed_chunks(["a text"], ["h1"])
     assert server.log_for("openai")[-1].headers["authorization"] == "Bearer sk-from-the-compute-env"

@@ -9,14 +9,14 @@ Importing this module installs the broker globally, which is what dramatiq's
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
-from memindex.pipeline.config.environ import BROKER_ENV, env_number
+from memindex.pipeline.config import environ
+from memindex.pipeline.config.environ import BROKER_ENV
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.logs import out_of_memory as out_of_memory
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
@@ -29,7 +29,7 @@ SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE = "sync", "embed", "batch", "w
 QUEUES = (SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE)
 # Write-queue shards (issue 18): N > 1 routes each store to ``write.<k>`` (workers/messages.py);
 # every process of a deployment must agree on N (`memindex worker --writer --shard K/N` checks).
-SHARDS_ENV = "MEMINDEX_WRITE_SHARDS"
+SHARDS_ENV = environ.WRITE_SHARDS.name
 
 
 SHARDS_KEY = "memindex:write-shards"  # the N the deployment's first writer recorded
@@ -75,7 +75,7 @@ def write_shards() -> int:
 def configured_shards() -> int | None:
     """This process's ``MEMINDEX_WRITE_SHARDS`` (None: unset). Read at each call: `memindex worker
     --writer --shard K/N` sets it for the worker processes it starts."""
-    return env_number(SHARDS_ENV, None, whole=True, minimum=1)
+    return environ.WRITE_SHARDS.get()
 
 
 def recorded_write_shards() -> int | None:
@@ -110,7 +110,7 @@ _SCHEMES = ("redis://", "rediss://", "unix://")
 def broker_url() -> str | None:
     """The Redis URL (None: the embedded broker). Any other scheme is a config error, said in one
     line by every command (redis-py's ValueError surfaced as a traceback from each of them)."""
-    url = os.environ.get(BROKER_ENV, "").strip()
+    url = environ.BROKER_URL.text()
     if url and not url.lower().startswith(_SCHEMES):
         from memindex.pipeline.errors import ConfigError
 
@@ -196,7 +196,7 @@ def _middleware() -> list:
 # between polls, and a sync crosses three queues (sync -> embed -> write):
 # capping the idle poll keeps write-to-searchable latency low for ~10 cheap
 # Lua calls per second per idle queue.
-POLL_MS = env_number("MEMINDEX_POLL_MS", 100, minimum=1)
+POLL_MS = environ.POLL_MS.get()
 
 
 # The broker commands that settle a message already taken (acknowledge, reject, hand back): when

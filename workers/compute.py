@@ -34,8 +34,9 @@ from typing import Any, Iterator
 
 import dramatiq
 
-from memindex.pipeline.config.environ import env_number
-from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.config import environ
+from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings
+from memindex.pipeline.config.settings import AgentSettings, Context, default_memory
 from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderError, ProviderRateLimited,
                                               ProviderTransientError)
 from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
@@ -61,8 +62,8 @@ NOT_RETRIED = (ProviderAuthError, InvalidVectorError, UnknownAgent)
 # bytes (texts + vectors, base64, counting the vectors the compute side will add). 256 chunks of
 # ~1.6 KB text are ~0.4 MB, plus 2 KB (384 dims) to 8 KB (1536) of vector each: a few provider
 # requests, and a Redis value far below its limits. Env vars shrink them (tests).
-EMBED_MSG_CHUNKS = env_number("MEMINDEX_EMBED_MSG_CHUNKS", 256, minimum=1)
-EMBED_MSG_BYTES = env_number("MEMINDEX_EMBED_MSG_BYTES", 1024 * 1024, minimum=1)
+EMBED_MSG_CHUNKS = environ.EMBED_MSG_CHUNKS.get()
+EMBED_MSG_BYTES = environ.EMBED_MSG_BYTES.get()
 
 # The file side waits (bounded) while this many embed messages are ready: without it a backfill
 # would put every chunk text of a workspace into Redis before the compute side caught up.
@@ -78,18 +79,19 @@ MODES = {"files": write_files, "append": write_session_append}
 
 def compute_spec(settings: AgentSettings) -> dict[str, Any]:
     """The agent's embedding settings as a message part, without secrets."""
-    ms = copy.deepcopy(settings.memory_search)
+    ms = settings.memory_search.to_dict()
     providers = copy.deepcopy(settings.providers)
     stripped = 0
-    for section in (ms.get("remote"), *providers.values()):
+    for section in (ms["remote"], *providers.values()):
         if isinstance(section, dict):
             for f in SECRET_FIELDS:
                 if section.pop(f, None) is not None:
                     stripped += 1
+    ms["remote"].update(apiKey=None, headers={})  # the record's "none set", its fields being required
     return {"agent_id": settings.agent_id, "workspace": str(settings.workspace),
             "state_dir": str(settings.state_dir), "store": str(settings.store_path),
             "config": str(settings.config_path) if settings.config_path else None,
-            "memory_search": ms, "providers": providers, "memory": settings.memory, "secrets": stripped}
+            "memory_search": ms, "providers": providers, "memory": settings.memory.to_dict(), "secrets": stripped}
 
 
 def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettings:
@@ -111,7 +113,8 @@ def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettin
             log.warning("could not read %s (%s); using the message's settings and this host's environment",
                         spec["config"], exc)
     return AgentSettings(spec["agent_id"], Path(spec["workspace"]), Path(spec["state_dir"]), Path(spec["store"]),
-                         True, copy.deepcopy(spec["memory_search"]), spec.get("memory") or {},
+                         True, MemorySearchSettings.from_dict(spec["memory_search"]),
+                         MemorySettings.from_dict(spec["memory"]) if spec.get("memory") else default_memory(),
                          copy.deepcopy(spec["providers"]),
                          config_path=Path(spec["config"]) if spec.get("config") else None)
 

@@ -42,7 +42,7 @@ def provider_of(reason: str, settings: Any) -> str | None:
     head = reason.split(":", 1)[0].split(" ", 1)[0]
     if registry.find(head) is not None:
         return head
-    return settings.memory_search.get("provider") if settings is not None else None
+    return settings.memory_search.provider if settings is not None else None
 
 
 def message_keys(args: Any) -> Iterator[tuple[str, str]]:

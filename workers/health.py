@@ -15,14 +15,14 @@ import os
 import socket
 from typing import Any
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.workers import supervisor
 from memindex.workers.broker import is_write_queue, oom_line, redis_full
 from memindex.workers.lifecycle import BEAT_S, PROC_TTL_S, processes
 from memindex.workers.queues import ready, unconsumed_queues
 
 STALE_S = 3 * BEAT_S
-STALL_S = env_number("MEMINDEX_HEALTH_STALL_S", 300.0, above=0)
+STALL_S = environ.HEALTH_STALL_S.get()
 
 
 def _stopped_here() -> list[tuple[int, str]]:

@@ -39,7 +39,7 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware, Shutdown, ShutdownNotifications
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.workers.logs import clear_work, redis_answered, set_work
 
 log = logging.getLogger("memindex.lifecycle")
@@ -48,8 +48,8 @@ log = logging.getLogger("memindex.lifecycle")
 STOPPING = threading.Event()
 
 # Heartbeat period, and how long a silent process's entries live on.
-BEAT_S = env_number("MEMINDEX_HEARTBEAT_S", 2.0, above=0)
-PROC_TTL_S = env_number("MEMINDEX_PROC_TTL_S", 10.0, minimum=1)  # whole seconds in Redis: 0.5 expired them at once
+BEAT_S = environ.HEARTBEAT_S.get()
+PROC_TTL_S = environ.PROC_TTL_S.get()  # whole seconds in Redis: 0.5 expired them at once
 # A stop signal repeated within this window is the same stop (see the module docstring).
 REPEAT_WINDOW_S = 3.0
 
@@ -84,12 +84,10 @@ class Heartbeat:
         # queue nobody reads.
         self.record = record
         self.key = proc_key(namespace, uuid.uuid4().hex)
-        from memindex.workers.supervisor import SUPERVISOR_ENV
-
         self.info = {"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
                      "queues": json.dumps(sorted(queues)), "started": _now_ms(),
                      # whose death must end this process (workers/supervisor.py): `health` checks it
-                     "supervisor": os.environ.get(SUPERVISOR_ENV, "")}
+                     "supervisor": environ.SUPERVISOR.raw() or ""}
         self.last_consume = _now_ms()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memindex-heartbeat", daemon=True)
@@ -245,11 +243,9 @@ def _stop_with_parent() -> None:
     try:
         import ctypes
 
-        from memindex.workers.run import PARENT_ENV
-
         # dramatiq's parent as it was when it forked this process: it may have died since (before
         # the call below could take effect), and then getppid() is already someone else.
-        parent = int(os.environ.get(PARENT_ENV) or os.getppid())
+        parent = int(environ.WORKER_PARENT.raw() or os.getppid())
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # it died before the call took effect

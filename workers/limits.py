@@ -23,13 +23,13 @@ from typing import Any, Iterator, Mapping
 
 from dramatiq.middleware import Shutdown
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.embeddings import registry
 
 log = logging.getLogger("memindex.limits")
 
 # A dead holder's slot comes back after at most this long; live holders renew every third of it.
-LEASE_MS = env_number("MEMINDEX_SLOT_LEASE_MS", 30000, minimum=1)
+LEASE_MS = environ.SLOT_LEASE_MS.get()
 HEARTBEAT_S = LEASE_MS / 3000
 
 # KEYS[1] = the provider's lease set; ARGV = cap, holder id, lease ms.

@@ -11,16 +11,15 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import os
 import threading
 import time
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.display import escape_controls
 
-LEVEL_ENV, FORMAT_ENV = "MEMINDEX_LOG_LEVEL", "MEMINDEX_LOG_FORMAT"
-LEVELS = ("debug", "info", "warning", "error")
-FORMATS = ("text", "json")
+LEVEL_ENV, FORMAT_ENV = environ.LOG_LEVEL.name, environ.LOG_FORMAT.name
+LEVELS = environ.LOG_LEVEL.choices
+FORMATS = environ.LOG_FORMAT.choices
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The HTTP clients' loggers (openai >= 3.5 vendors httpx and httpcore under the "2" names).
 HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
@@ -89,7 +88,7 @@ class _HttpAtDebug(logging.Filter):
 # line every 3 s, and every heartbeat a WARNING: ~12 lines a second for the Procfile's
 # processes, which bury everything else. Each process says it once, then once a minute while it
 # lasts, then when Redis answers again (its heartbeat succeeds), with how many lines it held back.
-OUTAGE_REPORT_S = env_number("MEMINDEX_OUTAGE_REPORT_S", 60.0, minimum=0)
+OUTAGE_REPORT_S = environ.OUTAGE_REPORT_S.get()
 # (logger name prefix, start of the message format) of the lines one outage repeats.
 _OUTAGE_LINES = (
     ("dramatiq.worker.ConsumerThread", "Consumer encountered a connection error: %s"),
@@ -233,7 +232,7 @@ def configure(level: str | int, fmt: str = "text") -> None:
 
 def configure_from_env() -> None:
     """In a worker process: what ``memindex worker --log-level/--log-format`` asked for, if anything."""
-    level, fmt = os.environ.get(LEVEL_ENV), os.environ.get(FORMAT_ENV)
+    level, fmt = environ.LOG_LEVEL.raw(), environ.LOG_FORMAT.raw()
     if level or fmt:
         configure(level or logging.getLevelName(logging.getLogger().level), fmt or "text")
     else:
@@ -242,7 +241,7 @@ def configure_from_env() -> None:
 
 # The writer's INFO summary: at most one line per agent this often (a backfill writes
 # hundreds of transactions a minute; one DEBUG line each, one INFO line per period).
-WRITE_SUMMARY_S = env_number("MEMINDEX_WRITE_SUMMARY_S", 10.0, minimum=0)
+WRITE_SUMMARY_S = environ.WRITE_SUMMARY_S.get()
 
 
 class WriteSummary:

@@ -33,9 +33,10 @@ from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.errors import MemindexError
 
-PORT_ENV = "MEMINDEX_METRICS_PORT"
+PORT_ENV = environ.METRICS_PORT.name
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
@@ -87,7 +88,7 @@ def _multiproc_dir(port: int) -> str:
 
 
 def enabled() -> bool:
-    return bool(os.environ.get(PORT_ENV))
+    return bool(environ.METRICS_PORT.raw())
 
 
 class Recorders:

@@ -16,8 +16,10 @@ import os
 import sys
 from typing import Any, Callable
 
+from memindex.pipeline.config import environ
 
-PARENT_ENV = "MEMINDEX_WORKER_PARENT"  # the pid of dramatiq's parent process, for its children
+
+PARENT_ENV = environ.WORKER_PARENT.name  # the pid of dramatiq's parent process, for its children
 
 
 def _then_ours(setup: Callable[..., Any]) -> Callable[..., Any]:

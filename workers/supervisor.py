@@ -21,12 +21,12 @@ import signal
 import threading
 import time
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 
 log = logging.getLogger("memindex.supervisor")
 
-SUPERVISOR_ENV = "MEMINDEX_SUPERVISOR"  # "<pid>:<start time>" of the supervisor found at start
-POLL_S = env_number("MEMINDEX_SUPERVISOR_POLL_S", 1.0, above=0)
+SUPERVISOR_ENV = environ.SUPERVISOR.name  # "<pid>:<start time>" of the supervisor found at start
+POLL_S = environ.SUPERVISOR_POLL_S.get()
 # A parent of these names run with -c is a wrapper of this one command, not the supervisor.
 SHELLS = frozenset(("sh", "dash", "bash", "zsh", "ash", "ksh"))
 

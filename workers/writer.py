@@ -288,7 +288,7 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
         request_resync(ctx.as_dict(), "held-writes-lost")
     # cache.enabled false: no lookups (the embedder) and no new entries, as OpenClaw's upsert returns
     # at once when the cache is off; the entries already there stay until pruned or re-enabled.
-    w.cache_writes = bool(settings.memory_search["cache"]["enabled"])
+    w.cache_writes = bool(settings.memory_search.cache.enabled)
     return settings, w
 
 
@@ -394,7 +394,7 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
             if dims_only:
                 _say_size_changed(generation, fresh)
             request_resync(ctx, "dims-changed" if dims_only else "provider-changed", force=dims_only)
-        max_entries = settings.memory_search["cache"]["maxEntries"]
+        max_entries = settings.memory_search.cache.max_entries
         if any(r.embedding is not None for r in fresh) and max_entries:
             w.prune_cache(max_entries)
     if stale:

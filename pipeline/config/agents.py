@@ -16,8 +16,9 @@ import os
 import threading
 from typing import Callable, Generic, Mapping, TypeVar
 
-from memindex.pipeline.config.settings import (AgentSettings, ConfigError, Context, config_stamp, context_paths,
+from memindex.pipeline.config.settings import (AgentSettings, Context, config_stamp, context_paths,
                                                load_settings)
+from memindex.pipeline.errors import ConfigError
 
 _lock = threading.Lock()
 _cache: dict[Context, tuple[tuple[object, ...], AgentSettings]] = {}

@@ -192,7 +192,8 @@ def _secret(cred: Mapping[str, Any], field: str, cfg: Mapping[str, Any], env: Ma
 
 def api_key(store: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[str, str], provider: str) -> str | None:
     """The first usable key of ``provider``'s profiles, in OpenClaw's order; None when none has one."""
-    auth = cfg.get("auth") if isinstance(cfg.get("auth"), dict) else {}
+    given = cfg.get("auth")
+    auth: Mapping[str, Any] = given if isinstance(given, dict) else {}
     for profile_id in profile_order(store, auth, provider):
         cred = store["profiles"][profile_id]
         where = f"{FILENAME}: {profile_id}"

@@ -286,7 +286,8 @@ def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str
     if not isinstance(data, dict):
         raise ConfigError(str(path), "the top level must be an object (after $include)")
     _fill_env(env, _config_env_vars(data))
-    return substitute_env(data, env, "", embeds_with)
+    out: dict[str, Any] = substitute_env(data, env, "", embeds_with)
+    return out
 
 
 # --- SecretRefs --------------------------------------------------------------------------------
@@ -312,11 +313,15 @@ def _json_pointer(doc: Any, pointer: str, key: str) -> Any:
     return doc
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def resolve_secret(ref: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[str, str], key: str) -> str:
     """The value a SecretRef names, from the env, a file, or an exec resolver (OpenClaw's three sources)."""
     source, ident = ref["source"], ref["id"]
-    secrets = cfg.get("secrets") if isinstance(cfg.get("secrets"), dict) else {}
-    defaults = secrets.get("defaults") if isinstance(secrets.get("defaults"), dict) else {}
+    secrets = _obj(cfg.get("secrets"))
+    defaults = _obj(secrets.get("defaults"))
     name = ref.get("provider") or defaults.get(source) or DEFAULT_SECRET_PROVIDER
     if not isinstance(ident, str) or not ident.strip() or not isinstance(name, str):
         raise ConfigError(key, f"SecretRef needs a string id and provider, got {json.dumps(ref)}")

@@ -60,6 +60,10 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _markers(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """(2026.9 keys, 2026.3 keys) present in ``cfg``."""
     agents, memory = _obj(cfg.get("agents")), _obj(cfg.get("memory"))
@@ -116,7 +120,7 @@ def _memory_search(entry: dict[str, Any], key: str) -> dict[str, Any] | None:
     if not isinstance(memory, dict):
         raise ConfigError(f"{key}.memory", f"expected an object, got {memory!r}")
     memory = dict(memory)
-    search = memory.pop("search", None)
+    search: dict[str, Any] | None = memory.pop("search", None)
     entry["memory"] = memory
     return search
 
@@ -143,7 +147,7 @@ def _remember_across(cfg: Mapping[str, Any], ms: Mapping[str, Any], base: Mappin
     if isinstance(explicit, bool):
         return explicit
     dm_scope = _obj(cfg.get("session")).get("dmScope")
-    bindings = cfg.get("bindings") if isinstance(cfg.get("bindings"), list) else []
+    bindings = _list(cfg.get("bindings"))
     return (dm_scope is None or dm_scope == "main") and not any(
         isinstance(b, dict) and isinstance(b.get("session"), dict) and b["session"].get("dmScope") is not None
         for b in bindings)

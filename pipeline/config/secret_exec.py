@@ -162,7 +162,7 @@ def resolve_exec_secret(provider: Mapping[str, Any], name: str, ident: str, env:
         message = err.get("message") if isinstance(err, dict) else err
         raise ConfigError(key, f"{where} could not resolve {ident!r}: {message}")
     values = answer.get("values")
-    value = values.get(ident) if isinstance(values, dict) else None
-    if not isinstance(value, str) or not value:
+    found = values.get(ident) if isinstance(values, dict) else None
+    if not isinstance(found, str) or not found:
         raise ConfigError(key, f"{where}: {argv[0]} returned no string value for {ident!r}")
-    return value
+    return found

@@ -26,10 +26,11 @@ from memindex.pipeline.embeddings.registry import dims_choices
 from memindex.pipeline.embeddings.registry import find as find_provider
 from memindex.pipeline.embeddings.registry import get as provider_spec
 from memindex.pipeline.embeddings.registry import ids as provider_ids
-from memindex.pipeline.config import ranges
+from memindex.pipeline.config import environ, ranges
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config import openclaw_schema
 from memindex.pipeline.config.loader import load_config, resolve_secret_refs
+from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings, Record
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
 from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
 from memindex.pipeline.config.paths import config_path_for as config_path_for
@@ -79,7 +80,7 @@ def _size(key: str, v: Any) -> int:
     """A vector size: a positive integer, never clamped (-5 clamped to 1 built a 1-dim index)."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ConfigError(key, f"expected a positive integer (a vector size), got {v!r}")
-    return ranges.within(key, v)
+    return int(ranges.within(key, v))
 
 
 def _url(key: str, v: Any) -> str | None:
@@ -208,14 +209,14 @@ def fallback_choices() -> tuple[str, ...]:
 
 def _provider(key: str, v: Any) -> str:
     # "none" is OpenClaw's deliberate keyword-only search (no embeddings at all).
-    if v in ("auto", "none") or (isinstance(v, str) and find_provider(v) is not None):
+    if isinstance(v, str) and (v in ("auto", "none") or find_provider(v) is not None):
         return v
     raise ConfigError(key, f"expected one of {', '.join(provider_choices())}; got {v!r}")
 
 
 def _fallback(key: str, v: Any) -> str:
     spec = find_provider(v) if isinstance(v, str) else None
-    if v == "none" or (spec is not None and not spec.test_only):
+    if isinstance(v, str) and (v == "none" or (spec is not None and not spec.test_only)):
         return v
     raise ConfigError(key, f"expected one of {', '.join(fallback_choices())}; got {v!r}")
 
@@ -434,6 +435,11 @@ def _defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def default_memory() -> MemorySettings:
+    """The ``memory`` block of a config that sets none (a compute message from a sender without one)."""
+    return MemorySettings.from_dict(_defaults(MEMORY))
+
+
 def _unknown_key(schema: Mapping[str, Any], k: str, path: str) -> ConfigError:
     """A key neither OpenClaw nor memindex knows, with the closest known one suggested."""
     import difflib  # only to suggest a name for an unknown key
@@ -512,7 +518,7 @@ def _warn_near_misses(cfg: Mapping[str, Any]) -> None:
     agents = cfg.get("agents")
     if not isinstance(agents, dict):
         return
-    found = [("agents", k, _AGENTS_KEYS) for k in agents]
+    found: list[tuple[str, Any, tuple[str, ...]]] = [("agents", k, _AGENTS_KEYS) for k in agents]
     if isinstance(agents.get("defaults"), dict):
         found += [("agents.defaults", k, _DEFAULTS_KEYS) for k in agents["defaults"]]
     for i, entry in enumerate(agents.get("list") or []):
@@ -587,6 +593,8 @@ _SECRET_KEY = re.compile(r"api[-_]?key|token|secret|passw|authorization|cookie|c
 def masked(value: Any, key: str = "") -> Any:
     """``value`` with every secret-looking entry (an ``apiKey``, a token, any header value) as
     ``"***"``; for showing settings, never for using them."""
+    if isinstance(value, Record):  # a typed block: masked in the config's own (camelCase) shape
+        value = value.to_dict()
     if isinstance(value, Mapping):
         return {k: ("***" if (key.lower() == "headers" or _SECRET_KEY.search(str(k))) and isinstance(v, str) and v
                     else masked(v, str(k))) for k, v in value.items()}
@@ -604,8 +612,8 @@ class AgentSettings:
     state_dir: Path
     store_path: Path
     enabled: bool
-    memory_search: dict[str, Any]
-    memory: dict[str, Any]
+    memory_search: MemorySearchSettings
+    memory: MemorySettings
     providers: dict[str, Any] = field(default_factory=dict)
     memory_flush: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
@@ -624,7 +632,7 @@ class AgentSettings:
 
     @property
     def sources(self) -> list[str]:
-        return list(self.memory_search["sources"])
+        return list(self.memory_search.sources)
 
     @property
     def sessions_dir(self) -> Path:
@@ -632,17 +640,18 @@ class AgentSettings:
 
     @property
     def chunk_tokens(self) -> int:
-        return int(self.memory_search["chunking"]["tokens"])
+        return self.memory_search.chunking.tokens
 
     @property
     def chunk_overlap(self) -> int:
-        c = self.memory_search["chunking"]
-        return max(0, min(int(c["overlap"]), int(c["tokens"]) - 1))
+        c = self.memory_search.chunking
+        return max(0, min(c.overlap, c.tokens - 1))
 
     def digest(self) -> str:
         """Stable hash of the resolved settings (for caching per-agent objects)."""
         blob = json.dumps(
-            [self.agent_id, str(self.workspace), str(self.store_path), self.memory_search, self.memory],
+            [self.agent_id, str(self.workspace), str(self.store_path), self.memory_search.to_dict(),
+             self.memory.to_dict()],
             sort_keys=True,
             default=str,
         )
@@ -728,7 +737,7 @@ def resolve_agent(
                                       nest_in_defaults=openclaw_schema.nests_workspaces(cfg))).resolve()
 
     raw_store, store_key = ms["store"]["path"], f"{agent_key if 'store' in agent_ms else base_key}.store.path"
-    own_store = (env.get(STORE_PATH_ENV) or "").strip()
+    own_store = environ.STORE_PATH.text(env)
     legacy_store = None
     if own_store:  # memindex's own setting, which no OpenClaw version reads
         raw_store, store_key = own_store, STORE_PATH_ENV
@@ -754,8 +763,8 @@ def resolve_agent(
         state_dir=state_dir,
         store_path=Path(os.path.normpath(store_path)),
         enabled=enabled,
-        memory_search=ms,
-        memory=memory,
+        memory_search=MemorySearchSettings.from_dict(ms),
+        memory=MemorySettings.from_dict(memory),
         providers=providers,
         memory_flush=flush,
         config_path=config_path,
@@ -763,10 +772,14 @@ def resolve_agent(
         store_key=store_key,
         legacy_store=legacy_store,
         openclaw_store=Path(os.path.normpath(openclaw_schema.openclaw_store(
-            cfg, entry.get("id") if isinstance(entry.get("id"), str) else agent_id, agent_id, state_dir, custom_oc))),
+            cfg, _str_or(entry.get("id"), agent_id), agent_id, state_dir, custom_oc))),
         agent_dir=_agent_dir(entry, agent_id, state_dir, env),
         auth={"auth": _subtree(cfg, "auth", "auth"), "secrets": _subtree(cfg, "secrets", "secrets")},
     )
+
+
+def _str_or(value: Any, default: str) -> str:
+    return value if isinstance(value, str) else default
 
 
 def _agent_dir(entry: Mapping[str, Any], agent_id: str, state_dir: Path, env: Mapping[str, str]) -> Path:
@@ -783,7 +796,7 @@ def _agent_dir(entry: Mapping[str, Any], agent_id: str, state_dir: Path, env: Ma
 DEFAULT_STORE_DIR = "memindex"
 # memindex's store path (``{agentId}``, ``~``; relative to the state dir), for a config whose
 # memorySearch.store.path is OpenClaw's (2026.3) or that cannot hold one (2026.9's schema).
-STORE_PATH_ENV = "MEMINDEX_STORE_PATH"
+STORE_PATH_ENV = environ.STORE_PATH.name
 
 
 def _default_store_path(state_dir: Path, agent_id: str) -> Path:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
 from memindex.pipeline.config import openclaw_schema
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.failures import SUMMARISED
@@ -103,7 +103,8 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
     from memindex.pipeline.embeddings.select import select_provider
 
     ms = settings.memory_search
-    choice = select_provider(ms, settings.providers, os.environ, cache_dir=settings.state_dir / "models",
+    # The provider API takes memorySearch in the config's shape (third-party providers read it).
+    choice = select_provider(ms.to_dict(), settings.providers, os.environ, cache_dir=settings.state_dir / "models",
                              auth_profiles=_profile_keys(settings),
                              destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema))
     service = None
@@ -111,7 +112,7 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
         from memindex.pipeline.embeddings.limiter import make_limiter
         from memindex.pipeline.embeddings.service import EmbeddingService
 
-        limiter = make_limiter(int(ms["remote"]["nonBatchConcurrency"]))
+        limiter = make_limiter(int(ms.remote.non_batch_concurrency))
         service = EmbeddingService(choice, limiter, retry=_retry_policy())
     with _services_lock:
         _services[key] = (service, choice.reason)
@@ -132,10 +133,10 @@ def _retry_policy() -> Any:
     from memindex.pipeline.embeddings import RetryPolicy
 
     kw: dict[str, Any] = {}
-    delay_s = env_number("MEMINDEX_RETRY_BASE_DELAY_S", None, whole=False, minimum=0)
+    delay_s = environ.RETRY_BASE_DELAY_S.get()
     if delay_s is not None:
         kw["base_delay_s"] = kw["rate_limit_delay_s"] = delay_s
-    attempts = env_number("MEMINDEX_RETRY_ATTEMPTS", None, whole=True, minimum=1)
+    attempts = environ.RETRY_ATTEMPTS.get()
     if attempts is not None:
         kw["transient_attempts"] = attempts
     return RetryPolicy(**kw)
@@ -303,7 +304,7 @@ class ChunkEmbedder:
 
     def cached_vectors(self, hashes: Sequence[str]) -> dict[str, list[float]]:
         """chunk hash -> vector, for the hashes this index's provider already embedded (the cache)."""
-        if not self.use_cache or not self.settings.memory_search["cache"]["enabled"]:
+        if not self.use_cache or not self.settings.memory_search.cache.enabled:
             return {}
         # One reader per agent, reused: opening a connection (and loading sqlite-vec)
         # for every file's lookup was most of the cache's cost.

@@ -47,9 +47,9 @@ def index_fingerprint(settings: AgentSettings, ident: EmbeddingIdentity) -> dict
         # otherwise fill it with other files that its searches then serve under its name.
         "workspace": str(settings.workspace),
     }
-    if settings.memory_search["multimodal"]["enabled"]:
-        mm = settings.memory_search["multimodal"]
-        fp["multimodal"] = {"modalities": sorted(mm["modalities"]), "maxFileBytes": mm["maxFileBytes"]}
+    if settings.memory_search.multimodal.enabled:
+        mm = settings.memory_search.multimodal
+        fp["multimodal"] = {"modalities": sorted(mm.modalities), "maxFileBytes": mm.max_file_bytes}
     if ident.dims:
         fp["vectorDims"] = ident.dims
     return fp

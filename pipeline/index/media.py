@@ -58,7 +58,7 @@ SNIFF_BYTES = 16
 
 
 def enabled(settings: AgentSettings) -> bool:
-    return bool(settings.memory_search["multimodal"]["enabled"])
+    return bool(settings.memory_search.multimodal.enabled)
 
 
 def allowed_kinds(modalities: list[str]) -> frozenset[str]:
@@ -82,7 +82,7 @@ def extra_kind_for(settings: AgentSettings) -> Callable[[str], str | None] | Non
     """The ``discover(extra_kind=...)`` filter for extraPaths, or None when multimodal is off."""
     if not enabled(settings):
         return None
-    kinds = allowed_kinds(settings.memory_search["multimodal"]["modalities"])
+    kinds = allowed_kinds(settings.memory_search.multimodal.modalities)
 
     def keep(name: str) -> str | None:
         if name.lower().endswith(".md"):  # is_markdown_name (index layer above media)
@@ -150,7 +150,7 @@ def label_for(kind: str, path: str) -> str:
 
 def prepare_media(settings: AgentSettings, job: FileJob, embedder: Any | None = None) -> Prepared:
     """One media file -> a writer record holding one labelled chunk with the bytes' vector."""
-    limit = int(settings.memory_search["multimodal"]["maxFileBytes"])
+    limit = int(settings.memory_search.multimodal.max_file_bytes)
     # Every record, skipped ones included, carries the index's identity: the writer
     # rejects identity-less records in a vector index, and the file would loop through syncs.
     ident = None if embedder is None else embedder.identity

@@ -192,8 +192,8 @@ def _skip_long_line(fh: Any, data: bytes, start: int, start_line: int, path: str
 # --- what a sync or the detector should do with one transcript ---------------------
 
 def thresholds(settings: AgentSettings) -> tuple[int, int]:
-    s = settings.memory_search["sync"]["sessions"]
-    return int(s["deltaBytes"]), int(s["deltaMessages"])
+    s = settings.memory_search.sync.sessions
+    return int(s.delta_bytes), int(s.delta_messages)
 
 
 def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, *, flush: bool = False) -> Step:

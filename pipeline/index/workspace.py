@@ -19,6 +19,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.paths import expand_home, resolve_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.errors import ConfigError, WorkspaceError
@@ -50,7 +51,7 @@ class MemoryFile(NamedTuple):
 
 
 # An extraPaths entry this broad indexes a whole disk (or the index itself); it needs this opt-in.
-ALLOW_BROAD_ENV = "MEMINDEX_ALLOW_BROAD_EXTRA_PATHS"
+ALLOW_BROAD_ENV = environ.ALLOW_BROAD_EXTRA_PATHS.name
 
 
 def rel_path(workspace: Path, abs_path: Path) -> str:
@@ -305,7 +306,7 @@ def _too_broad(p: Path, settings: AgentSettings) -> bool:
 
 
 def _allow_broad() -> bool:
-    return os.environ.get(ALLOW_BROAD_ENV, "").strip().lower() in ("1", "true", "yes")
+    return environ.ALLOW_BROAD_EXTRA_PATHS.on()
 
 
 def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
@@ -313,7 +314,7 @@ def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
     (``check_roots`` is what refuses it with an error)."""
     out: list[Path] = []
     allow = _allow_broad()
-    for raw in settings.memory_search["extraPaths"]:
+    for raw in settings.memory_search.extra_paths:
         p = expand_home(raw)
         p = p if p.is_absolute() else settings.workspace / p
         if allow or not _too_broad(p, settings):
@@ -334,7 +335,7 @@ def check_roots(settings: AgentSettings) -> None:
         raise WorkspaceError(f"workspace {display_path(str(ws))} is not a directory{LEFT_UNCHANGED}")
     if _allow_broad():
         return
-    for raw in settings.memory_search["extraPaths"]:
+    for raw in settings.memory_search.extra_paths:
         p = expand_home(raw)
         if _too_broad(p if p.is_absolute() else ws / p, settings):
             raise ConfigError("memorySearch.extraPaths",

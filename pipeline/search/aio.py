@@ -16,22 +16,22 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 
 T = TypeVar("T")
 
 # One thread by default: each extra thread running Python (ranking) competes with the
 # loop for the GIL, and with two the loop stalled 30-60 ms under 50 concurrent searches.
-POOL_THREADS = env_number("MEMINDEX_ASYNC_THREADS", 1, minimum=1)
+POOL_THREADS = environ.ASYNC_THREADS.get()
 
 # Calls that mostly wait for another process (a qmd search, up to its timeout) get threads of
 # their own: one hung qmd must not hold the thread every other agent's search and get queue for.
-WAIT_POOL_THREADS = env_number("MEMINDEX_ASYNC_WAIT_THREADS", 4, minimum=1)
+WAIT_POOL_THREADS = environ.ASYNC_WAIT_THREADS.get()
 
 # Searches whose query vector is a request to a remote provider: threads per agent, so one
 # agent's slow or hung endpoint never holds the shared thread every other agent's search and get
 # queue for (8 searches at 2 s each held a plain `get` of another agent for 16 s on one server).
-EMBED_POOL_THREADS = env_number("MEMINDEX_ASYNC_EMBED_THREADS", 2, minimum=1)
+EMBED_POOL_THREADS = environ.ASYNC_EMBED_THREADS.get()
 
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}

@@ -35,7 +35,7 @@ DEFAULT_RETRY_AFTER_S = 60.0
 def qmd_scope(settings: AgentSettings) -> Any:
     """memory.qmd.scope, else memory.scope, else memorySearch.scope (None: direct chats only)."""
     m = settings.memory
-    return m["qmd"].get("scope") or m.get("scope") or settings.memory_search.get("scope")
+    return m.qmd.scope or m.scope or settings.memory_search.scope
 
 
 def clamp_injected(results: list[SearchResult], max_chars: int) -> list[SearchResult]:
@@ -144,7 +144,7 @@ class FallbackSearch(AsyncSearch):
 
     def _empty(self) -> SearchResponse:
         return SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
-                              citations=self.settings.memory["citations"], mode=self.manager.search_mode,
+                              citations=self.settings.memory.citations, mode=self.manager.search_mode,
                               backend="qmd")
 
     def _search(self, query: str, *, max_results: int | None, min_score: float | None,
@@ -175,14 +175,14 @@ class FallbackSearch(AsyncSearch):
 
     def _finish(self, results: list[SearchResult], session_key: str | None,
                 max_results: int | None) -> list[SearchResult]:
-        limits = self.manager.cfg["limits"]
-        limit = min(limits["maxResults"], max_results or limits["maxResults"])
+        limits = self.manager.cfg.limits
+        limit = min(limits.max_results, max_results or limits.max_results)
         results = diversify_by_source(results, limit)
-        if citations_on(self.settings.memory["citations"], session_key):
+        if citations_on(self.settings.memory.citations, session_key):
             for r in results:
                 r.citation = citation_for(r.path, r.startLine, r.endLine)
                 r.snippet = f"{r.snippet.strip()}\n\nSource: {r.citation}"
-        return clamp_injected(results, limits["maxInjectedChars"])
+        return clamp_injected(results, limits.max_injected_chars)
 
     def _from_builtin(self, query: str, max_results: int | None, min_score: float | None,
                       session_key: str | None, chat_type: str | None) -> SearchResponse:
@@ -277,7 +277,7 @@ def open_search(settings: AgentSettings, **kw: Any) -> SearchEngine:
     for name in ("schedule_sync", "clock"):
         if kw.get(name) is not None and not callable(kw[name]):
             raise UsageError(f"{name} must be callable or None, not {type(kw[name]).__name__}")
-    if settings.memory["backend"] == "qmd":
+    if settings.memory.backend == "qmd":
         return FallbackSearch(settings, **kw)
     for k in ("manager", "builtin", "retry_after_s"):  # qmd-only options
         kw.pop(k, None)

@@ -26,7 +26,7 @@ def corpus_sources(settings: Any, corpus: str | None) -> tuple[list[str], str | 
     """(the sources to search, why there are none): an empty list comes with a reason."""
     ms = settings.memory_search
     indexed = list(settings.sources)
-    default = [s for s in (ms.get("searchSources") or indexed) if s in indexed] or indexed
+    default = [s for s in (ms.search_sources or indexed) if s in indexed] or indexed
     if corpus in (None, "all"):
         return default, None
     if corpus == "wiki":
@@ -52,7 +52,7 @@ def search_corpus(run: Callable[..., Any], empty: Callable[[], Any], settings: A
     if set(sources) >= set(settings.sources):
         resp = run(max_results=max_results, **kw)
     else:
-        limit = int(settings.memory_search["query"]["maxResults"] if max_results is None else max_results)
+        limit = int(settings.memory_search.query.max_results if max_results is None else max_results)
         resp = run(max_results=max(window, limit), **kw)
         resp.results = [r for r in resp.results if r.source in sources][:limit]
     if corpus is not None:

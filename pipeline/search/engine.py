@@ -284,7 +284,7 @@ class MemorySearch(AsyncSearch):
     # -- runtime hooks ----------------------------------------------------------
     def warm_session(self, session_key: str | None) -> None:
         """Schedule one sync per session key on session start (fire and forget)."""
-        if not self.schedule_sync or not self.settings.memory_search["sync"]["onSessionStart"]:
+        if not self.schedule_sync or not self.settings.memory_search.sync.on_session_start:
             return
         key = session_key or ""
         with self._lock:
@@ -367,12 +367,12 @@ class MemorySearch(AsyncSearch):
         check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
         check_corpus(corpus)
         try:
-            return search_corpus(self._search, lambda: self._empty_response(self.settings.memory["citations"]),
+            return search_corpus(self._search, lambda: self._empty_response(self.settings.memory.citations),
                                  self.settings, corpus, max_results, MAX_CANDIDATES, query=query,
                                  min_score=min_score, session_key=session_key, chat_type=chat_type)
         except Exception as exc:  # noqa: BLE001 - an agent's tool call must always get an answer
             log.warning("memory search failed for %s: %s: %s", self.settings.agent_id, type(exc).__name__, exc)
-            return unavailable_response(self._empty_response(self.settings.memory["citations"]), exc)
+            return unavailable_response(self._empty_response(self.settings.memory.citations), exc)
 
     def _search(
         self,
@@ -384,22 +384,22 @@ class MemorySearch(AsyncSearch):
         chat_type: str | None,
     ) -> SearchResponse:
         ms = self.settings.memory_search
-        citations_mode = self.settings.memory["citations"]
+        citations_mode = self.settings.memory.citations
         resp = self._empty_response(citations_mode)
         if not self.settings.enabled:  # OpenClaw's shape for a search that cannot run
             resp.warning = "memory search is disabled for this agent"
             resp.extra.update(disabled=True, error=f"memory search is disabled for agent {self.settings.agent_id!r}")
             return resp
         self.warm_session(session_key)
-        if ms["sync"]["onSearch"]:
+        if ms.sync.on_search:
             self._schedule("search")
         # No scope check (``chat_type`` is only part of the shared backend signature): OpenClaw
         # applies ``scope`` to the QMD backend only (backend.py), never to the builtin store.
         query = (query or "").strip()
-        q = ms["query"]
-        max_results = int(q["maxResults"] if max_results is None else max_results)
-        min_score = float(q["minScore"] if min_score is None else min_score)
-        n_cand = min(MAX_CANDIDATES, max(1, int(max_results * q["hybrid"]["candidateMultiplier"])))
+        q = ms.query
+        max_results = int(q.max_results if max_results is None else max_results)
+        min_score = float(q.min_score if min_score is None else min_score)
+        n_cand = min(MAX_CANDIDATES, max(1, int(max_results * q.hybrid.candidate_multiplier)))
 
         with self.reader.snapshot() as snap:
             if snap.generation is None:
@@ -428,8 +428,8 @@ class MemorySearch(AsyncSearch):
             self._describe_index(resp, snap.fingerprint)
             if not query:  # nothing to look for; provider/model still say what the index holds
                 return resp
-            hybrid = q["hybrid"]
-            vw, tw = normalize_weights(hybrid["vectorWeight"], hybrid["textWeight"])
+            hybrid = q.hybrid
+            vw, tw = normalize_weights(hybrid.vector_weight, hybrid.text_weight)
             # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
             qvec = self._query_vector(query, resp, snap.fingerprint) if vw > 0 else None
             dims = snap.state.extra.get(vec_dims_key(snap.generation)) if qvec is not None else None
@@ -442,29 +442,29 @@ class MemorySearch(AsyncSearch):
             text_hits = []
             # The keyword arm's MATCH and the keys that coverage and snippets locate, from one parse.
             match, keys = match_query_and_keywords(query)
-            if qvec is None or (hybrid["enabled"] and tw > 0):
-                text_hits = self._keyword_candidates(snap, query, match, keys, n_cand, q["fusion"], kinds)
+            if qvec is None or (hybrid.enabled and tw > 0):
+                text_hits = self._keyword_candidates(snap, query, match, keys, n_cand, q.fusion, kinds)
             background = None
-            if q["fusion"] == "calibrated" and qvec is not None:
+            if q.fusion == "calibrated" and qvec is not None:
                 background = self._background(snap, qvec)
                 if vector_hits and text_hits:
                     vector_hits += self._keyword_hit_cosines(snap, vector_hits, text_hits, qvec)
-            decay, mmr = hybrid["temporalDecay"], hybrid["mmr"]
+            decay, mmr = hybrid.temporal_decay, hybrid.mmr
             # Decay and MMR are steps of the hybrid merge: with hybrid off OpenClaw returns the plain
             # vector results (minScore, then maxResults), whatever hybrid.temporalDecay/mmr say.
-            decaying, diversifying = hybrid["enabled"] and decay["enabled"], hybrid["enabled"] and mmr["enabled"]
+            decaying, diversifying = hybrid.enabled and decay.enabled, hybrid.enabled and mmr.enabled
             mtimes = None
             if decaying:
                 mtimes = snap.file_mtimes((c.source, c.path) for c in vector_hits + text_hits)
             cands = rank_pipeline(
                 vector_hits, text_hits,
-                vector_weight=hybrid["vectorWeight"], text_weight=hybrid["textWeight"],
+                vector_weight=hybrid.vector_weight, text_weight=hybrid.text_weight,
                 # Each arm returns at most MAX_CANDIDATES, so their union could be twice that: 300
                 # answered 300 under a warning of "at most 200", and its top-300 was not the top 300.
                 min_score=min_score, max_results=min(max_results, MAX_CANDIDATES),
-                temporal_decay=decaying, half_life_days=decay["halfLifeDays"],
+                temporal_decay=decaying, half_life_days=decay.half_life_days,
                 now=self.clock(), mtimes=mtimes,
-                mmr=diversifying, mmr_lambda=mmr["lambda"], fusion=q["fusion"], background=background,
+                mmr=diversifying, mmr_lambda=mmr.lambda_, fusion=q.fusion, background=background,
                 # a full top-K from the vector arm bounds the cosine of every chunk it did not return
                 unseen_vector_bound=min(c.vector_score for c in vector_hits) if len(vector_hits) >= n_cand else None,
             )
@@ -540,7 +540,7 @@ class MemorySearch(AsyncSearch):
             return False
         from memindex.pipeline.embeddings import registry
 
-        return registry.is_remote(str(self.settings.memory_search.get("provider")))
+        return registry.is_remote(self.settings.memory_search.provider)
 
     def _query_vector(self, query: str, resp: SearchResponse, fp: dict[str, Any] | None) -> list[float] | None:
         if not fp or fp.get("provider") in (None, "none"):

@@ -135,7 +135,7 @@ def _memory_root(settings: AgentSettings, candidate: Path) -> Path | None:
             return ex.parent
         if ex.is_dir() and ex in candidate.parents:
             return ex
-    if settings.memory["backend"] == "qmd":
+    if settings.memory.backend == "qmd":
         from memindex.pipeline.search.qmd.paths import collection_containing  # a custom qmd collection
 
         coll = collection_containing(settings, candidate)
@@ -145,7 +145,7 @@ def _memory_root(settings: AgentSettings, candidate: Path) -> Path | None:
 
 def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
     """``qmd/<collection>/<rel>``: inside that collection's root, matching its pattern (F15)."""
-    if settings.memory["backend"] != "qmd":
+    if settings.memory.backend != "qmd":
         raise MemoryGetError("path rejected: qmd/ paths are served only by the qmd backend")
     from memindex.pipeline.search.qmd.paths import QmdPathError, qmd_read_target
 

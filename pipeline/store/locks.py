@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.errors import MemindexError
 
 
@@ -78,7 +79,7 @@ def writer_lock_path(store: Path | str) -> Path:
 _label: list[str] = []
 
 
-LABEL_ENV = "MEMINDEX_PROCESS_LABEL"  # the label of a process started by exec (`memindex worker` runs dramatiq)
+LABEL_ENV = environ.PROCESS_LABEL.name  # the label of a process started by exec (`memindex worker` runs dramatiq)
 
 
 def set_process_label(label: str) -> None:
@@ -89,7 +90,7 @@ def set_process_label(label: str) -> None:
 
 def _me() -> str:
     argv0 = sys.argv[0] if sys.argv else ""
-    label = (_label[0] if _label else os.environ.get(LABEL_ENV, "")[:80]
+    label = (_label[0] if _label else (environ.PROCESS_LABEL.raw() or "")[:80]
              or ("python" if argv0 in ("", "-c", "-m") or argv0.endswith("__main__.py") else os.path.basename(argv0)))
     return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "cmd": label})
 

@@ -506,7 +506,7 @@ class ReadSnapshot:
 
 def open_reader(settings: Any) -> StoreReader:
     owner.open_own(settings)
-    vec = settings.memory_search["store"]["vector"]
-    store = StoreReader(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"])
+    vec = settings.memory_search.store.vector
+    store = StoreReader(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path)
     owner.opened(settings.store_path)
     return store

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreError
 from memindex.pipeline.store import db, owner, terms
@@ -66,7 +66,7 @@ log = logging.getLogger("memindex.store")
 # How long a writer waits for another process's writer of the same store before its write fails
 # (StoreError; the next sync plans it again). Writers close a store after a few idle seconds
 # (workers/writer.py), so this is reached only behind one that keeps writing, or is stuck.
-WRITER_WAIT_S = env_number("MEMINDEX_WRITER_WAIT_S", 600.0, minimum=0)
+WRITER_WAIT_S = environ.WRITER_WAIT_S.get()
 
 # What the writer takes. The records themselves are pipeline.index.records
 # (FileRecord, ChunkRecord, TouchRecord, and EmbeddingIdentity for the vector
@@ -1012,8 +1012,8 @@ class _Transaction:
 
 def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:
     owner.open_own(settings)
-    vec = settings.memory_search["store"]["vector"]
-    store = StoreWriter(settings.store_path, vector_enabled=vec["enabled"], extension_path=vec["extensionPath"],
+    vec = settings.memory_search.store.vector
+    store = StoreWriter(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
                        wait_s=wait_s)
     owner.opened(settings.store_path)
     return store

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 
 from memindex.pipeline.config import defaults as D  # (no imports of its own)
+from memindex.pipeline.config import environ  # (defaults and the error root only)
 from memindex.producers.cli.options import at_least_one, metrics_address, non_negative
 from memindex.producers.cli.remote import SERVER_ENV, TIMEOUT_ENV
 from memindex.producers.serve import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
 
 # --metrics-port's default: docker-compose.yml sets it for every service.
-METRICS_ENV = "MEMINDEX_METRICS_ADDRESS"
+METRICS_ENV = environ.METRICS_ADDRESS.name
 # `queues --watch`: seconds between refreshes unless --interval says.
 QUEUES_INTERVAL_S = 2.0
 

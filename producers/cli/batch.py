@@ -34,7 +34,7 @@ def batch_report(settings: AgentSettings, limit: int = 20) -> dict[str, Any]:
     the store, or Redis with the Redis broker)."""
     st = open_for(settings.store_path, readonly=True)
     report: dict[str, Any] = {"agent": settings.agent_id, "state": location(settings.store_path),
-                              "enabled": bool(settings.memory_search["remote"]["batch"]["enabled"]),
+                              "enabled": bool(settings.memory_search.remote.batch.enabled),
                               "queued_files": 0, "in_flight": 0, "active": 0, "jobs": []}
     if st is None:
         return report
@@ -83,7 +83,7 @@ def cmd_batches(args: argparse.Namespace) -> int:
 # --- memindex backfill --batch -----------------------------------------------------------------
 
 def _batch_problem(settings: AgentSettings) -> str | None:
-    if not settings.memory_search["remote"]["batch"]["enabled"]:
+    if not settings.memory_search.remote.batch.enabled:
         return (f"{settings.agent_id}: batch APIs are off; set agents.defaults.memorySearch.remote.batch.enabled "
                 "(or the agent's memorySearch.remote.batch.enabled) to true")
     provider = provider_info(settings)["provider"]
@@ -111,7 +111,7 @@ def cmd_backfill_batch(args: argparse.Namespace) -> int:
     if problems:
         print("error: " + "\n       ".join(problems), file=sys.stderr)
         return 2
-    wait = getattr(args, "wait", False) or any(s.memory_search["remote"]["batch"]["wait"] for s in settings)
+    wait = getattr(args, "wait", False) or any(s.memory_search.remote.batch.wait for s in settings)
     if not wait and backfill.must_wait():
         wait = True
         if not args.quiet:

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import provider_info
 from memindex.pipeline.errors import ConfigError, MemindexError, QmdError
@@ -23,7 +24,7 @@ from memindex.producers.enqueue import sync_and_wait
 def run(args: argparse.Namespace) -> int:
     """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
     reported by name and the others are still indexed, as ``openclaw memory index`` does."""
-    if os.environ.get("MEMINDEX_BROKER_URL", "").strip():
+    if environ.broker_configured():
         # lazy: workers.broker builds the Redis broker as it loads; the embedded default never needs it
         from memindex.workers.broker import broker_url
 
@@ -93,7 +94,7 @@ def _below_delta(settings: AgentSettings, pending: int) -> str:
 def _say_keyword_only(settings: AgentSettings) -> None:
     """A provider named in the config that cannot serve (no API key: keyword search, as in
     OpenClaw) is said once per `index`, even with -q; searches only carry it in `status`."""
-    if settings.memory_search["provider"] in ("auto", "none"):
+    if settings.memory_search.provider in ("auto", "none"):
         return
     info: dict[str, Any] = provider_info(settings)
     if info["provider"] == "none" and info.get("reason"):
@@ -104,7 +105,7 @@ def _qmd_index(settings: AgentSettings, quiet: bool) -> bool:
     """With the qmd backend, `index` also runs qmd update (+ embed when due); False: it failed
     (the run's exit code says so, as OpenClaw's `Memory index failed` does; searches meanwhile
     answer from the built-in store, which this run did update)."""
-    if settings.memory["backend"] != "qmd":
+    if settings.memory.backend != "qmd":
         return True
     # lazy: the qmd runner and its sync loop only with memory.backend "qmd"
     from memindex.pipeline.search.qmd.runner import QmdMissing

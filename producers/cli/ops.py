@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.environ import BROKER_ENV
 from memindex.pipeline.config.paths import validate_agent_id
@@ -191,7 +192,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
             say(f"{ctx.agent_id}: {missing[ctx.agent_id]}; indexed once it appears", prefix=None)
         elif initial_sync:
             catch_up.append(ctx)  # catch up on what changed while nobody watched
-        if settings.memory_search["sync"]["watch"]:
+        if settings.memory_search.sync.watch:
             pairs.append((ctx, settings))
     side.set([(ctx, s) for ctx, s in enabled if s.enabled])
     if catch_up:
@@ -203,7 +204,7 @@ def start_producers(contexts: list[Context], *, initial_sync: bool = True, max_d
     if reload is not None and contexts:
         def apply(now: list[Context]) -> None:  # a changed openclaw.json: watch the agents it lists now
             on = [(ctx, s) for ctx in now if (s := settings_for(ctx)).enabled]
-            watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search["sync"]["watch"]],
+            watcher.reconfigure([(ctx, s) for ctx, s in on if s.memory_search.sync.watch],
                                 configured=[ctx.agent_id for ctx in now])
             interval.set_contexts(now)
             side.set(on)  # transcript detectors and qmd schedules follow the agents too
@@ -300,7 +301,7 @@ def _side_loops(ctx: Context, settings: AgentSettings) -> list[Loop]:
     loops: list[Loop] = []
     if "sessions" in settings.sources:
         loops.append(DetectorLoop([ctx], interval=1.0).start())
-    if settings.memory.get("backend") == "qmd":
+    if settings.memory.backend == "qmd":
         loop = start_qmd_sync(settings)
         if loop is not None:
             loops.append(loop)
@@ -561,7 +562,7 @@ def _claim_writer_start(queue: str) -> str | None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
-    if not os.environ.get(BROKER_ENV):
+    if not environ.BROKER_URL.raw():
         say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
                   "`memindex watch` runs the workers in-process.")
         return 2
@@ -662,7 +663,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def metrics_port(args: argparse.Namespace) -> tuple[str, int] | None:
     """``--metrics-port``, else ``$MEMINDEX_METRICS_ADDRESS`` (read as the command runs: the parser
     is built once and cached); a bad value is the variable's one line (``EnvError``)."""
-    raw = os.environ.get(METRICS_ENV, "").strip()
+    raw = environ.METRICS_ADDRESS.text()
     given: tuple[str, int] | None = args.metrics_port
     if given or not raw:
         return given

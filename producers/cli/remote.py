@@ -24,14 +24,15 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from memindex.pipeline.config.defaults import SERVER_TIMEOUT_S  # (a module with no imports)
+from memindex.pipeline.config import environ
 from memindex.pipeline.errors import MemindexError  # (the standard library's functools and re besides)
 
 if TYPE_CHECKING:
     import socket
 
-SERVER_ENV = "MEMINDEX_SERVER"
-TIMEOUT_ENV = "MEMINDEX_SERVER_TIMEOUT_S"
-TOKEN_ENV = "MEMINDEX_TOKEN"  # the one `memindex serve` reads (producers/serve/__init__.py says it too)
+SERVER_ENV = environ.SERVER.name
+TIMEOUT_ENV = environ.SERVER_TIMEOUT_S.name
+TOKEN_ENV = environ.TOKEN.name  # the one `memindex serve` reads (producers/serve/__init__.py says it too)
 CLI_PATH = "/v1/cli"
 # The commands a server answers: what an agent runtime shells out to per tool call.
 REMOTE_COMMANDS = ("search", "get")
@@ -94,14 +95,14 @@ def split_server(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
             if nxt is not None:
                 rest.append(nxt)
     if url is None:
-        url = os.environ.get(SERVER_ENV) or None
+        url = environ.SERVER.raw() or None
     return url, timeout, rest
 
 
 def timeout_s(text: str | None) -> float:
     source = "--server-timeout"
     if text is None:
-        text, source = os.environ.get(TIMEOUT_ENV), TIMEOUT_ENV
+        text, source = environ.SERVER_TIMEOUT_S.raw(), TIMEOUT_ENV
         if not text:
             return SERVER_TIMEOUT_S
     try:
@@ -237,7 +238,7 @@ def call(url: str, argv: list[str], timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     body = json.dumps({"argv": argv}).encode()
     sock, host = _connect(url, deadline)
-    token = os.environ.get(TOKEN_ENV, "").strip()
+    token = environ.TOKEN.text()
     request = (f"POST {CLI_PATH} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\nConnection: close\r\n"
                + (f"Authorization: Bearer {token}\r\n" if token else "") + "\r\n").encode("latin-1") + body

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from memindex.pipeline.config.environ import env_choice
+from memindex.pipeline.config import environ
 from memindex.pipeline.errors import ConfigError, MemindexError
 from memindex.pipeline.store.locks import set_process_label
 from memindex.producers.cli import capture, remote
@@ -134,8 +134,8 @@ def _log_choice(args: argparse.Namespace) -> int:
     long-running commands and WARNING for the rest (-v INFO, -vv DEBUG). Format likewise:
     --log-format, else $MEMINDEX_LOG_FORMAT, else text (set on ``args``). A variable is held to
     the flag's choices (``EnvError``): ``verbose`` was ignored without a word."""
-    args.log_level = args.log_level or env_choice(LEVEL_ENV, LEVELS)
-    args.log_format = args.log_format or env_choice(FORMAT_ENV, FORMATS, "text")
+    args.log_level = args.log_level or environ.LOG_LEVEL.get()
+    args.log_format = args.log_format or environ.LOG_FORMAT.get()
     quiet = logging.INFO if args.command in LONG_RUNNING else logging.WARNING
     level = quiet if args.verbose == 0 else min(quiet, logging.INFO) if args.verbose == 1 else logging.DEBUG
     if args.log_level:

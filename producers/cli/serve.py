@@ -15,6 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.search.backend import SearchEngine, open_search
@@ -43,7 +44,7 @@ def _token(args: argparse.Namespace) -> str | None:
     """--token, else $MEMINDEX_TOKEN; blank is none. A request's token is compared stripped, so a
     blank one (MEMINDEX_TOKEN=" ") was taken as a token that no request could ever match, and let
     a 0.0.0.0 bind start; a padded one (" s3cret") likewise locked everyone out."""
-    given = [raw for raw in (args.token, os.environ.get(TOKEN_ENV)) if raw is not None]
+    given = [raw for raw in (args.token, environ.TOKEN.raw()) if raw is not None]
     for raw in given:
         if raw.strip():
             return raw.strip()

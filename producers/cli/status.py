@@ -12,6 +12,7 @@ from typing import Any
 
 from dramatiq.brokers.redis import RedisBroker
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import provider_info
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         # (it said so and exited 0). A missing workspace is the workspace's state, not a config error.
         failed = failed or _config_refuses(settings)
         note_probe(report, probe)
-        if settings.memory["backend"] == "qmd":
+        if settings.memory.backend == "qmd":
             report.update(open_search(settings).status(probe=True))
         scan = source_scan(settings)
         _note_disk_changes(args, agent, report)
@@ -104,7 +105,7 @@ def _config_refuses(settings: AgentSettings) -> bool:
 def _broker_full() -> str | None:
     """The line saying the deployment's Redis is out of memory (its workers can move nothing on), or
     None: no Redis, or it takes writes."""
-    if not os.environ.get("MEMINDEX_BROKER_URL", "").strip():
+    if not environ.broker_configured():
         return None
     return oom_line() if isinstance(broker, RedisBroker) and redis_full(broker.client) else None
 

@@ -6,7 +6,9 @@ serves; ``mcp`` puts them on the official MCP SDK (stdio and streamable HTTP),
 which brings Starlette and uvicorn).
 """
 
+from memindex.pipeline.config import environ
+
 # Here, not in ``http``, so the CLI can show them without importing the web stack.
-TOKEN_ENV = "MEMINDEX_TOKEN"
+TOKEN_ENV = environ.TOKEN.name
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8377

@@ -20,12 +20,12 @@ import time
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 
 log = logging.getLogger("memindex.serve")
 
-HEADER_TIMEOUT_S = env_number("MEMINDEX_SERVE_HEADER_TIMEOUT_S", 10.0, above=0)
-MAX_CONNECTIONS = env_number("MEMINDEX_SERVE_MAX_CONNECTIONS", 1000, minimum=1)
+HEADER_TIMEOUT_S = environ.SERVE_HEADER_TIMEOUT_S.get()
+MAX_CONNECTIONS = environ.SERVE_MAX_CONNECTIONS.get()
 # Descriptors kept for everything else a server opens: stores (database, WAL, shared memory), the
 # config, logs, Redis, the provider's connections.
 FD_RESERVE = 64

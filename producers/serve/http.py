@@ -33,7 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memindex.pipeline.errors import MemindexError
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.producers.serve.tools import (
@@ -44,10 +44,10 @@ MAX_BODY_BYTES = 64 * 1024  # a query or a path: generous, yet no client can mak
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})  # says only "up": safe for load balancers and probes
 # A request body must arrive whole within this many seconds: a client that stalled mid-body held its
 # connection (and a SIGTERM's drain) for ever.
-BODY_TIMEOUT_S = env_number("MEMINDEX_SERVE_BODY_TIMEOUT_S", 10.0, above=0)
+BODY_TIMEOUT_S = environ.SERVE_BODY_TIMEOUT_S.get()
 # SIGTERM / Ctrl-C waits this long for open requests, then cancels them (503): under docker's default
 # 10 s stop grace the process still exits by itself, with 0, rather than being killed.
-DRAIN_S = env_number("MEMINDEX_SERVE_DRAIN_S", 5.0, minimum=0)
+DRAIN_S = environ.SERVE_DRAIN_S.get()
 
 
 def is_loopback(host: str) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 
 import dramatiq
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for
 from memindex.pipeline.embeddings.base import ProviderError
@@ -66,8 +66,8 @@ from memindex.workers.messages import GROUP_FILES, RETRY
 
 log = logging.getLogger("memindex.batch")
 
-LEASE_MIN_S = env_number("MEMINDEX_BATCH_LEASE_S", 30.0, above=0)  # a silent poller is presumed dead after this
-JANITOR_S = env_number("MEMINDEX_BATCH_JANITOR_S", max(0.5, min(5.0, LEASE_MIN_S / 2)), above=0)
+LEASE_MIN_S = environ.BATCH_LEASE_S.get()  # a silent poller is presumed dead after this
+JANITOR_S = environ.BATCH_JANITOR_S.get() or max(0.5, min(5.0, LEASE_MIN_S / 2))
 MIN_POLL_S = 0.05
 SUBMIT_LEASE_S = 600.0  # uploading a large request file may take minutes
 FINISH_LEASE_S = 300.0  # renewed after every record, so only a dead finisher lets it lapse
@@ -88,13 +88,13 @@ class Timing:
 
 
 def timing(settings: AgentSettings) -> Timing:
-    b = settings.memory_search["remote"]["batch"]
-    poll = max(MIN_POLL_S, b["pollIntervalMs"] / 1000)
+    b = settings.memory_search.remote.batch
+    poll = max(MIN_POLL_S, b.poll_interval_ms / 1000)
     lease = max(LEASE_MIN_S, 4 * poll)
-    return Timing(poll_s=poll, lease_s=lease, timeout_s=float(b["timeoutMinutes"]) * 60,
+    return Timing(poll_s=poll, lease_s=lease, timeout_s=float(b.timeout_minutes) * 60,
                   gather_s=min(poll, 2.0), gather_max_s=min(10 * poll, 30.0),
                   slot_ttl_s=4 * lease + 60, cancel_grace_s=max(30.0, 5 * poll),
-                  concurrency=max(1, int(b["concurrency"])))
+                  concurrency=max(1, int(b.concurrency)))
 
 
 def _delay_ms(seconds: float) -> int:
@@ -329,7 +329,7 @@ def _poll_once(who: Who, settings: AgentSettings, st: StateBackend, t: Timing, j
     if status.state.terminal:
         return _collect(who, st, t, job, token, client, status)
     if job.phase == bs.POLLING and job.deadline and now > job.deadline:
-        minutes = settings.memory_search["remote"]["batch"]["timeoutMinutes"]
+        minutes = settings.memory_search.remote.batch.timeout_minutes
         log.warning("%s: %s batch %s still %s after %g min; cancelling it", settings.agent_id, job.provider,
                     job.remote_id, status.raw, minutes)
         try:

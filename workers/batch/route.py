@@ -21,7 +21,7 @@ from memindex.pipeline.index.records import FileRecord
 
 
 def batch_enabled(settings: AgentSettings) -> bool:
-    return bool(settings.memory_search["remote"]["batch"]["enabled"])
+    return bool(settings.memory_search.remote.batch.enabled)
 
 
 class DeferringEmbedder:

@@ -14,7 +14,7 @@ import re
 import time
 from typing import Any, Mapping, Self
 
-from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config import environ
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.base import EmbeddingProvider
 from memindex.pipeline.embeddings.registry import ProviderArgs
@@ -39,7 +39,7 @@ class HashProvider(EmbeddingProvider):
     @classmethod
     def from_args(cls, args: ProviderArgs) -> Self:
         """memorySearch.outputDimensionality sets dims; MEMINDEX_HASH_EMBED_DELAY (s) slows each request."""
-        delay = env_number("MEMINDEX_HASH_EMBED_DELAY", 0.0, minimum=0, env=args.env)
+        delay = environ.HASH_EMBED_DELAY.get(args.env)
         return cls(args.model, cls.configured_dims(args) or cls.DEFAULT_DIMS, delay)
 
     def fingerprint_extra(self) -> Mapping[str, Any]:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Self
 
+from memindex.pipeline.config import environ
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.base import EmbeddingProvider, InvalidVectorError, ProviderError
 from memindex.pipeline.embeddings.providers.hf_download import HF_BASE_URL, ensure_model_file, is_remote_model
 from memindex.pipeline.embeddings.registry import ProviderArgs
 
 N_CTX = 512  # n_batch = n_ubatch = n_ctx: each input must fit one batch
-THREADS_ENV = "MEMINDEX_LOCAL_THREADS"  # llama.cpp threads per model; unset: threads_default()
+THREADS_ENV = environ.LOCAL_THREADS.name  # llama.cpp threads per model; unset: threads_default()
 MAX_DEFAULT_THREADS = 4  # more bought nothing for a 384-dimension embedder
 
 
@@ -67,7 +68,7 @@ def _cgroup_quota(root: str) -> int | None:
 
 # How many processes of this command load a model each (`memindex worker --processes N` sets it
 # for its dramatiq processes): they share the CPUs.
-PROCESSES_ENV = "MEMINDEX_WORKER_PROCESSES"
+PROCESSES_ENV = environ.WORKER_PROCESSES.name
 
 
 def threads_default() -> int:
@@ -81,12 +82,10 @@ def threads_default() -> int:
     test_embedding_pipeline.py's fallback) 2 threads indexed in 88 s what 1 did not in 120 s,
     while for 400-token chunks beside busy neighbours 1 thread ran 2.6-10x faster than 2
     (bench/README.md): on a machine shared with other busy work, set it to 1."""
-    from memindex.pipeline.config.environ import env_number
-
-    given = env_number(THREADS_ENV, None, whole=True, minimum=1)
+    given = environ.LOCAL_THREADS.get()
     if given is not None:
         return int(given)
-    processes = int(env_number(PROCESSES_ENV, 1, whole=True, minimum=1))
+    processes = environ.WORKER_PROCESSES.get()
     return max(1, min(MAX_DEFAULT_THREADS, available_cpus() // processes))
 
 

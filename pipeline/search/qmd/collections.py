@@ -49,7 +49,7 @@ def sessions_export_dir(settings: AgentSettings) -> Path:
     OpenClaw writes every agent into the directory itself; there each agent's export deleted the
     others' files (it removes what is not its own) and one agent's collection served another's
     transcripts - and an exportDir holding the user's own notes lost them."""
-    raw = settings.memory["qmd"]["sessions"].get("exportDir")
+    raw = settings.memory.qmd.sessions.export_dir
     if raw:
         p = expand_home(raw)
         return (p if p.is_absolute() else settings.workspace / p) / settings.agent_id
@@ -63,21 +63,20 @@ def _resolve(settings: AgentSettings, raw: str) -> Path:
 
 def managed_collections(settings: AgentSettings) -> list[Collection]:
     """The collections this agent's config asks for, in a stable order."""
-    q = settings.memory["qmd"]
+    q = settings.memory.qmd
     agent = settings.agent_id
     ws = settings.workspace
     wanted: list[tuple[str, Path, str, str]] = []
-    if q["includeDefaultMemory"]:
+    if q.include_default_memory:
         wanted += [
             (f"memory-root-{agent}", ws, "MEMORY.md", "memory"),
             (f"memory-alt-{agent}", ws, "memory.md", "memory"),
             (f"memory-dir-{agent}", ws / "memory", DEFAULT_PATTERN, "memory"),
         ]
-    for i, entry in enumerate(q["paths"], 1):
-        base = entry.get("name") or f"custom-{i}"
-        wanted.append((f"{base}-{agent}", _resolve(settings, entry["path"]),
-                       entry.get("pattern") or DEFAULT_PATTERN, "custom"))
-    if q["sessions"]["enabled"]:
+    for i, entry in enumerate(q.paths, 1):
+        base = entry.name or f"custom-{i}"
+        wanted.append((f"{base}-{agent}", _resolve(settings, entry.path), entry.pattern or DEFAULT_PATTERN, "custom"))
+    if q.sessions.enabled:
         wanted.append((f"sessions-{agent}", sessions_export_dir(settings), DEFAULT_PATTERN, "sessions"))
     out: list[Collection] = []
     used: set[str] = set()
@@ -171,7 +170,7 @@ def ensure_collections(runner: QmdRunner, settings: AgentSettings) -> dict[str, 
     A missing qmd (or a listing that fails) raises; a single collection that
     cannot be added is logged and skipped so the others still serve.
     """
-    timeout = settings.memory["qmd"]["update"]["commandTimeoutMs"]
+    timeout = settings.memory.qmd.update.command_timeout_ms
     listed = parse_collection_list(
         runner.run(["collection", "list", "--json"], timeout_ms=timeout).stdout)
     wanted = managed_collections(settings)

@@ -43,7 +43,7 @@ class QmdManager:
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
-        self.cfg = settings.memory["qmd"]
+        self.cfg = settings.memory.qmd
         self.runner = runner or QmdRunner(settings)
         self.collections: list[Collection] = managed_collections(settings)
         self.clock = clock
@@ -84,7 +84,7 @@ class QmdManager:
                 self._idle.wait()
                 return {"reason": reason, "skipped": "joined a running update"}
             last = self._last_update_mono
-            if last is not None and (self.clock() - last) * 1000 < self.cfg["update"]["debounceMs"]:
+            if last is not None and (self.clock() - last) * 1000 < self.cfg.update.debounce_ms:
                 return {"reason": reason, "skipped": "debounced"}
         with self._update_lock:
             self._idle.clear()
@@ -99,9 +99,9 @@ class QmdManager:
                 self._idle.set()
 
     def _run_update(self, reason: str, force: bool) -> dict[str, Any]:
-        up = self.cfg["update"]
+        up = self.cfg.update
         report: dict[str, Any] = {"reason": reason}
-        if self.cfg["sessions"]["enabled"]:
+        if self.cfg.sessions.enabled:
             exp = export_sessions(self.settings)
             report["sessions"] = {"written": len(exp.written), "deleted": len(exp.deleted),
                                   "skippedOld": len(exp.skipped_old)}
@@ -112,7 +112,7 @@ class QmdManager:
         while True:
             n += 1
             try:
-                self.runner.run(["update"], timeout_ms=up["updateTimeoutMs"], discard_stdout=True)
+                self.runner.run(["update"], timeout_ms=up.update_timeout_ms, discard_stdout=True)
                 break
             except QmdFailed as exc:
                 if not repaired and _NEEDS_REBUILD.search(exc.stderr):
@@ -135,26 +135,26 @@ class QmdManager:
         return report
 
     def _rebuild_collections(self) -> None:
-        timeout = self.cfg["update"]["commandTimeoutMs"]
+        timeout = self.cfg.update.command_timeout_ms
         for c in self.collections:
             self.runner.run(["collection", "remove", c.name], timeout_ms=timeout, check=False)
         self.ensure_collections(force=True)
 
     def embed_due(self, force: bool = False) -> bool:
-        if self.cfg["searchMode"] == "search":  # BM25 only: vectors would never be read
+        if self.cfg.search_mode == "search":  # BM25 only: vectors would never be read
             return False
         now = self.clock()
         if now < self._embed_backoff_until:
             return False
         last = self._last_embed_mono
-        return force or last is None or (now - last) * 1000 >= self.cfg["update"]["embedInterval"]
+        return force or last is None or (now - last) * 1000 >= self.cfg.update.embed_interval
 
     def _maybe_embed(self, force: bool) -> str:
         if not self.embed_due(force):
             return "skipped"
         with _EMBED_LOCK:
             try:
-                self.runner.run(["embed"], timeout_ms=self.cfg["update"]["embedTimeoutMs"], discard_stdout=True)
+                self.runner.run(["embed"], timeout_ms=self.cfg.update.embed_timeout_ms, discard_stdout=True)
             except QmdError as exc:
                 self.embed_failures += 1
                 backoff = min(3600.0, 60.0 * 2 ** (self.embed_failures - 1))
@@ -170,20 +170,20 @@ class QmdManager:
     # -- search ------------------------------------------------------------------------
     @property
     def search_mode(self) -> str:
-        return self._mode_override or self.cfg["searchMode"]
+        return self._mode_override or self.cfg.search_mode
 
     def search(self, query: str, *, max_results: int | None = None,
                min_score: float | None = None) -> list[SearchResult]:
         """qmd's results mapped to ours; raises QmdError when qmd cannot answer."""
-        limits = self.cfg["limits"]
-        limit = min(limits["maxResults"], max_results or limits["maxResults"])
+        limits = self.cfg.limits
+        limit = min(limits.max_results, max_results or limits.max_results)
         if not self.collections or limit <= 0:
             return []
         self._idle.wait(PENDING_UPDATE_WAIT_S)  # a just-started update may be about to land
         out = self._run_search(self.search_mode, query, limit)
         items = parse_search_json(out.stdout, out.stderr)
         return map_results(items, self.collections, self.settings.workspace,
-                           max_snippet_chars=limits["maxSnippetChars"],
+                           max_snippet_chars=limits.max_snippet_chars,
                            min_score=0.0 if min_score is None else min_score)[:limit]
 
     def _search_args(self, mode: str, query: str, limit: int) -> list[str]:
@@ -194,7 +194,7 @@ class QmdManager:
         return [mode, *flags, "--", query] if query.startswith("-") else [mode, query, *flags]
 
     def _run_search(self, mode: str, query: str, limit: int):
-        timeout = self.cfg["limits"]["timeoutMs"]
+        timeout = self.cfg.limits.timeout_ms
         repaired = False
         while True:
             try:
@@ -217,7 +217,7 @@ class QmdManager:
         index = qmd_home(self.settings) / "xdg-cache" / "qmd" / "index.sqlite"
         return {
             "command": self.runner.command,
-            "searchMode": self.cfg["searchMode"],
+            "searchMode": self.cfg.search_mode,
             "effectiveSearchMode": self.search_mode,
             "collections": [{"name": c.name, "path": str(c.path), "pattern": c.pattern, "kind": c.kind}
                             for c in self.collections],
@@ -232,7 +232,7 @@ class QmdManager:
 
     def probe(self) -> None:
         """Cheap liveness check (``qmd collection list``); raises QmdError."""
-        self.runner.run(["collection", "list"], timeout_ms=min(5000, self.cfg["update"]["commandTimeoutMs"]))
+        self.runner.run(["collection", "list"], timeout_ms=min(5000, self.cfg.update.command_timeout_ms))
 
     def close(self) -> None:
         self.runner.kill_all()

@@ -84,7 +84,7 @@ def qmd_env(settings: AgentSettings, base: Mapping[str, str] | None = None) -> d
 
 def qmd_command(settings: AgentSettings) -> list[str]:
     """``memory.qmd.command`` shell-split; extra tokens allow e.g. ``bun /x/qmd.js``."""
-    argv = shlex.split(settings.memory["qmd"]["command"]) or ["qmd"]
+    argv = shlex.split(settings.memory.qmd.command) or ["qmd"]
     argv[0] = os.path.expanduser(argv[0])
     return argv
 

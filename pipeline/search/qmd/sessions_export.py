@@ -57,11 +57,11 @@ def _write_if_changed(path: Path, text: str) -> bool:
 
 def export_sessions(settings: AgentSettings, *, now: float | None = None) -> ExportReport:
     """Bring the export dir in line with the agent's transcripts; safe to run repeatedly."""
-    cfg = settings.memory["qmd"]["sessions"]
+    cfg = settings.memory.qmd.sessions
     out_dir = sessions_export_dir(settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     now = time.time() if now is None else now
-    retention = cfg.get("retentionDays")
+    retention = cfg.retention_days
     cutoff = None if retention is None else now - float(retention) * _DAY_S
     report = ExportReport()
     keep: set[str] = set()
