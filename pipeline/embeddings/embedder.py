@@ -254,7 +254,7 @@ def _primary_still_failing(settings: AgentSettings) -> bool:
 PROBE_TIMEOUT_S = 15.0
 
 
-def probe_timeout_s(provider_id: str) -> float:
+def probe_timeout_s(provider_id: str | None) -> float:
     """A probe's bound: ``PROBE_TIMEOUT_S``, or the provider's own query budget if longer (local)."""
     from memindex.pipeline.embeddings import registry
 

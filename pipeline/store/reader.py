@@ -39,6 +39,10 @@ from memindex.pipeline.store.vectors import pack, unpack
 log = logging.getLogger("memindex.store")
 
 
+# A chunk as search reads it: (rowid, chunk id, path, source, start_line, end_line, text, kind).
+ChunkRow = tuple[int, str, str, str, int, int, str, str]
+
+
 class StoreReader:
     """Read-only access to a store; one connection per thread, reopened if the file changes."""
 
@@ -415,7 +419,7 @@ class ReadSnapshot:
         return {r[0]: float(v) for r, v in zip(rows, sims)}
 
     # -- search: rows for candidates -----------------------------------------------------
-    def chunk_rows(self, rowids: Sequence[int]) -> dict[int, tuple[int, str, str, str, int, int, str, str]]:
+    def chunk_rows(self, rowids: Sequence[int]) -> dict[int, ChunkRow]:
         """rowid -> (rowid, chunk id, path, source, start_line, end_line, text, kind)."""
         if not rowids or self._conn is None or self.generation is None:
             return {}
