@@ -286,7 +286,8 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
                 os.scandir(sessions_dir).close()  # missing / not accessible: the lines below
                 facts = ListingFacts()
                 total = len(discover_sessions(settings, facts))
-                issues = _skipped_entries(facts, sessions_dir, "symlinked transcript(s) not followed", "named like a transcript")
+                issues = _skipped_entries(facts, sessions_dir, "symlinked transcript(s) not followed",
+                                          "named like a transcript")
                 scans.append({"source": "sessions", "totalFiles": total, "issues": issues})
         except FileNotFoundError:
             scans.append({"source": "sessions", "totalFiles": 0,

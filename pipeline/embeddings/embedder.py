@@ -222,7 +222,8 @@ def _live_fallback(settings: AgentSettings, live_fp: Mapping[str, Any]) -> Embed
     the primary (a new CLI run, a restarted worker); else None."""
     service, _ = _service(settings)
     choice = service.choice if service is not None else None
-    if (service is None or choice is None or choice.primary is None or choice.fallback is None or service.fallback_active
+    if (service is None or choice is None or choice.primary is None or choice.fallback is None
+            or service.fallback_active
             or live_fp.get("providerKey") != choice.fallback.fingerprint()):
         return None
     return choice.fallback

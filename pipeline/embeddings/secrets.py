@@ -100,7 +100,8 @@ def _scrubbing(make: Callable[..., logging.LogRecord]) -> Callable[..., logging.
             record.exc_text = redact(formatter.formatException(record.exc_info))
         return record
 
-    factory.memindex_redacts = True  # type: ignore[attr-defined]  # install()'s marker: one scrubber, however often it runs
+    # install()'s marker (an attribute on a function): one scrubber, however often it runs.
+    factory.memindex_redacts = True  # type: ignore[attr-defined]
     return factory
 
 

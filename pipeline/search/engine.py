@@ -441,7 +441,8 @@ class MemorySearch(AsyncSearch):
             # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
             qvec = self._query_vector(query, resp, snap.fingerprint) if vw > 0 else None
             dims = snap.state.extra.get(vec_dims_key(snap.generation)) if qvec is not None else None
-            if dims and qvec is not None and len(qvec) != int(dims):  # the provider (or a proxy) now answers another size
+            # The provider (or a proxy) now answers another size:
+            if dims and qvec is not None and len(qvec) != int(dims):
                 resp.warning = (f"the query vector has {len(qvec)} dims and the index {dims} (the provider "
                                 "changed; `memindex index --force` rebuilds the index); keyword-only results")
                 resp.mode, qvec = "fts-only", None
