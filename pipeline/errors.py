@@ -45,7 +45,7 @@ def checked_call(name: str) -> Callable[[F], F]:
         sig = inspect.signature(fn)
         params = [p for p in sig.parameters if p not in ("self", "cls")]
 
-        def check(args: tuple, kwargs: dict) -> None:
+        def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             try:
                 sig.bind(*args, **kwargs)
             except TypeError as exc:
@@ -56,13 +56,13 @@ def checked_call(name: str) -> Callable[[F], F]:
             async def acall(*args: Any, **kwargs: Any) -> Any:
                 check(args, kwargs)
                 return await fn(*args, **kwargs)
-            return acall  # type: ignore[return-value]
+            return acall  # type: ignore[return-value]  # fn's own signature: the wrapper only checks the call
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             check(args, kwargs)
             return fn(*args, **kwargs)
-        return call  # type: ignore[return-value]
+        return call  # type: ignore[return-value]  # fn's own signature: the wrapper only checks the call
 
     return wrap
 

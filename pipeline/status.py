@@ -245,7 +245,7 @@ def _skipped_entries(facts: ListingFacts, root: Path, symlinks: str, specials: s
 
 def source_scan(settings: AgentSettings) -> dict[str, Any]:
     """Files on disk per source and what looks wrong (OpenClaw's ``scan`` in ``status --json``)."""
-    scans = []
+    scans: list[dict[str, Any]] = []
     if "memory" in settings.sources:
         issues: list[str] = []
         ws = settings.workspace
@@ -274,25 +274,27 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
     if "sessions" in settings.sources:
         from memindex.pipeline.index.sessions import discover_sessions, symlink_on_the_way
 
-        d = settings.sessions_dir
+        sessions_dir = settings.sessions_dir
         try:
             link = symlink_on_the_way(settings)
             if link is not None:  # refused (it could be another agent's transcripts): said, not silent
-                what = "sessions directory" if link == d else "agent directory"
+                what = "sessions directory" if link == sessions_dir else "agent directory"
                 scans.append({"source": "sessions", "totalFiles": 0, "issues": [
                     f"{what} {link} is a symlink; not read (transcripts are never read through a "
                     "symlink: it could point at another agent's)"]})
             else:
-                os.scandir(d).close()  # missing / not accessible: the lines below
+                os.scandir(sessions_dir).close()  # missing / not accessible: the lines below
                 facts = ListingFacts()
                 total = len(discover_sessions(settings, facts))
-                issues = _skipped_entries(facts, d, "symlinked transcript(s) not followed", "named like a transcript")
+                issues = _skipped_entries(facts, sessions_dir, "symlinked transcript(s) not followed",
+                                          "named like a transcript")
                 scans.append({"source": "sessions", "totalFiles": total, "issues": issues})
         except FileNotFoundError:
-            scans.append({"source": "sessions", "totalFiles": 0, "issues": [f"sessions directory missing ({d})"]})
+            scans.append({"source": "sessions", "totalFiles": 0,
+                          "issues": [f"sessions directory missing ({sessions_dir})"]})
         except OSError as exc:
             scans.append({"source": "sessions", "totalFiles": None,
-                          "issues": [f"sessions directory not accessible ({d}): {exc.strerror}"]})
+                          "issues": [f"sessions directory not accessible ({sessions_dir}): {exc.strerror}"]})
     totals = [sc["totalFiles"] for sc in scans]
     return {"sources": scans, "totalFiles": None if None in totals else sum(totals),
             "issues": [i for sc in scans for i in sc["issues"]]}

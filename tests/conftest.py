@@ -29,6 +29,19 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 GGUF = SHARED / "models" / "all-MiniLM-L6-v2.F16.gguf"
 
+# The repository keeps fixed top-level folders; installed, they live under the one name `memindex`.
+INSTALLED_PACKAGES = {"memindex": REPO / "memindex", "memindex/pipeline": REPO / "pipeline",
+                      "memindex/workers": REPO / "workers", "memindex/producers": REPO / "producers"}
+
+
+def installed_layout(dest: Path) -> Path:
+    """The source tree copied as it lands in site-packages (tools that cannot follow the editable
+    install's package-dir mapping, mypy and lint-imports, read this copy)."""
+    for rel, src in INSTALLED_PACKAGES.items():
+        shutil.copytree(src, dest / rel, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
 
 class Agent:
     """A scratch agent: workspace, state dir, optional config, and helpers."""

@@ -24,18 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-
-PACKAGES = {"memindex": REPO / "memindex", "memindex/pipeline": REPO / "pipeline",
-            "memindex/workers": REPO / "workers", "memindex/producers": REPO / "producers"}
-
-
-def _installed_layout(dest: Path) -> Path:
-    """The tree as it lands in site-packages (the repo keeps its fixed top-level folders)."""
-    for rel, src in PACKAGES.items():
-        shutil.copytree(src, dest / rel, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return dest
+from tests.conftest import REPO, installed_layout as _installed_layout
 
 
 def _env_with_path(path: Path) -> dict[str, str]:

@@ -12,12 +12,19 @@ import hashlib
 import json
 import re
 from abc import ABC, abstractmethod
-from typing import Any, Mapping, Self
+from typing import Any, Callable, Mapping, Self, TypedDict
 
 from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.registry import ProviderArgs
 from memindex.pipeline.embeddings.prefixes import NONE as NO_PREFIXES, Prefixes
-from memindex.pipeline.errors import ProviderError
+# Re-exported: providers and callers import every provider error from here.
+from memindex.pipeline.errors import ProviderError as ProviderError
+
+class TimeoutArg(TypedDict, total=False):
+    """A provider constructor's ``timeout`` keyword, present only when configured."""
+
+    timeout: float
+
 
 # One embedding request while indexing, for the hosted APIs (ollama waits longer: a local model loads
 # first). sync.embeddingBatchTimeoutSeconds overrides it.
@@ -145,13 +152,16 @@ class EmbeddingProvider(ABC):
         constructor takes ``(api_key, model, *, base_url, headers)`` (plus ``output_dimensionality``
         when ``takes_output_dims``); others override it."""
         extra = cls.configured_timeout(args)
+        # The base class's constructor takes none of these; the providers that use this factory all
+        # take them (the contract above), which only a call at run time can check.
+        make: Callable[..., Self] = cls
         if cls.takes_output_dims:
-            return cls(args.api_key or "", args.model, base_url=args.base_url,  # type: ignore[call-arg]
-                       headers=args.headers, output_dimensionality=cls.configured_dims(args), **extra)
-        return cls(args.api_key, args.model, base_url=args.base_url, headers=args.headers, **extra)  # type: ignore[call-arg]
+            return make(args.api_key or "", args.model, base_url=args.base_url,
+                        headers=args.headers, output_dimensionality=cls.configured_dims(args), **extra)
+        return make(args.api_key, args.model, base_url=args.base_url, headers=args.headers, **extra)
 
     @staticmethod
-    def configured_timeout(args: ProviderArgs) -> dict[str, float]:
+    def configured_timeout(args: ProviderArgs) -> TimeoutArg:
         """``{"timeout": s}`` from ``memorySearch.sync.embeddingBatchTimeoutSeconds``, if set."""
         s = (args.memory_search.get("sync") or {}).get("embeddingBatchTimeoutSeconds")
         return {"timeout": float(s)} if s else {}

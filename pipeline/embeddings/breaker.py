@@ -72,7 +72,7 @@ class SharedOpen:
     def __init__(self, path: Path, cooldown_s: float = COOLDOWN_S, clock: Callable[[], float] = time.time) -> None:
         self.path, self.cooldown_s, self.clock = path, cooldown_s, clock
 
-    def _read(self) -> dict[str, list]:
+    def _read(self) -> dict[str, list[object]]:  # {key: [until, reason]} as JSON, checked where read
         # Opened without blocking and read only if it is a regular file: a FIFO put at this path
         # hung every search (a plain open waits for a writer), a device would be read for ever.
         try:
@@ -89,7 +89,7 @@ class SharedOpen:
             os.close(fd)
         return data if isinstance(data, dict) else {}
 
-    def _write(self, data: dict[str, list]) -> None:
+    def _write(self, data: dict[str, list[object]]) -> None:
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         try:
             if data:

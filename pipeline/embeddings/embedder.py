@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from memindex.pipeline import observe
 from memindex.pipeline.config import openclaw_schema
@@ -28,6 +28,10 @@ from memindex.pipeline.store.reader import StoreReader, open_reader
 from memindex.pipeline.embeddings.base import ProviderUnavailable
 from memindex.pipeline.embeddings.breaker import CircuitBreaker, SharedOpen
 from memindex.pipeline.errors import FallbackSwitched, ProviderError
+
+if TYPE_CHECKING:  # imported where a service is built: a keyword-only agent never loads it
+    from memindex.pipeline.embeddings.base import EmbeddingProvider
+    from memindex.pipeline.embeddings.service import EmbeddingService
 
 log = logging.getLogger("memindex.embedder")
 T = TypeVar("T")
@@ -81,7 +85,7 @@ def open_elsewhere(settings: AgentSettings, index_fp: Mapping[str, Any]) -> Prov
 QUERY_CACHE_SIZE = 256
 
 
-_services: dict[str, tuple[Any, str]] = {}
+_services: dict[str, tuple[EmbeddingService | None, str]] = {}
 _services_lock = threading.Lock()
 # One per agent settings, like the service: indexing and search of an agent in one
 # process share what they learned about its provider.
@@ -93,7 +97,7 @@ def breaker_for(settings: AgentSettings) -> CircuitBreaker:
         return _breakers.setdefault(settings.digest(), CircuitBreaker())
 
 
-def _service(settings: AgentSettings) -> tuple[Any | None, str]:
+def _service(settings: AgentSettings) -> tuple[EmbeddingService | None, str]:
     """(EmbeddingService or None, reason), cached per agent settings."""
     key = settings.digest()
     with _services_lock:
@@ -107,7 +111,7 @@ def _service(settings: AgentSettings) -> tuple[Any | None, str]:
     choice = select_provider(ms.to_dict(), settings.providers, os.environ, cache_dir=settings.state_dir / "models",
                              auth_profiles=_profile_keys(settings),
                              destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema))
-    service = None
+    service: EmbeddingService | None = None
     if choice.primary or choice.fallback:
         from memindex.pipeline.embeddings.limiter import make_limiter
         from memindex.pipeline.embeddings.service import EmbeddingService
@@ -149,15 +153,15 @@ def reset_services() -> None:
         _breakers.clear()
 
 
-def _identity(provider: Any) -> EmbeddingIdentity:
+def _identity(provider: EmbeddingProvider | None) -> EmbeddingIdentity:
+    if provider is None:  # (a service is built only with a provider)
+        return KEYWORD_ONLY
     return EmbeddingIdentity(provider.id, provider.model, provider.fingerprint(), provider.dims)
 
 
 def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
     service, _ = _service(settings)
-    if service is None or service.active_provider is None:
-        return KEYWORD_ONLY
-    return _identity(service.active_provider)
+    return _identity(service.active_provider if service is not None else None)
 
 
 def follow_vector_size(settings: AgentSettings, planned: int | None) -> bool:
@@ -165,7 +169,7 @@ def follow_vector_size(settings: AgentSettings, planned: int | None) -> bool:
     ``EmbeddingService.follow_size``); True if this process's size changed."""
     service, _ = _service(settings)
     p = service.active_provider if service is not None else None
-    if not planned or p is None or p.dims == planned:
+    if service is None or not planned or p is None or p.dims == planned:
         return False
     old = p.dims
     try:
@@ -214,12 +218,13 @@ def planning_identity(settings: AgentSettings, *, force: bool = False, probe: bo
     return ident
 
 
-def _live_fallback(settings: AgentSettings, live_fp: Mapping[str, Any]) -> Any:
+def _live_fallback(settings: AgentSettings, live_fp: Mapping[str, Any]) -> EmbeddingProvider | None:
     """The fallback provider, when the live index holds its vectors while this process starts at
     the primary (a new CLI run, a restarted worker); else None."""
     service, _ = _service(settings)
     choice = service.choice if service is not None else None
-    if (choice is None or choice.primary is None or choice.fallback is None or service.fallback_active
+    if (service is None or choice is None or choice.primary is None or choice.fallback is None
+            or service.fallback_active
             or live_fp.get("providerKey") != choice.fallback.fingerprint()):
         return None
     return choice.fallback
@@ -231,7 +236,9 @@ def _primary_still_failing(settings: AgentSettings) -> bool:
     the primary kept failing (its retries, the switch back to the fallback, "indexed 64 file(s)"
     with nothing changed). True when the probe failed and the service now uses the fallback."""
     service, _ = _service(settings)
-    choice = service.choice
+    choice = service.choice if service is not None else None
+    if service is None or choice is None or choice.primary is None or choice.fallback is None:
+        return False  # (never: _live_fallback found both)
     try:
         service.embed_query("ping", probe_timeout_s(choice.primary.id), any_size=True)
     except ProviderError as exc:
@@ -296,7 +303,7 @@ class ChunkEmbedder:
     store (the file side already looked the chunks up and sent only the misses).
     """
 
-    def __init__(self, settings: AgentSettings, service: Any, *, cache: bool = True):
+    def __init__(self, settings: AgentSettings, service: EmbeddingService, *, cache: bool = True):
         self.settings = settings
         self.service = service
         self.identity = _identity(service.active_provider)
@@ -410,7 +417,7 @@ class CacheOnlyEmbedder:
 class AgentQueryEmbedder:
     """Query vectors for search, from the provider that built the live index."""
 
-    def __init__(self, settings: AgentSettings, service: Any):
+    def __init__(self, settings: AgentSettings, service: EmbeddingService):
         self.settings = settings
         self.service = service
         self._cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()

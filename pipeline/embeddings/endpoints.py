@@ -50,8 +50,9 @@ def provider_config(providers_cfg: Mapping[str, Any] | None, provider_id: str) -
     cfg = _dict(providers_cfg)
     spec = registry.find(provider_id)
     for name in spec.names_in_config() if spec else (provider_id,):
-        if isinstance(cfg.get(name), dict):
-            return cfg[name]
+        entry = cfg.get(name)
+        if isinstance(entry, dict):
+            return entry
     return {}
 
 

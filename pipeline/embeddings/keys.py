@@ -54,7 +54,8 @@ def resolve_api_key(
     ``destination_bound`` (OpenClaw 2026.9's rule): a ``remote.baseUrl`` that is not the provider's
     own endpoint (``models.providers.<p>.baseUrl``, else its default) gets ``remote.apiKey`` only,
     never the keys meant for the provider (profiles, environment, models.providers)."""
-    remote = ms.get("remote") if isinstance(ms.get("remote"), dict) else {}
+    raw = ms.get("remote")
+    remote: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
     if remote_target(ms) == provider_id:
         key = _deref(remote.get("apiKey"), env)
         if key:

@@ -316,6 +316,7 @@ def dims_choices(provider_id: str, model: str) -> tuple[int, ...] | None:
     return None
 
 
-def query_timeout_s(provider_id: str) -> float:
-    spec = find(provider_id)
+def query_timeout_s(provider_id: str | None) -> float:
+    """A query vector's budget: the provider's own, else (unknown, or none) the default."""
+    spec = find(provider_id) if provider_id is not None else None
     return spec.query_timeout_s if spec else ProviderSpec.query_timeout_s

@@ -61,8 +61,8 @@ def _next_wait(policy: RetryPolicy, exc: BaseException | None, attempt: int) -> 
         if exc.retry_after is not None:
             # Honour the server; jitter only adds, so we never come back early.
             return max(exc.retry_after, 0.05) * jitter
-        return min(policy.rate_limit_delay_s * 2 ** (attempt - 1), policy.rate_limit_max_delay_s) * jitter
-    return min(policy.base_delay_s * 2 ** (attempt - 1), policy.max_delay_s) * jitter
+        return min(policy.rate_limit_delay_s * 2.0 ** (attempt - 1), policy.rate_limit_max_delay_s) * jitter
+    return min(policy.base_delay_s * 2.0 ** (attempt - 1), policy.max_delay_s) * jitter
 
 
 def call_with_retry(fn: Callable[[], T], policy: RetryPolicy | None = None, *, label: str = "embeddings") -> T:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 MIN_SECRET_LEN = 4  # shorter values would blank out ordinary words
@@ -82,7 +82,7 @@ def redact(text: str) -> str:
     return text
 
 
-def _scrubbing(make: Any) -> Any:
+def _scrubbing(make: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
     formatter = logging.Formatter()
 
     def factory(*a: Any, **kw: Any) -> logging.LogRecord:
@@ -100,6 +100,7 @@ def _scrubbing(make: Any) -> Any:
             record.exc_text = redact(formatter.formatException(record.exc_info))
         return record
 
+    # install()'s marker (an attribute on a function): one scrubber, however often it runs.
     factory.memindex_redacts = True  # type: ignore[attr-defined]
     return factory
 

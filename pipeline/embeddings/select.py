@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderAuthError, ProviderError, ProviderKeyMissing
@@ -159,7 +159,8 @@ def _auto_missing(ms: Mapping[str, Any]) -> str:
     return " and ".join((*checks, f"no {keys}") if keys else checks)
 
 
-def _build_fallback(ms: Mapping[str, Any], primary_id: str, build: Any) -> EmbeddingProvider | None:
+def _build_fallback(ms: Mapping[str, Any], primary_id: str,
+                    build: Callable[[str, bool], EmbeddingProvider]) -> EmbeddingProvider | None:
     fb = fallback_provider(ms)
     if fb is None or fb == primary_id:
         return None

@@ -204,7 +204,7 @@ class EmbeddingService:
         for item in items:
             def attempt(item: tuple[bytes, str] = item) -> list[list[float]]:
                 with self.limiter.acquire(provider.id), observe.embedding_request(provider.id):
-                    vecs = embed([item])
+                    vecs: list[list[float]] = embed([item])  # the provider's optional embed_media
                 dims = validate_vectors(vecs, expected_count=1, expected_dims=provider.dims, provider_id=provider.id)
                 if provider.dims is None:
                     provider.dims = dims
@@ -315,23 +315,24 @@ class EmbeddingService:
         # No retries: a search must not wait out a failing provider (OpenClaw does not retry
         # query embeddings either); the caller's circuit breaker remembers the failure.
         policy = replace(self.retry.with_budget(timeout_s), max_attempts=1)
-        box: dict[str, object] = {}
+        got: list[list[float]] = []
+        failed: list[BaseException] = []
 
         def run() -> None:
             try:
-                box["v"] = self._request(provider, [text], policy, query=True, any_size=any_size)[0]
+                got.append(self._request(provider, [text], policy, query=True, any_size=any_size)[0])
             except BaseException as exc:  # handed to the caller's thread
-                box["e"] = exc
+                failed.append(exc)
 
         worker = threading.Thread(target=run, name=f"embed-query-{provider.id}", daemon=True)
         worker.start()
         worker.join(timeout_s)
         if worker.is_alive():
             raise ProviderTransientError(f"memory embeddings query timed out after {timeout_s:g}s")
-        if "e" in box:
-            raise box["e"]  # type: ignore[misc]
-        vec = box["v"]
-        return self._result(provider, [l2_normalize(vec) if self.normalize else list(vec)])  # type: ignore[arg-type]
+        if failed:
+            raise failed[0]
+        vec = got[0]
+        return self._result(provider, [l2_normalize(vec) if self.normalize else list(vec)])
 
     def _result(self, provider: EmbeddingProvider, vectors: list[list[float]]) -> EmbedResult:
         used = provider is self.choice.fallback and self.choice.fallback is not None

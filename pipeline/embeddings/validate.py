@@ -60,7 +60,8 @@ def l2_normalize(vec: Sequence[float]) -> list[float]:
     norm = float(np.linalg.norm(arr))
     if norm < _MIN_NORM:
         return [float(x) for x in arr]
-    return (arr / norm).tolist()
+    unit: list[float] = (arr / norm).tolist()  # numpy's tolist() is untyped: floats, as arr is float64
+    return unit
 
 
 def sanitize_and_normalize(vec: Sequence[float]) -> list[float]:

@@ -99,7 +99,7 @@ def failures_since(store_path: Path | str, since_ms: int) -> dict[str, dict[str,
     """What failed at or after ``since_ms``, by reason: {"count" (files, or 1 for work
     that names none, such as a sync), "hint", "paths"}."""
     data = read_failures(store_path)
-    groups = {r: {"count": 0, "hint": v.get("hint") or "", "paths": []}
+    groups: dict[str, dict[str, Any]] = {r: {"count": 0, "hint": v.get("hint") or "", "paths": []}
               for r, v in data["reasons"].items() if int(v.get("at") or 0) >= since_ms}
     for path, f in data["files"].items():
         if int(f.get("at") or 0) >= since_ms and f["reason"] in groups:

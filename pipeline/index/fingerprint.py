@@ -73,5 +73,5 @@ def other_workspace(fp: Mapping[str, Any] | None, settings: AgentSettings) -> st
     return held if isinstance(held, str) and held != str(settings.workspace) else None
 
 
-def dumps(fp: Mapping[str, Any]) -> str:
+def dumps(fp: Mapping[str, Any] | None) -> str:  # None: "null" (a store without a fingerprint)
     return json.dumps(fp, sort_keys=True, separators=(",", ":"))

@@ -122,11 +122,13 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
                 plan.unchanged += 1
                 plan.pending_sessions += step == "pending"
                 continue
-            if step != "full":
+            if not isinstance(step, str):  # a delta: only the new part is indexed
                 plan.session_deltas.append(step)
                 continue
             prev = None
-        retry_vectors = prev is not None and embedding_pending(prev.error) and ident.provider != KEYWORD_ONLY.provider
+        vectors_error = (prev.error if prev is not None and embedding_pending(prev.error)
+                         and ident.provider != KEYWORD_ONLY.provider else None)
+        retry_vectors = vectors_error is not None
         if (prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force
                 and not retry_vectors):
             if not is_read_error(prev.hash):
@@ -140,8 +142,8 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
                 continue
         # A file still waiting for its vectors is re-read, not touched: same bytes, new work.
         # (Not one whose vectors are on their way: another plan queued it, and its lease says so.)
-        if (retry_vectors and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force
-                and not prev.error.startswith(VECTORS_QUEUED)):
+        if (prev is not None and vectors_error is not None and prev.size == f.size
+                and prev.mtime_ns == f.mtime_ns and not force and not vectors_error.startswith(VECTORS_QUEUED)):
             plan.retry_keys.add(key)
         plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
                                  prev.hash if prev and not retry_vectors else None))

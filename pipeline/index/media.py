@@ -166,7 +166,7 @@ def prepare_media(settings: AgentSettings, job: FileJob, embedder: Any | None = 
     chash = media_hash(data, mime)
     vector, hits = None, set()
     embed = getattr(embedder, "embed_media", None)
-    if embed is not None:
+    if embedder is not None and embed is not None:
         vectors, hits = embed([(data, mime)], [chash])
         vector, ident = vectors[0], embedder.identity  # identity may have learnt its dims just now
 

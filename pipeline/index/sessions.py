@@ -107,7 +107,7 @@ def discover_sessions(settings: AgentSettings, facts: ListingFacts | None = None
             # The stored and shown path: a name that is not valid UTF-8 has its bytes escaped
             # (display_path), as for Markdown files; the job then fails on name_problem with a
             # problem row. With the raw name, even that row could not be stored: retried forever.
-            out.append(MemoryFile(f"{SOURCE}/{display_path(e.name)}", Path(e.path), SOURCE, st.st_size,
+            out.append(MemoryFile(f"{SOURCE}/{display_path(e.name)}", e.path, SOURCE, st.st_size,
                                   st.st_mtime_ns, KIND))
     return out
 
@@ -218,7 +218,7 @@ def next_step(settings: AgentSettings, f: MemoryFile, prev: IndexedFile | None, 
         return "full"
     # A transcript whose last read stopped at MAX_READ_BYTES is unfinished, not grown: its
     # rest is read whatever its size (else a tail under the thresholds waited for more growth).
-    delta_bytes, delta_messages = (0, 0) if flush or extra.get("continues") else thresholds(settings)
+    delta_bytes, delta_messages = (0, 0) if flush or (extra or {}).get("continues") else thresholds(settings)
     try:
         # Lines are only needed when bytes alone may stay under their threshold.
         grown = f.size - state.indexed_bytes

@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from memindex.pipeline.config.settings import DEFAULT_DELTA_BYTES, DEFAULT_DELTA_MESSAGES
 from memindex.pipeline.index.session_text import message_text
@@ -31,7 +31,11 @@ DeltaAction = Literal["none", "append", "rebuild"]
 HEAD_BYTES = 4096
 _READ_CHUNK = 64 * 1024
 
-_ROLE_LABEL: dict[str, str] = {"user": "User", "assistant": "Assistant"}
+_ROLE_LABEL: dict[Role, str] = {"user": "User", "assistant": "Assistant"}
+
+
+def _is_role(value: object) -> TypeGuard[Role]:
+    return isinstance(value, str) and value in _ROLE_LABEL  # (a list or object: not hashable)
 
 
 # --- parsing ------------------------------------------------------------------
@@ -64,8 +68,9 @@ class Transcript:
 def _message_of(record: dict[str, Any]) -> dict[str, Any] | None:
     # Only OpenClaw's message records, as its buildSessionEntry keeps them: a line without
     # "type": "message" (a bare {"role", "content"}) is no turn of the session, whatever it holds.
-    if record.get("type") == "message" and isinstance(record.get("message"), dict):
-        return record["message"]
+    msg = record.get("message")
+    if record.get("type") == "message" and isinstance(msg, dict):
+        return msg
     return None
 
 
@@ -76,7 +81,7 @@ def _turn_from_record(record: Any, line_no: int) -> Turn | None:
     if msg is None:
         return None
     role = msg.get("role")
-    if not isinstance(role, str) or role not in _ROLE_LABEL:  # (a list or object: not hashable)
+    if not _is_role(role):
         return None
     text = message_text(msg.get("content"))
     if not text:  # e.g. an assistant turn made only of tool calls

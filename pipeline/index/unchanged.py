@@ -71,7 +71,7 @@ def disk_key(files: Sequence[MemoryFile]) -> str:
     return h.hexdigest()
 
 
-def _column(field: str) -> itemgetter:
+def _column(field: str) -> itemgetter[int]:
     return itemgetter(MemoryFile._fields.index(field))  # by index: a NamedTuple's attribute is a slower property
 
 

@@ -17,7 +17,7 @@ import stat
 import warnings
 from operator import attrgetter
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.paths import expand_home, resolve_home
@@ -34,6 +34,10 @@ IGNORED_DIRS = frozenset(
      "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".cache", "site-packages",
      ".idea", ".vscode", ".next"}
 )
+
+
+# What kind of memory a file name is ("markdown", "image", ...), None: not a memory file.
+KindOf = Callable[[str], str | None]
 
 
 class MemoryFile(NamedTuple):
@@ -54,7 +58,7 @@ class MemoryFile(NamedTuple):
 ALLOW_BROAD_ENV = environ.ALLOW_BROAD_EXTRA_PATHS.name
 
 
-def rel_path(workspace: Path, abs_path: Path) -> str:
+def rel_path(workspace: Path, abs_path: str | os.PathLike[str]) -> str:
     return display_path(Path(os.path.relpath(abs_path, workspace)).as_posix())
 
 
@@ -113,7 +117,8 @@ class ListingFacts:
         # the reader), and named by `status` rather than passed over without a word.
         self.specials: list[str] = []
 
-    def merge(self, unreadable: list, symlinks: list, specials: list = ()) -> None:
+    def merge(self, unreadable: Iterable[tuple[object, object]], symlinks: Iterable[object],
+              specials: Iterable[object] = ()) -> None:
         self.unreadable.extend((str(d), str(why)) for d, why in unreadable)
         self.symlinks.extend(map(str, symlinks))
         self.specials.extend(map(str, specials))
@@ -126,7 +131,7 @@ class ListingFacts:
 SPLIT_WALK_AFTER = 1024
 
 
-def _walk(root: Path, keep: "callable[[str], str | None]",
+def _walk(root: Path, keep: KindOf,
           facts: ListingFacts) -> Iterator[tuple[str, int, int, str]]:
     """Depth-first walk with os.scandir in name order: (path, size, mtime_ns, kind) per kept file.
 
@@ -157,7 +162,7 @@ def _walk(root: Path, keep: "callable[[str], str | None]",
             split.close()
 
 
-def _walk_dirs(dirs: list[str], keep: "callable[[str], str | None]",
+def _walk_dirs(dirs: list[str], keep: KindOf,
                facts: ListingFacts) -> Iterator[tuple[str, int, int, str]]:
     """What :func:`_walk` yields for these directories (in stack order: the last first), in one process."""
     stack = list(dirs)
@@ -165,7 +170,7 @@ def _walk_dirs(dirs: list[str], keep: "callable[[str], str | None]",
         yield from _walk_dir(stack.pop(), keep, stack, facts)
 
 
-def _walk_dir(d: str, keep: "callable[[str], str | None]", stack: list[str],
+def _walk_dir(d: str, keep: KindOf, stack: list[str],
               facts: ListingFacts) -> Iterator[tuple[str, int, int, str]]:
     """One directory's kept files; its subdirectories go onto ``stack`` (first name on top)."""
     lstat = os.lstat
@@ -217,12 +222,12 @@ class _SplitWalk:
     answer is cut short - the parent walks those directories itself: the result is the same.
     """
 
-    def __init__(self, pid: int, fd: int, dirs: list[str], keep: "callable[[str], str | None]",
+    def __init__(self, pid: int, fd: int, dirs: list[str], keep: KindOf,
                  facts: ListingFacts) -> None:
         self.pid, self.fd, self.dirs, self.keep, self.facts = pid, fd, dirs, keep, facts
 
     @classmethod
-    def start(cls, dirs: list[str], keep: "callable[[str], str | None]",
+    def start(cls, dirs: list[str], keep: KindOf,
               facts: ListingFacts) -> "_SplitWalk | None":
         try:
             r, w = os.pipe()
@@ -352,7 +357,7 @@ def roots_refusal(settings: AgentSettings) -> str | None:
     return None
 
 
-def iter_discover(settings: AgentSettings, *, extra_kind=None,
+def iter_discover(settings: AgentSettings, *, extra_kind: KindOf | None = None,
                   facts: ListingFacts | None = None) -> Iterator[MemoryFile]:
     """All memory files of the agent, de-duplicated by real path, as a stream: a sync of a huge
     workspace never holds the file list. ``extra_kind`` lets multimodal discovery (F17) accept more
@@ -361,7 +366,7 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
     facts = ListingFacts() if facts is None else facts
     seen: set[str] = set()
 
-    def add(p: Path, size: int, mtime_ns: int, kind: str) -> MemoryFile | None:
+    def add(p: str, size: int, mtime_ns: int, kind: str) -> MemoryFile | None:
         try:
             real = os.path.realpath(p)
         except OSError:
@@ -370,9 +375,9 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
         if key in seen:
             return None
         seen.add(key)
-        return MemoryFile(rel_path(ws, p), str(p), "memory", size, mtime_ns, kind)
+        return MemoryFile(rel_path(ws, p), p, "memory", size, mtime_ns, kind)
 
-    def found(items, root: Path | None = None) -> Iterator[MemoryFile]:
+    def found(items: Iterable[tuple[str, int, int, str]], root: Path | None = None) -> Iterator[MemoryFile]:
         if root is None:
             for p, size, mtime_ns, kind in items:
                 f = add(p, size, mtime_ns, kind)
@@ -415,7 +420,7 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
         p = ws / name
         st = _regular(p)
         if st is not None:
-            yield from found([(p, st.st_size, st.st_mtime_ns, "markdown")])
+            yield from found([(str(p), st.st_size, st.st_mtime_ns, "markdown")])
         elif p.is_symlink():
             facts.symlinks.append(str(p))
         elif os.path.lexists(p) and not p.is_dir():
@@ -436,10 +441,10 @@ def iter_discover(settings: AgentSettings, *, extra_kind=None,
             st = _regular(extra)
             kind = keep_extra(extra.name) if st is not None else None
             if st is not None and kind is not None:
-                yield from found([(extra, st.st_size, st.st_mtime_ns, kind)])
+                yield from found([(str(extra), st.st_size, st.st_mtime_ns, kind)])
 
 
-def indexed_path_filter(settings: AgentSettings) -> "callable[[str, str], bool]":
+def indexed_path_filter(settings: AgentSettings) -> Callable[[str, str], bool]:
     """Whether an indexed ``(source, path)`` is still the agent's memory as configured now.
 
     A store keeps what an older config indexed (a source or an extraPaths entry since removed)

@@ -14,7 +14,7 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from memindex.pipeline.config import environ
 
@@ -59,7 +59,7 @@ def _executor(kind: str = "async") -> ThreadPoolExecutor:
         return pool
 
 
-async def _run(kind: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+async def _run(kind: str, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_executor(kind), functools.partial(fn, *args, **kwargs))
 

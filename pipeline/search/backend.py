@@ -139,8 +139,10 @@ class FallbackSearch(AsyncSearch):
                corpus: str | None = None) -> SearchResponse:
         self._check_open()
         check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
-        return search_corpus(self._search, self._empty, self.settings, corpus, max_results, MAX_CANDIDATES,
-                             query=query, min_score=min_score, session_key=session_key, chat_type=chat_type)
+        resp: SearchResponse = search_corpus(self._search, self._empty, self.settings, corpus, max_results,
+                                             MAX_CANDIDATES, query=query, min_score=min_score,
+                                             session_key=session_key, chat_type=chat_type)
+        return resp
 
     def _empty(self) -> SearchResponse:
         return SearchResponse(results=[], provider="qmd", model=self.manager.search_mode,
@@ -209,13 +211,13 @@ class FallbackSearch(AsyncSearch):
             except QmdError as exc:
                 self._mark_failed(exc)
         with self._lock:
-            failed = self._failed_at is not None
+            failed_at = self._failed_at
             out: dict[str, Any] = {
-                "backend": "builtin" if failed else "qmd",
+                "backend": "builtin" if failed_at is not None else "qmd",
                 "requestedBackend": "qmd",
                 "fallback": {"from": "qmd", "reason": self.fallback_reason, "kind": self.fallback_kind,
-                             "retryInS": max(0.0, round(self.retry_after_s - (self.clock() - self._failed_at), 1))}
-                if failed else None,
+                             "retryInS": max(0.0, round(self.retry_after_s - (self.clock() - failed_at), 1))}
+                if failed_at is not None else None,
             }
         out["qmd"] = self.manager.status()
         return out

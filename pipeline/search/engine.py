@@ -15,7 +15,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Self, runtime_checkable
 
 from memindex.pipeline.config.paths import normalize_agent_id
 from memindex.pipeline.config.settings import AgentSettings
@@ -31,7 +31,7 @@ from memindex.pipeline.search.ranking import (
 from memindex.pipeline.search.provenance import Provenance, provenance
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.search.snippet import centred_snippet
-from memindex.pipeline.store.reader import ReadSnapshot, StoreReader, open_reader
+from memindex.pipeline.store.reader import ChunkRow, ReadSnapshot, StoreReader, open_reader
 from memindex.pipeline.store.schema import vec_dims_key
 from memindex.pipeline.store.vector_mirror import VectorMirror, knn
 from memindex.pipeline.store.vectors import is_zero
@@ -132,7 +132,7 @@ def citation_for(path: str, start: int, end: int) -> str:
 _MEDIA_KINDS = frozenset({"image", "audio"})
 
 
-def _note_media(rows: Iterable[tuple], kinds: dict[str, str]) -> None:
+def _note_media(rows: Iterable[ChunkRow], kinds: dict[str, str]) -> None:
     """Note the image/audio chunks among ``ReadSnapshot.chunk_rows`` rows: a result names its kind."""
     for r in rows:
         if r[7] in _MEDIA_KINDS:
@@ -195,6 +195,8 @@ def min_score_problem(min_score: float) -> str | None:
 
 
 class _Searches(Protocol):
+    settings: AgentSettings
+
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                session_key: str | None = None, chat_type: str | None = None,
                corpus: str | None = None) -> SearchResponse: ...
@@ -210,11 +212,14 @@ class AsyncSearch:
         if self._closed:  # it would reopen its store quietly and hold it again: a caller's bug, said
             raise UsageError("this search engine is closed; open another with memindex.open_search")
 
-    def __enter__(self):  # noqa: ANN204 - the engine itself
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()  # type: ignore[attr-defined]
+        self.close()
+
+    def close(self) -> None:  # every engine this is mixed into defines its own
+        raise NotImplementedError
 
     @checked_call("asearch")
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
@@ -239,8 +244,10 @@ class QueryEmbedder(Protocol):
     optional: it tells search that the live index came from the fallback provider.
     """
 
-    provider: str
-    model: str
+    @property
+    def provider(self) -> str: ...  # read-only: a plain attribute or a property
+    @property
+    def model(self) -> str: ...
 
     def embed_query(self, text: str, index_fp: Mapping[str, Any] | None = None) -> list[float] | None: ...
 
@@ -252,7 +259,7 @@ class MemorySearch(AsyncSearch):
         self,
         settings: AgentSettings,
         *,
-        query_embedder: QueryEmbedder | None | str = "auto",
+        query_embedder: QueryEmbedder | None | Literal["auto"] = "auto",
         schedule_sync: ScheduleSync | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -260,7 +267,7 @@ class MemorySearch(AsyncSearch):
         self.reader: StoreReader = open_reader(settings)
         # "auto": resolve the agent's provider lazily, on the first search of a vector index.
         self._auto_embedder = query_embedder == "auto"
-        self.query_embedder = None if self._auto_embedder else query_embedder
+        self.query_embedder = None if isinstance(query_embedder, str) else query_embedder
         self.schedule_sync = schedule_sync
         self.clock = clock
         self._warm_sessions: set[str] = set()
@@ -304,9 +311,11 @@ class MemorySearch(AsyncSearch):
                 return
             self._scheduling = True
 
+        schedule = self.schedule_sync
+
         def run() -> None:
             try:
-                self.schedule_sync(self.settings, reason)  # type: ignore[misc]
+                schedule(self.settings, reason)
             except Exception as exc:  # noqa: BLE001 - scheduling must never break a search
                 self._schedule_failed(reason, exc)
             else:
@@ -367,9 +376,11 @@ class MemorySearch(AsyncSearch):
         check_search_args(query, max_results, min_score, session_key, chat_type, self.settings.agent_id)
         check_corpus(corpus)
         try:
-            return search_corpus(self._search, lambda: self._empty_response(self.settings.memory.citations),
-                                 self.settings, corpus, max_results, MAX_CANDIDATES, query=query,
-                                 min_score=min_score, session_key=session_key, chat_type=chat_type)
+            resp: SearchResponse = search_corpus(
+                self._search, lambda: self._empty_response(self.settings.memory.citations), self.settings,
+                corpus, max_results, MAX_CANDIDATES, query=query, min_score=min_score, session_key=session_key,
+                chat_type=chat_type)
+            return resp
         except Exception as exc:  # noqa: BLE001 - an agent's tool call must always get an answer
             log.warning("memory search failed for %s: %s: %s", self.settings.agent_id, type(exc).__name__, exc)
             return unavailable_response(self._empty_response(self.settings.memory.citations), exc)
@@ -433,7 +444,8 @@ class MemorySearch(AsyncSearch):
             # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
             qvec = self._query_vector(query, resp, snap.fingerprint) if vw > 0 else None
             dims = snap.state.extra.get(vec_dims_key(snap.generation)) if qvec is not None else None
-            if dims and len(qvec) != int(dims):  # the provider (or a proxy) now answers another size
+            # The provider (or a proxy) now answers another size:
+            if dims and qvec is not None and len(qvec) != int(dims):
                 resp.warning = (f"the query vector has {len(qvec)} dims and the index {dims} (the provider "
                                 "changed; `memindex index --force` rebuilds the index); keyword-only results")
                 resp.mode, qvec = "fts-only", None
@@ -550,7 +562,8 @@ class MemorySearch(AsyncSearch):
 
             refused = open_elsewhere(self.settings, fp)  # before the provider (and its SDK) is built
             if refused is not None:
-                return _keyword_only(resp, refused)
+                _keyword_only(resp, refused)
+                return None
         emb = self._embedder()
         if emb is None:
             resp.warning = "no embedding provider available for queries; keyword-only results"
@@ -562,7 +575,8 @@ class MemorySearch(AsyncSearch):
         except Exception as exc:  # noqa: BLE001 - degrade to keyword search, say so
             if not isinstance(exc, ProviderError):  # provider failures are logged once, as the breaker opens
                 log.warning("query embedding failed (%s); answering keyword-only", exc)
-            return _keyword_only(resp, exc)
+            _keyword_only(resp, exc)
+            return None
         check = getattr(emb, "is_fallback_index", None)
         resp.fallback = bool(check(fp)) if check else bool(getattr(emb, "fallback", False))
         if vec is None or is_zero(vec):
@@ -588,7 +602,7 @@ class MemorySearch(AsyncSearch):
         return [Candidate(r[1], r[2], r[3], r[4], r[5], r[6], text_score=ts, has_text=True)
                 for (r, _), ts in zip(found, scores)]
 
-    def _keyword_evidence(self, snap: ReadSnapshot, query: str, found: list[tuple[tuple, float]]) -> list[float]:
+    def _keyword_evidence(self, snap: ReadSnapshot, query: str, found: list[tuple[ChunkRow, float]]) -> list[float]:
         """Each hit's keyword evidence (ranking.keyword_evidence), from the query's content terms'
         rarity in this index and the terms each hit holds."""
         if not found:
@@ -612,6 +626,8 @@ class MemorySearch(AsyncSearch):
         import numpy as np
 
         gen, dims, rows = snap.generation, len(qvec), snap.max_rowid()
+        if gen is None:  # no index: nothing to sample
+            return None
         s = self._sample
         if s is None or s[:2] != (gen, dims) or rows > s[2] * 1.25:
             self._sample = s = (gen, dims, rows, snap.sample_vectors(dims, BACKGROUND_SAMPLE))
@@ -626,7 +642,7 @@ class MemorySearch(AsyncSearch):
         hits: list[tuple[int, float]] | None = None
         gen, dims = snap.generation, len(qvec)
         snap.observe(self._mirror)
-        if snap.vec0_available():
+        if gen is not None and snap.vec0_available():
             if self._mirror_worthwhile(snap, dims):
                 mirror = self._mirror.fresh(gen, dims)
                 if mirror is not None:

@@ -17,7 +17,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.store.fts_text import has_spaceless_script, is_mark, script_family
@@ -208,11 +208,11 @@ def sort_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
     return sorted(cands, key=_sort_key)
 
 
-def _union(vector_hits: list[Candidate], text_hits: list[Candidate]) -> dict[str, list]:
+def _union(vector_hits: list[Candidate], text_hits: list[Candidate]) -> dict[str, list[Any]]:
     """Both arms' hits by chunk id, as ``[hit, vector_score, text_score, has_vector, has_text, text]``
     (``hit`` holds the chunk's other fields). :func:`merge_hybrid` builds each candidate once from
     this: a ``_replace`` here and another for its score were half of ``rank_pipeline``'s time."""
-    merged: dict[str, list] = {}
+    merged: dict[str, list[Any]] = {}  # a list, not a record: updated in place, on the hot path
     for hit in vector_hits:
         vs = _finite(hit.vector_score)
         old = merged.get(hit.chunk_id)

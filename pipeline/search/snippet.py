@@ -13,6 +13,7 @@ the lines shown.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass
 
 from memindex.pipeline.config import defaults as D
@@ -29,7 +30,7 @@ class Snippet:
 
 
 def _line_scores(text: str, n: int, keys: frozenset[str]) -> list[float]:
-    found = lines_holding_keys(text, keys)
+    found: Mapping[int, AbstractSet[str]] | None = lines_holding_keys(text, keys)
     if found is None:
         found = {i: hit for i, hit in enumerate(keys_by_line(text, keys)) if hit}
     df: dict[str, int] = {}

@@ -11,15 +11,22 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
-try:  # pragma: no cover - import choice depends on the environment
-    import sqlean as sqlite3  # type: ignore[import-untyped]
+if TYPE_CHECKING:
+    # sqlean ships no types; it is the stdlib module's API (a drop-in), so check against that.
+    import sqlite3
 
-    DRIVER = "sqlean"
-except ImportError:  # pragma: no cover
-    import sqlite3  # type: ignore[no-redef]
+    DRIVER: str
+else:
+    try:  # pragma: no cover - import choice depends on the environment
+        import sqlean as sqlite3
 
-    DRIVER = "sqlite3"
+        DRIVER = "sqlean"
+    except ImportError:  # pragma: no cover
+        import sqlite3
+
+        DRIVER = "sqlite3"
 
 log = logging.getLogger("memindex.db")
 
@@ -36,6 +43,13 @@ READER_MMAP_BYTES = 1 << 30
 READER_CACHE_KIB = 32 * 1024
 # FTS5's contentless_delete=1 (a contentless table that still deletes by rowid) needs 3.43.
 CONTENTLESS_DELETE = sqlite3.sqlite_version_info >= (3, 43, 0)
+
+
+def count(conn: Connection, sql: str, params: Sequence[object] = ()) -> int:
+    """The one integer a COUNT/MAX query answers (0 for NULL: MAX over no rows). SQLite's rows
+    are untyped: this is where a count becomes an ``int``."""
+    row = conn.execute(sql, params).fetchone()
+    return int(row[0] or 0) if row is not None else 0
 
 
 def now_ms() -> int:

@@ -128,14 +128,15 @@ class FtsBudget:
         # build_match_query quotes every phrase and lowercases its tokens, so " OR " never occurs inside one.
         phrases = match.split(" OR ")
         # max(rowid) is an O(log n) upper bound of the chunk count (rowids are never far above it).
-        size = conn.execute(f"SELECT max(rowid) FROM {chunks_table(gen)}").fetchone()[0] or 0
+        size = db.count(conn, f"SELECT max(rowid) FROM {chunks_table(gen)}")
         budget = self.budget_for(size)
         if size * len(phrases) <= budget:
             return match, 0, size
         cap = self.count_cap_for(size)
         ranked = sorted(range(len(phrases)), key=lambda i: (self._doc_freq(conn, gen, phrases[i], cap), i))
         rarest = self._doc_freq(conn, gen, phrases[ranked[0]], cap)
-        keep, spent = [], 0
+        keep: list[int] = []
+        spent = 0
         for i in ranked:
             df = self._doc_freq(conn, gen, phrases[i], cap)
             # A phrase in over half the chunks has FTS5 IDF <= 0 (clamped to 1e-6): it adds
@@ -169,5 +170,5 @@ class FtsBudget:
             if n is not None:
                 return min(n, cap + 1)
         ft = fts_table(gen)
-        return conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {ft} WHERE {ft} MATCH ? LIMIT ?)",
-                            (expr, cap + 1)).fetchone()[0]
+        return db.count(conn, f"SELECT count(*) FROM (SELECT 1 FROM {ft} WHERE {ft} MATCH ? LIMIT ?)",
+                        (expr, cap + 1))

@@ -345,7 +345,7 @@ def _token_starts_at(low: str, i: int) -> bool:
     return not _joins_token(ch)
 
 
-class _LatinBase(dict):
+class _LatinBase(dict[int, str]):
     """str.translate table: a Latin letter with diacritics -> its ASCII base ("é" -> "e"), one
     character for one (offsets stay put), filled as characters are met. The FTS table folds them
     the same way (``remove_diacritics 2``): "creme brulee" matched "crème brûlée", and the snippet,
@@ -476,12 +476,14 @@ def lines_holding_keys(text: str, keys: frozenset[str]) -> dict[int, set[str]] |
     None when the text needs the per-line path (non-ASCII keys, or folding moved a newline)."""
     if not keys or not _all_ascii(keys):
         return None
-    low = _ascii_lowered(text)
-    slow = low is None
-    if slow:
+    ascii_low = _ascii_lowered(text)
+    slow = ascii_low is None
+    if ascii_low is None:
         low = _lowered(text)
         if low.count("\n") != text.count("\n"):  # folding never adds or drops a newline; be sure
             return None
+    else:
+        low = ascii_low
     found: dict[int, set[str]] = {}
     find, count, at = low.find, low.count, _ASCII_TOKEN_AT_RE.match
     for k in keys:

@@ -18,6 +18,7 @@ from memindex.pipeline.store.core import (
     read_state,
     table_exists,
 )
+from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.health import (
     corrupt,
     is_corruption,
@@ -36,6 +37,10 @@ from memindex.pipeline.store.vector_mirror import VectorMirror, build_snapshot, 
 from memindex.pipeline.store.vectors import pack, unpack
 
 log = logging.getLogger("memindex.store")
+
+
+# A chunk as search reads it: (rowid, chunk id, path, source, start_line, end_line, text, kind).
+ChunkRow = tuple[int, str, str, str, int, int, str, str]
 
 
 class StoreReader:
@@ -57,7 +62,7 @@ class StoreReader:
             ino = os.stat(self.path).st_ino
         except OSError:
             return None
-        c = getattr(self._local, "conn", None)
+        c: db.Connection | None = getattr(self._local, "conn", None)
         if c is not None and getattr(self._local, "ino", None) == ino:
             return c
         if c is not None:
@@ -150,7 +155,7 @@ class StoreReader:
         if c is None or gen is None:
             return 0
         try:
-            return c.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+            return db.count(c, f"SELECT count(*) FROM {pending_table(gen)}")
         except db.OperationalError:  # no such generation (yet)
             return 0
 
@@ -251,7 +256,7 @@ class ReadSnapshot:
         if self._conn is None or self.generation is None:
             return 0
         try:
-            return self._conn.execute(f"SELECT count(*) FROM {pending_table(self.generation)}").fetchone()[0]
+            return db.count(self._conn, f"SELECT count(*) FROM {pending_table(self.generation)}")
         except db.OperationalError:
             return 0
 
@@ -259,10 +264,10 @@ class ReadSnapshot:
         """An O(log n) upper bound of the live generation's chunk count."""
         if self._conn is None or self.generation is None:
             return 0
-        return self._conn.execute(f"SELECT max(rowid) FROM {chunks_table(self.generation)}").fetchone()[0] or 0
+        return db.count(self._conn, f"SELECT max(rowid) FROM {chunks_table(self.generation)}")
 
     # -- search: candidate arms ------------------------------------------------------
-    def keyword_hits(self, match: str, limit: int, budget: Any = None) -> list[tuple[int, float]]:
+    def keyword_hits(self, match: str, limit: int, budget: FtsBudget | None = None) -> list[tuple[int, float]]:
         """(chunk rowid, bm25) of the best FTS5 matches for a MATCH expression, best first.
 
         bm25() is negative, most relevant lowest. ``budget`` (an ``FtsBudget``) may drop a
@@ -356,7 +361,7 @@ class ReadSnapshot:
         """Chunks in the live generation (a full count: callers cache it per ``max_rowid``)."""
         if self._conn is None or self.generation is None:
             return 0
-        return self._conn.execute(f"SELECT count(*) FROM {chunks_table(self.generation)}").fetchone()[0]
+        return db.count(self._conn, f"SELECT count(*) FROM {chunks_table(self.generation)}")
 
     def term_counts(self, phrases: Sequence[str]) -> list[int]:
         """How many of the live generation's chunks hold each FTS5 phrase: the document frequencies
@@ -421,7 +426,7 @@ class ReadSnapshot:
         return {r[0]: float(v) for r, v in zip(rows, sims)}
 
     # -- search: rows for candidates -----------------------------------------------------
-    def chunk_rows(self, rowids: Sequence[int]) -> dict[int, tuple[int, str, str, str, int, int, str, str]]:
+    def chunk_rows(self, rowids: Sequence[int]) -> dict[int, ChunkRow]:
         """rowid -> (rowid, chunk id, path, source, start_line, end_line, text, kind)."""
         if not rowids or self._conn is None or self.generation is None:
             return {}
@@ -452,22 +457,19 @@ class ReadSnapshot:
         """(source, files, chunks) per source of the live generation."""
         if self._conn is None or self.generation is None:
             return []
-        return self._conn.execute(
+        rows = self._conn.execute(
             f"SELECT source, count(*), coalesce(sum(chunks), 0) FROM {files_table(self.generation)} "
             "GROUP BY source").fetchall()
-
-    def chunk_count(self) -> int:
-        if self._conn is None or self.generation is None:
-            return 0
-        return self._conn.execute(f"SELECT count(*) FROM {chunks_table(self.generation)}").fetchone()[0]
+        return [(str(source), int(files), int(chunks)) for source, files, chunks in rows]
 
     def problems(self, limit: int = 50) -> list[tuple[str, str]]:
         """(path, error) of files indexed with an error, by path."""
         if self._conn is None or self.generation is None:
             return []
-        return self._conn.execute(
+        rows = self._conn.execute(
             f"SELECT path, error FROM {files_table(self.generation)} WHERE error IS NOT NULL "
             "ORDER BY path LIMIT ?", (limit,)).fetchall()
+        return [(str(path), str(error)) for path, error in rows]
 
     def problem_counts(self, since_ms: int = 0) -> dict[str, int]:
         """Files with a problem, in one pass: ``problems`` (any), ``skipped`` (nothing indexed: binary,
@@ -500,7 +502,7 @@ class ReadSnapshot:
         """Embeddings in the cache shared by all generations."""
         if self._conn is None or not table_exists(self._conn, "embedding_cache"):
             return 0
-        return self._conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+        return db.count(self._conn, "SELECT count(*) FROM embedding_cache")
 
 
 

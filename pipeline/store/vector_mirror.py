@@ -80,7 +80,7 @@ class VectorMirror:
         return snap if snap_epoch >= getattr(self._seen, "epoch", 1 << 62) else None
 
     # -- loading ------------------------------------------------------------------
-    def load(self, gen: int, dims: int) -> _Snapshot | None:
+    def load(self, gen: int, dims: int) -> _Snapshot:
         """(Re)load now, in this thread; returns the new snapshot."""
         with self._lock:
             start_epoch = self._epoch
@@ -171,7 +171,7 @@ def build_snapshot(conn: db.Connection, gen: int, dims: int, prev: _Snapshot | N
     mat = np.empty((total, dims), dtype=np.float32)
     rowids = np.empty(total, dtype=np.int64)
     n = len(keep_rows)
-    if n:  # take() into the new buffer: no temporary copy of the old matrix
+    if prev is not None and n:  # take() into the new buffer: no temporary copy of the old matrix
         np.take(prev.mat, np.asarray(keep_rows, dtype=np.int64), axis=0, out=mat[:n])
         rowids[:n] = keep_rowids
     want = dims * 4

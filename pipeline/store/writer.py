@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from memindex.pipeline.config import environ
@@ -161,6 +162,8 @@ class ChunkWrite(Protocol):
     def embedding(self) -> Sequence[float] | bytes | None: ...  # floats or packed float32, never base64
     @property
     def cacheable(self) -> bool: ...
+    @property
+    def context(self) -> str: ...  # keyword-indexed with the text, never stored as it (file_context)
 
 
 class FileStat(Protocol):
@@ -564,7 +567,7 @@ class StoreWriter:
         self._set_meta(files_version_key(gen), None)
 
     # -- writes -------------------------------------------------------------------
-    def _tx(self):
+    def _tx(self) -> _Transaction:
         return _Transaction(self)
 
     def generation_exists(self, gen: int) -> bool:
@@ -584,8 +587,8 @@ class StoreWriter:
             return st.building_fingerprint
         return None
 
-    def _insert_chunk_rows(self, gen: int, vt: str, fts_rows: list[tuple], vec_rows: list[tuple],
-                           cache_rows: list[tuple], contexts: list[tuple[int, str]]) -> None:
+    def _insert_chunk_rows(self, gen: int, vt: str, fts_rows: list[tuple[int, str]], vec_rows: list[tuple[int, bytes]],
+                           cache_rows: list[_CacheRow], contexts: list[tuple[int, str]]) -> None:
         """The FTS, vector and embedding-cache rows of chunks just inserted (both write paths);
         ``contexts``: (rowid, file context) of each, for the term counts."""
         if self.fts_error is None and fts_rows:
@@ -861,6 +864,7 @@ class StoreWriter:
                 (cid, source, path, ch.start_line, ch.end_line, ch.hash, rec.kind, ch.text, blob, ts),
             )
             rowid = cur.lastrowid
+            assert rowid is not None  # set by every INSERT that succeeded
             fts_rows.append((rowid, terms.fts_text(ch.text, ch.context)))
             contexts.append((rowid, ch.context))
             if blob is not None:
@@ -932,7 +936,7 @@ class StoreWriter:
         if not max_entries or max_entries <= 0:
             return 0
         with self._lock, self._tx():
-            n = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+            n = db.count(self.conn, "SELECT count(*) FROM embedding_cache")
             if n <= max_entries:
                 return 0
             self.conn.execute(
@@ -941,6 +945,9 @@ class StoreWriter:
             )
             return n - max_entries
 
+
+# (provider, model, provider_key, dims, hash, embedding, updated_at, used_at): _CACHE_UPSERT's values
+_CacheRow = tuple[str, str, str, int | None, str, bytes, int, int]
 _SQL_IN_MAX = 500  # values per IN (...) list: far below SQLite's variable limit on every version
 _CACHE_UPSERT = (
     "INSERT INTO embedding_cache(provider, model, provider_key, dims, hash, embedding, updated_at, used_at) "
@@ -967,7 +974,7 @@ class _Transaction:
         self.mode = ""
         self.mark = 0
 
-    def __enter__(self):
+    def __enter__(self) -> db.Connection:
         if not self.conn.in_transaction:
             self.conn.execute("BEGIN IMMEDIATE")
             self.mode = "own"
@@ -977,7 +984,8 @@ class _Transaction:
             self.mark = self.writer._fts_mark()
         return self.conn
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             if self.mode == "own":
                 if exc_type is None:
@@ -1007,7 +1015,6 @@ class _Transaction:
             # OperationalError that every retry and every re-plan would hit again.
             self.writer.full = True
             raise store_full(self.writer.path) from exc
-        return False
 
 
 def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:

@@ -88,7 +88,8 @@ class OpenAIBatchClient(BatchClient):
         )
 
     def _content(self, file_id: str) -> bytes:
-        return self._call("download", self._client.files.content, file_id).content
+        content: bytes = self._call("download", self._client.files.content, file_id).content
+        return content
 
     def results(self, status: BatchStatus) -> BatchResults:
         out = BatchResults()

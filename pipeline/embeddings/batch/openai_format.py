@@ -35,7 +35,7 @@ def parse_output_lines(data: bytes | str) -> BatchResults:
         if not isinstance(cid, str):
             continue
         err = error_text(obj.get("error"))
-        resp = obj.get("response") if isinstance(obj.get("response"), dict) else {}
+        resp = r if isinstance(r := obj.get("response"), dict) else {}
         status = resp.get("status_code")
         body = resp.get("body")
         if err is None and isinstance(status, int) and status >= 400:

@@ -93,7 +93,7 @@ class VoyageBatchClient(BatchClient):
 
     def status(self, batch_id: str) -> BatchStatus:
         b = self._json("status", "GET", f"/batches/{batch_id}")
-        counts = b.get("request_counts") if isinstance(b.get("request_counts"), dict) else {}
+        counts = c if isinstance(c := b.get("request_counts"), dict) else {}
         errors = b.get("errors")
         first = (errors.get("data") or [None])[0] if isinstance(errors, dict) else None
         message = (first or {}).get("message") if isinstance(first, dict) else None

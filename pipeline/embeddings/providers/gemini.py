@@ -71,7 +71,7 @@ class GeminiProvider(EmbeddingProvider):
         self.headers = dict(headers or {})
         self.output_dimensionality = output_dims_for(self.model, output_dimensionality)
         self.dims = self.output_dimensionality
-        sdk_base, api_version = split_base_url(self.base_url)
+        sdk_base, api_version = split_base_url(self.base_url or "")  # (set by _init_remote)
         # retry_options=None -> the SDK makes exactly one attempt; retry.py retries.
         # The batch client reuses it (same base URL, headers and API version).
         self.client = genai.Client(

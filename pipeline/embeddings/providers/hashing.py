@@ -28,6 +28,7 @@ class HashProvider(EmbeddingProvider):
     max_batch_tokens = 200_000
 
     DEFAULT_DIMS = 384
+    dims: int  # known from the start (the base class's is None until learnt)
     dims_learnt = False  # its vectors are built at the configured size
 
     def __init__(self, model: str | None = None, dims: int = DEFAULT_DIMS, delay_s: float = 0.0) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-import voyageai
 from voyageai import error as verr
+from voyageai.client import Client as VoyageClient  # the package re-exports it implicitly only
 
 from memindex.pipeline.embeddings import http_errors
 from memindex.pipeline.embeddings.base import REQUEST_TIMEOUT_S, EmbeddingProvider, InvalidVectorError, ProviderError
@@ -43,7 +43,7 @@ class VoyageProvider(EmbeddingProvider):
         if headers:
             log.warning("voyage: the voyageai SDK does not send custom headers; ignoring %s", sorted(headers))
         # max_retries=0: one attempt; retry.py owns retries. No network I/O here.
-        self._client = voyageai.Client(api_key=api_key, max_retries=0, timeout=timeout, base_url=self.base_url)
+        self._client = VoyageClient(api_key=api_key, max_retries=0, timeout=timeout, base_url=self.base_url)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self._embed(list(texts), "document")

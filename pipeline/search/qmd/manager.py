@@ -19,7 +19,8 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.search.engine import SearchResult
 from memindex.pipeline.search.qmd.collections import Collection, ensure_collections, managed_collections
 from memindex.pipeline.search.qmd.parse import map_results, parse_search_json
-from memindex.pipeline.search.qmd.runner import QmdError, QmdFailed, QmdRunner, QmdTimeout, qmd_home
+from memindex.pipeline.errors import QmdError
+from memindex.pipeline.search.qmd.runner import QmdFailed, QmdOutput, QmdRunner, QmdTimeout, qmd_home
 from memindex.pipeline.search.qmd.sessions_export import export_sessions
 
 log = logging.getLogger("memindex.qmd")
@@ -193,7 +194,7 @@ class QmdManager:
         # A query starting with "-" would be read as a flag: end the options first.
         return [mode, *flags, "--", query] if query.startswith("-") else [mode, query, *flags]
 
-    def _run_search(self, mode: str, query: str, limit: int):
+    def _run_search(self, mode: str, query: str, limit: int) -> QmdOutput:
         timeout = self.cfg.limits.timeout_ms
         repaired = False
         while True:

@@ -12,7 +12,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import unquote
 
 from memindex.pipeline.search.engine import SearchResult
@@ -28,7 +28,7 @@ def _has_marker(text: str) -> bool:
     return any(m in low for m in NO_RESULTS_MARKERS)
 
 
-def _balanced_arrays(text: str, max_tries: int = 50):
+def _balanced_arrays(text: str, max_tries: int = 50) -> Iterator[str]:
     """Balanced ``[...]`` substrings in order of their start, ignoring brackets inside strings."""
     start = text.find("[")
     while start != -1 and max_tries > 0:

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import IO, Iterable, Mapping, Sequence
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.errors import QmdError
@@ -89,7 +89,7 @@ def qmd_command(settings: AgentSettings) -> list[str]:
     return argv
 
 
-def _drain(stream, cap: int, sink: list[str], total: list[int]) -> None:
+def _drain(stream: IO[bytes], cap: int, sink: list[str], total: list[int]) -> None:
     # Keep reading past the cap so the child never blocks on a full pipe.
     for chunk in iter(lambda: stream.read(65536), b""):
         have = total[0]
@@ -99,7 +99,7 @@ def _drain(stream, cap: int, sink: list[str], total: list[int]) -> None:
     stream.close()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -134,7 +134,7 @@ class QmdRunner:
         self.env = qmd_env(settings)
         self.cwd = settings.workspace
         self.output_cap = output_cap
-        self._procs: dict[subprocess.Popen, str] = {}  # running process -> qmd subcommand
+        self._procs: dict[subprocess.Popen[bytes], str] = {}  # running process -> qmd subcommand
         self._lock = threading.Lock()
 
     def prepare_dirs(self) -> None:
