@@ -69,7 +69,7 @@ class _Routed(io.TextIOBase):
         return self._real.encoding
 
     @property
-    def errors(self) -> str | None:  # type: ignore[override]
+    def errors(self) -> str | None:  # type: ignore[override]  # read-only in TextIOBase's stub; computed here
         return self._real.errors
 
     def __getattr__(self, name: str) -> Any:  # fileno, buffer, reconfigure: the real stream's

@@ -23,8 +23,8 @@ class Progress:
         if not self.enabled:
             return
         if self.bar is None:
-            # (tqdm ships no type information, and types-tqdm is not a dependency)
-            from tqdm import tqdm  # type: ignore[import-untyped]
+            # (tqdm ships no type information: pyproject's mypy override lets it be untyped)
+            from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=self.desc, unit="file", file=sys.stderr)
         if total != self.bar.total:

@@ -81,7 +81,7 @@ def split_server(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
         name, eq, value = arg.partition("=")
         if name in ("--server", "--server-timeout"):
             if not eq:
-                value = next(it, None)  # type: ignore[assignment]
+                value = next(it, None)  # type: ignore[assignment]  # None: the flag ended argv (said below)
                 if value is None:
                     raise UsageError(f"{name} needs a value")
             if name == "--server":

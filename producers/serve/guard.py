@@ -111,7 +111,7 @@ def guarded_protocol(body_timeout_s: float, cap: int | None = None) -> type[H11P
         _since = 0.0  # when the current wait began: for a request head, or for its body
         _watch = None
 
-        def connection_made(self, transport):  # type: ignore[no-untyped-def]
+        def connection_made(self, transport):  # type: ignore[no-untyped-def]  # uvicorn's own override is untyped
             super().connection_made(transport)
             if len(self.connections) > limit:
                 now = time.monotonic()
@@ -185,7 +185,7 @@ def guarded_protocol(body_timeout_s: float, cap: int | None = None) -> type[H11P
                 self._arm(body_timeout_s - late)
             # else: the app is answering; the next head's wait starts with the response's end
 
-        def connection_lost(self, exc):  # type: ignore[no-untyped-def]
+        def connection_lost(self, exc):  # type: ignore[no-untyped-def]  # uvicorn's own override is untyped
             if self._watch is not None:
                 self._watch.cancel()
                 self._watch = None

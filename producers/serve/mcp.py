@@ -139,7 +139,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
     # "from" is a Python keyword, so the signature the SDK derives the input schema from is built
     # by hand; the SDK then calls the function with the wire names, which **args receives as is.
     kw = inspect.Parameter.KEYWORD_ONLY
-    memory_get.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    memory_get.__signature__ = inspect.Signature([  # type: ignore[attr-defined]  # read by inspect, unknown to mypy
         inspect.Parameter("path", kw, annotation=Annotated[str, Field(
             description="Workspace-relative memory file, e.g. memory/2026-02-10.md or a search result's path.")]),
         inspect.Parameter("from_", kw, default=None, annotation=Annotated[int | None, Field(
