@@ -24,12 +24,12 @@ ProgressFn = Callable[[int, int], None]
 def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -> None:
     """Fire and forget: enqueue a sync of one agent (its message carries the pinned Context)."""
     from memindex.pipeline.config.agents import settings_for
-    from memindex.workers import embedded
-    from memindex.workers.sync import sync_agent
+    from memindex.workers import embedded  # lazy: the queue layer (dramatiq, the actors: ~0.2 s), only to send
+    from memindex.workers.wire import SyncAgent, send  # lazy: (the same)
 
-    msg = pinned(settings_for(ctx)).as_dict()
+    msg = pinned(settings_for(ctx))
     embedded.start()
-    sync_agent.send(msg, force=force, reason=reason)
+    send(SyncAgent(msg, force, reason))
 
 
 @contextlib.contextmanager
@@ -205,7 +205,9 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
     """Redis: poll queue depth (the workers are other processes) until idle or timeout."""
     from memindex.workers import queues
 
-    from memindex.workers.broker import broker, oom_line, oom_refusals, redis_full
+    from memindex.workers.broker import get_broker, oom_line, oom_refusals, redis_full
+
+    broker = get_broker()
 
     deadline = None if timeout is None else time.monotonic() + timeout
     quiet = 0

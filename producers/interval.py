@@ -100,10 +100,10 @@ def _stranded(ctx: Context) -> int:
 
 def _forget_leases(ctx: Context) -> None:
     from memindex.pipeline.config.agents import settings_for
-    from memindex.workers import leases
-    from memindex.workers.broker import broker
+    from memindex.workers import leases  # lazy: the queue layer's import cost, only when leases are dropped
+    from memindex.workers.broker import get_broker  # lazy: (the same)
 
-    leases.forget_store(broker, settings_for(ctx).store_path)
+    leases.forget_store(get_broker(), settings_for(ctx).store_path)
 
 
 def _default_enqueue(ctx: Context, reason: str) -> object:

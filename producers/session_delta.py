@@ -72,8 +72,9 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
     if gen is None:
         return 0
 
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) only once there is a transcript to send
     from memindex.workers import embedded
-    from memindex.workers.index import index_files, index_session_delta
+    from memindex.workers.wire import IndexFiles, IndexSessionDelta, send
 
     embedded.start()
     sent = 0
@@ -88,12 +89,12 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
         if isinstance(step, SessionDelta):
             if not _claim((store, f.path), (base, "append", step.start_byte)):
                 continue
-            index_session_delta.send(ctx.as_dict(), gen, step.to_message())
+            send(IndexSessionDelta(ctx, gen, step))
         else:
             if not _claim((store, f.path), (base, "full")):
                 continue
             job = FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, KIND)
-            index_files.send(ctx.as_dict(), gen, [job.to_message()])
+            send(IndexFiles(ctx, gen, [job]))
         sent += 1
         log.debug("%s %s: enqueued %s", ctx.agent_id, f.path, "delta" if isinstance(step, SessionDelta) else "full")
     return sent + _sync_if_gone(ctx, settings, indexed, {(f.source, f.path) for f in listed})

@@ -85,11 +85,11 @@ def _default_enqueue(ctx: Context, reason: str) -> object:
 
 def _forget_leases() -> None:
     """Work in flight may be gone: no plan may skip a file as queued by another (workers/leases.py)."""
-    from memindex.workers import leases
-    from memindex.workers.broker import broker
+    from memindex.workers import leases  # lazy: the queue layer's import cost, only when leases are dropped
+    from memindex.workers.broker import get_broker  # lazy: (the same)
 
     try:
-        leases.forget_all(broker)
+        leases.forget_all(get_broker())
     except Exception as exc:  # noqa: BLE001 - Redis away again: its leases expire (LEASE_TTL_S)
         log.warning("watcher: could not clear the queued-file leases (%s); files queued before may wait "
                     "up to %.0f h for a re-plan", exc, leases.LEASE_TTL_S / 3600)
@@ -97,10 +97,11 @@ def _forget_leases() -> None:
 
 def _data_loss_probe() -> Callable[[], bool] | None:
     """The probe for this deployment's Redis; None on the embedded broker (its queue dies with us)."""
-    from memindex.workers.broker import broker, is_embedded
-    from memindex.workers.lifecycle import DataLossProbe
+    from memindex.workers.broker import get_broker, is_embedded  # lazy: the queue layer's import cost
+    from memindex.workers.lifecycle import DataLossProbe  # lazy: (the same)
 
-    return None if is_embedded() else DataLossProbe(broker.client, broker.namespace)  # type: ignore[attr-defined]
+    broker = get_broker()
+    return None if is_embedded(broker) else DataLossProbe(broker.client, broker.namespace)  # type: ignore[attr-defined]
 
 
 def _norm(p: str | os.PathLike[str]) -> str:

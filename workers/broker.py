@@ -2,26 +2,32 @@
 
 The embedded default is dramatiq's in-memory ``StubBroker`` with worker
 threads in this process: the very same actors run, no server needed (P5).
-Importing this module installs the broker globally, which is what dramatiq's
-``dramatiq memindex.workers.actors`` CLI expects.
+Importing this module builds nothing and connects to nothing: the first
+``get_broker()`` builds the broker, declares the queues and actors on it
+(``workers/wire.py``) and installs it as dramatiq's global one, which is what
+``dramatiq memindex.workers.actors:get_broker`` (``memindex worker``) asks for.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
 from memindex.pipeline.config.environ import BROKER_ENV, env_number
+from memindex.pipeline.errors import ConfigError
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.logs import out_of_memory as out_of_memory
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
+from memindex.workers.guard import ContextGuard
 from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmbedsOnStop, Lifecycle, WorkContext
+from memindex.workers.limits import install as install_limits
 
 log = logging.getLogger("memindex.broker")
 
@@ -48,7 +54,7 @@ def write_shards() -> int:
     shards only - all said done. It is said once, as a warning."""
     mine = configured_shards()
     url = broker_url()
-    if not url or "broker" not in globals():
+    if not url or _broker is None:
         return mine or 1
 
     now = time.monotonic()
@@ -82,11 +88,11 @@ def recorded_write_shards() -> int | None:
     """The N this deployment's writers recorded in Redis, None if none has (or no Redis)."""
     if not broker_url() or is_embedded():
         return None
-    raw = broker.client.get(SHARDS_KEY)
+    raw = get_broker().client.get(SHARDS_KEY)
     return int(raw) if raw else None
 
 
-def _shard_record(queues) -> tuple[str, int] | None:
+def _shard_record(queues: Iterable[str]) -> tuple[str, int] | None:
     """A writer's N, for its heartbeat to record again and again (workers/lifecycle.py)."""
     n = configured_shards()
     return (SHARDS_KEY, n) if n is not None and any(map(is_write_queue, queues)) else None
@@ -112,8 +118,6 @@ def broker_url() -> str | None:
     line by every command (redis-py's ValueError surfaced as a traceback from each of them)."""
     url = os.environ.get(BROKER_ENV, "").strip()
     if url and not url.lower().startswith(_SCHEMES):
-        from memindex.pipeline.errors import ConfigError
-
         raise ConfigError(BROKER_ENV, f"expected a redis://, rediss:// or unix:// URL, got {redact(url)!r}")
     return url or None
 
@@ -138,7 +142,7 @@ def redis_full(client: Any) -> bool:
 def full_probe() -> Any:
     """For a metrics collector: a call saying whether the deployment's Redis is out of memory now
     (None on the embedded broker)."""
-    return None if is_embedded() else (lambda: redis_full(broker.client))
+    return None if is_embedded() else (lambda: redis_full(get_broker().client))
 
 
 def oom_refusals(client: Any) -> int | None:
@@ -262,9 +266,7 @@ MAINTENANCE_CHANCE = 20_000
 def make_broker() -> dramatiq.Broker:
     url = broker_url()
     if url:
-        from memindex.workers.guard import ContextGuard
-
-        import redis
+        import redis  # (third-party, only for a Redis broker: the embedded default never loads it)
 
         # Bounded socket waits: a hung Redis fails a command after REDIS_SOCKET_TIMEOUT_S
         # instead of blocking a CLI command (or a sync request) forever.
@@ -288,7 +290,7 @@ def make_broker() -> dramatiq.Broker:
 def is_embedded(broker: dramatiq.Broker | None = None) -> bool:
     from dramatiq.brokers.stub import StubBroker
 
-    return isinstance(broker or dramatiq.get_broker(), StubBroker)
+    return isinstance(broker or get_broker(), StubBroker)
 
 
 class _DropDuplicateWorkerWarning(logging.Filter):
@@ -298,19 +300,59 @@ class _DropDuplicateWorkerWarning(logging.Filter):
         return "same type twice" not in record.getMessage()
 
 
-logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
-_install_log_filters()
+_broker: dramatiq.Broker | None = None
+_broker_lock = threading.RLock()
+# Called with each broker set_broker installs: workers/wire.py declares every actor on it.
+_on_install: list[Callable[[dramatiq.Broker], None]] = []
 
-dramatiq.set_encoder(MessageEncoder())
-broker = make_broker()
-dramatiq.set_broker(broker)
-# Declared without asking Redis: importing this module must not wait on a hung Redis (a no-op
-# `index` waited its 30 s socket timeout here). A writer's N is in its environment (`--shard K/N`
-# sets it); other processes send to the recorded shards (write_queue_for) without declaring them.
-_own_shards = (configured_shards() or 1) if broker_url() else 1
-for _q in (*QUEUES, *(f"{WRITE_QUEUE}.{k}" for k in range(_own_shards) if _own_shards > 1)):
-    broker.declare_queue(_q)
-if not is_embedded(broker):
-    from memindex.workers.limits import install as _install_limits
 
-    _install_limits(broker)
+def on_install(hook: Callable[[dramatiq.Broker], None]) -> None:
+    """Call ``hook(broker)`` for the broker installed now (if any) and every one installed later."""
+    with _broker_lock:
+        _on_install.append(hook)
+        if _broker is not None:
+            hook(_broker)
+
+
+def get_broker() -> dramatiq.Broker:
+    """This process's broker, built (Redis or embedded, from ``MEMINDEX_BROKER_URL``) and
+    installed on first use. Nothing before that call builds one or connects anywhere."""
+    if _broker is None:
+        with _broker_lock:
+            if _broker is None:
+                set_broker(make_broker())
+    assert _broker is not None  # (set_broker just installed it)
+    return _broker
+
+
+def set_broker(broker: dramatiq.Broker) -> None:
+    """Install ``broker`` as this process's (and dramatiq's global) broker: its queues declared,
+    every actor declared on it (the ``on_install`` hooks), Redis's rate limiter installed."""
+    global _broker
+    # lazy: the actor modules import this one (their sends need the broker): the actors are
+    # imported, and declared on a broker (wire.py's hook below), once a broker is installed.
+    import memindex.workers.actors  # noqa: F401
+
+    with _broker_lock:
+        logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
+        _install_log_filters()
+        dramatiq.set_encoder(MessageEncoder())
+        # Declared without asking Redis: a no-op `index` must not wait on a hung Redis (it waited its 30 s
+        # socket timeout here). A writer's N is in its environment (`--shard K/N` sets it); other
+        # processes send to the recorded shards (write_queue_for) without declaring them.
+        own_shards = (configured_shards() or 1) if broker_url() else 1
+        for q in (*QUEUES, *(f"{WRITE_QUEUE}.{k}" for k in range(own_shards) if own_shards > 1)):
+            broker.declare_queue(q)
+        _broker = broker
+        for hook in _on_install:
+            hook(broker)
+        dramatiq.set_broker(broker)
+        if not is_embedded(broker):
+            install_limits(broker)
+
+
+def __getattr__(name: str) -> Any:
+    """``broker``: the callers that still read the module attribute get the lazy broker."""
+    if name == "broker":
+        return get_broker()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

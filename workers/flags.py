@@ -31,8 +31,11 @@ def flag_key(store_path: Path | str) -> str:
 
 
 def _redis_client() -> Any:
-    from memindex.workers.broker import broker, is_embedded
+    # lazy: the OpenClaw hooks import this module on their hot path and must not pay for dramatiq's
+    # import when no broker is configured (producers/hooks.py)
+    from memindex.workers.broker import get_broker, is_embedded
 
+    broker = get_broker()
     return None if is_embedded(broker) else broker.client
 
 

@@ -14,7 +14,8 @@ import logging
 import time
 from typing import Any
 
-from memindex.workers.broker import BATCH_QUEUE, EMBED_QUEUE, HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, is_write_queue, shard_queues
+from memindex.workers.broker import (BATCH_QUEUE, EMBED_QUEUE, HEARTBEAT_TIMEOUT_MS, QUEUES, SHARDS_KEY, get_broker, is_embedded,
+                                     is_write_queue, shard_queues)
 
 log = logging.getLogger("memindex.queues")
 
@@ -32,6 +33,7 @@ def all_queues() -> tuple[str, ...]:
 
 
 def _stranded(known: set[str]) -> list[str]:
+    broker = get_broker()
     if is_embedded(broker):
         return []
     names = [f"write.{k}" for k in range(STRANDED_PROBE) if f"write.{k}" not in known]
@@ -43,6 +45,7 @@ def _stranded(known: set[str]) -> list[str]:
 
 def _dead(queue: str) -> int:
     """Dead-lettered messages of one queue (dramatiq's ``<ns>:<queue>.XQ`` on Redis)."""
+    broker = get_broker()
     if is_embedded(broker):
         return len(broker.dead_letters_by_queue.get(queue, []))
     return broker.client.zcard(f"{broker.namespace}:{queue}.XQ")
@@ -50,6 +53,7 @@ def _dead(queue: str) -> int:
 
 def depth() -> dict[str, dict[str, int]]:
     """Per queue, in messages: ready / delayed / running / prefetched / dead."""
+    broker = get_broker()
     if is_embedded(broker):
         out = {}
         for q in QUEUES:
@@ -86,6 +90,7 @@ def depth() -> dict[str, dict[str, int]]:
 
 def ready(queue: str) -> int:
     """Messages waiting on one queue (cheap: one LLEN on Redis); the writer's backpressure."""
+    broker = get_broker()
     if is_embedded(broker):
         return broker.queues[queue].qsize()
     return int(broker.client.llen(f"{broker.namespace}:{queue}"))
@@ -118,6 +123,7 @@ def wait_below(queue: str, limit: int, wait_s: float, poll_s: float, stuck_s: fl
 
 def unconsumed_queues() -> list[str]:
     """Queues holding ready messages that no live worker process consumes (Redis only)."""
+    broker = get_broker()
     if is_embedded(broker):
         return []  # the embedded workers run in this process
     from memindex.workers.lifecycle import processes
@@ -134,12 +140,14 @@ def total_outstanding() -> int:
 def dead_count() -> int:
     """Dead-lettered messages, every queue (``depth``'s "dead" alone: one ZCARD per queue, no
     worker or heartbeat reads - a sync asks before and after its work)."""
+    broker = get_broker()
     return sum(map(_dead, QUEUES if is_embedded(broker) else all_queues()))
 
 
 def dead_letters(limit: int = 100, *, newest: bool = False, agent: str | None = None) -> list[dict[str, Any]]:
     """Up to ``limit`` dead letters per queue (``agent``: that agent's only), oldest first
     (``newest``: the latest first)."""
+    broker = get_broker()
     from dramatiq import Message
 
     if is_embedded(broker):
@@ -187,6 +195,7 @@ _REPLAY_DROP = ("retries", "traceback", "redis_message_id", "eta", "refused")
 def refused_since(agent: str, since_ms: int) -> list[dict[str, Any]]:
     """This agent's dead letters that a worker refused (``refused``) since ``since_ms``, newest
     first: their files wait for nothing (``backfill --wait`` names them)."""
+    broker = get_broker()
     if is_embedded(broker):
         return []  # the embedded broker's workers are the sender's own: nothing is refused
     return [d for d in dead_letters(10_000, newest=True, agent=agent) if d["refused"] and d["died"] >= since_ms]
@@ -217,6 +226,7 @@ def discard_dead_letters(limit: int = 1000, *, agent: str | None = None) -> int:
 
 
 def _take_dead_letters(limit: int, agent: str | None, *, requeue: bool) -> int:
+    broker = get_broker()
     import dataclasses
 
     from dramatiq import Message
@@ -268,9 +278,9 @@ def claim_shard_count(n: int) -> int | None:
     Senders route by ``MEMINDEX_WRITE_SHARDS``: a writer with another N would consume a
     queue that stores were never (or only partly) routed to, splitting a store's FIFO.
     """
+    broker = get_broker()
     if is_embedded(broker):
         return None
-    from memindex.workers.broker import SHARDS_KEY
 
     key = SHARDS_KEY
     broker.client.set(key, n, nx=True)
@@ -292,6 +302,7 @@ def _kind(qs: list[str]) -> str:
 def worker_kinds() -> list[dict[str, Any]]:
     """Live worker processes grouped by kind (``writer``, ``compute``: embed/batch only, ``worker``: file side)
     and queues (Redis only)."""
+    broker = get_broker()
     if is_embedded(broker):
         return []
     from memindex.workers.lifecycle import processes

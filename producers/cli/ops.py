@@ -672,7 +672,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format, and
     # the command stops when its supervisor dies.
-    argv = [sys.executable, "-m", "memindex.workers.run", "memindex.workers.actors", "--processes", str(processes),
+    argv = [sys.executable, "-m", "memindex.workers.run", "memindex.workers.actors:get_broker", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()
     sys.stderr.flush()

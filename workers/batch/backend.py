@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Union
 
 from memindex.workers.batch.redis_state import RedisBatchState
+from memindex.workers.broker import get_broker, is_embedded
 from memindex.workers.batch.state import BatchStateStore, open_state, state_path
 
 StateBackend = Union[BatchStateStore, RedisBatchState]  # the same operations on either backend
@@ -20,8 +21,7 @@ def open_for(store_path: Path, *, readonly: bool = False) -> StateBackend | None
     """The agent's batch state where this deployment keeps it: in Redis with the Redis broker (the
     batch actors are compute-side there, workers/batch/redis_state.py), else the file beside the
     store. None when read-only and there is none yet."""
-    from memindex.workers.broker import broker, is_embedded
-
+    broker = get_broker()
     if is_embedded(broker):
         return open_state(store_path, readonly=readonly)
     st = RedisBatchState(broker.client, store_path)
@@ -30,8 +30,7 @@ def open_for(store_path: Path, *, readonly: bool = False) -> StateBackend | None
 
 def has_state(store_path: Path) -> bool:
     """Whether the agent has batch state where ``open_for`` keeps it (without creating any)."""
-    from memindex.workers.broker import broker, is_embedded
-
+    broker = get_broker()
     if is_embedded(broker):
         return state_path(store_path).exists()
     return RedisBatchState(broker.client, store_path).exists()
@@ -39,8 +38,7 @@ def has_state(store_path: Path) -> bool:
 
 def location(store_path: Path) -> str:
     """Where ``open_for`` keeps the agent's batch state, for display."""
-    from memindex.workers.broker import broker, is_embedded
-
+    broker = get_broker()
     if is_embedded(broker):
         return str(state_path(store_path))
     return "redis " + RedisBatchState(broker.client, store_path).ns

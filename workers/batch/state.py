@@ -37,6 +37,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store import db
 from memindex.pipeline.store.vectors import pack, unpack
+from memindex.workers.wire import record_from_json, record_json
 
 DDL = """
 CREATE TABLE IF NOT EXISTS items (
@@ -174,7 +175,7 @@ class BatchStateStore:
         """Queue records (with their missing chunk hashes); duplicates are ignored. Returns rows added."""
         now = time.time()
         # Stored in their queue-message form (JSON-safe): the file outlives this process.
-        rows = [(generation, provider_key, r.source, r.path, r.hash, json.dumps(r.to_message()), json.dumps(sorted(m)),
+        rows = [(generation, provider_key, r.source, r.path, r.hash, record_json(r), json.dumps(sorted(m)),
                  now) for r, m in entries]
         with self._tx():
             before = self.conn.total_changes
@@ -220,7 +221,7 @@ class BatchStateStore:
         return self.items_for(job_key)
 
     def items_for(self, job_key: str) -> list[Item]:
-        return [Item(i, g, FileRecord.from_message(json.loads(rec)), json.loads(m)) for i, g, rec, m in self.conn.execute(
+        return [Item(i, g, record_from_json(rec), json.loads(m)) for i, g, rec, m in self.conn.execute(
             "SELECT id, generation, record, missing FROM items WHERE job = ? ORDER BY id", (job_key,))]
 
     def requeue(self, job_key: str) -> None:
