@@ -15,7 +15,7 @@ from memindex.pipeline.index.sessions import parse_extra, prepare_session_delta
 from memindex.producers import session_delta
 from memindex.producers.session_delta import check_sessions
 from memindex.workers import embedded
-from memindex.workers.actors import write_session_append
+from memindex.workers.wire import WriteSessionAppend, send
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -190,7 +190,7 @@ def test_a_duplicate_delta_is_applied_once(agent):
     rec = prepare_session_delta(agent.settings(), delta).record
     assert rec.base_hash == base
     for _ in range(2):
-        write_session_append.send(agent.ctx.as_dict(), gen, [rec.to_message()])
+        send(WriteSessionAppend(agent.ctx, gen, [rec]))
     assert embedded.wait_idle(timeout=30)
     assert sum("kestrel a" in r[5] for r in s.rows()) == 1
     # The detector, racing the same delta, does not append it again either.
