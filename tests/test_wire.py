@@ -206,12 +206,20 @@ print(len(names), broker._broker is None, dramatiq.broker.global_broker is None)
         listener.close()
 
 
-def test_get_broker_declares_every_actor_once_built(tmp_path):
-    code = """
+@pytest.mark.parametrize("first", ["actors", "broker"])
+def test_every_actor_is_declared_whichever_comes_first(first):
+    """The actors imported before the broker is built (a worker process) or after (a process that
+    sent first, then consumes): either way each is declared on it, once."""
+    code = f"""
+import sys
 from memindex.workers import wire
 from memindex.workers.broker import get_broker
+if {first!r} == "broker":
+    b = get_broker()
+    assert not b.get_declared_actors()
+import memindex.workers.actors
 b = get_broker()
-names = {wire.route_of(t).actor_name for t in wire.handled()}
+names = {{wire.route_of(t).actor_name for t in wire.handled()}}
 print(sorted(names) == sorted(b.get_declared_actors()), len(names), get_broker() is b)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,

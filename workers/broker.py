@@ -3,9 +3,13 @@
 The embedded default is dramatiq's in-memory ``StubBroker`` with worker
 threads in this process: the very same actors run, no server needed (P5).
 Importing this module builds nothing and connects to nothing: the first
-``get_broker()`` builds the broker, declares the queues and actors on it
-(``workers/wire.py``) and installs it as dramatiq's global one, which is what
-``dramatiq memindex.workers.actors:get_broker`` (``memindex worker``) asks for.
+``get_broker()`` builds the broker, declares the queues on it and installs it
+as dramatiq's global one. Every actor imported so far is declared on it then,
+and every one imported later as it registers (``workers/wire.py``): a process
+that consumes imports the actors first (``dramatiq
+memindex.workers.actors:get_broker`` for ``memindex worker``,
+``workers/embedded.py`` for the embedded default); one that only sends needs
+none declared.
 """
 
 from __future__ import annotations
@@ -306,6 +310,11 @@ _broker_lock = threading.RLock()
 _on_install: list[Callable[[dramatiq.Broker], None]] = []
 
 
+def installed() -> dramatiq.Broker | None:
+    """The broker installed so far (None: none yet; nothing is built here)."""
+    return _broker
+
+
 def on_install(hook: Callable[[dramatiq.Broker], None]) -> None:
     """Call ``hook(broker)`` for the broker installed now (if any) and every one installed later."""
     with _broker_lock:
@@ -329,10 +338,6 @@ def set_broker(broker: dramatiq.Broker) -> None:
     """Install ``broker`` as this process's (and dramatiq's global) broker: its queues declared,
     every actor declared on it (the ``on_install`` hooks), Redis's rate limiter installed."""
     global _broker
-    # lazy: the actor modules import this one (their sends need the broker): the actors are
-    # imported, and declared on a broker (wire.py's hook below), once a broker is installed.
-    import memindex.workers.actors  # noqa: F401
-
     with _broker_lock:
         logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
         _install_log_filters()

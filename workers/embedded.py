@@ -15,6 +15,7 @@ from typing import Any
 import dramatiq
 from dramatiq.errors import QueueJoinTimeout
 
+import memindex.workers.actors  # noqa: F401 - every actor declared on the broker: start() consumes
 from memindex.workers import writer
 from memindex.workers.broker import QUEUES, SYNC_QUEUE, WRITE_QUEUE, get_broker, is_embedded
 
@@ -35,7 +36,8 @@ _lock = threading.Lock()
 
 
 def start(worker_threads: int = 2) -> None:
-    """Start the in-process workers once (no-op on a Redis broker)."""
+    """Start the in-process workers once (no-op on a Redis broker). Every actor is declared on the
+    broker by then: this module imports them."""
     broker = get_broker()
     if not is_embedded(broker):
         return

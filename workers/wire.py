@@ -31,7 +31,7 @@ from memindex.pipeline.config.settings import Context
 from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta, TouchRecord
 from memindex.pipeline.store.vectors import pack
-from memindex.workers.broker import BATCH_QUEUE, EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, get_broker, on_install
+from memindex.workers.broker import BATCH_QUEUE, EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, get_broker, installed, on_install
 
 log = logging.getLogger("memindex.wire")
 
@@ -294,23 +294,29 @@ _HANDLERS: dict[type[Payload], Handler[Any]] = {}
 def actor(kind: type[P], **options: Any) -> Callable[[Callable[[P], None]], Callable[[P], None]]:
     """Make ``fn(payload: kind)`` the actor for ``kind``'s messages, with dramatiq's actor
     ``options`` (retries, time limit, ``throws``...). It is declared on the broker when one is
-    built (``broker.get_broker``); the function itself stays a plain function (tests call it)."""
+    built (``broker.get_broker``), or at once if one is; the function itself stays a plain function."""
     def register(fn: Callable[[P], None]) -> Callable[[P], None]:
         throws = options.get("throws", ())
         throws = throws if isinstance(throws, tuple) else (throws,)
         # retrying cannot make another version's message decode
         _HANDLERS[kind] = Handler(kind, fn, {**options, "throws": (*throws, UndecodableMessage)})
+        broker = installed()
+        if broker is not None:  # imported after the broker was built: declared now
+            _declare_one(broker, kind)
         return fn
 
     return register
 
 
 def _declare(broker: dramatiq.Broker) -> None:
-    for kind, handler in _HANDLERS.items():
-        route = _ROUTES[kind]
-        edge = handler.edge
-        dramatiq.actor(edge, broker=broker, actor_name=route.actor_name, queue_name=route.queue,
-                       **handler.options)
+    for kind in list(_HANDLERS):
+        _declare_one(broker, kind)
+
+
+def _declare_one(broker: dramatiq.Broker, kind: type[Payload]) -> None:
+    route, handler = _ROUTES[kind], _HANDLERS[kind]
+    dramatiq.actor(handler.edge, broker=broker, actor_name=route.actor_name, queue_name=route.queue,
+                   **handler.options)
 
 
 def handled() -> set[type[Payload]]:
