@@ -31,6 +31,7 @@ from memindex.pipeline.index.sessions import KIND, SOURCE, discover_sessions, ne
 from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.store.core import FileKey, IndexedFile
 from memindex.pipeline.store.reader import open_reader
+from memindex.producers.hooks import request_sync_once
 
 log = logging.getLogger("memindex.session_delta")
 
@@ -74,6 +75,7 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
 
     # lazy: the queue layer (dramatiq, the actors: ~0.2 s) only once there is a transcript to send
     from memindex.workers import embedded
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers.wire import IndexFiles, IndexSessionDelta, send
 
     embedded.start()
@@ -113,8 +115,6 @@ def _sync_if_gone(ctx: Context, settings: AgentSettings, indexed: dict[FileKey, 
     gone = sorted(k for k in missing if not still_on_disk(settings, k, visible))
     if not gone or not _claim((str(settings.store_path), "\0gone"), tuple(gone)):
         return 0
-    from memindex.producers.hooks import request_sync_once
-
     request_sync_once(ctx, "sessions-gone", settings)  # False: a queued sync, not yet started, covers it
     log.info("%s: %d indexed transcript(s) gone from disk (%s); sync enqueued to remove them",
              ctx.agent_id, len(gone), ", ".join(p for _, p in gone[:3]) + (" ..." if len(gone) > 3 else ""))

@@ -56,6 +56,7 @@ from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.workspace import (MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_markdown_name,
                                               resolve_extra_paths, watch_roots)
+from memindex.producers.enqueue import request_sync
 
 log = logging.getLogger("memindex.watcher")
 
@@ -78,8 +79,6 @@ Enqueue = Callable[[Context, str], object]
 
 
 def _default_enqueue(ctx: Context, reason: str) -> object:
-    from memindex.producers.enqueue import request_sync
-
     return request_sync(ctx, reason=reason)
 
 
@@ -163,6 +162,7 @@ class AgentWatch:
 
 def _media_filter(settings: AgentSettings) -> Callable[[str], str | None] | None:
     try:
+        # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
         from memindex.pipeline.index.media import extra_kind_for
     except ImportError:
         return None
@@ -475,6 +475,7 @@ class Watcher:
         """Redis away: the process-wide outage filter words and spaces the line (workers/logs.py).
         Anything else (a broken openclaw.json while it is being edited): said when it changes,
         else once per ENQUEUE_REPEAT_S, not every RETRY_S."""
+        # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
         from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
         down = is_redis_down(exc)
@@ -568,6 +569,7 @@ class Watcher:
 
 def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
     """Build and start a watcher for these agents (settings resolved from their config)."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
 
     pairs = []
@@ -598,6 +600,7 @@ class ConfigReload:
         self.reloads = 0
 
     def _stamp(self) -> tuple[object, ...]:
+        # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
         from memindex.pipeline.config.settings import config_stamp
 
         return config_stamp(self.probe)
@@ -611,6 +614,7 @@ class ConfigReload:
             contexts = self.resolve()
             # Every agent's settings too, before anything is applied: a bad per-agent value
             # (maxResults "1") failed inside apply, as a traceback after "config changed".
+            # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
             from memindex.pipeline.config.agents import settings_for
 
             for ctx in contexts:

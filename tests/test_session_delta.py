@@ -201,15 +201,36 @@ def test_a_duplicate_delta_is_applied_once(agent):
 def test_in_flight_work_is_not_enqueued_twice(agent, monkeypatch):
     s = Sess(agent, delta_messages=2)
     s.append(msg("user", "kestrel a") + msg("user", "kestrel b"))
-    sent = []
-    from memindex.workers import actors
+    import dramatiq
 
-    monkeypatch.setattr(actors.index_session_delta, "send", lambda *a, **k: sent.append(a))
-    assert check_sessions(agent.ctx) == 1
-    assert check_sessions(agent.ctx) == 0  # still in flight
-    monkeypatch.setattr(session_delta, "INFLIGHT_TTL_S", 0.0)
-    assert check_sessions(agent.ctx) == 1  # a lost message is re-sent after the TTL
-    assert len(sent) == 2
+    from memindex.workers import wire
+    from memindex.workers.broker import get_broker
+
+    name = wire.route_of(wire.IndexSessionDelta).actor_name
+
+    class Lose(dramatiq.Middleware):
+        """Counts the deltas sent, and loses them before their actor runs (as a lost message)."""
+
+        sent = 0
+
+        def after_enqueue(self, broker, message, delay):
+            Lose.sent += message.actor_name == name
+
+        def before_process_message(self, broker, message):
+            if message.actor_name == name:
+                raise dramatiq.middleware.SkipMessage("lost by the test")
+
+    lose = Lose()
+    get_broker().middleware.append(lose)
+    try:
+        assert check_sessions(agent.ctx) == 1
+        assert check_sessions(agent.ctx) == 0  # still in flight
+        monkeypatch.setattr(session_delta, "INFLIGHT_TTL_S", 0.0)
+        assert check_sessions(agent.ctx) == 1  # a lost message is re-sent after the TTL
+        assert embedded.wait_idle(timeout=30)
+    finally:
+        get_broker().middleware.remove(lose)
+    assert Lose.sent == 2
 
 
 def test_partial_last_line_waits_for_its_newline(agent):

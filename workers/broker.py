@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
@@ -32,6 +32,10 @@ from memindex.workers import metrics
 from memindex.workers.guard import ContextGuard
 from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmbedsOnStop, Lifecycle, WorkContext
 from memindex.workers.limits import install as install_limits
+
+if TYPE_CHECKING:  # (only for types: redis is imported when a Redis broker is built, never before)
+    from dramatiq.brokers.redis import RedisBroker
+    from dramatiq.brokers.stub import StubBroker
 
 log = logging.getLogger("memindex.broker")
 
@@ -292,9 +296,30 @@ def make_broker() -> dramatiq.Broker:
 
 
 def is_embedded(broker: dramatiq.Broker | None = None) -> bool:
-    from dramatiq.brokers.stub import StubBroker
+    from dramatiq.brokers.stub import StubBroker  # (third-party; cheap once dramatiq is loaded)
 
     return isinstance(broker or get_broker(), StubBroker)
+
+
+# A broker is one of two kinds (make_broker): these say which, typed, without importing redis.
+def redis_broker(broker: dramatiq.Broker | None = None) -> RedisBroker | None:
+    """This process's broker (or ``broker``) when it is the Redis one, else None (embedded)."""
+    b = broker or get_broker()
+    return None if is_embedded(b) else cast("RedisBroker", b)
+
+
+def redis_of(broker: dramatiq.Broker | None = None) -> RedisBroker:
+    """``redis_broker``, for code past its embedded case (the broker is the Redis one there)."""
+    rb = redis_broker(broker)
+    if rb is None:
+        raise RuntimeError("the embedded broker has no Redis")  # (a caller's bug: it checked is_embedded first)
+    return rb
+
+
+def stub_broker(broker: dramatiq.Broker | None = None) -> StubBroker | None:
+    """This process's broker (or ``broker``) when it is the embedded one, else None (Redis)."""
+    b = broker or get_broker()
+    return cast("StubBroker", b) if is_embedded(b) else None
 
 
 class _DropDuplicateWorkerWarning(logging.Filter):

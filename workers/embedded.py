@@ -10,14 +10,17 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
 from dramatiq.errors import QueueJoinTimeout
 
 import memindex.workers.actors  # noqa: F401 - every actor declared on the broker: start() consumes
 from memindex.workers import writer
-from memindex.workers.broker import QUEUES, SYNC_QUEUE, WRITE_QUEUE, get_broker, is_embedded
+from memindex.workers.broker import QUEUES, SYNC_QUEUE, WRITE_QUEUE, get_broker, is_embedded, stub_broker
+
+if TYPE_CHECKING:
+    from dramatiq.brokers.stub import StubBroker
 
 # How long an idle worker or consumer thread blocks before it looks again. Each wake-up takes the
 # GIL from whichever thread is working: at 20 ms the eight threads' wake-ups cost a cold index
@@ -58,10 +61,18 @@ def start(worker_threads: int = 2) -> None:
         atexit.register(stop)
 
 
+def _stub() -> StubBroker:
+    """The embedded broker (these helpers serve it only: ``start`` is a no-op on Redis)."""
+    stub = stub_broker()
+    if stub is None:
+        raise RuntimeError("not the embedded broker")  # (a caller's bug)
+    return stub
+
+
 def more_file_work() -> bool:
     """Besides the message the files thread is processing, is sync or write work queued for it?"""
-    broker = get_broker()
-    return sum(broker.queues[q].unfinished_tasks for q in FILE_QUEUES) > 1
+    broker = _stub()
+    return sum(int(broker.queues[q].unfinished_tasks) for q in FILE_QUEUES) > 1
 
 
 def stop(*, idle: bool = False) -> None:
@@ -79,7 +90,7 @@ def stop(*, idle: bool = False) -> None:
         for w in _started:
             if idle and outstanding() == 0:
                 for t in (*w.workers, *w.consumers.values()):
-                    t.stop()
+                    t.stop()  # type: ignore[attr-defined]  # dramatiq's worker/consumer threads; typed as Thread
                 _retired.append(w)
             else:
                 w.stop(timeout=5000)
@@ -90,8 +101,7 @@ def stop(*, idle: bool = False) -> None:
 
 def outstanding() -> int:
     """Messages enqueued (ready or delayed) or in flight, across all queues."""
-    broker = get_broker()
-    return sum(q.unfinished_tasks for q in broker.queues.values())
+    return sum(int(q.unfinished_tasks) for q in _stub().queues.values())
 
 
 def join_idle(timeout: float | None = None) -> bool:
@@ -100,7 +110,7 @@ def join_idle(timeout: float | None = None) -> bool:
     Actors enqueue follow-up work before their own message is acked, so after a
     pass over all queues finds them joined, nothing can be in flight anywhere.
     """
-    broker = get_broker()
+    broker = _stub()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         for q in QUEUES:
@@ -127,5 +137,5 @@ def wait_idle(timeout: float | None = None, poll: float = 0.02) -> bool:
 
 
 def dead_letters() -> list[dramatiq.Message[Any]]:
-    broker = get_broker()
-    return list(broker.dead_letters) if is_embedded(broker) else []
+    stub = stub_broker()
+    return list(stub.dead_letters) if stub is not None else []

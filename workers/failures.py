@@ -24,6 +24,11 @@ from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.workers import leases
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import Context
+from memindex.pipeline.errors import MemindexError
+from memindex.pipeline.index.failures import record_failure
+from memindex.pipeline.store.schema import EMBED_PENDING
 
 log = logging.getLogger("memindex.failures")
 
@@ -31,8 +36,6 @@ log = logging.getLogger("memindex.failures")
 def reason_of(exc: BaseException) -> str:
     """One line saying why: a memindex error's own message, else the type and message. Redacted:
     it goes into log lines (after the secret scrubber has seen them), dead letters and status."""
-    from memindex.pipeline.errors import MemindexError
-
     text = redact(" ".join(str(exc).split()))
     return text if isinstance(exc, MemindexError) and text else f"{type(exc).__name__}: {text}"
 
@@ -80,8 +83,6 @@ def record_failure_reason(error: str | None) -> str | None:
     """Why a file record was written without its vectors (or skipped), from its problem text:
     the provider's own message, unwrapped from "embedding pending (...)" and from the
     circuit breaker's "<provider> is failing (...)"; None for problems that are not failures."""
-    from memindex.pipeline.store.schema import EMBED_PENDING
-
     if not error:
         return None
     for prefix in (f"{EMBED_PENDING} (", "could not be indexed ("):
@@ -126,9 +127,6 @@ class FailureReporter(Middleware):
         _keep_error_on_dead_letter(broker, message)
 
     def _record(self, broker: Any, message: Any, reason: str) -> None:
-        from memindex.pipeline.config.agents import settings_for
-        from memindex.pipeline.config.settings import Context
-
         ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
         settings = settings_for(Context.from_dict(ctx)) if ctx else None
         keys = list(message_keys(message.args[1:]))
@@ -152,9 +150,6 @@ def release_leases(broker: Any, message: Any) -> None:
     """``_release`` for a message refused before its actor ran (another deployment's: the guard);
     best effort, its config may not be readable here."""
     try:
-        from memindex.pipeline.config.agents import settings_for
-        from memindex.pipeline.config.settings import Context
-
         ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
         if ctx is not None:
             _release(broker, message, settings_for(Context.from_dict(ctx)).store_path,
@@ -170,8 +165,6 @@ _seen_lock = threading.Lock()
 def note_failure(settings: Any, reason: str, paths: list[str], what: str) -> None:
     """Log a failure (at ERROR the first time this process sees the reason for this agent)
     and record it beside the agent's store for ``index`` and ``status``."""
-    from memindex.pipeline.index.failures import record_failure
-
     provider = provider_of(reason, settings)
     hint = failure_hint(reason, provider)
     agent = settings.agent_id if settings is not None else "-"

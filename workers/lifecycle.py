@@ -41,6 +41,11 @@ from typing import Any, Callable, Iterable
 from dramatiq.middleware import Middleware, Shutdown, ShutdownNotifications
 from memindex.pipeline.config.environ import env_number
 from memindex.workers.logs import clear_work, redis_answered, set_work
+from memindex.workers.limits import release_all
+from memindex.workers.limits import stop_acquiring
+from memindex.workers.logs import configure_from_env
+from memindex.workers.run import PARENT_ENV
+from memindex.workers.supervisor import SUPERVISOR_ENV
 
 log = logging.getLogger("memindex.lifecycle")
 
@@ -84,7 +89,6 @@ class Heartbeat:
         # queue nobody reads.
         self.record = record
         self.key = proc_key(namespace, uuid.uuid4().hex)
-        from memindex.workers.supervisor import SUPERVISOR_ENV
 
         self.info = {"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
                      "queues": json.dumps(sorted(queues)), "started": _now_ms(),
@@ -245,7 +249,6 @@ def _stop_with_parent() -> None:
     try:
         import ctypes
 
-        from memindex.workers.run import PARENT_ENV
 
         # dramatiq's parent as it was when it forked this process: it may have died since (before
         # the call below could take effect), and then getppid() is already someone else.
@@ -268,8 +271,6 @@ class Lifecycle(Middleware):
         self.heartbeat: Heartbeat | None = None
 
     def after_process_boot(self, broker: Any) -> None:
-        from memindex.workers.logs import configure_from_env
-
         configure_from_env()
         # Only dramatiq's worker children boot a process on Redis, in their main thread.
         first = signal.getsignal(signal.SIGTERM)
@@ -304,13 +305,9 @@ class Lifecycle(Middleware):
     after_skip_message = after_process_message
 
     def before_worker_shutdown(self, broker: Any, worker: Any) -> None:
-        from memindex.workers.limits import stop_acquiring
-
         stop_acquiring()
 
     def after_worker_shutdown(self, broker: Any, worker: Any) -> None:
-        from memindex.workers.limits import release_all
-
         release_all()  # slots of messages that did not finish within the shutdown timeout
         if GroupCommit.on_shutdown is not None:
             GroupCommit.on_shutdown()  # a writer's held transaction holds acknowledged writes

@@ -25,6 +25,7 @@ from dramatiq.middleware import Shutdown
 
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.limiter import set_limiter_factory
 
 log = logging.getLogger("memindex.limits")
 
@@ -181,7 +182,5 @@ def release_all() -> None:
 
 def install(broker) -> None:
     """Make every embedding service in this process use the Redis limiter."""
-    from memindex.pipeline.embeddings.limiter import set_limiter_factory
-
     client = broker.client
     set_limiter_factory(lambda cap: RedisConcurrencyLimiter(client, cap))

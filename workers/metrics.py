@@ -34,6 +34,10 @@ from typing import Any, Callable, Iterable
 from dramatiq.middleware import Middleware
 
 from memindex.pipeline.errors import MemindexError
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.observe import hooks
+from memindex.pipeline.store.reader import open_reader
+from memindex.workers.lifecycle import pid_alive
 
 PORT_ENV = "MEMINDEX_METRICS_PORT"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -71,7 +75,6 @@ def _multiproc_dir(port: int) -> str:
         return tempfile.mkdtemp(prefix="memindex-metrics-")
     import stat
 
-    from memindex.workers.lifecycle import pid_alive
 
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
@@ -114,8 +117,6 @@ class Recorders:
                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
 
     def install(self) -> "Recorders":
-        from memindex.pipeline.observe import hooks
-
         hooks.embedding_request = self._request
         hooks.embedding_retry = lambda provider: self.retries.labels(provider).inc()
         hooks.cache_hits = self._cache
@@ -214,8 +215,6 @@ class PendingCollector:
     def collect(self) -> Iterable[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from memindex.pipeline.config.agents import settings_for
-        from memindex.pipeline.store.reader import open_reader
 
         pending = GaugeMetricFamily("memindex_files_pending", "Files announced by a sync, not yet written.",
                                     labels=["agent"])

@@ -16,14 +16,15 @@ import os
 import sys
 from typing import Any, Callable
 
+from memindex.workers.logs import configure_from_env
+from memindex.workers.supervisor import stop_with_supervisor
+
 
 PARENT_ENV = "MEMINDEX_WORKER_PARENT"  # the pid of dramatiq's parent process, for its children
 
 
 def _then_ours(setup: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        from memindex.workers.logs import configure_from_env
-
         logger = setup(*args, **kwargs)
         configure_from_env()  # the handler dramatiq just made gets our format (JSON or text + context)
         return logger
@@ -34,8 +35,6 @@ def _then_ours(setup: Callable[..., Any]) -> Callable[..., Any]:
 def main() -> int:
     import dramatiq.cli as cli
 
-    from memindex.workers.supervisor import stop_with_supervisor
-
     for name in ("setup_parent_logging", "setup_worker_logging", "setup_fork_logging"):
         setattr(cli, name, _then_ours(getattr(cli, name)))
     parser = cli.make_argument_parser()
@@ -43,7 +42,7 @@ def main() -> int:
     args = parser.parse_args(sys.argv[1:])
     stop_with_supervisor()  # before the fork: the worker processes inherit SUPERVISOR_ENV
     os.environ[PARENT_ENV] = str(os.getpid())  # (workers/lifecycle.py: a child outlives no parent)
-    from memindex.pipeline.embeddings.providers.local import PROCESSES_ENV
+    from memindex.pipeline.embeddings.providers.local import PROCESSES_ENV  # lazy: after the argument check (0.17 s)
 
     os.environ[PROCESSES_ENV] = str(args.processes)  # each loads its own local model: they share the CPUs
     # A SIGHUP makes dramatiq exec sys.argv again (its reload): this module, not `dramatiq`.

@@ -583,7 +583,7 @@ def _claim_writer_start(queue: str) -> str | None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
+    """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors:get_broker`` with the right queues (Procfile / compose use this)."""
     from memindex.workers.broker import BROKER_ENV, QUEUES, is_write_queue
 
     if not os.environ.get(BROKER_ENV):
@@ -789,7 +789,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("memindex worker --queues batch --threads 2", "compute side: batch-API jobs (state in Redis)"),
         ("memindex worker --writer", "the single writer process"),
         ("memindex worker --writer --shard 0/2", "writer of shard 0 of 2 (write.0)"),
-        description="Exec `dramatiq memindex.workers.actors` with the right queues (the Procfile's "
+        description="Exec `dramatiq memindex.workers.actors:get_broker` with the right queues (the Procfile's "
                     "worker, compute, batch and writer processes). sync is file-side (it reads the "
                     "workspaces and stores); embed and batch are compute-side and may run on another host."))
     s.add_argument("--writer", action="store_true", help="the single writer: --processes 1 --threads 1 -Q write")

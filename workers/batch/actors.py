@@ -60,7 +60,7 @@ from memindex.workers.batch import state as bs
 from memindex.workers.batch.backend import StateBackend, has_state, open_for
 from memindex.workers.batch.coord import registry, slots
 from memindex.workers.batch.redis_state import agent_key
-from memindex.workers.batch.route import DeferringEmbedder
+from memindex.workers.batch.route import DeferringEmbedder, batch_embedder_for
 from memindex.workers.broker import BATCH_QUEUE, is_embedded, on_install
 from memindex.workers.compute import compute_spec, route_records, settings_from_spec
 from memindex.workers.messages import GROUP_FILES, RETRY
@@ -143,8 +143,6 @@ def _target(settings: AgentSettings, *, new_work: bool = True) -> tuple[Deferrin
     ``new_work=False`` (polling a submitted job) does not require ``remote.batch.enabled``:
     a job submitted before batching was switched off is still collected.
     """
-    from memindex.workers.batch.route import batch_embedder_for
-
     # The store's embedding cache only on the embedded broker (one host): a compute host has no
     # store, and the file side already served cache hits when it routed the chunks here.
     inner = chunk_embedder_for(settings, cache=is_embedded())
@@ -368,7 +366,7 @@ def _collect(who: Who, st: StateBackend, t: Timing, job: bs.Job, token: str,
     if dims is None and results.vectors:
         lengths = [len(v) for v in results.vectors.values()]
         dims = max(set(lengths), key=lengths.count)
-    from memindex.pipeline.embeddings.validate import l2_normalize  # numpy: only when a batch is collected
+    from memindex.pipeline.embeddings.validate import l2_normalize  # lazy: numpy, only when a batch is collected
 
     good = {id_map[cid]: l2_normalize(vec) for cid, vec in results.vectors.items()
             if cid in id_map and is_valid(vec, dims)}
