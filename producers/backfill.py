@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.producers.enqueue import pending_files
@@ -38,7 +38,7 @@ class Backfill:
     plan_marker: str | None  # the store's last_sync_at before this plan
     started: float = field(default_factory=time.monotonic)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # failures count from here
-    refused: list = field(default_factory=list)  # dead letters a worker refused since the start (newest first)
+    refused: list[dict[str, Any]] = field(default_factory=list)  # dead letters a worker refused since the start (newest first)
     _refused_at: float = 0.0
 
 
@@ -118,7 +118,7 @@ def _refused_files(b: Backfill) -> int:
 
     now = time.monotonic()
     if now - b._refused_at >= REFUSED_POLL_S:
-        b._refused_at, b.refused = now, refused_since(b.ctx.agent_id, b.started_ms)
+        b._refused_at, b.refused = now, refused_since(b.settings.agent_id, b.started_ms)
     return sum(d["files"] for d in b.refused)
 
 

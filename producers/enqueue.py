@@ -10,11 +10,15 @@ import contextlib
 import logging
 import os
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.pipeline.errors import (BrokerUnavailable, DeadLettered, IndexIncomplete, IndexTimeout, NoWorkerError,
                                       UsageError, checked_call, require)
+
+if TYPE_CHECKING:  # (types only: both load on the paths that use them)
+    from memindex.pipeline.index.indexer import SyncPlan
+    from memindex.pipeline.store.reader import StoreReader
 
 log = logging.getLogger("memindex.sync")
 
@@ -110,7 +114,7 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
         redo = dispatch_plan(ctx, again)
         log.info("sync %s: %d file(s) queued were not written; queued them again",
                  settings_for(ctx).agent_id, redo["to_index"])
-        left = None if timeout is None else max(0.0, deadline - time.monotonic())
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         idle = wait_idle(ctx, total=total, progress=progress, timeout=left, since_ns=sent_ns)
         _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
         lost = pending_files(settings_for(ctx)) if idle else 0
@@ -163,7 +167,7 @@ def _check_dead_letters(agent: str | None, new: int) -> None:
                        + after)
 
 
-def plan_now(ctx: Context, *, force: bool = False, probe: bool = True):
+def plan_now(ctx: Context, *, force: bool = False, probe: bool = True) -> tuple[SyncPlan, bool]:
     """(plan, nothing-to-do) for one agent, computed in this process (``probe`` False: a dry plan
     that never calls the embedding provider, see ``planning_identity``)."""
     # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
@@ -210,7 +214,7 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
         reader.close()
 
 
-def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: float | None,
+def _poll_broker(reader: StoreReader, total: int, progress: ProgressFn | None, timeout: float | None,
                  since_ns: int = 0) -> bool:
     """Redis: poll queue depth (the workers are other processes) until idle or timeout."""
     # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
@@ -311,7 +315,7 @@ def _join_with_progress(settings: AgentSettings, total: int, progress: ProgressF
         reader.close()
 
 
-def _done(reader: Any, total: int, since_ns: int) -> int:
+def _done(reader: StoreReader, total: int, since_ns: int) -> int:
     """Files of a plan of ``total`` written so far: none before the writer has recorded the plan
     (its pending rows are not there yet, and the count read "all done": the bar jumped to 100%
     at once and sat there, and said 100% when interrupted)."""
@@ -321,7 +325,7 @@ def _done(reader: Any, total: int, since_ns: int) -> int:
     return total - min(total, reader.pending_count(st.building_generation or st.live_generation))
 
 
-def _pending(reader: Any) -> int:
+def _pending(reader: StoreReader) -> int:
     st = reader.state()
     return reader.pending_count(st.building_generation or st.live_generation)
 

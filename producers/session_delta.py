@@ -39,11 +39,13 @@ log = logging.getLogger("memindex.session_delta")
 # again (a lost message must not stall a transcript); the writer drops duplicates.
 INFLIGHT_TTL_S = 30.0
 
-_inflight: dict[tuple[str, str], tuple[tuple, float]] = {}
+# (base hash, "full"), (base hash, "append", start byte), or the transcripts found gone
+Work = tuple[str | None, str] | tuple[str | None, str, int] | tuple[tuple[str, str], ...]
+_inflight: dict[tuple[str, str], tuple[Work, float]] = {}
 _inflight_lock = threading.Lock()
 
 
-def _claim(key: tuple[str, str], token: tuple) -> bool:
+def _claim(key: tuple[str, str], token: Work) -> bool:
     """True if this exact work is not already in flight (and marks it so)."""
     now = time.monotonic()
     with _inflight_lock:

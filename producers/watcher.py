@@ -37,7 +37,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -51,6 +51,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.config.settings import AgentSettings, Context
@@ -79,7 +80,8 @@ Enqueue = Callable[[Context, str], object]
 
 
 def _default_enqueue(ctx: Context, reason: str) -> object:
-    return request_sync(ctx, reason=reason)
+    request_sync(ctx, reason=reason)
+    return None
 
 
 def _forget_leases() -> None:
@@ -94,13 +96,13 @@ def _forget_leases() -> None:
                     "up to %.0f h for a re-plan", exc, leases.LEASE_TTL_S / 3600)
 
 
-def _data_loss_probe() -> Callable[[], bool] | None:
+def _data_loss_probe() -> Callable[[], str | None] | None:
     """The probe for this deployment's Redis; None on the embedded broker (its queue dies with us)."""
-    from memindex.workers.broker import get_broker, is_embedded  # lazy: the queue layer's import cost
+    from memindex.workers.broker import redis_broker  # lazy: the queue layer's import cost
     from memindex.workers.lifecycle import DataLossProbe  # lazy: (the same)
 
-    broker = get_broker()
-    return None if is_embedded(broker) else DataLossProbe(broker.client, broker.namespace)  # type: ignore[attr-defined]
+    rb = redis_broker()
+    return None if rb is None else DataLossProbe(rb.client, rb.namespace)
 
 
 def _norm(p: str | os.PathLike[str]) -> str:
@@ -209,8 +211,8 @@ class Watcher:
         self.max_dirs = max_dirs
         self.observer = Observer()
         self._handler = _Handler(self)
-        self._watches: dict[str, object] = {}  # directory -> ObservedWatch
-        self._carry: dict[str, object] = {}  # during reconfigure: the watches before it
+        self._watches: dict[str, ObservedWatch] = {}  # directory -> its watch
+        self._carry: dict[str, ObservedWatch] = {}  # during reconfigure: the watches before it
         self._debounce_override = debounce_s
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -227,13 +229,12 @@ class Watcher:
         # Redis losing its data loses the queued work of every pending file; nothing on disk
         # changes, so only a re-plan brings it back. "auto": the broker's probe, when the
         # syncs go to it (None on the embedded broker, or with a caller's own enqueue).
-        if lost == "auto":
-            lost = _data_loss_probe() if enqueue is None else None
-        self._lost: Callable[[], str | None] | None = lost  # type: ignore[assignment]
+        probe = (_data_loss_probe() if enqueue is None else None) if lost == "auto" else lost
+        self._lost: Callable[[], str | None] | None = None if isinstance(probe, str) else probe
         self._next_probe = 0.0
         # Every agent id the config listed (watched or not) at start / the last reconfigure.
         self._listed: set[str | None] | None = None if configured is None else set(configured)
-        self._enqueue_said: dict[str, tuple[str, float]] = {}  # agent -> (last failure said, when)
+        self._enqueue_said: dict[str | None, tuple[str, float]] = {}  # agent -> (last failure said, when)
 
     # -- directories ------------------------------------------------------------------
     @property
@@ -333,7 +334,7 @@ class Watcher:
                 self._cap_hit(idx, tree)
 
     def reconfigure(self, agents: Iterable[tuple[Context, AgentSettings]],
-                    configured: Iterable[str | None] | None = None) -> tuple[list[str], list[str]]:
+                    configured: Iterable[str | None] | None = None) -> tuple[list[str | None], list[str | None]]:
         """Watch exactly these agents from now on: start the new ones (each gets a catch-up
         sync), stop the removed ones, re-read the kept ones' roots. Returns (added, removed) ids.
         ``configured``: every agent id the config lists (watched or not), so the log can say
@@ -399,8 +400,8 @@ class Watcher:
     def handle(self, event: FileSystemEvent) -> None:
         if event.event_type not in ("created", "modified", "deleted", "moved"):
             return
-        src = _norm(event.src_path) if event.src_path else ""
-        dest = _norm(event.dest_path) if getattr(event, "dest_path", "") else ""
+        src = _norm(os.fsdecode(event.src_path)) if event.src_path else ""
+        dest = _norm(os.fsdecode(event.dest_path)) if getattr(event, "dest_path", "") else ""
         is_dir = event.is_directory
         if not is_dir and event.event_type in ("created", "modified") and os.path.islink(src):
             return  # symlinks are never memory
@@ -471,7 +472,7 @@ class Watcher:
                 self._first.setdefault(idx, time.monotonic())
                 self._due[idx] = time.monotonic() + RETRY_S
 
-    def _say_enqueue_failed(self, agent_id: str, exc: Exception) -> None:
+    def _say_enqueue_failed(self, agent_id: str | None, exc: Exception) -> None:
         """Redis away: the process-wide outage filter words and spaces the line (workers/logs.py).
         Anything else (a broken openclaw.json while it is being edited): said when it changes,
         else once per ENQUEUE_REPEAT_S, not every RETRY_S."""
@@ -567,7 +568,7 @@ class Watcher:
             self._fire(a, changed)
 
 
-def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
+def watch_agents(contexts: Iterable[Context], **kw: Any) -> Watcher:
     """Build and start a watcher for these agents (settings resolved from their config)."""
     # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for

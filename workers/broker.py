@@ -83,7 +83,7 @@ def write_shards() -> int:
         log.warning("%s=%d here, but this deployment's writers run %d write shard(s) (recorded in Redis): "
                     "routing to their %d; fix the variable where this process starts", SHARDS_ENV, mine,
                     recorded, recorded)
-    return recorded
+    return int(recorded)
 
 
 def configured_shards() -> int | None:
@@ -94,9 +94,10 @@ def configured_shards() -> int | None:
 
 def recorded_write_shards() -> int | None:
     """The N this deployment's writers recorded in Redis, None if none has (or no Redis)."""
-    if not broker_url() or is_embedded():
+    rb = redis_broker() if broker_url() else None
+    if rb is None:
         return None
-    raw = get_broker().client.get(SHARDS_KEY)
+    raw = rb.client.get(SHARDS_KEY)
     return int(raw) if raw else None
 
 
@@ -147,10 +148,11 @@ def redis_full(client: Any) -> bool:
     return bool(limit) and int(info.get("used_memory") or 0) >= limit and info.get("maxmemory_policy") == "noeviction"
 
 
-def full_probe() -> Any:
+def full_probe() -> Callable[[], bool] | None:
     """For a metrics collector: a call saying whether the deployment's Redis is out of memory now
     (None on the embedded broker)."""
-    return None if is_embedded() else (lambda: redis_full(get_broker().client))
+    rb = redis_broker()
+    return None if rb is None else (lambda: redis_full(rb.client))
 
 
 def oom_refusals(client: Any) -> int | None:
@@ -193,7 +195,7 @@ def redact(url: str) -> str:
     return url
 
 
-def _middleware() -> list:
+def _middleware() -> list[dramatiq.Middleware]:
     # "after" hooks run in reverse order: FailureReporter, listed before Retries, sees the
     # message after Retries has decided whether it failed for good.
     # WorkContext first: its "before" hook runs first and its "after" hook last, so every line
@@ -217,15 +219,15 @@ _RETRIED_WHEN_FULL = frozenset({"ack", "nack", "requeue"})
 REQUEUE_WAIT_S = 60.0  # a consumer handing back its delayed messages waits this long for room
 
 
-def _redis_broker_class():
-    from dramatiq.brokers.redis import RedisBroker
+def _redis_broker_class() -> type[RedisBroker]:
+    from dramatiq.brokers.redis import RedisBroker  # (third-party: redis only for a Redis broker)
 
     class _RedisBroker(RedisBroker):
-        def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
+        def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> dramatiq.Consumer:
             return super().consume(queue_name, prefetch, min(timeout, POLL_MS))
 
-        def _dispatch(self, command: str):
-            do = super()._dispatch(command)
+        def _dispatch(self, command: str) -> Callable[..., Any]:
+            do: Callable[..., Any] = super()._dispatch(command)  # type: ignore[no-untyped-call]  # dramatiq's is untyped
             if command not in _RETRIED_WHEN_FULL:
                 return do
 
@@ -245,12 +247,12 @@ def _redis_broker_class():
                             # ack, nack: raised as the connection error dramatiq retries; a
                             # requeue that waited long enough: as the one its close() lets pass
                             # (the messages come back when this worker stops: maintenance).
-                            from dramatiq.brokers.redis import ConnectionClosed
-
                             import redis
+                            from dramatiq.brokers.redis import ConnectionClosed  # type: ignore[attr-defined]  # (not in its __all__)
 
                             err = redis.ConnectionError(f"{exc} ({command})")
-                            raise (err if command != "requeue" else ConnectionClosed(err)) from exc
+                            closed = ConnectionClosed(err)  # type: ignore[no-untyped-call]  # dramatiq's errors are untyped
+                            raise (err if command != "requeue" else closed) from exc
                     time.sleep(1.0)
                     waited += 1.0
 
@@ -281,7 +283,7 @@ def make_broker() -> dramatiq.Broker:
         client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
                                       socket_timeout=REDIS_SOCKET_TIMEOUT_S)
         extra = metrics.middleware(is_write_queue) if metrics.enabled() else []
-        broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES, _shard_record),
+        broker: dramatiq.Broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES, _shard_record),
                                                                   *extra],
                                        namespace="memindex",
                                        heartbeat_timeout=HEARTBEAT_TIMEOUT_MS,
@@ -377,8 +379,9 @@ def set_broker(broker: dramatiq.Broker) -> None:
         for hook in _on_install:
             hook(broker)
         dramatiq.set_broker(broker)
-        if not is_embedded(broker):
-            install_limits(broker)
+        rb = redis_broker(broker)
+        if rb is not None:
+            install_limits(rb)
 
 
 def __getattr__(name: str) -> Any:

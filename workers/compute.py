@@ -35,10 +35,10 @@ from typing import Any, Iterator
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.config.settings import AgentSettings, Context
-from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderError, ProviderRateLimited,
+from memindex.pipeline.embeddings.embedder import chunk_embedder_for
+from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderRateLimited,
                                               ProviderTransientError)
-from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
-from memindex.pipeline.errors import UnknownAgent
+from memindex.pipeline.errors import FallbackSwitched, ProviderError, UnknownAgent
 from memindex.pipeline.index.prepare import embed_missing
 from memindex.pipeline.index.preparers import needs_embedding
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity

@@ -136,6 +136,6 @@ def wait_idle(timeout: float | None = None, poll: float = 0.02) -> bool:
         time.sleep(poll)
 
 
-def dead_letters() -> list[dramatiq.Message[Any]]:
+def dead_letters() -> list[dramatiq.MessageProxy]:
     stub = stub_broker()
     return list(stub.dead_letters) if stub is not None else []

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, cast
 
+import dramatiq
 from dramatiq.middleware import Middleware
 
 from memindex.pipeline.embeddings import registry
@@ -111,7 +112,8 @@ def note_record_failures(settings: Any, records: Iterable[Any]) -> None:
 class FailureReporter(Middleware):
     """Must run after ``Retries``: it acts only on messages that failed for good."""
 
-    def after_process_message(self, broker, message, *, result=None, exception=None):
+    def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.MessageProxy, *,
+                              result: object = None, exception: BaseException | None = None) -> None:
         if exception is None or not message.failed:
             return
         reason = reason_of(exception)
@@ -205,7 +207,7 @@ def _short_records(make: Any) -> Any:
     from dramatiq.middleware import Shutdown
 
     def factory(*a: Any, **kw: Any) -> logging.LogRecord:
-        record = make(*a, **kw)
+        record: logging.LogRecord = make(*a, **kw)
         args = record.args
         if not isinstance(args, tuple) or not args:
             return record
@@ -213,7 +215,8 @@ def _short_records(make: Any) -> Any:
             # refused (workers/guard.py says why) and dead-lettered: "skipped" read as dropped
             record.msg = "Message %s was refused and dead-lettered, not retried."
         if record.msg == "Received args=%r kwargs=%r.":
-            record.msg, record.args = "Received %d arg(s), kwargs %s.", (len(args[0] or ()), sorted(args[1] or {}))
+            received, kwargs = cast("tuple[Any, ...]", args[0] or ()), cast("dict[str, Any]", args[1] or {})
+            record.msg, record.args = "Received %d arg(s), kwargs %s.", (len(received), sorted(kwargs))
         elif any(isinstance(x, (Message, MessageProxy)) for x in args):
             record.args = tuple(describe(x) if isinstance(x, (Message, MessageProxy)) else x for x in args)
             exc = record.exc_info[1] if record.exc_info else None

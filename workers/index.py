@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 
 from memindex.pipeline.config.agents import settings_for
-from memindex.pipeline.embeddings.embedder import CacheOnlyEmbedder, FallbackSwitched, chunk_embedder_for
+from memindex.pipeline.embeddings.embedder import CacheOnlyEmbedder, chunk_embedder_for
+from memindex.pipeline.errors import FallbackSwitched
 from memindex.pipeline.index.prepare import Prepared, unpreparable
 from memindex.pipeline.index.preparers import prepare_file
 from memindex.pipeline.index.records import FileRecord, TouchRecord

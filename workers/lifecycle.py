@@ -207,7 +207,8 @@ class InterruptEmbedsOnStop(ShutdownNotifications):
         self.queue = queue
 
     def should_notify(self, actor: Any, message: Any) -> bool:
-        return message.queue_name.removesuffix(".DQ") == self.queue or super().should_notify(actor, message)
+        return bool(message.queue_name.removesuffix(".DQ") == self.queue
+                    or super().should_notify(actor, message))  # type: ignore[no-untyped-call]  # dramatiq's is untyped
 
 
 class HandBackOnStop(Middleware):

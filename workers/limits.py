@@ -19,7 +19,10 @@ import time
 import uuid
 import weakref
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+if TYPE_CHECKING:  # (types only: redis loads with a Redis broker)
+    from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq.middleware import Shutdown
 
@@ -180,7 +183,7 @@ def release_all() -> None:
         log.info("released %d embedding slot(s) still held at shutdown", n)
 
 
-def install(broker) -> None:
+def install(broker: RedisBroker) -> None:
     """Make every embedding service in this process use the Redis limiter."""
     client = broker.client
     set_limiter_factory(lambda cap: RedisConcurrencyLimiter(client, cap))

@@ -31,6 +31,8 @@ import os
 import time
 from typing import Any, Callable, Iterable
 
+import dramatiq
+
 from dramatiq.middleware import Middleware
 
 from memindex.pipeline.errors import MemindexError
@@ -194,7 +196,7 @@ class WriterTiming(Middleware):
     after_skip_message = after_process_message
 
 
-def middleware(is_write_queue: Callable[[str], bool]) -> list:
+def middleware(is_write_queue: Callable[[str], bool]) -> list[dramatiq.Middleware]:
     """The worker-side middleware when metrics are on (the broker appends it)."""
     from dramatiq.middleware.prometheus import Prometheus
 

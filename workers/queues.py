@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 from dramatiq import Message
 from dramatiq.common import q_name
@@ -87,8 +87,9 @@ def depth() -> dict[str, dict[str, int]]:
                 running[base] += 1
     # dramatiq's private layout (pinned; tests/test_operations.py checks it): a consumer's
     # claimed messages sit in <ns>:__acks__.<consumer>.<queue> while its heartbeat is fresh.
-    live = [w.decode() for w in client.zrangebyscore(f"{ns}:__heartbeats__",
-                                                     int(time.time() * 1000) - HEARTBEAT_TIMEOUT_MS, "+inf")]
+    beats = cast(list[bytes], client.zrangebyscore(f"{ns}:__heartbeats__",
+                                                   int(time.time() * 1000) - HEARTBEAT_TIMEOUT_MS, "+inf"))
+    live = [w.decode() for w in beats]
     out = {}
     for q in qs:
         claimed = sum(client.scard(f"{ns}:__acks__.{w}.{q}") for w in live)
@@ -104,7 +105,7 @@ def ready(queue: str) -> int:
     broker = get_broker()
     stub = stub_broker(broker)
     if stub is not None:
-        return stub.queues[queue].qsize()
+        return int(stub.queues[queue].qsize())
     rb = redis_of(broker)
     return int(rb.client.llen(f"{rb.namespace}:{queue}"))
 
@@ -169,10 +170,11 @@ def dead_letters(limit: int = 100, *, newest: bool = False, agent: str | None = 
         key = f"{rb.namespace}:{q}.XQ"
         # The score is the time the message died (ms). Filtered by agent, the whole set is read.
         stop = -1 if agent is not None else limit - 1
-        pairs = (rb.client.zrevrange if newest else rb.client.zrange)(key, 0, stop, withscores=True)
+        pairs = cast(list[tuple[bytes, float]],
+                     (rb.client.zrevrange if newest else rb.client.zrange)(key, 0, stop, withscores=True))
         if not pairs:
             continue
-        raw = rb.client.hmget(f"{rb.namespace}:{q}.XQ.msgs", [mid for mid, _ in pairs])
+        raw = cast(list[bytes | None], rb.client.hmget(f"{rb.namespace}:{q}.XQ.msgs", [mid for mid, _ in pairs]))
         found = [dict(_describe(Message.decode(data)), died=int(score))
                  for (_, score), data in zip(pairs, raw) if data]
         out += [d for d in found if agent is None or d["agent"] == agent][:limit]
@@ -251,15 +253,15 @@ def _take_dead_letters(limit: int, agent: str | None, *, requeue: bool) -> int:
     client, ns, n = rb.client, rb.namespace, 0
     for q in all_queues():
         xq = f"{ns}:{q}.XQ"
-        for mid in client.zrange(xq, 0, -1 if agent is not None else max(0, limit - n - 1)):
+        for mid in cast(list[bytes], client.zrange(xq, 0, -1 if agent is not None else max(0, limit - n - 1))):
             if n >= limit:
                 break
-            data = client.hget(f"{xq}.msgs", mid)
-            m = Message.decode(data) if data else None
-            if m is not None and agent is not None and _agent_of(m) != agent:
+            data = cast(bytes | None, client.hget(f"{xq}.msgs", mid))
+            msg: Message[Any] | None = Message.decode(data) if data else None
+            if msg is not None and agent is not None and _agent_of(msg) != agent:
                 continue
-            if m is not None and requeue:
-                rb.enqueue(_fresh(m))
+            if msg is not None and requeue:
+                rb.enqueue(_fresh(msg))
             client.zrem(xq, mid)
             client.hdel(f"{xq}.msgs", mid)
             n += 1

@@ -37,7 +37,7 @@ def main() -> int:
 
     for name in ("setup_parent_logging", "setup_worker_logging", "setup_fork_logging"):
         setattr(cli, name, _then_ours(getattr(cli, name)))
-    parser = cli.make_argument_parser()
+    parser = cli.make_argument_parser()  # type: ignore[no-untyped-call]  # dramatiq's cli is untyped
     parser.prog = "memindex worker"  # its usage and error lines name the command that was run
     args = parser.parse_args(sys.argv[1:])
     stop_with_supervisor()  # before the fork: the worker processes inherit SUPERVISOR_ENV
@@ -47,7 +47,7 @@ def main() -> int:
     os.environ[PROCESSES_ENV] = str(args.processes)  # each loads its own local model: they share the CPUs
     # A SIGHUP makes dramatiq exec sys.argv again (its reload): this module, not `dramatiq`.
     sys.argv = [sys.executable, "-m", __spec__.name if __spec__ else "memindex.workers.run", *sys.argv[1:]]
-    return cli.main(args)
+    return int(cli.main(args))  # type: ignore[no-untyped-call]  # (the same)
 
 
 if __name__ == "__main__":

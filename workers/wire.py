@@ -315,8 +315,8 @@ def _declare(broker: dramatiq.Broker) -> None:
 
 def _declare_one(broker: dramatiq.Broker, kind: type[Payload]) -> None:
     route, handler = _ROUTES[kind], _HANDLERS[kind]
-    dramatiq.actor(handler.edge, broker=broker, actor_name=route.actor_name, queue_name=route.queue,
-                   **handler.options)
+    declare = dramatiq.actor(broker=broker, actor_name=route.actor_name, queue_name=route.queue, **handler.options)
+    declare(handler.edge)
 
 
 def handled() -> set[type[Payload]]:

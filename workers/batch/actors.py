@@ -44,7 +44,7 @@ import msgspec
 from memindex.pipeline.config.environ import env_number
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for
-from memindex.pipeline.embeddings.base import ProviderError
+from memindex.pipeline.errors import ProviderError
 from memindex.pipeline.embeddings.registry import supports_batch
 from memindex.pipeline.embeddings.batch.base import (
     BatchClient,
@@ -104,7 +104,9 @@ def _delay_ms(seconds: float) -> int:
 
 
 def _state(settings: AgentSettings) -> StateBackend:
-    return open_for(settings.store_path)  # type: ignore[return-value]  (never None when writable)
+    st = open_for(settings.store_path)
+    assert st is not None  # (only a read-only open finds none)
+    return st
 
 
 def _registry_key(settings: AgentSettings) -> str:
@@ -157,7 +159,10 @@ def _target(settings: AgentSettings, *, new_work: bool = True) -> tuple[Deferrin
     with _clients_lock:
         hit = _clients.get(key)
         if hit is None or hit[0] is not provider:
-            hit = _clients[key] = (provider, batch_client_for(provider))
+            client = batch_client_for(provider)
+            if client is None:  # (supports_batch said yes: a provider without a client is a registry bug)
+                return None
+            hit = _clients[key] = (provider, client)
     return embedder, hit[1]
 
 
