@@ -17,19 +17,17 @@ from typing import Any, Iterable, Iterator, cast
 import dramatiq
 from dramatiq.middleware import Middleware
 
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import Context
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
-from memindex.pipeline.errors import UnknownAgent
-from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED
+from memindex.pipeline.errors import MemindexError, UnknownAgent
+from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED, record_failure
 from memindex.pipeline.index.prepare import embedding_pending
+from memindex.pipeline.store.schema import EMBED_PENDING
 from memindex.workers import leases
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
-from memindex.pipeline.config.agents import settings_for
-from memindex.pipeline.config.settings import Context
-from memindex.pipeline.errors import MemindexError
-from memindex.pipeline.index.failures import record_failure
-from memindex.pipeline.store.schema import EMBED_PENDING
 
 log = logging.getLogger("memindex.failures")
 

@@ -40,10 +40,8 @@ from typing import Any, Callable, Iterable
 
 from dramatiq.middleware import Middleware, Shutdown, ShutdownNotifications
 from memindex.pipeline.config.environ import env_number
-from memindex.workers.logs import clear_work, redis_answered, set_work
-from memindex.workers.limits import release_all
-from memindex.workers.limits import stop_acquiring
-from memindex.workers.logs import configure_from_env
+from memindex.workers.limits import release_all, stop_acquiring
+from memindex.workers.logs import clear_work, configure_from_env, redis_answered, set_work
 from memindex.workers.run import PARENT_ENV
 from memindex.workers.supervisor import SUPERVISOR_ENV
 

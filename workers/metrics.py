@@ -35,8 +35,8 @@ import dramatiq
 
 from dramatiq.middleware import Middleware
 
-from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.observe import hooks
 from memindex.pipeline.store.reader import open_reader
 from memindex.workers.lifecycle import pid_alive
