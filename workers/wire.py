@@ -20,7 +20,6 @@ again by the next sync (the Markdown is the source of truth).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Generic, Literal, TypeVar
 
@@ -30,12 +29,9 @@ import msgspec
 from memindex.pipeline.config.settings import Context
 from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta, TouchRecord
+from memindex.pipeline.store.core import FileKey
 from memindex.pipeline.store.vectors import pack
 from memindex.workers.broker import BATCH_QUEUE, EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, get_broker, installed, on_install
-
-log = logging.getLogger("memindex.wire")
-
-FileKey = tuple[str, str]  # (source, path)
 
 
 class UndecodableMessage(MemindexError):
@@ -44,7 +40,7 @@ class UndecodableMessage(MemindexError):
 
 # --- the payloads -------------------------------------------------------------------------------
 
-class Payload(msgspec.Struct, array_like=True, kw_only=False):
+class Payload(msgspec.Struct, array_like=True):
     """Base of every actor's payload: its fields are the message's positional args, in order."""
 
 
