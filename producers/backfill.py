@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.producers.enqueue import pending_files
 
 log = logging.getLogger("memindex.backfill")
 
@@ -37,11 +38,12 @@ class Backfill:
     plan_marker: str | None  # the store's last_sync_at before this plan
     started: float = field(default_factory=time.monotonic)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # failures count from here
-    refused: list = field(default_factory=list)  # dead letters a worker refused since the start (newest first)
+    refused: list[dict[str, Any]] = field(default_factory=list)  # dead letters a worker refused since the start (newest first)
     _refused_at: float = 0.0
 
 
 def _last_sync_marker(settings: AgentSettings) -> str | None:
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings)
@@ -53,7 +55,9 @@ def _last_sync_marker(settings: AgentSettings) -> str | None:
 
 def enqueue(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None) -> Backfill:
     """Plan one agent and enqueue all of its work; returns at once."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers import embedded
     from memindex.workers.sync import run_sync
 
@@ -68,8 +72,6 @@ def enqueue(ctx: Context, *, force: bool = False, progress: ProgressFn | None = 
 
 def progress_of(b: Backfill) -> tuple[bool, int]:
     """(plan recorded by the writer, files still pending)."""
-    from memindex.producers.enqueue import pending_files
-
     landed = _last_sync_marker(b.settings) != b.plan_marker
     return landed, pending_files(b.settings) if landed else _total(b)
 
@@ -111,11 +113,12 @@ REFUSED_POLL_S = 1.0  # how often waiting reads the dead letters (every queue's,
 def _refused_files(b: Backfill) -> int:
     """Files of this agent's messages a worker refused since the backfill started: dead-lettered
     (workers/guard.py), they are written by nobody until replayed."""
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers.queues import refused_since
 
     now = time.monotonic()
     if now - b._refused_at >= REFUSED_POLL_S:
-        b._refused_at, b.refused = now, refused_since(b.ctx.agent_id, b.started_ms)
+        b._refused_at, b.refused = now, refused_since(b.settings.agent_id, b.started_ms)
     return sum(d["files"] for d in b.refused)
 
 
@@ -128,6 +131,7 @@ def refused_line(b: Backfill) -> str:
 
 
 def _failed_since_start(b: Backfill) -> int:
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.index.failures import failures_since
 
     return sum(g["count"] for g in failures_since(b.settings.store_path, b.started_ms).values())
@@ -135,6 +139,7 @@ def _failed_since_start(b: Backfill) -> int:
 
 def must_wait() -> bool:
     """On the embedded broker the work lives in this process: leaving would lose it."""
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers.broker import is_embedded
 
     return is_embedded()

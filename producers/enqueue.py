@@ -10,11 +10,15 @@ import contextlib
 import logging
 import os
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.pipeline.errors import (BrokerUnavailable, DeadLettered, IndexIncomplete, IndexTimeout, NoWorkerError,
-                                      checked_call)
+                                      UsageError, checked_call, require)
+
+if TYPE_CHECKING:  # (types only: both load on the paths that use them)
+    from memindex.pipeline.index.indexer import SyncPlan
+    from memindex.pipeline.store.reader import StoreReader
 
 log = logging.getLogger("memindex.sync")
 
@@ -23,13 +27,14 @@ ProgressFn = Callable[[int, int], None]
 
 def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -> None:
     """Fire and forget: enqueue a sync of one agent (its message carries the pinned Context)."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
-    from memindex.workers import embedded
-    from memindex.workers.sync import sync_agent
+    from memindex.workers import embedded  # lazy: the queue layer (dramatiq, the actors: ~0.2 s), only to send
+    from memindex.workers.wire import SyncAgent, send  # lazy: (the same)
 
-    msg = pinned(settings_for(ctx)).as_dict()
+    msg = pinned(settings_for(ctx))
     embedded.start()
-    sync_agent.send(msg, force=force, reason=reason)
+    send(SyncAgent(msg, force, reason))
 
 
 @contextlib.contextmanager
@@ -40,10 +45,12 @@ def broker_errors() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
+        # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
         from memindex.workers.logs import is_redis_error
 
         if not is_redis_error(exc):
             raise
+        # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
         from memindex.workers.broker import broker_error_line
 
         raise BrokerUnavailable(broker_error_line(exc)) from exc
@@ -69,9 +76,8 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     import, no worker threads, no writer message - just the stats. An agent whose memory
     search is disabled is not indexed (``"disabled": 1``, nothing else).
     """
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.errors import UsageError, require
-
     require("ctx", ctx, Context)
     require("timeout", timeout, (int, float), optional=True)
     if timeout is not None and not timeout >= 0:  # (NaN too)
@@ -85,6 +91,7 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
         counts["pending_sessions"] = plan.pending_sessions
     if noop:
         return counts
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers import embedded, queues
     from memindex.workers.sync import dispatch_plan
 
@@ -107,7 +114,7 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
         redo = dispatch_plan(ctx, again)
         log.info("sync %s: %d file(s) queued were not written; queued them again",
                  settings_for(ctx).agent_id, redo["to_index"])
-        left = None if timeout is None else max(0.0, deadline - time.monotonic())
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         idle = wait_idle(ctx, total=total, progress=progress, timeout=left, since_ns=sent_ns)
         _check_dead_letters(settings_for(ctx).agent_id, queues.dead_count() - dead)
         lost = pending_files(settings_for(ctx)) if idle else 0
@@ -130,6 +137,7 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
         counts = {**counts, "vanished": gone}
     # Files that failed (a wrong key, an unreachable provider: every embedding refused) are not
     # "indexed": the counts said the same as a good sync's, and only index_status told.
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.index.failures import failures_since
 
     failed = sum(g["count"] for g in failures_since(settings_for(ctx).store_path, started_ms).values())
@@ -141,11 +149,13 @@ def _check_dead_letters(agent: str | None, new: int) -> None:
     state dir refuses them at once). Then the sync failed, and says why."""
     if new <= 0:
         return
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers import queues
 
     mine = [d for d in queues.dead_letters(limit=max(new, 10), newest=True) if agent is None or d["agent"] == agent]
     if not mine:
         return  # another agent's (a concurrent sync): its own run reports it
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers.broker import is_embedded
 
     reasons = list(dict.fromkeys(d["error"] or "no error recorded" for d in mine))
@@ -157,9 +167,10 @@ def _check_dead_letters(agent: str | None, new: int) -> None:
                        + after)
 
 
-def plan_now(ctx: Context, *, force: bool = False, probe: bool = True):
+def plan_now(ctx: Context, *, force: bool = False, probe: bool = True) -> tuple[SyncPlan, bool]:
     """(plan, nothing-to-do) for one agent, computed in this process (``probe`` False: a dry plan
     that never calls the embedding provider, see ``planning_identity``)."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.embeddings.embedder import planning_identity
     from memindex.pipeline.index.indexer import plan_agent
@@ -183,7 +194,9 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
               timeout: float | None = None, since_ns: int = 0) -> bool:
     """Block until the queues are idle; ``progress(done, total)`` counts the files written of a
     plan sent at ``since_ns`` (none until the writer has recorded that plan)."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers import embedded
     from memindex.workers.broker import is_embedded
 
@@ -191,6 +204,7 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
         if progress is None or not total:
             return embedded.join_idle(timeout)  # event-driven: no polling latency at the end
         return _join_with_progress(settings_for(ctx), total, progress, timeout, since_ns)
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.store.reader import StoreReader
 
     reader = StoreReader(settings_for(ctx).store_path, vector_enabled=False)  # one connection, no sqlite-vec
@@ -200,12 +214,16 @@ def wait_idle(ctx: Context, *, total: int = 0, progress: ProgressFn | None = Non
         reader.close()
 
 
-def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: float | None,
+def _poll_broker(reader: StoreReader, total: int, progress: ProgressFn | None, timeout: float | None,
                  since_ns: int = 0) -> bool:
     """Redis: poll queue depth (the workers are other processes) until idle or timeout."""
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers import queues
 
-    from memindex.workers.broker import broker, oom_line, oom_refusals, redis_full
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
+    from memindex.workers.broker import oom_line, oom_refusals, redis_full, redis_of
+
+    broker = redis_of()  # (the embedded broker's wait is join_idle's: this is Redis)
 
     deadline = None if timeout is None else time.monotonic() + timeout
     quiet = 0
@@ -253,6 +271,7 @@ def _poll_broker(reader: Any, total: int, progress: ProgressFn | None, timeout: 
 def _starts(queues: list[str]) -> list[str]:
     """The commands that consume ``queues`` (a shard's writer by its K/N: a plain `--writer` is
     refused in a sharded deployment)."""
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers.broker import is_write_queue, write_shards
 
     out = []
@@ -275,7 +294,9 @@ PROGRESS_REDRAW_S = 0.25
 
 def _join_with_progress(settings: AgentSettings, total: int, progress: ProgressFn,
                         timeout: float | None, since_ns: int = 0) -> bool:
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.store.reader import StoreReader
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers import embedded
 
     # One read connection for the whole wait, without sqlite-vec: a count needs no vectors.
@@ -294,7 +315,7 @@ def _join_with_progress(settings: AgentSettings, total: int, progress: ProgressF
         reader.close()
 
 
-def _done(reader: Any, total: int, since_ns: int) -> int:
+def _done(reader: StoreReader, total: int, since_ns: int) -> int:
     """Files of a plan of ``total`` written so far: none before the writer has recorded the plan
     (its pending rows are not there yet, and the count read "all done": the bar jumped to 100%
     at once and sat there, and said 100% when interrupted)."""
@@ -304,12 +325,13 @@ def _done(reader: Any, total: int, since_ns: int) -> int:
     return total - min(total, reader.pending_count(st.building_generation or st.live_generation))
 
 
-def _pending(reader: Any) -> int:
+def _pending(reader: StoreReader) -> int:
     st = reader.state()
     return reader.pending_count(st.building_generation or st.live_generation)
 
 
 def pending_files(settings: AgentSettings) -> int:
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.store.reader import open_reader
 
     reader = open_reader(settings)

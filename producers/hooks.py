@@ -32,6 +32,7 @@ log = logging.getLogger("memindex.hooks")
 
 def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None = None) -> bool:
     """Enqueue a sync unless one is already queued for this agent. True if enqueued."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
     from memindex.producers.enqueue import request_sync
 
@@ -41,6 +42,7 @@ def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None 
     sent = send_once(settings.store_path, lambda: request_sync(ctx, reason=reason))
     # Redis answered: ends an outage this process's logs were counting (a server has no heartbeat,
     # and said "redis still unreachable after 150 s" of an outage seconds old).
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers.logs import redis_answered
 
     redis_answered()
@@ -63,6 +65,7 @@ def _within_deadline(key: str, call: Callable[[], bool]) -> bool:
         return call()  # no network: the flag and the queue are in this process
     # The queue layer is imported here, outside the deadline: importing it asks Redis nothing, and
     # a process's first call spent most of the 0.5 s importing dramatiq and the actors.
+    # lazy: only a hook on Redis needs the queue layer (the embedded path above never loads it)
     import memindex.workers.actors  # noqa: F401
     import memindex.workers.flags  # noqa: F401
     box: dict[str, Any] = {}
@@ -99,6 +102,7 @@ def _within_deadline(key: str, call: Callable[[], bool]) -> bool:
 def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     """A session started: schedule a sync if ``sync.onSessionStart`` (default on). Returns
     within HOOK_DEADLINE_S, or raises ``BrokerUnavailable``."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
 
     require("ctx", ctx, Context)

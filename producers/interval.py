@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import Context
+from memindex.producers.hooks import request_sync_once
 
 log = logging.getLogger("memindex.interval")
 
@@ -42,6 +43,7 @@ _warned: dict[str | None, str] = {}  # agent -> the config error last logged for
 
 
 def _interval_s(ctx: Context) -> float:
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
 
     try:
@@ -61,6 +63,7 @@ def _interval_s(ctx: Context) -> float:
 
 def _vectors_pending(ctx: Context) -> int:
     """Files of the agent's index stored without their vectors (the next sync re-embeds them)."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.store.reader import open_reader
 
@@ -80,8 +83,10 @@ def _vectors_pending(ctx: Context) -> int:
 
 def _stranded(ctx: Context) -> int:
     """Files pending in the agent's store while no queue holds or runs anything (0 otherwise)."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
     from memindex.pipeline.store.reader import open_reader
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
     from memindex.workers import queues
 
     try:
@@ -99,16 +104,15 @@ def _stranded(ctx: Context) -> int:
 
 
 def _forget_leases(ctx: Context) -> None:
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
-    from memindex.workers import leases
-    from memindex.workers.broker import broker
+    from memindex.workers import leases  # lazy: the queue layer's import cost, only when leases are dropped
+    from memindex.workers.broker import get_broker  # lazy: (the same)
 
-    leases.forget_store(broker, settings_for(ctx).store_path)
+    leases.forget_store(get_broker(), settings_for(ctx).store_path)
 
 
 def _default_enqueue(ctx: Context, reason: str) -> object:
-    from memindex.producers.hooks import request_sync_once
-
     return request_sync_once(ctx, reason)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.search.qmd.manager import QmdManager, manager_for
-from memindex.pipeline.search.qmd.runner import QmdError
+from memindex.pipeline.errors import QmdError
 
 log = logging.getLogger("memindex.qmd_sync")
 

@@ -31,6 +31,7 @@ from memindex.pipeline.index.sessions import KIND, SOURCE, discover_sessions, ne
 from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.store.core import FileKey, IndexedFile
 from memindex.pipeline.store.reader import open_reader
+from memindex.producers.hooks import request_sync_once
 
 log = logging.getLogger("memindex.session_delta")
 
@@ -38,11 +39,13 @@ log = logging.getLogger("memindex.session_delta")
 # again (a lost message must not stall a transcript); the writer drops duplicates.
 INFLIGHT_TTL_S = 30.0
 
-_inflight: dict[tuple[str, str], tuple[tuple, float]] = {}
+# (base hash, "full"), (base hash, "append", start byte), or the transcripts found gone
+Work = tuple[str | None, str] | tuple[str | None, str, int] | tuple[tuple[str, str], ...]
+_inflight: dict[tuple[str, str], tuple[Work, float]] = {}
 _inflight_lock = threading.Lock()
 
 
-def _claim(key: tuple[str, str], token: tuple) -> bool:
+def _claim(key: tuple[str, str], token: Work) -> bool:
     """True if this exact work is not already in flight (and marks it so)."""
     now = time.monotonic()
     with _inflight_lock:
@@ -72,8 +75,10 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
     if gen is None:
         return 0
 
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) only once there is a transcript to send
     from memindex.workers import embedded
-    from memindex.workers.index import index_files, index_session_delta
+    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
+    from memindex.workers.wire import IndexFiles, IndexSessionDelta, send
 
     embedded.start()
     sent = 0
@@ -88,12 +93,12 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
         if isinstance(step, SessionDelta):
             if not _claim((store, f.path), (base, "append", step.start_byte)):
                 continue
-            index_session_delta.send(ctx.as_dict(), gen, step.to_message())
+            send(IndexSessionDelta(ctx, gen, step))
         else:
             if not _claim((store, f.path), (base, "full")):
                 continue
             job = FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, KIND)
-            index_files.send(ctx.as_dict(), gen, [job.to_message()])
+            send(IndexFiles(ctx, gen, [job]))
         sent += 1
         log.debug("%s %s: enqueued %s", ctx.agent_id, f.path, "delta" if isinstance(step, SessionDelta) else "full")
     return sent + _sync_if_gone(ctx, settings, indexed, {(f.source, f.path) for f in listed})
@@ -112,8 +117,6 @@ def _sync_if_gone(ctx: Context, settings: AgentSettings, indexed: dict[FileKey, 
     gone = sorted(k for k in missing if not still_on_disk(settings, k, visible))
     if not gone or not _claim((str(settings.store_path), "\0gone"), tuple(gone)):
         return 0
-    from memindex.producers.hooks import request_sync_once
-
     request_sync_once(ctx, "sessions-gone", settings)  # False: a queued sync, not yet started, covers it
     log.info("%s: %d indexed transcript(s) gone from disk (%s); sync enqueued to remove them",
              ctx.agent_id, len(gone), ", ".join(p for _, p in gone[:3]) + (" ..." if len(gone) > 3 else ""))

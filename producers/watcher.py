@@ -37,7 +37,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -51,11 +51,13 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.workspace import (MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_markdown_name,
                                               resolve_extra_paths, watch_roots)
+from memindex.producers.enqueue import request_sync
 
 log = logging.getLogger("memindex.watcher")
 
@@ -78,29 +80,29 @@ Enqueue = Callable[[Context, str], object]
 
 
 def _default_enqueue(ctx: Context, reason: str) -> object:
-    from memindex.producers.enqueue import request_sync
-
-    return request_sync(ctx, reason=reason)
+    request_sync(ctx, reason=reason)
+    return None
 
 
 def _forget_leases() -> None:
     """Work in flight may be gone: no plan may skip a file as queued by another (workers/leases.py)."""
-    from memindex.workers import leases
-    from memindex.workers.broker import broker
+    from memindex.workers import leases  # lazy: the queue layer's import cost, only when leases are dropped
+    from memindex.workers.broker import get_broker  # lazy: (the same)
 
     try:
-        leases.forget_all(broker)
+        leases.forget_all(get_broker())
     except Exception as exc:  # noqa: BLE001 - Redis away again: its leases expire (LEASE_TTL_S)
         log.warning("watcher: could not clear the queued-file leases (%s); files queued before may wait "
                     "up to %.0f h for a re-plan", exc, leases.LEASE_TTL_S / 3600)
 
 
-def _data_loss_probe() -> Callable[[], bool] | None:
+def _data_loss_probe() -> Callable[[], str | None] | None:
     """The probe for this deployment's Redis; None on the embedded broker (its queue dies with us)."""
-    from memindex.workers.broker import broker, is_embedded
-    from memindex.workers.lifecycle import DataLossProbe
+    from memindex.workers.broker import redis_broker  # lazy: the queue layer's import cost
+    from memindex.workers.lifecycle import DataLossProbe  # lazy: (the same)
 
-    return None if is_embedded() else DataLossProbe(broker.client, broker.namespace)  # type: ignore[attr-defined]
+    rb = redis_broker()
+    return None if rb is None else DataLossProbe(rb.client, rb.namespace)
 
 
 def _norm(p: str | os.PathLike[str]) -> str:
@@ -162,6 +164,7 @@ class AgentWatch:
 
 def _media_filter(settings: AgentSettings) -> Callable[[str], str | None] | None:
     try:
+        # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
         from memindex.pipeline.index.media import extra_kind_for
     except ImportError:
         return None
@@ -208,8 +211,8 @@ class Watcher:
         self.max_dirs = max_dirs
         self.observer = Observer()
         self._handler = _Handler(self)
-        self._watches: dict[str, object] = {}  # directory -> ObservedWatch
-        self._carry: dict[str, object] = {}  # during reconfigure: the watches before it
+        self._watches: dict[str, ObservedWatch] = {}  # directory -> its watch
+        self._carry: dict[str, ObservedWatch] = {}  # during reconfigure: the watches before it
         self._debounce_override = debounce_s
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -226,13 +229,12 @@ class Watcher:
         # Redis losing its data loses the queued work of every pending file; nothing on disk
         # changes, so only a re-plan brings it back. "auto": the broker's probe, when the
         # syncs go to it (None on the embedded broker, or with a caller's own enqueue).
-        if lost == "auto":
-            lost = _data_loss_probe() if enqueue is None else None
-        self._lost: Callable[[], str | None] | None = lost  # type: ignore[assignment]
+        probe = (_data_loss_probe() if enqueue is None else None) if lost == "auto" else lost
+        self._lost: Callable[[], str | None] | None = None if isinstance(probe, str) else probe
         self._next_probe = 0.0
         # Every agent id the config listed (watched or not) at start / the last reconfigure.
         self._listed: set[str | None] | None = None if configured is None else set(configured)
-        self._enqueue_said: dict[str, tuple[str, float]] = {}  # agent -> (last failure said, when)
+        self._enqueue_said: dict[str | None, tuple[str, float]] = {}  # agent -> (last failure said, when)
 
     # -- directories ------------------------------------------------------------------
     @property
@@ -332,7 +334,7 @@ class Watcher:
                 self._cap_hit(idx, tree)
 
     def reconfigure(self, agents: Iterable[tuple[Context, AgentSettings]],
-                    configured: Iterable[str | None] | None = None) -> tuple[list[str], list[str]]:
+                    configured: Iterable[str | None] | None = None) -> tuple[list[str | None], list[str | None]]:
         """Watch exactly these agents from now on: start the new ones (each gets a catch-up
         sync), stop the removed ones, re-read the kept ones' roots. Returns (added, removed) ids.
         ``configured``: every agent id the config lists (watched or not), so the log can say
@@ -398,8 +400,8 @@ class Watcher:
     def handle(self, event: FileSystemEvent) -> None:
         if event.event_type not in ("created", "modified", "deleted", "moved"):
             return
-        src = _norm(event.src_path) if event.src_path else ""
-        dest = _norm(event.dest_path) if getattr(event, "dest_path", "") else ""
+        src = _norm(os.fsdecode(event.src_path)) if event.src_path else ""
+        dest = _norm(os.fsdecode(event.dest_path)) if getattr(event, "dest_path", "") else ""
         is_dir = event.is_directory
         if not is_dir and event.event_type in ("created", "modified") and os.path.islink(src):
             return  # symlinks are never memory
@@ -470,10 +472,11 @@ class Watcher:
                 self._first.setdefault(idx, time.monotonic())
                 self._due[idx] = time.monotonic() + RETRY_S
 
-    def _say_enqueue_failed(self, agent_id: str, exc: Exception) -> None:
+    def _say_enqueue_failed(self, agent_id: str | None, exc: Exception) -> None:
         """Redis away: the process-wide outage filter words and spaces the line (workers/logs.py).
         Anything else (a broken openclaw.json while it is being edited): said when it changes,
         else once per ENQUEUE_REPEAT_S, not every RETRY_S."""
+        # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
         from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
         down = is_redis_down(exc)
@@ -565,8 +568,9 @@ class Watcher:
             self._fire(a, changed)
 
 
-def watch_agents(contexts: Iterable[Context], **kw) -> Watcher:
+def watch_agents(contexts: Iterable[Context], **kw: Any) -> Watcher:
     """Build and start a watcher for these agents (settings resolved from their config)."""
+    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
     from memindex.pipeline.config.agents import settings_for
 
     pairs = []
@@ -597,6 +601,7 @@ class ConfigReload:
         self.reloads = 0
 
     def _stamp(self) -> tuple[object, ...]:
+        # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
         from memindex.pipeline.config.settings import config_stamp
 
         return config_stamp(self.probe)
@@ -610,6 +615,7 @@ class ConfigReload:
             contexts = self.resolve()
             # Every agent's settings too, before anything is applied: a bad per-agent value
             # (maxResults "1") failed inside apply, as a traceback after "config changed".
+            # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
             from memindex.pipeline.config.agents import settings_for
 
             for ctx in contexts:

@@ -190,7 +190,7 @@ def start_workers(broker_url: str, *, queues: tuple[str, ...] = ("sync", "embed"
     """A real ``dramatiq`` worker process consuming the given queues."""
     env = dict(os.environ, MEMINDEX_BROKER_URL=broker_url, **(extra_env or {}))
     return subprocess.Popen(
-        [sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes", "1", "--threads", str(threads),
+        [sys.executable, "-m", "dramatiq", "memindex.workers.actors:get_broker", "--processes", "1", "--threads", str(threads),
          "--queues", *queues],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )

@@ -172,7 +172,7 @@ def test_a_full_disk_fails_the_run_once_with_one_line_and_the_next_sync_writes_e
     agent.write("memory/seed.md", "# Seed\nThe first note.\n")
     agent.index()
     store = str(agent.settings().store_path)
-    w = writer._writers[store]  # the embedded writer thread's own connection to the store
+    w = writer.state.opened[store]  # the embedded writer thread's own connection to the store
     pages = w.conn.execute("PRAGMA page_count").fetchone()[0]
     w.conn.execute(f"PRAGMA max_page_count = {pages + 2}")
     for i in range(40):
@@ -298,7 +298,7 @@ def test_a_stale_write_dropped_releases_its_lease(agent):
     record = prepare_file(settings, job).record
     moved = agent.root / "b.md"
     os.rename(path, moved)  # out of memory/ while the write is in flight: the write is stale
-    writer._write_files(pinned(settings).as_dict(), gen, [record])
+    writer._write_files(pinned(settings), gen, [record])
     assert leases.held(broker, settings.store_path, gen, [job]) == set()
     os.rename(moved, path)  # back, at the same size and mtime
     agent.index()

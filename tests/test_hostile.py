@@ -601,9 +601,10 @@ def test_writer_that_lost_its_wal_reopens_and_replans(agent):
     wal.unlink()  # mid-index: the next message the writer takes must notice
     agent.write("memory/b.md", "a lazy dog\n")
     from memindex.workers import embedded
+    from memindex.workers.wire import WriteTouch
     from memindex.workers.writer import write_touch
 
-    write_touch(agent.ctx.as_dict(), 1, [])  # reopens, and asks for a re-planning sync
+    write_touch(WriteTouch(agent.ctx, 1, []))  # reopens, and asks for a re-planning sync
     embedded.wait_idle(timeout=30)
     assert "memory/b.md" in _found(agent, "lazy dog")
     assert "memory/a.md" in _found(agent, "fox")

@@ -10,7 +10,7 @@ import pytest
 
 from memindex.pipeline.index.preparers import prepare_file
 from memindex.pipeline.index.records import FileJob
-from memindex.workers import actors
+from memindex.workers import actors, wire
 
 
 def test_index_and_search_end_to_end(agent):
@@ -89,10 +89,10 @@ def test_a_write_of_a_file_changed_since_lands_as_read_then_the_change_is_indexe
     job = FileJob("memory", "memory/a.md", str(p), st.st_size, st.st_mtime_ns)
     p.write_text("second version kumquat edited\n")  # wait: we chunk the NEW text below
     prepared = prepare_file(agent.settings(), job)
-    old = prepared.record.to_message()
+    old = wire.decode(wire.WriteFiles, wire.encode(wire.WriteFiles(agent.ctx, 1, [prepared.record]))).records[0]
     time.sleep(0.01)
     p.write_text("third version durian\n")  # the file changes after chunking
-    actors.write_files.fn(agent.ctx.as_dict(), 1, [prepared.record.to_message()])
+    actors.write_files(wire.WriteFiles(agent.ctx, 1, [prepared.record]))
     from memindex.workers import writer
 
     writer.settle()  # (the group commit a message's end would do)
@@ -101,11 +101,11 @@ def test_a_write_of_a_file_changed_since_lands_as_read_then_the_change_is_indexe
 
     embedded.wait_idle(timeout=30)  # the writer asked for a fresh sync
     assert [r[5] for r in agent.store_rows()] == ["third version durian\n"]
-    actors.write_files.fn(agent.ctx.as_dict(), 1, [old])  # an older read, late: dropped
+    actors.write_files(wire.WriteFiles(agent.ctx, 1, [old]))  # an older read, late: dropped
     embedded.wait_idle(timeout=30)
     assert [r[5] for r in agent.store_rows()] == ["third version durian\n"]
     p.unlink()
-    actors.write_files.fn(agent.ctx.as_dict(), 1, [old])  # the file is gone: dropped, re-planned
+    actors.write_files(wire.WriteFiles(agent.ctx, 1, [old]))  # the file is gone: dropped, re-planned
     embedded.wait_idle(timeout=30)
     assert agent.store_rows() == []
 
@@ -115,9 +115,9 @@ def test_duplicate_messages_leave_no_duplicate_chunks(agent):
     agent.index()
     p = agent.workspace / "memory/a.md"
     st = p.stat()
-    job = FileJob("memory", "memory/a.md", str(p), st.st_size, st.st_mtime_ns).to_message()
+    job = FileJob("memory", "memory/a.md", str(p), st.st_size, st.st_mtime_ns)
     for _ in range(3):
-        actors.index_files.send(agent.ctx.as_dict(), 1, [job])
+        wire.send(wire.IndexFiles(agent.ctx, 1, [job]))
     from memindex.workers import embedded
 
     embedded.wait_idle(timeout=30)
@@ -244,15 +244,22 @@ def test_records_round_trip_through_their_queue_message():
     rec = FileRecord("sessions", "sessions/t.jsonl", "/s/t.jsonl", "h", 3, 4, "session", None,
                      [ChunkRecord(1, 2, "c", "text", [0.5, -1.0], cacheable=False), ChunkRecord(3, 3, "d", "more")],
                      EmbeddingIdentity("p", "m", "k", 2), ["c"], {"turns": 1}, "b")
-    msg = json.loads(json.dumps(rec.to_message()))  # JSON-safe, as dramatiq sends it
-    assert isinstance(msg["chunks"][0]["embedding"], str)  # base64 only on the wire
-    back = FileRecord.from_message(msg)
+    from memindex.pipeline.config.settings import Context
+    from memindex.workers import wire
+
+    ctx = Context("main", "/c.json", "/state", "/ws")
+    args = json.loads(json.dumps(wire.encode(wire.WriteFiles(ctx, 7, [rec]))))  # JSON-safe, as dramatiq sends it
+    assert isinstance(args[2][0]["chunks"][0]["embedding"], str)  # base64 only on the wire
+    back = wire.decode(wire.WriteFiles, args).records[0]
     assert back.chunks[0].embedding == pack([0.5, -1.0])  # packed float32, as the store keeps it
     back.chunks[0].embedding = [0.5, -1.0]
     assert back == rec
-    for r in (FileJob("memory", "a.md", "/w/a.md", 1, 2, "image", "h"), TouchRecord("memory", "a.md", "h", 1, 2),
-              SessionDelta("sessions", "sessions/t.jsonl", "/s/t.jsonl", 10, 3, "h", {"turns": 1})):
-        assert type(r).from_message(json.loads(json.dumps(r.to_message()))) == r
+    job = FileJob("memory", "a.md", "/w/a.md", 1, 2, "image", "h")
+    touch = TouchRecord("memory", "a.md", "h", 1, 2)
+    delta = SessionDelta("sessions", "sessions/t.jsonl", "/s/t.jsonl", 10, 3, "h", {"turns": 1})
+    for payload in (wire.IndexFiles(ctx, 1, [job], 384), wire.WriteTouch(ctx, 1, [touch]),
+                    wire.IndexSessionDelta(ctx, 1, delta)):
+        assert wire.decode(type(payload), json.loads(json.dumps(wire.encode(payload)))) == payload
 
 
 def test_the_store_takes_vectors_as_floats_or_packed_bytes(tmp_path):
@@ -389,15 +396,19 @@ def test_work_for_an_agent_removed_from_the_config_fails_once_at_once(tmp_path, 
     (late_ws / "memory" / "a.md").write_text("papaya notes\n")
     main = {"id": "main", "default": True, "workspace": str(a.workspace)}
     a.write_config({"agents": {"list": [main, {"id": "late", "workspace": str(late_ws)}]}})
-    ctx = pinned(settings_for(Context("late", str(a.config_path), str(a.state)))).as_dict()
+    from memindex.pipeline.index.records import SessionDelta
+    from memindex.workers import wire
+
+    ctx = pinned(settings_for(Context("late", str(a.config_path), str(a.state))))
     a.write_config({"agents": {"list": [main]}})  # removed while its work is queued
-    args = {"index_files": (1, [{"source": "memory", "path": "memory/a.md"}]),
-            "index_session_delta": (1, {"source": "sessions", "path": "s.jsonl"}),
-            "write_deletes": (1, [["memory", "memory/a.md"]])}[actor]
+    payload = {"index_files": wire.IndexFiles(ctx, 1, [FileJob("memory", "memory/a.md", "/x/a.md", 1, 1)]),
+               "index_session_delta": wire.IndexSessionDelta(ctx, 1, SessionDelta("sessions", "s.jsonl", "/x/s.jsonl",
+                                                                                  0, 1, "h", {})),
+               "write_deletes": wire.WriteDeletes(ctx, 1, [("memory", "memory/a.md")])}[actor]
     embedded.start()
     caplog.set_level(logging.INFO)
     t0 = time.monotonic()
-    sent = getattr(actors, actor).send(ctx, *args)
+    sent = wire.send(payload)
     assert embedded.wait_idle(timeout=30), "still retrying after 30 s"
     assert time.monotonic() - t0 < 30
     (dead,) = [m for m in embedded.dead_letters() if m.message_id == sent.message_id]
@@ -478,8 +489,10 @@ def test_writes_dropped_for_a_generation_that_is_gone_end_their_leases(agent):
     by another sync" for 6 h, and they stayed unindexed. Dropped, their leases end."""
     from memindex.pipeline.index.records import FileJob, FileRecord
     from memindex.workers import embedded, leases
-    from memindex.workers.broker import broker
+    from memindex.workers.broker import get_broker
     from memindex.workers.writer import _write_files
+
+    broker = get_broker()
 
     note = agent.write("memory/a.md", "# A\nkumquat\n")
     agent.index()
@@ -492,7 +505,7 @@ def test_writes_dropped_for_a_generation_that_is_gone_end_their_leases(agent):
     rec = FileRecord("memory", "memory/a.md", str(note), "h", st.st_size, st.st_mtime_ns)
     from memindex.pipeline.config.settings import pinned
 
-    _write_files(pinned(agent.settings()).as_dict(), 99, [rec])
+    _write_files(pinned(agent.settings()), 99, [rec])
     assert leases.held(broker, store, 99, [job]) == set()
 
 
@@ -504,8 +517,10 @@ def test_a_failed_message_ends_its_leases_even_when_its_failure_cannot_be_record
     from memindex.pipeline.config.settings import pinned
     from memindex.pipeline.index.records import FileJob
     from memindex.workers import embedded, leases
-    from memindex.workers.broker import broker
+    from memindex.workers.broker import get_broker
     from memindex.workers.failures import FailureReporter
+
+    broker = get_broker()
 
     note = agent.write("memory/a.md", "# A\nkumquat\n")
     agent.index()

@@ -246,7 +246,8 @@ def test_a_404_endpoint_fails_index_visibly_on_redis(agent, server, redis_server
         # retried) keeps its error on Redis.
         agent.memory_config({"provider": "gemini", "model": "gemini-embedding-2-preview", "fallback": "none",
                              "outputDimensionality": 5, "remote": {"apiKey": "g-test-key"}})
-        send = f"from memindex.workers.index import index_files; index_files.send({agent.ctx.as_dict()!r}, 1, [])"
+        send = ("from memindex.pipeline.config.settings import Context; from memindex.workers.wire import IndexFiles, send; "
+                f"send(IndexFiles(Context(**{agent.ctx.as_dict()!r}), 1, []))")
         subprocess.run([sys.executable, "-c", send], cwd=REPO, check=True, timeout=60,
                        env=dict(os.environ, MEMINDEX_BROKER_URL=redis_server.url))
         dead: list = []
@@ -459,8 +460,10 @@ def test_a_file_side_worker_held_by_backpressure_stops_within_the_grace_period(a
     _openai_serving(agent, server, 64, notes=12)
     url = redis_server.url
     # A backlog over the limit that nobody consumes: every send waits until "stuck" (5 s).
-    filler = ("from memindex.workers.compute import embed_chunks\n"
-              "for i in range(70): embed_chunks.send({}, 0, {}, [])\n")
+    filler = ("from memindex.pipeline.config.settings import Context\n"
+              "from memindex.workers.wire import ComputeSpec, EmbedChunks, send\n"
+              "spec = ComputeSpec('main', '/w', '/s', '/s/main.sqlite', None, {}, {}, {})\n"
+              "for i in range(70): send(EmbedChunks(Context(), 0, spec, []))\n")
     subprocess.run([sys.executable, "-c", filler], cwd=REPO, check=True, timeout=60,
                    env=dict(os.environ, MEMINDEX_BROKER_URL=url))
     log = open(tmp_path / "sync.log", "ab")
@@ -468,7 +471,8 @@ def test_a_file_side_worker_held_by_backpressure_stops_within_the_grace_period(a
                              "--threads", "2"], cwd=REPO, env=dict(os.environ, MEMINDEX_BROKER_URL=url),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        send = f"from memindex.workers.sync import sync_agent; sync_agent.send({agent.ctx.as_dict()!r})"
+        send = ("from memindex.pipeline.config.settings import Context; from memindex.workers.wire import SyncAgent, send; "
+                f"send(SyncAgent(Context(**{agent.ctx.as_dict()!r})))")
         subprocess.run([sys.executable, "-c", send], cwd=REPO, check=True, timeout=60,
                        env=dict(os.environ, MEMINDEX_BROKER_URL=url))
         deadline = time.monotonic() + 60

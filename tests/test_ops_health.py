@@ -106,7 +106,7 @@ def test_health_fails_while_two_writers_consume_one_write_queue(tmp_path, redis_
         assert wait_for(lambda: run_cli("health", env=env).returncode == 0, 60, step=0.5)
         # `memindex worker --writer` refuses a second writer of a live one's queue (test_scale_shards);
         # dramatiq started by hand does not ask, and health still says so.
-        procs.append(subprocess.Popen([sys.executable, "-m", "dramatiq", "memindex.workers.actors", "--processes",
+        procs.append(subprocess.Popen([sys.executable, "-m", "dramatiq", "memindex.workers.actors:get_broker", "--processes",
                                        "1", "--threads", "1", "--queues", "write"], cwd=REPO, env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
 

@@ -424,13 +424,13 @@ def test_search_schedules_a_sync_and_the_index_fills_in(agent):
 
 def test_sync_actor_clears_the_flag(agent):
     from memindex.workers import embedded
-    from memindex.workers.actors import sync_agent
+    from memindex.workers.wire import SyncAgent, send
 
     store = agent.settings().store_path
     assert flags.mark_sync_requested(store)
     assert not flags.mark_sync_requested(store)
     embedded.start()
-    sync_agent.send(agent.ctx.as_dict(), reason="test")
+    send(SyncAgent(agent.ctx, reason="test"))
     embedded.wait_idle(timeout=20)
     assert flags.mark_sync_requested(store)  # cleared by the sync: a new request goes through
     flags.clear_sync_requested(store)

@@ -181,11 +181,14 @@ def test_same_jobs_enqueued_twice_leave_no_duplicates(tmp_path, redis_server):
                           "mtime_ns": st.st_mtime_ns, "kind": "markdown", "known_hash": None})
         _py(url, f"""
 import json
-from memindex.workers.actors import index_files, sync_agent
-ctx, job = json.loads({ctx!r}), json.loads({job!r})
+import msgspec
+from memindex.pipeline.config.settings import Context
+from memindex.pipeline.index.records import FileJob
+from memindex.workers.wire import IndexFiles, SyncAgent, send
+ctx, job = Context(**json.loads({ctx!r})), msgspec.convert(json.loads({job!r}), FileJob)
 for _ in range(2):
-    index_files.send(ctx, 1, [job])
-    sync_agent.send(ctx, reason="dup")
+    send(IndexFiles(ctx, 1, [job]))
+    send(SyncAgent(ctx, reason="dup"))
 """)
         assert _wait(lambda: _idle(url), timeout=30)
         time.sleep(0.3)
@@ -225,11 +228,13 @@ def test_dead_letters_are_listed_and_replayed(tmp_path, redis_server):
     a = Agent(tmp_path / "a")
     ctx = json.dumps(a.ctx.as_dict())
     with _workers(url, tmp_path):
+        # A message that is no IndexFiles payload (another version's): never retried, dead-lettered with why.
         _py(url, f"""
 import json
-from memindex.workers.actors import index_files
-index_files.send_with_options(args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}]), max_retries=1,
-                              min_backoff=10, max_backoff=50)
+import dramatiq
+from memindex.workers.broker import get_broker
+get_broker().enqueue(dramatiq.Message(queue_name="sync", actor_name="index_files", kwargs={{}}, options={{}},
+                                      args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}])))
 """)
 
         def dead() -> list:
@@ -239,7 +244,7 @@ index_files.send_with_options(args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}]
         assert _wait(lambda: len(dead()) == 1, timeout=20)
         d = dead()[0]
         assert d["actor"] == "index_files" and d["queue"] == "sync" and d["agent"] == "main"  # file side
-        assert "TypeError" in (d["error"] or "")
+        assert "version of memindex" in (d["error"] or "") and "$[2][0]" in d["error"], d
         rep = json.loads(run_cli("queues", "--json", env={"MEMINDEX_BROKER_URL": url}).stdout)
         assert rep["queues"]["sync"]["dead"] == 1
         out = run_cli("dead-letters", "--replay", env={"MEMINDEX_BROKER_URL": url})
@@ -251,9 +256,10 @@ index_files.send_with_options(args=(json.loads({ctx!r}), 1, [{{"not": "a job"}}]
         other = json.dumps(dict(a.ctx.as_dict(), agent_id="other"))
         _py(url, f"""
 import json
-from memindex.workers.actors import index_files
-index_files.send_with_options(args=(json.loads({other!r}), 1, [{{"not": "a job"}}]), max_retries=1,
-                              min_backoff=10, max_backoff=50)
+import dramatiq
+from memindex.workers.broker import get_broker
+get_broker().enqueue(dramatiq.Message(queue_name="sync", actor_name="index_files", kwargs={{}}, options={{}},
+                                      args=(json.loads({other!r}), 1, [{{"not": "a job"}}])))
 """)
         assert _wait(lambda: len(dead()) == 2 and _idle(url), timeout=20)
         env = {"MEMINDEX_BROKER_URL": url}
@@ -460,7 +466,8 @@ def test_a_search_never_waits_for_the_deployments_embedding_slot(agent, redis_se
         import os, sys, time
         import redis
         import memindex
-        import memindex.workers.broker  # a server on Redis: the deployment-wide limiter is installed
+        import memindex.workers.broker
+        memindex.workers.broker.get_broker()  # a process on Redis: the deployment-wide limiter is installed
         from memindex.pipeline.embeddings.limiter import make_limiter
         from memindex.workers.limits import RedisConcurrencyLimiter
 

@@ -61,7 +61,9 @@ def test_messages_are_json_any_version_can_read():
     import dramatiq
     from dramatiq.encoder import DecodeError, JSONEncoder
 
-    import memindex.workers.broker  # noqa: F401 - installs the encoder
+    from memindex.workers.broker import get_broker
+
+    get_broker()  # installs the encoder
     from memindex.workers.encoder import MessageEncoder
 
     enc = dramatiq.get_encoder()

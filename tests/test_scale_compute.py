@@ -345,16 +345,18 @@ def test_the_compute_spec_carries_no_key_and_rebuilds_the_same_settings(tmp_path
     a = Agent(tmp_path / "a")
     _config(a, server, False)
     settings = a.settings()
+    import msgspec
+
     spec = compute_spec(settings)
-    text = json.dumps(spec)
+    text = msgspec.json.encode(spec).decode()  # as it travels in an embed_chunks message
     assert KEY not in text, text[max(0, text.find(KEY) - 300):][:400]
-    assert spec["secrets"] >= 1
+    assert spec.secrets >= 1
     # A compute host that can read the config gets the key from it: the very same settings
     # (so on the embedded broker indexing and search share one embedding service).
-    assert settings_from_spec(spec, a.ctx.as_dict()).digest() == settings.digest()
+    assert settings_from_spec(spec, a.ctx).digest() == settings.digest()
     # One that cannot uses its own environment.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-compute-env")
-    elsewhere = settings_from_spec(dict(spec, config=str(tmp_path / "not-on-this-host.json")), a.ctx.as_dict())
+    elsewhere = settings_from_spec(msgspec.structs.replace(spec, config=str(tmp_path / "not-on-this-host.json")), a.ctx)
     assert elsewhere.memory_search.remote.api_key is None
     embedder = chunk_embedder_for(elsewhere, cache=False)
     embedder.embed_chunks(["a text"], ["h1"])

@@ -198,7 +198,7 @@ def test_the_shard_count_survives_redis_losing_it(tmp_path, redis_server):
     finally:
         _kill(w)
     # A process without MEMINDEX_WRITE_SHARDS keeps the N it read while the key is missing.
-    code = ("import redis, sys\nfrom memindex.workers import broker as b\n"
+    code = ("import redis, sys\nfrom memindex.workers import broker as b\nb.get_broker()\n"
             "c = redis.Redis.from_url(sys.argv[1]); c.set(b.SHARDS_KEY, 2)\n"
             "first = b.write_shards(); c.delete(b.SHARDS_KEY); b._shards_seen[0] = 0.0\n"
             "print(first, b.write_shards())\n")

@@ -15,7 +15,7 @@ from memindex.pipeline.index.sessions import parse_extra, prepare_session_delta
 from memindex.producers import session_delta
 from memindex.producers.session_delta import check_sessions
 from memindex.workers import embedded
-from memindex.workers.actors import write_session_append
+from memindex.workers.wire import WriteSessionAppend, send
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -190,7 +190,7 @@ def test_a_duplicate_delta_is_applied_once(agent):
     rec = prepare_session_delta(agent.settings(), delta).record
     assert rec.base_hash == base
     for _ in range(2):
-        write_session_append.send(agent.ctx.as_dict(), gen, [rec.to_message()])
+        send(WriteSessionAppend(agent.ctx, gen, [rec]))
     assert embedded.wait_idle(timeout=30)
     assert sum("kestrel a" in r[5] for r in s.rows()) == 1
     # The detector, racing the same delta, does not append it again either.
@@ -201,15 +201,36 @@ def test_a_duplicate_delta_is_applied_once(agent):
 def test_in_flight_work_is_not_enqueued_twice(agent, monkeypatch):
     s = Sess(agent, delta_messages=2)
     s.append(msg("user", "kestrel a") + msg("user", "kestrel b"))
-    sent = []
-    from memindex.workers import actors
+    import dramatiq
 
-    monkeypatch.setattr(actors.index_session_delta, "send", lambda *a, **k: sent.append(a))
-    assert check_sessions(agent.ctx) == 1
-    assert check_sessions(agent.ctx) == 0  # still in flight
-    monkeypatch.setattr(session_delta, "INFLIGHT_TTL_S", 0.0)
-    assert check_sessions(agent.ctx) == 1  # a lost message is re-sent after the TTL
-    assert len(sent) == 2
+    from memindex.workers import wire
+    from memindex.workers.broker import get_broker
+
+    name = wire.route_of(wire.IndexSessionDelta).actor_name
+
+    class Lose(dramatiq.Middleware):
+        """Counts the deltas sent, and loses them before their actor runs (as a lost message)."""
+
+        sent = 0
+
+        def after_enqueue(self, broker, message, delay):
+            Lose.sent += message.actor_name == name
+
+        def before_process_message(self, broker, message):
+            if message.actor_name == name:
+                raise dramatiq.middleware.SkipMessage("lost by the test")
+
+    lose = Lose()
+    get_broker().middleware.append(lose)
+    try:
+        assert check_sessions(agent.ctx) == 1
+        assert check_sessions(agent.ctx) == 0  # still in flight
+        monkeypatch.setattr(session_delta, "INFLIGHT_TTL_S", 0.0)
+        assert check_sessions(agent.ctx) == 1  # a lost message is re-sent after the TTL
+        assert embedded.wait_idle(timeout=30)
+    finally:
+        get_broker().middleware.remove(lose)
+    assert Lose.sent == 2
 
 
 def test_partial_last_line_waits_for_its_newline(agent):

@@ -2,26 +2,42 @@
 
 The embedded default is dramatiq's in-memory ``StubBroker`` with worker
 threads in this process: the very same actors run, no server needed (P5).
-Importing this module installs the broker globally, which is what dramatiq's
-``dramatiq memindex.workers.actors`` CLI expects.
+Importing this module builds nothing and connects to nothing: the first
+``get_broker()`` builds the broker, declares the queues on it and installs it
+as dramatiq's global one. Every actor imported so far is declared on it then,
+and every one imported later as it registers (``workers/wire.py``): a process
+that consumes imports the actors first (``dramatiq
+memindex.workers.actors:get_broker`` for ``memindex worker``,
+``workers/embedded.py`` for the embedded default); one that only sends needs
+none declared.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.environ import BROKER_ENV
+from memindex.pipeline.config.environ import BROKER_ENV, env_number
+from memindex.pipeline.errors import ConfigError
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.logs import out_of_memory as out_of_memory
 from memindex.workers.failures import FailureReporter, install_log_filters as _install_log_filters
 from memindex.workers import metrics
+from memindex.workers.guard import ContextGuard
 from memindex.workers.lifecycle import GroupCommit, HandBackOnStop, InterruptEmbedsOnStop, Lifecycle, WorkContext
+from memindex.workers.limits import install as install_limits
+
+if TYPE_CHECKING:  # (only for types: redis is imported when a Redis broker is built, never before)
+    from dramatiq.brokers.redis import RedisBroker
+    from dramatiq.brokers.stub import StubBroker
 
 log = logging.getLogger("memindex.broker")
 
@@ -48,7 +64,7 @@ def write_shards() -> int:
     shards only - all said done. It is said once, as a warning."""
     mine = configured_shards()
     url = broker_url()
-    if not url or "broker" not in globals():
+    if not url or _broker is None:
         return mine or 1
 
     now = time.monotonic()
@@ -69,7 +85,7 @@ def write_shards() -> int:
         log.warning("%s=%d here, but this deployment's writers run %d write shard(s) (recorded in Redis): "
                     "routing to their %d; fix the variable where this process starts", SHARDS_ENV, mine,
                     recorded, recorded)
-    return recorded
+    return int(recorded)
 
 
 def configured_shards() -> int | None:
@@ -80,13 +96,14 @@ def configured_shards() -> int | None:
 
 def recorded_write_shards() -> int | None:
     """The N this deployment's writers recorded in Redis, None if none has (or no Redis)."""
-    if not broker_url() or is_embedded():
+    rb = redis_broker() if broker_url() else None
+    if rb is None:
         return None
-    raw = broker.client.get(SHARDS_KEY)
+    raw = rb.client.get(SHARDS_KEY)
     return int(raw) if raw else None
 
 
-def _shard_record(queues) -> tuple[str, int] | None:
+def _shard_record(queues: Iterable[str]) -> tuple[str, int] | None:
     """A writer's N, for its heartbeat to record again and again (workers/lifecycle.py)."""
     n = configured_shards()
     return (SHARDS_KEY, n) if n is not None and any(map(is_write_queue, queues)) else None
@@ -112,8 +129,6 @@ def broker_url() -> str | None:
     line by every command (redis-py's ValueError surfaced as a traceback from each of them)."""
     url = environ.BROKER_URL.text()
     if url and not url.lower().startswith(_SCHEMES):
-        from memindex.pipeline.errors import ConfigError
-
         raise ConfigError(BROKER_ENV, f"expected a redis://, rediss:// or unix:// URL, got {redact(url)!r}")
     return url or None
 
@@ -135,10 +150,11 @@ def redis_full(client: Any) -> bool:
     return bool(limit) and int(info.get("used_memory") or 0) >= limit and info.get("maxmemory_policy") == "noeviction"
 
 
-def full_probe() -> Any:
+def full_probe() -> Callable[[], bool] | None:
     """For a metrics collector: a call saying whether the deployment's Redis is out of memory now
     (None on the embedded broker)."""
-    return None if is_embedded() else (lambda: redis_full(broker.client))
+    rb = redis_broker()
+    return None if rb is None else (lambda: redis_full(rb.client))
 
 
 def oom_refusals(client: Any) -> int | None:
@@ -181,7 +197,7 @@ def redact(url: str) -> str:
     return url
 
 
-def _middleware() -> list:
+def _middleware() -> list[dramatiq.Middleware]:
     # "after" hooks run in reverse order: FailureReporter, listed before Retries, sees the
     # message after Retries has decided whether it failed for good.
     # WorkContext first: its "before" hook runs first and its "after" hook last, so every line
@@ -205,15 +221,15 @@ _RETRIED_WHEN_FULL = frozenset({"ack", "nack", "requeue"})
 REQUEUE_WAIT_S = 60.0  # a consumer handing back its delayed messages waits this long for room
 
 
-def _redis_broker_class():
-    from dramatiq.brokers.redis import RedisBroker
+def _redis_broker_class() -> type[RedisBroker]:
+    from dramatiq.brokers.redis import RedisBroker  # (third-party: redis only for a Redis broker)
 
     class _RedisBroker(RedisBroker):
-        def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
+        def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> dramatiq.Consumer:
             return super().consume(queue_name, prefetch, min(timeout, POLL_MS))
 
-        def _dispatch(self, command: str):
-            do = super()._dispatch(command)
+        def _dispatch(self, command: str) -> Callable[..., Any]:
+            do: Callable[..., Any] = super()._dispatch(command)  # type: ignore[no-untyped-call]  # dramatiq's is untyped
             if command not in _RETRIED_WHEN_FULL:
                 return do
 
@@ -233,12 +249,12 @@ def _redis_broker_class():
                             # ack, nack: raised as the connection error dramatiq retries; a
                             # requeue that waited long enough: as the one its close() lets pass
                             # (the messages come back when this worker stops: maintenance).
-                            from dramatiq.brokers.redis import ConnectionClosed
-
                             import redis
+                            from dramatiq.brokers.redis import ConnectionClosed  # type: ignore[attr-defined]  # (not in its __all__)
 
                             err = redis.ConnectionError(f"{exc} ({command})")
-                            raise (err if command != "requeue" else ConnectionClosed(err)) from exc
+                            closed = ConnectionClosed(err)  # type: ignore[no-untyped-call]  # dramatiq's errors are untyped
+                            raise (err if command != "requeue" else closed) from exc
                     time.sleep(1.0)
                     waited += 1.0
 
@@ -262,16 +278,14 @@ MAINTENANCE_CHANCE = 20_000
 def make_broker() -> dramatiq.Broker:
     url = broker_url()
     if url:
-        from memindex.workers.guard import ContextGuard
-
-        import redis
+        import redis  # (third-party, only for a Redis broker: the embedded default never loads it)
 
         # Bounded socket waits: a hung Redis fails a command after REDIS_SOCKET_TIMEOUT_S
         # instead of blocking a CLI command (or a sync request) forever.
         client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
                                       socket_timeout=REDIS_SOCKET_TIMEOUT_S)
         extra = metrics.middleware(is_write_queue) if metrics.enabled() else []
-        broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES, _shard_record),
+        broker: dramatiq.Broker = _redis_broker_class()(client=client, middleware=[*_middleware(), ContextGuard(), Lifecycle(QUEUES, _shard_record),
                                                                   *extra],
                                        namespace="memindex",
                                        heartbeat_timeout=HEARTBEAT_TIMEOUT_MS,
@@ -286,9 +300,30 @@ def make_broker() -> dramatiq.Broker:
 
 
 def is_embedded(broker: dramatiq.Broker | None = None) -> bool:
-    from dramatiq.brokers.stub import StubBroker
+    from dramatiq.brokers.stub import StubBroker  # (third-party; cheap once dramatiq is loaded)
 
-    return isinstance(broker or dramatiq.get_broker(), StubBroker)
+    return isinstance(broker or get_broker(), StubBroker)
+
+
+# A broker is one of two kinds (make_broker): these say which, typed, without importing redis.
+def redis_broker(broker: dramatiq.Broker | None = None) -> RedisBroker | None:
+    """This process's broker (or ``broker``) when it is the Redis one, else None (embedded)."""
+    b = broker or get_broker()
+    return None if is_embedded(b) else cast("RedisBroker", b)
+
+
+def redis_of(broker: dramatiq.Broker | None = None) -> RedisBroker:
+    """``redis_broker``, for code past its embedded case (the broker is the Redis one there)."""
+    rb = redis_broker(broker)
+    if rb is None:
+        raise RuntimeError("the embedded broker has no Redis")  # (a caller's bug: it checked is_embedded first)
+    return rb
+
+
+def stub_broker(broker: dramatiq.Broker | None = None) -> StubBroker | None:
+    """This process's broker (or ``broker``) when it is the embedded one, else None (Redis)."""
+    b = broker or get_broker()
+    return cast("StubBroker", b) if is_embedded(b) else None
 
 
 class _DropDuplicateWorkerWarning(logging.Filter):
@@ -298,19 +333,61 @@ class _DropDuplicateWorkerWarning(logging.Filter):
         return "same type twice" not in record.getMessage()
 
 
-logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
-_install_log_filters()
+_broker: dramatiq.Broker | None = None
+_broker_lock = threading.RLock()
+# Called with each broker set_broker installs: workers/wire.py declares every actor on it.
+_on_install: list[Callable[[dramatiq.Broker], None]] = []
 
-dramatiq.set_encoder(MessageEncoder())
-broker = make_broker()
-dramatiq.set_broker(broker)
-# Declared without asking Redis: importing this module must not wait on a hung Redis (a no-op
-# `index` waited its 30 s socket timeout here). A writer's N is in its environment (`--shard K/N`
-# sets it); other processes send to the recorded shards (write_queue_for) without declaring them.
-_own_shards = (configured_shards() or 1) if broker_url() else 1
-for _q in (*QUEUES, *(f"{WRITE_QUEUE}.{k}" for k in range(_own_shards) if _own_shards > 1)):
-    broker.declare_queue(_q)
-if not is_embedded(broker):
-    from memindex.workers.limits import install as _install_limits
 
-    _install_limits(broker)
+def installed() -> dramatiq.Broker | None:
+    """The broker installed so far (None: none yet; nothing is built here)."""
+    return _broker
+
+
+def on_install(hook: Callable[[dramatiq.Broker], None]) -> None:
+    """Call ``hook(broker)`` for the broker installed now (if any) and every one installed later."""
+    with _broker_lock:
+        _on_install.append(hook)
+        if _broker is not None:
+            hook(_broker)
+
+
+def get_broker() -> dramatiq.Broker:
+    """This process's broker, built (Redis or embedded, from ``MEMINDEX_BROKER_URL``) and
+    installed on first use. Nothing before that call builds one or connects anywhere."""
+    if _broker is None:
+        with _broker_lock:
+            if _broker is None:
+                set_broker(make_broker())
+    assert _broker is not None  # (set_broker just installed it)
+    return _broker
+
+
+def set_broker(broker: dramatiq.Broker) -> None:
+    """Install ``broker`` as this process's (and dramatiq's global) broker: its queues declared,
+    every actor declared on it (the ``on_install`` hooks), Redis's rate limiter installed."""
+    global _broker
+    with _broker_lock:
+        logging.getLogger("dramatiq.broker.StubBroker").addFilter(_DropDuplicateWorkerWarning())
+        _install_log_filters()
+        dramatiq.set_encoder(MessageEncoder())
+        # Declared without asking Redis: a no-op `index` must not wait on a hung Redis (it waited its 30 s
+        # socket timeout here). A writer's N is in its environment (`--shard K/N` sets it); other
+        # processes send to the recorded shards (write_queue_for) without declaring them.
+        own_shards = (configured_shards() or 1) if broker_url() else 1
+        for q in (*QUEUES, *(f"{WRITE_QUEUE}.{k}" for k in range(own_shards) if own_shards > 1)):
+            broker.declare_queue(q)
+        _broker = broker
+        for hook in _on_install:
+            hook(broker)
+        dramatiq.set_broker(broker)
+        rb = redis_broker(broker)
+        if rb is not None:
+            install_limits(rb)
+
+
+def __getattr__(name: str) -> Any:
+    """``broker``: the callers that still read the module attribute get the lazy broker."""
+    if name == "broker":
+        return get_broker()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

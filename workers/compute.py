@@ -32,24 +32,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
-import dramatiq
-
 from memindex.pipeline.config import environ
+from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings
 from memindex.pipeline.config.settings import AgentSettings, Context, default_memory
-from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderError, ProviderRateLimited,
+from memindex.pipeline.embeddings.embedder import chunk_embedder_for
+from memindex.pipeline.embeddings.base import (InvalidVectorError, ProviderAuthError, ProviderRateLimited,
                                               ProviderTransientError)
-from memindex.pipeline.embeddings.embedder import FallbackSwitched, chunk_embedder_for
-from memindex.pipeline.errors import UnknownAgent
+from memindex.pipeline.errors import FallbackSwitched, ProviderError, UnknownAgent
 from memindex.pipeline.index.prepare import embed_missing
 from memindex.pipeline.index.preparers import needs_embedding
+from memindex.pipeline.index.fingerprint import EmbeddingIdentity
 from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store.schema import EMBED_PENDING
 from memindex.workers import queues
 from memindex.workers.broker import is_embedded
-from memindex.workers.messages import EMBED_QUEUE, GROUP_FILES, RETRY, request_resync, write_queue_for
-from memindex.workers.writer import (send_write_to, wait_for_writer, write_files, write_parts, write_session_append,
-                                     write_text_first)
+from memindex.workers.broker import EMBED_QUEUE
+from memindex.workers.messages import GROUP_FILES, RETRY, request_resync, write_queue_for
+from memindex.workers.wire import (ComputeSpec, EmbedChunks, Item, Part, WriteFiles, WriteMode, WriteParts,
+                                   WriteSessionAppend, WriteTextFirst, actor, send)
+from memindex.workers.writer import wait_for_writer
 
 log = logging.getLogger("memindex.compute")
 
@@ -72,12 +74,13 @@ EMBED_BACKLOG_WAIT_S = 120.0
 EMBED_BACKLOG_STUCK_S = 5.0  # the backlog did not shrink for this long: no compute worker runs; send anyway
 
 SECRET_FIELDS = ("apiKey", "headers")
-MODES = {"files": write_files, "append": write_session_append}
+MODES: dict[WriteMode, type[WriteFiles] | type[WriteSessionAppend]] = {"files": WriteFiles,
+                                                                       "append": WriteSessionAppend}
 
 
 # --- the spec: what the compute side needs instead of the config --------------------------------
 
-def compute_spec(settings: AgentSettings) -> dict[str, Any]:
+def compute_spec(settings: AgentSettings) -> ComputeSpec:
     """The agent's embedding settings as a message part, without secrets."""
     ms = settings.memory_search.to_dict()
     providers = copy.deepcopy(settings.providers)
@@ -88,13 +91,13 @@ def compute_spec(settings: AgentSettings) -> dict[str, Any]:
                 if section.pop(f, None) is not None:
                     stripped += 1
     ms["remote"].update(apiKey=None, headers={})  # the record's "none set", its fields being required
-    return {"agent_id": settings.agent_id, "workspace": str(settings.workspace),
-            "state_dir": str(settings.state_dir), "store": str(settings.store_path),
-            "config": str(settings.config_path) if settings.config_path else None,
-            "memory_search": ms, "providers": providers, "memory": settings.memory.to_dict(), "secrets": stripped}
+    return ComputeSpec(agent_id=settings.agent_id, workspace=str(settings.workspace),
+                       state_dir=str(settings.state_dir), store=str(settings.store_path),
+                       config=str(settings.config_path) if settings.config_path else None,
+                       memory_search=ms, providers=providers, memory=settings.memory.to_dict(), secrets=stripped)
 
 
-def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettings:
+def settings_from_spec(spec: ComputeSpec, ctx: Context) -> AgentSettings:
     """``AgentSettings`` for embedding (and batch jobs), built from a spec: no path in it is opened
     here but the config file's.
 
@@ -104,19 +107,17 @@ def settings_from_spec(spec: dict[str, Any], ctx: dict[str, Any]) -> AgentSettin
     off mid-backfill stops taking new work). Elsewhere the spec holds, and the removed keys come
     from this host's environment, as ``keys.resolve_api_key`` looks them up after the config.
     """
-    if spec.get("config") and os.path.isfile(spec["config"]):
+    if spec.config and os.path.isfile(spec.config):
         try:
-            from memindex.pipeline.config.agents import settings_for
-
-            return settings_for(Context.from_dict(ctx))
+            return settings_for(ctx)
         except Exception as exc:  # noqa: BLE001 - then the spec and this host's environment serve
             log.warning("could not read %s (%s); using the message's settings and this host's environment",
-                        spec["config"], exc)
-    return AgentSettings(spec["agent_id"], Path(spec["workspace"]), Path(spec["state_dir"]), Path(spec["store"]),
-                         True, MemorySearchSettings.from_dict(spec["memory_search"]),
-                         MemorySettings.from_dict(spec["memory"]) if spec.get("memory") else default_memory(),
-                         copy.deepcopy(spec["providers"]),
-                         config_path=Path(spec["config"]) if spec.get("config") else None)
+                        spec.config, exc)
+    return AgentSettings(spec.agent_id, Path(spec.workspace), Path(spec.state_dir), Path(spec.store),
+                         True, MemorySearchSettings.from_dict(spec.memory_search),
+                         MemorySettings.from_dict(spec.memory) if spec.memory else default_memory(),
+                         copy.deepcopy(spec.providers),
+                         config_path=Path(spec.config) if spec.config else None)
 
 
 # --- bounded messages -------------------------------------------------------------------------
@@ -133,13 +134,13 @@ def _chunk_bytes(c: Any, dims: int) -> int:
 DIMS_GUESS = 1536
 
 
-def pack(records: list[FileRecord], mode: str, generation: int) -> Iterator[list[dict[str, Any]]]:
+def pack(records: list[FileRecord], mode: WriteMode, generation: int) -> Iterator[list[Item]]:
     """Records as message item lists, each within the chunk and byte bounds (and GROUP_FILES files).
 
     A record over a bound is cut into parts of consecutive chunks, one message each; every
     part repeats the record's header and names its set, index and count.
     """
-    group: list[dict[str, Any]] = []
+    group: list[Item] = []
     chunks = size = 0
     for rec in records:
         dims = 0 if rec.embedding is None else (rec.embedding.dims or DIMS_GUESS)
@@ -151,14 +152,14 @@ def pack(records: list[FileRecord], mode: str, generation: int) -> Iterator[list
         if group and (len(group) >= GROUP_FILES or chunks + n > EMBED_MSG_CHUNKS or size + b > EMBED_MSG_BYTES):
             yield group
             group, chunks, size = [], 0, 0
-        group.append({"mode": mode, "record": rec.to_message()})
+        group.append(Item(mode, rec))
         chunks += n
         size += b
     if group:
         yield group
 
 
-def _parts(rec: FileRecord, mode: str, generation: int, sizes: list[int]) -> Iterator[list[dict[str, Any]]]:
+def _parts(rec: FileRecord, mode: WriteMode, generation: int, sizes: list[int]) -> Iterator[list[Item]]:
     slices: list[tuple[int, int]] = []
     start = size = 0
     for i, s in enumerate(sizes):
@@ -171,7 +172,7 @@ def _parts(rec: FileRecord, mode: str, generation: int, sizes: list[int]) -> Ite
                                         len(slices)]).encode()).hexdigest()[:24]
     for k, (a, b) in enumerate(slices):
         part = replace(rec, chunks=rec.chunks[a:b])
-        yield [{"mode": mode, "record": part.to_message(), "part": [set_id, k, len(slices)]}]
+        yield [Item(mode, part, Part(set_id, k, len(slices)))]
 
 
 # --- the file side's send ---------------------------------------------------------------------
@@ -185,8 +186,8 @@ def wait_for_compute() -> None:
                       stuck_s=EMBED_BACKLOG_STUCK_S)
 
 
-def route_records(ctx: dict[str, Any], settings: AgentSettings, generation: int, records: list[FileRecord],
-                  mode: str = "files") -> int:
+def route_records(ctx: Context, settings: AgentSettings, generation: int, records: list[FileRecord],
+                  mode: WriteMode = "files") -> int:
     """Send prepared records on: those still missing text vectors to the compute side, the rest
     to the store's writer; returns how many went to compute."""
     todo = [r for r in records if needs_embedding(r)]
@@ -198,11 +199,11 @@ def route_records(ctx: dict[str, Any], settings: AgentSettings, generation: int,
         spec = compute_spec(settings)
         for items in pack(todo, mode, generation):
             wait_for_compute()
-            embed_chunks.send(ctx, generation, spec, items)
+            send(EmbedChunks(ctx, generation, spec, items))
     return len(todo)
 
 
-def send_text_first(ctx: dict[str, Any], settings: AgentSettings, generation: int, records: list[FileRecord]) -> None:
+def send_text_first(ctx: Context, settings: AgentSettings, generation: int, records: list[FileRecord]) -> None:
     """Before their vectors are asked for: the text of every record still missing some, to the
     writer, so the files are keyword-searchable whatever the provider does (it may hang for its
     whole deadline and retries). Text only, without a vector space: the write that follows brings
@@ -214,23 +215,23 @@ def send_text_first(ctx: dict[str, Any], settings: AgentSettings, generation: in
         return
     queue = write_queue_for(str(settings.store_path))
     for items in pack(todo, "files", generation):
-        whole = [i["record"] for i in items if not i.get("part")]
+        whole = [i.record for i in items if i.part is None]
         if whole:
             wait_for_writer(queue)
-            send_write_to(queue, write_text_first, ctx, generation, whole)
+            send(WriteTextFirst(ctx, generation, whole), queue=queue)
 
 
-def forward(ctx: dict[str, Any], queue: str, generation: int, items: list[dict[str, Any]]) -> None:
+def forward(ctx: Context, queue: str, generation: int, items: list[Item]) -> None:
     """Items to the writer: whole records by mode (``write_files`` / ``write_session_append``), parts
     to ``write_parts``; waits (bounded) for the shard's backlog first."""
     wait_for_writer(queue)
-    parts = [i for i in items if i.get("part")]
+    parts = [i for i in items if i.part is not None]
     if parts:
-        send_write_to(queue, write_parts, ctx, generation, parts)
-    for mode, actor in MODES.items():
-        whole = [i["record"] for i in items if not i.get("part") and i["mode"] == mode]
+        send(WriteParts(ctx, generation, parts), queue=queue)
+    for mode, kind in MODES.items():
+        whole = [i.record for i in items if i.part is None and i.mode == mode]
         if whole:
-            send_write_to(queue, actor, ctx, generation, whole)
+            send(kind(ctx, generation, whole), queue=queue)
 
 
 # --- the compute actor ------------------------------------------------------------------------
@@ -238,7 +239,7 @@ def forward(ctx: dict[str, Any], queue: str, generation: int, items: list[dict[s
 _mismatch_said: set[tuple[Any, ...]] = set()
 
 
-def _say_mismatch(agent: Any, embedder: Any, planned: list[Any], paths: list[str]) -> None:
+def _say_mismatch(agent: str | None, embedder: Any, planned: list[EmbeddingIdentity | None], paths: list[str]) -> None:
     """Files planned for one provider, embedded here with another: the writer re-plans them. Said
     once per agent and pair of providers (it was one warning per file: 72 lines for one switch),
     and after a switch to the fallback in this process, as that rather than "different config?"."""
@@ -256,13 +257,14 @@ def _say_mismatch(agent: Any, embedder: Any, planned: list[Any], paths: list[str
                                           paths[0], ", ..." if len(paths) > 1 else "", why)
 
 
-@dramatiq.actor(queue_name=EMBED_QUEUE, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
-def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], items: list[dict[str, Any]]) -> None:
+@actor(EmbedChunks, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)
+def embed_chunks(msg: EmbedChunks) -> None:
     """Embed the chunks without a vector in ``items`` and hand them to the store's writer."""
+    ctx, spec = msg.ctx, msg.spec
     settings = settings_from_spec(spec, ctx)
-    records = [FileRecord.from_message(item["record"]) for item in items]
+    records = [item.record for item in msg.items]
     planned = [r.embedding for r in records]
-    provider = spec["memory_search"].get("provider")
+    provider = spec.memory_search.get("provider")
     why = f"no {provider} embedding provider on this compute host (no API key in its config copy or environment?)"
     try:
         embedder = chunk_embedder_for(settings, cache=False,
@@ -275,7 +277,7 @@ def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], ite
         # dead-lettered with its text unwritten - not even keyword-searchable - on every sync.
         embedder, why = None, f"this compute host cannot embed: {exc}"
     if embedder is None:
-        log.warning("%s: %s; writing the chunks without vectors, embedding pending", ctx.get("agent_id"), why)
+        log.warning("%s: %s; writing the chunks without vectors, embedding pending", ctx.agent_id, why)
         for rec, want in zip(records, planned):
             # Planned with vectors: written keyword-searchable and "embedding pending", so `index`
             # fails, status says why and the next sync retries. Written as if keyword-only, the
@@ -283,20 +285,16 @@ def embed_chunks(ctx: dict[str, Any], generation: int, spec: dict[str, Any], ite
             if want is not None and any(not c.embedding for c in rec.chunks):
                 rec.error = f"{EMBED_PENDING} ({why}); keyword-searchable until a later sync embeds it" + (
                     f"; {rec.error}" if rec.error else "")
-        for item, rec in zip(items, records):
-            item["record"] = rec.to_message()
     else:
         try:
             embed_missing(records, embedder)
         except FallbackSwitched as exc:
             # The primary provider failed over: these vectors belong to a new index.
-            log.warning("%s: %s", ctx.get("agent_id"), exc)
+            log.warning("%s: %s", ctx.agent_id, exc)
             request_resync(ctx, "fallback")
             return
         mismatched = [rec.path for rec, want in zip(records, planned) if want is not None
                       and rec.embedding is not None and want.provider_key != rec.embedding.provider_key]
         if mismatched:
-            _say_mismatch(ctx.get("agent_id"), embedder, planned, mismatched)
-        for item, rec in zip(items, records):
-            item["record"] = rec.to_message()
-    forward(ctx, write_queue_for(spec["store"]), generation, items)
+            _say_mismatch(ctx.agent_id, embedder, planned, mismatched)
+    forward(ctx, write_queue_for(spec.store), msg.generation, msg.items)  # (the items hold the records)

@@ -10,10 +10,17 @@ from __future__ import annotations
 import atexit
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
+from dramatiq.errors import QueueJoinTimeout
 
-from memindex.workers.broker import QUEUES, SYNC_QUEUE, WRITE_QUEUE, broker, is_embedded
+import memindex.workers.actors  # noqa: F401 - every actor declared on the broker: start() consumes
+from memindex.workers import writer
+from memindex.workers.broker import QUEUES, SYNC_QUEUE, WRITE_QUEUE, get_broker, is_embedded, stub_broker
+
+if TYPE_CHECKING:
+    from dramatiq.brokers.stub import StubBroker
 
 # How long an idle worker or consumer thread blocks before it looks again. Each wake-up takes the
 # GIL from whichever thread is working: at 20 ms the eight threads' wake-ups cost a cold index
@@ -32,7 +39,9 @@ _lock = threading.Lock()
 
 
 def start(worker_threads: int = 2) -> None:
-    """Start the in-process workers once (no-op on a Redis broker)."""
+    """Start the in-process workers once (no-op on a Redis broker). Every actor is declared on the
+    broker by then: this module imports them."""
+    broker = get_broker()
     if not is_embedded(broker):
         return
     with _lock:
@@ -41,24 +50,29 @@ def start(worker_threads: int = 2) -> None:
         for w in _retired:  # told to stop without waiting (stop(idle=True)): finish them, requeue what they took
             w.stop(timeout=5000)
         _retired.clear()
-        from memindex.workers import actors  # noqa: F401  (declare actors before consuming)
-
         files = dramatiq.Worker(broker, queues=set(FILE_QUEUES), worker_threads=1, worker_timeout=POLL_MS)
         compute = dramatiq.Worker(broker, queues={q for q in QUEUES if q not in FILE_QUEUES},
                                   worker_threads=worker_threads, worker_timeout=POLL_MS)
-        from memindex.workers import writer
-
-        writer.inline_work_queue = files.work_queue  # (before start: its thread must know itself at once)
-        writer.inline_more_work = more_file_work
+        writer.state.inline_work_queue = files.work_queue  # (before start: its thread must know itself at once)
+        writer.state.inline_more_work = more_file_work
         for w in (files, compute):
             w.start()
             _started.append(w)
         atexit.register(stop)
 
 
+def _stub() -> StubBroker:
+    """The embedded broker (these helpers serve it only: ``start`` is a no-op on Redis)."""
+    stub = stub_broker()
+    if stub is None:
+        raise RuntimeError("not the embedded broker")  # (a caller's bug)
+    return stub
+
+
 def more_file_work() -> bool:
     """Besides the message the files thread is processing, is sync or write work queued for it?"""
-    return sum(broker.queues[q].unfinished_tasks for q in FILE_QUEUES) > 1
+    broker = _stub()
+    return sum(int(broker.queues[q].unfinished_tasks) for q in FILE_QUEUES) > 1
 
 
 def stop(*, idle: bool = False) -> None:
@@ -76,20 +90,18 @@ def stop(*, idle: bool = False) -> None:
         for w in _started:
             if idle and outstanding() == 0:
                 for t in (*w.workers, *w.consumers.values()):
-                    t.stop()
+                    t.stop()  # type: ignore[attr-defined]  # dramatiq's worker/consumer threads; typed as Thread
                 _retired.append(w)
             else:
                 w.stop(timeout=5000)
         _started.clear()
     if was_running:
-        from memindex.workers.writer import close_writers
-
-        close_writers()
+        writer.close_writers()
 
 
 def outstanding() -> int:
     """Messages enqueued (ready or delayed) or in flight, across all queues."""
-    return sum(q.unfinished_tasks for q in broker.queues.values())
+    return sum(int(q.unfinished_tasks) for q in _stub().queues.values())
 
 
 def join_idle(timeout: float | None = None) -> bool:
@@ -98,8 +110,7 @@ def join_idle(timeout: float | None = None) -> bool:
     Actors enqueue follow-up work before their own message is acked, so after a
     pass over all queues finds them joined, nothing can be in flight anywhere.
     """
-    from dramatiq.errors import QueueJoinTimeout
-
+    broker = _stub()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         for q in QUEUES:
@@ -125,5 +136,6 @@ def wait_idle(timeout: float | None = None, poll: float = 0.02) -> bool:
         time.sleep(poll)
 
 
-def dead_letters() -> list:
-    return list(broker.dead_letters) if is_embedded(broker) else []
+def dead_letters() -> list[dramatiq.MessageProxy]:
+    stub = stub_broker()
+    return list(stub.dead_letters) if stub is not None else []

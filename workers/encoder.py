@@ -15,7 +15,8 @@ import json
 from typing import Any
 
 import msgspec
-from dramatiq.encoder import DecodeError, Encoder
+from dramatiq.encoder import Encoder
+from dramatiq.errors import DecodeError
 
 
 class MessageEncoder(Encoder):
@@ -33,4 +34,4 @@ class MessageEncoder(Encoder):
         try:
             return json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            raise DecodeError(f"failed to decode message {data[:200]!r}", data, exc) from None
+            raise DecodeError(f"failed to decode message {data[:200]!r}", data, exc) from None  # type: ignore[no-untyped-call]  # dramatiq's errors are untyped

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, cast
 
+import dramatiq
 from dramatiq.middleware import Middleware
 
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import Context
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
-from memindex.pipeline.errors import UnknownAgent
-from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED
+from memindex.pipeline.errors import MemindexError, UnknownAgent
+from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED, record_failure
 from memindex.pipeline.index.prepare import embedding_pending
+from memindex.pipeline.store.schema import EMBED_PENDING
 from memindex.workers import leases
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
@@ -31,8 +35,6 @@ log = logging.getLogger("memindex.failures")
 def reason_of(exc: BaseException) -> str:
     """One line saying why: a memindex error's own message, else the type and message. Redacted:
     it goes into log lines (after the secret scrubber has seen them), dead letters and status."""
-    from memindex.pipeline.errors import MemindexError
-
     text = redact(" ".join(str(exc).split()))
     return text if isinstance(exc, MemindexError) and text else f"{type(exc).__name__}: {text}"
 
@@ -80,8 +82,6 @@ def record_failure_reason(error: str | None) -> str | None:
     """Why a file record was written without its vectors (or skipped), from its problem text:
     the provider's own message, unwrapped from "embedding pending (...)" and from the
     circuit breaker's "<provider> is failing (...)"; None for problems that are not failures."""
-    from memindex.pipeline.store.schema import EMBED_PENDING
-
     if not error:
         return None
     for prefix in (f"{EMBED_PENDING} (", "could not be indexed ("):
@@ -110,7 +110,8 @@ def note_record_failures(settings: Any, records: Iterable[Any]) -> None:
 class FailureReporter(Middleware):
     """Must run after ``Retries``: it acts only on messages that failed for good."""
 
-    def after_process_message(self, broker, message, *, result=None, exception=None):
+    def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.MessageProxy, *,
+                              result: object = None, exception: BaseException | None = None) -> None:
         if exception is None or not message.failed:
             return
         reason = reason_of(exception)
@@ -126,9 +127,6 @@ class FailureReporter(Middleware):
         _keep_error_on_dead_letter(broker, message)
 
     def _record(self, broker: Any, message: Any, reason: str) -> None:
-        from memindex.pipeline.config.agents import settings_for
-        from memindex.pipeline.config.settings import Context
-
         ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
         settings = settings_for(Context.from_dict(ctx)) if ctx else None
         keys = list(message_keys(message.args[1:]))
@@ -152,9 +150,6 @@ def release_leases(broker: Any, message: Any) -> None:
     """``_release`` for a message refused before its actor ran (another deployment's: the guard);
     best effort, its config may not be readable here."""
     try:
-        from memindex.pipeline.config.agents import settings_for
-        from memindex.pipeline.config.settings import Context
-
         ctx = message.args[0] if message.args and isinstance(message.args[0], dict) else None
         if ctx is not None:
             _release(broker, message, settings_for(Context.from_dict(ctx)).store_path,
@@ -170,8 +165,6 @@ _seen_lock = threading.Lock()
 def note_failure(settings: Any, reason: str, paths: list[str], what: str) -> None:
     """Log a failure (at ERROR the first time this process sees the reason for this agent)
     and record it beside the agent's store for ``index`` and ``status``."""
-    from memindex.pipeline.index.failures import record_failure
-
     provider = provider_of(reason, settings)
     hint = failure_hint(reason, provider)
     agent = settings.agent_id if settings is not None else "-"
@@ -212,7 +205,7 @@ def _short_records(make: Any) -> Any:
     from dramatiq.middleware import Shutdown
 
     def factory(*a: Any, **kw: Any) -> logging.LogRecord:
-        record = make(*a, **kw)
+        record: logging.LogRecord = make(*a, **kw)
         args = record.args
         if not isinstance(args, tuple) or not args:
             return record
@@ -220,7 +213,8 @@ def _short_records(make: Any) -> Any:
             # refused (workers/guard.py says why) and dead-lettered: "skipped" read as dropped
             record.msg = "Message %s was refused and dead-lettered, not retried."
         if record.msg == "Received args=%r kwargs=%r.":
-            record.msg, record.args = "Received %d arg(s), kwargs %s.", (len(args[0] or ()), sorted(args[1] or {}))
+            received, kwargs = cast("tuple[Any, ...]", args[0] or ()), cast("dict[str, Any]", args[1] or {})
+            record.msg, record.args = "Received %d arg(s), kwargs %s.", (len(received), sorted(kwargs))
         elif any(isinstance(x, (Message, MessageProxy)) for x in args):
             record.args = tuple(describe(x) if isinstance(x, (Message, MessageProxy)) else x for x in args)
             exc = record.exc_info[1] if record.exc_info else None
@@ -246,7 +240,7 @@ def _short_records(make: Any) -> Any:
                 record.levelno, record.levelname = logging.WARNING, "WARNING"
         return record
 
-    factory.memindex_short = True  # type: ignore[attr-defined]
+    factory.memindex_short = True  # type: ignore[attr-defined]  # a mark on a function, read back with getattr
     return factory
 
 

@@ -31,9 +31,12 @@ def flag_key(store_path: Path | str) -> str:
 
 
 def _redis_client() -> Any:
-    from memindex.workers.broker import broker, is_embedded
+    # (the OpenClaw hooks import this module on their hot path, producers/hooks.py)
+    # lazy: no dramatiq import for a hook when no broker is configured
+    from memindex.workers.broker import redis_broker
 
-    return None if is_embedded(broker) else broker.client
+    rb = redis_broker()
+    return None if rb is None else rb.client
 
 
 def mark_sync_requested(store_path: Path | str, ttl_s: float = FLAG_TTL_S) -> bool:

@@ -50,7 +50,7 @@ def _stopped_here() -> list[tuple[int, str]]:
 def _is_memindex(argv: list[str]) -> bool:
     """``memindex ...``, ``python -m memindex ...``, ``python .../bin/memindex ...``, or a dramatiq
     worker process of memindex's actors."""
-    return "memindex" in (os.path.basename(a) for a in argv[:3]) or "memindex.workers.actors" in argv
+    return "memindex" in (os.path.basename(a) for a in argv[:3]) or any(a.startswith("memindex.workers.actors") for a in argv)
 
 
 def check(client: Any, namespace: str, host: str, stall_s: float | None = None) -> tuple[bool, list[str]]:

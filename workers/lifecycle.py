@@ -41,6 +41,11 @@ from typing import Any, Callable, Iterable
 from dramatiq.middleware import Middleware, Shutdown, ShutdownNotifications
 from memindex.pipeline.config import environ
 from memindex.workers.logs import clear_work, redis_answered, set_work
+from memindex.pipeline.config.environ import env_number
+from memindex.workers.limits import release_all, stop_acquiring
+from memindex.workers.logs import clear_work, configure_from_env, redis_answered, set_work
+from memindex.workers.run import PARENT_ENV
+from memindex.workers.supervisor import SUPERVISOR_ENV
 
 log = logging.getLogger("memindex.lifecycle")
 
@@ -84,6 +89,7 @@ class Heartbeat:
         # queue nobody reads.
         self.record = record
         self.key = proc_key(namespace, uuid.uuid4().hex)
+
         self.info = {"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
                      "queues": json.dumps(sorted(queues)), "started": _now_ms(),
                      # whose death must end this process (workers/supervisor.py): `health` checks it
@@ -201,7 +207,8 @@ class InterruptEmbedsOnStop(ShutdownNotifications):
         self.queue = queue
 
     def should_notify(self, actor: Any, message: Any) -> bool:
-        return message.queue_name.removesuffix(".DQ") == self.queue or super().should_notify(actor, message)
+        return bool(message.queue_name.removesuffix(".DQ") == self.queue
+                    or super().should_notify(actor, message))  # type: ignore[no-untyped-call]  # dramatiq's is untyped
 
 
 class HandBackOnStop(Middleware):
@@ -243,6 +250,7 @@ def _stop_with_parent() -> None:
     try:
         import ctypes
 
+
         # dramatiq's parent as it was when it forked this process: it may have died since (before
         # the call below could take effect), and then getppid() is already someone else.
         parent = int(environ.WORKER_PARENT.raw() or os.getppid())
@@ -264,8 +272,6 @@ class Lifecycle(Middleware):
         self.heartbeat: Heartbeat | None = None
 
     def after_process_boot(self, broker: Any) -> None:
-        from memindex.workers.logs import configure_from_env
-
         configure_from_env()
         # Only dramatiq's worker children boot a process on Redis, in their main thread.
         first = signal.getsignal(signal.SIGTERM)
@@ -300,13 +306,9 @@ class Lifecycle(Middleware):
     after_skip_message = after_process_message
 
     def before_worker_shutdown(self, broker: Any, worker: Any) -> None:
-        from memindex.workers.limits import stop_acquiring
-
         stop_acquiring()
 
     def after_worker_shutdown(self, broker: Any, worker: Any) -> None:
-        from memindex.workers.limits import release_all
-
         release_all()  # slots of messages that did not finish within the shutdown timeout
         if GroupCommit.on_shutdown is not None:
             GroupCommit.on_shutdown()  # a writer's held transaction holds acknowledged writes

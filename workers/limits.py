@@ -19,12 +19,16 @@ import time
 import uuid
 import weakref
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+if TYPE_CHECKING:  # (types only: redis loads with a Redis broker)
+    from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq.middleware import Shutdown
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.limiter import set_limiter_factory
 
 log = logging.getLogger("memindex.limits")
 
@@ -179,9 +183,7 @@ def release_all() -> None:
         log.info("released %d embedding slot(s) still held at shutdown", n)
 
 
-def install(broker) -> None:
+def install(broker: RedisBroker) -> None:
     """Make every embedding service in this process use the Redis limiter."""
-    from memindex.pipeline.embeddings.limiter import set_limiter_factory
-
     client = broker.client
     set_limiter_factory(lambda cap: RedisConcurrencyLimiter(client, cap))

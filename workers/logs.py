@@ -67,7 +67,7 @@ class JsonFormatter(logging.Formatter):
         out = {"time": when.isoformat(timespec="milliseconds"), "level": record.levelname, "logger": record.name,
                "pid": record.process, "thread": record.threadName, "message": record.getMessage()}
         if getattr(record, "message_id", ""):
-            out["agent"], out["message_id"] = getattr(record, "agent", "") or None, record.message_id  # type: ignore[attr-defined]
+            out["agent"], out["message_id"] = getattr(record, "agent", "") or None, record.message_id  # type: ignore[attr-defined]  # set by our filter
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)

@@ -31,10 +31,16 @@ import os
 import time
 from typing import Any, Callable, Iterable
 
+import dramatiq
+
 from dramatiq.middleware import Middleware
 
 from memindex.pipeline.config import environ
+from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.errors import MemindexError
+from memindex.pipeline.observe import hooks
+from memindex.pipeline.store.reader import open_reader
+from memindex.workers.lifecycle import pid_alive
 
 PORT_ENV = environ.METRICS_PORT.name
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -72,7 +78,6 @@ def _multiproc_dir(port: int) -> str:
         return tempfile.mkdtemp(prefix="memindex-metrics-")
     import stat
 
-    from memindex.workers.lifecycle import pid_alive
 
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
@@ -115,8 +120,6 @@ class Recorders:
                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
 
     def install(self) -> "Recorders":
-        from memindex.pipeline.observe import hooks
-
         hooks.embedding_request = self._request
         hooks.embedding_retry = lambda provider: self.retries.labels(provider).inc()
         hooks.cache_hits = self._cache
@@ -194,7 +197,7 @@ class WriterTiming(Middleware):
     after_skip_message = after_process_message
 
 
-def middleware(is_write_queue: Callable[[str], bool]) -> list:
+def middleware(is_write_queue: Callable[[str], bool]) -> list[dramatiq.Middleware]:
     """The worker-side middleware when metrics are on (the broker appends it)."""
     from dramatiq.middleware.prometheus import Prometheus
 
@@ -215,8 +218,6 @@ class PendingCollector:
     def collect(self) -> Iterable[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from memindex.pipeline.config.agents import settings_for
-        from memindex.pipeline.store.reader import open_reader
 
         pending = GaugeMetricFamily("memindex_files_pending", "Files announced by a sync, not yet written.",
                                     labels=["agent"])

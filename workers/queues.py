@@ -10,11 +10,19 @@ messages count as neither (dramatiq redelivers them, see ``broker.HEARTBEAT_TIME
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
-from memindex.workers.broker import BATCH_QUEUE, EMBED_QUEUE, HEARTBEAT_TIMEOUT_MS, QUEUES, broker, is_embedded, is_write_queue, shard_queues
+from dramatiq import Message
+from dramatiq.common import q_name
+
+from memindex.workers.failures import message_keys
+from memindex.workers.guard import REFUSED
+from memindex.workers.lifecycle import STOPPING, processes
+from memindex.workers.broker import (BATCH_QUEUE, EMBED_QUEUE, HEARTBEAT_TIMEOUT_MS, QUEUES, SHARDS_KEY, get_broker, is_write_queue,
+                                     redis_of, shard_queues, stub_broker)
 
 log = logging.getLogger("memindex.queues")
 
@@ -32,37 +40,44 @@ def all_queues() -> tuple[str, ...]:
 
 
 def _stranded(known: set[str]) -> list[str]:
-    if is_embedded(broker):
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
         return []
+    rb = redis_of(broker)
     names = [f"write.{k}" for k in range(STRANDED_PROBE) if f"write.{k}" not in known]
-    pipe = broker.client.pipeline(transaction=False)
+    pipe = rb.client.pipeline(transaction=False)
     for q in names:
-        pipe.exists(f"{broker.namespace}:{q}.msgs")
+        pipe.exists(f"{rb.namespace}:{q}.msgs")
     return [q for q, there in zip(names, pipe.execute()) if there]
 
 
 def _dead(queue: str) -> int:
     """Dead-lettered messages of one queue (dramatiq's ``<ns>:<queue>.XQ`` on Redis)."""
-    if is_embedded(broker):
-        return len(broker.dead_letters_by_queue.get(queue, []))
-    return broker.client.zcard(f"{broker.namespace}:{queue}.XQ")
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
+        return len(stub.dead_letters_by_queue.get(queue, []))
+    rb = redis_of(broker)
+    return rb.client.zcard(f"{rb.namespace}:{queue}.XQ")
 
 
 def depth() -> dict[str, dict[str, int]]:
     """Per queue, in messages: ready / delayed / running / prefetched / dead."""
-    if is_embedded(broker):
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
         out = {}
         for q in QUEUES:
-            ready = broker.queues[q].qsize()
-            delayed = broker.queues[f"{q}.DQ"].qsize()
-            unfinished = broker.queues[q].unfinished_tasks + broker.queues[f"{q}.DQ"].unfinished_tasks
+            ready = stub.queues[q].qsize()
+            delayed = stub.queues[f"{q}.DQ"].qsize()
+            unfinished = stub.queues[q].unfinished_tasks + stub.queues[f"{q}.DQ"].unfinished_tasks
             out[q] = {"ready": ready, "delayed": delayed,
                       "running": max(0, unfinished - ready - delayed), "prefetched": 0,
                       "dead": _dead(q)}
         return out
-    from memindex.workers.lifecycle import processes
-
-    client, ns = broker.client, broker.namespace
+    rb = redis_of(broker)
+    client, ns = rb.client, rb.namespace
     qs = all_queues()
     running = {q: 0 for q in qs}
     for proc in processes(client, ns):
@@ -72,8 +87,9 @@ def depth() -> dict[str, dict[str, int]]:
                 running[base] += 1
     # dramatiq's private layout (pinned; tests/test_operations.py checks it): a consumer's
     # claimed messages sit in <ns>:__acks__.<consumer>.<queue> while its heartbeat is fresh.
-    live = [w.decode() for w in client.zrangebyscore(f"{ns}:__heartbeats__",
-                                                     int(time.time() * 1000) - HEARTBEAT_TIMEOUT_MS, "+inf")]
+    beats = cast(list[bytes], client.zrangebyscore(f"{ns}:__heartbeats__",
+                                                   int(time.time() * 1000) - HEARTBEAT_TIMEOUT_MS, "+inf"))
+    live = [w.decode() for w in beats]
     out = {}
     for q in qs:
         claimed = sum(client.scard(f"{ns}:__acks__.{w}.{q}") for w in live)
@@ -86,9 +102,12 @@ def depth() -> dict[str, dict[str, int]]:
 
 def ready(queue: str) -> int:
     """Messages waiting on one queue (cheap: one LLEN on Redis); the writer's backpressure."""
-    if is_embedded(broker):
-        return broker.queues[queue].qsize()
-    return int(broker.client.llen(f"{broker.namespace}:{queue}"))
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
+        return int(stub.queues[queue].qsize())
+    rb = redis_of(broker)
+    return int(rb.client.llen(f"{rb.namespace}:{queue}"))
 
 
 def wait_below(queue: str, limit: int, wait_s: float, poll_s: float, stuck_s: float | None = None) -> None:
@@ -97,8 +116,6 @@ def wait_below(queue: str, limit: int, wait_s: float, poll_s: float, stuck_s: fl
     consumer runs). A broker that cannot say its depth ends the wait: the caller just sends.
     A stopping worker stops waiting too: a file-side message held here (up to 120 s behind a
     full embed queue) outlived honcho's 5 s grace and got the process SIGKILLed."""
-    from memindex.workers.lifecycle import STOPPING
-
     deadline = time.monotonic() + wait_s
     best, since = None, time.monotonic()
     try:
@@ -118,11 +135,12 @@ def wait_below(queue: str, limit: int, wait_s: float, poll_s: float, stuck_s: fl
 
 def unconsumed_queues() -> list[str]:
     """Queues holding ready messages that no live worker process consumes (Redis only)."""
-    if is_embedded(broker):
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
         return []  # the embedded workers run in this process
-    from memindex.workers.lifecycle import processes
-
-    consumed = {q.removesuffix(".DQ") for proc in processes(broker.client, broker.namespace)
+    rb = redis_of(broker)
+    consumed = {q.removesuffix(".DQ") for proc in processes(rb.client, rb.namespace)
                 for q in proc["queues"]}
     return sorted(q for q, d in depth().items() if d["ready"] and q not in consumed)
 
@@ -134,27 +152,29 @@ def total_outstanding() -> int:
 def dead_count() -> int:
     """Dead-lettered messages, every queue (``depth``'s "dead" alone: one ZCARD per queue, no
     worker or heartbeat reads - a sync asks before and after its work)."""
-    return sum(map(_dead, QUEUES if is_embedded(broker) else all_queues()))
+    return sum(map(_dead, QUEUES if stub_broker() is not None else all_queues()))
 
 
 def dead_letters(limit: int = 100, *, newest: bool = False, agent: str | None = None) -> list[dict[str, Any]]:
     """Up to ``limit`` dead letters per queue (``agent``: that agent's only), oldest first
     (``newest``: the latest first)."""
-    from dramatiq import Message
-
-    if is_embedded(broker):
-        letters = list(reversed(broker.dead_letters)) if newest else broker.dead_letters
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
+        letters = list(reversed(stub.dead_letters)) if newest else stub.dead_letters
         described = [_describe(m) for m in letters]
         return [d for d in described if agent is None or d["agent"] == agent][:limit]
+    rb = redis_of(broker)
     out = []
     for q in all_queues():
-        key = f"{broker.namespace}:{q}.XQ"
+        key = f"{rb.namespace}:{q}.XQ"
         # The score is the time the message died (ms). Filtered by agent, the whole set is read.
         stop = -1 if agent is not None else limit - 1
-        pairs = (broker.client.zrevrange if newest else broker.client.zrange)(key, 0, stop, withscores=True)
+        pairs = cast(list[tuple[bytes, float]],
+                     (rb.client.zrevrange if newest else rb.client.zrange)(key, 0, stop, withscores=True))
         if not pairs:
             continue
-        raw = broker.client.hmget(f"{broker.namespace}:{q}.XQ.msgs", [mid for mid, _ in pairs])
+        raw = cast(list[bytes | None], rb.client.hmget(f"{rb.namespace}:{q}.XQ.msgs", [mid for mid, _ in pairs]))
         found = [dict(_describe(Message.decode(data)), died=int(score))
                  for (_, score), data in zip(pairs, raw) if data]
         out += [d for d in found if agent is None or d["agent"] == agent][:limit]
@@ -167,9 +187,6 @@ def _agent_of(m: Any) -> str | None:
 
 
 def _describe(m: Any) -> dict[str, Any]:
-    from memindex.workers.failures import message_keys
-    from memindex.workers.guard import REFUSED
-
     return {"id": m.message_id, "queue": m.queue_name, "actor": m.actor_name, "agent": _agent_of(m),
             "retries": m.options.get("retries", 0), "files": sum(1 for _ in message_keys(m.args[1:])),
             # refused by a worker serving another config or state dir (workers/guard.py)
@@ -187,7 +204,9 @@ _REPLAY_DROP = ("retries", "traceback", "redis_message_id", "eta", "refused")
 def refused_since(agent: str, since_ms: int) -> list[dict[str, Any]]:
     """This agent's dead letters that a worker refused (``refused``) since ``since_ms``, newest
     first: their files wait for nothing (``backfill --wait`` names them)."""
-    if is_embedded(broker):
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
         return []  # the embedded broker's workers are the sender's own: nothing is refused
     return [d for d in dead_letters(10_000, newest=True, agent=agent) if d["refused"] and d["died"] >= since_ms]
 
@@ -217,34 +236,32 @@ def discard_dead_letters(limit: int = 1000, *, agent: str | None = None) -> int:
 
 
 def _take_dead_letters(limit: int, agent: str | None, *, requeue: bool) -> int:
-    import dataclasses
-
-    from dramatiq import Message
-    from dramatiq.common import q_name
-
-    if is_embedded(broker):
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
         n = 0
-        for msgs in broker.dead_letters_by_queue.values():
+        for msgs in stub.dead_letters_by_queue.values():
             for m in [m for m in msgs if agent is None or _agent_of(m) == agent]:
                 if n >= limit:
                     break
                 msgs.remove(m)
                 if requeue:
-                    broker.enqueue(_fresh(dataclasses, m, q_name))
+                    stub.enqueue(_fresh(m))
                 n += 1
         return n
-    client, ns, n = broker.client, broker.namespace, 0
+    rb = redis_of(broker)
+    client, ns, n = rb.client, rb.namespace, 0
     for q in all_queues():
         xq = f"{ns}:{q}.XQ"
-        for mid in client.zrange(xq, 0, -1 if agent is not None else max(0, limit - n - 1)):
+        for mid in cast(list[bytes], client.zrange(xq, 0, -1 if agent is not None else max(0, limit - n - 1))):
             if n >= limit:
                 break
-            data = client.hget(f"{xq}.msgs", mid)
-            m = Message.decode(data) if data else None
-            if m is not None and agent is not None and _agent_of(m) != agent:
+            data = cast(bytes | None, client.hget(f"{xq}.msgs", mid))
+            msg: Message[Any] | None = Message.decode(data) if data else None
+            if msg is not None and agent is not None and _agent_of(msg) != agent:
                 continue
-            if m is not None and requeue:
-                broker.enqueue(_fresh(dataclasses, m, q_name))
+            if msg is not None and requeue:
+                rb.enqueue(_fresh(msg))
             client.zrem(xq, mid)
             client.hdel(f"{xq}.msgs", mid)
             n += 1
@@ -253,7 +270,7 @@ def _take_dead_letters(limit: int, agent: str | None, *, requeue: bool) -> int:
     return n
 
 
-def _fresh(dataclasses, m: Any, q_name) -> Any:
+def _fresh(m: Any) -> Message[Any]:
     m = getattr(m, "_message", m)  # the embedded broker keeps MessageProxy objects
     opts = {k: v for k, v in m.options.items() if k not in _REPLAY_DROP}
     return dataclasses.replace(m, queue_name=q_name(m.queue_name), options=opts)
@@ -268,13 +285,15 @@ def claim_shard_count(n: int) -> int | None:
     Senders route by ``MEMINDEX_WRITE_SHARDS``: a writer with another N would consume a
     queue that stores were never (or only partly) routed to, splitting a store's FIFO.
     """
-    if is_embedded(broker):
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
         return None
-    from memindex.workers.broker import SHARDS_KEY
 
+    rb = redis_of(broker)
     key = SHARDS_KEY
-    broker.client.set(key, n, nx=True)
-    got = int(broker.client.get(key) or n)
+    rb.client.set(key, n, nx=True)
+    got = int(rb.client.get(key) or n)
     return got if got != n else None
 
 
@@ -292,12 +311,13 @@ def _kind(qs: list[str]) -> str:
 def worker_kinds() -> list[dict[str, Any]]:
     """Live worker processes grouped by kind (``writer``, ``compute``: embed/batch only, ``worker``: file side)
     and queues (Redis only)."""
-    if is_embedded(broker):
+    broker = get_broker()
+    stub = stub_broker(broker)
+    if stub is not None:
         return []
-    from memindex.workers.lifecycle import processes
-
+    rb = redis_of(broker)
     groups: dict[tuple[str, tuple[str, ...]], int] = {}
-    for proc in processes(broker.client, broker.namespace):
+    for proc in processes(rb.client, rb.namespace):
         qs = tuple(sorted({q.removesuffix(".DQ") for q in proc["queues"]}))
         if not qs:
             continue  # a watcher beats too; it consumes nothing

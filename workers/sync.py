@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterator
-
-import dramatiq
+from pathlib import Path
+from typing import Callable, Iterator
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context, pinned
@@ -21,10 +20,10 @@ from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, Wor
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
 from memindex.pipeline.index.records import FileJob
 from memindex.workers import flags, leases, queues
-from memindex.workers.broker import broker, is_embedded
-from memindex.workers.index import index_files, index_session_delta
-from memindex.workers.messages import GROUP_FILES, RETRY, SYNC_QUEUE
-from memindex.workers.writer import send_write, write_plan
+from memindex.workers.broker import get_broker, is_embedded
+from memindex.workers.messages import GROUP_FILES, RETRY
+from memindex.workers.wire import IndexFiles, IndexSessionDelta, SyncAgent, WritePlan, actor, send
+from memindex.workers.writer import send_write
 
 log = logging.getLogger("memindex.sync")
 
@@ -54,18 +53,20 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
     keeps them pending, and ``queued`` counts them.
     """
     settings = settings_for(ctx)
-    msg = pinned(settings).as_dict()
+    msg = pinned(settings)
     store = settings.store_path
+    broker = get_broker()
     queued = _queued_elsewhere(store, plan)
     jobs = [j for j in plan.jobs if (j.source, j.path) not in queued] if queued else plan.jobs
     pending = [(j.source, j.path) for j in jobs]
-    send_write(write_plan, msg, plan.generation, plan.fingerprint, pending, plan.deletes,
-               planned_at=time.time_ns(), **({"keep": sorted(queued)} if queued else {}))
+    dims = plan.fingerprint.get("vectorDims")
+    send_write(settings, WritePlan(msg, plan.generation, plan.fingerprint, pending, list(plan.deletes),
+                                   planned_at=time.time_ns(), keep=sorted(queued)))
     sent = 0
     for group in _groups(jobs):
         leases.grant(broker, store, plan.generation, group)  # before the send: a plan made meanwhile sees it
         try:
-            index_files.send(msg, plan.generation, [j.to_message() for j in group], plan.fingerprint.get("vectorDims"))
+            send(IndexFiles(msg, plan.generation, group, dims))
         except BaseException:
             leases.release(broker, store, plan.generation, [(j.source, j.path) for j in group])
             raise
@@ -73,10 +74,10 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
         if progress is not None:
             progress(sent, len(jobs))
     for delta in plan.session_deltas:
-        index_session_delta.send(msg, plan.generation, delta.to_message(), plan.fingerprint.get("vectorDims"))
+        send(IndexSessionDelta(msg, plan.generation, delta, dims))
     to_index = len(jobs) + len(plan.session_deltas)
     log.info("sync %s: generation %d (%s), %d to index (%d session deltas)%s, %d to delete, %d unchanged",
-             msg["agent_id"], plan.generation, plan.role, to_index, len(plan.session_deltas),
+             msg.agent_id, plan.generation, plan.role, to_index, len(plan.session_deltas),
              f", {len(queued)} already queued by another sync" if queued else "", len(plan.deletes), plan.unchanged)
     counts = {"generation": plan.generation, "to_index": to_index, "to_delete": len(plan.deletes),
               "unchanged": plan.unchanged}
@@ -85,12 +86,13 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
     return {**counts, "pending_sessions": plan.pending_sessions} if plan.pending_sessions else counts
 
 
-def _queued_elsewhere(store: Any, plan: SyncPlan) -> set[tuple[str, str]]:
+def _queued_elsewhere(store: Path, plan: SyncPlan) -> set[tuple[str, str]]:
     """Jobs of ``plan`` another plan already queued as they are now (``workers/leases.py``);
     none while nothing at all is queued or running (then nothing can be in flight)."""
     candidates = [j for j in plan.jobs if (j.source, j.path) not in plan.retry_keys]
     if not candidates:
         return set()
+    broker = get_broker()
     if queues.total_outstanding() == 0:
         if is_embedded(broker):
             leases.forget_all(broker)  # (Redis leases expire; these would only pile up)
@@ -116,19 +118,18 @@ def _retry_sync(retries: int, exc: BaseException) -> bool:
     acts, as the errors ``throws`` names do: never retried. Anything else: ``RETRY``'s count."""
     if isinstance(exc, ProviderError) and not exc.retryable:
         return False
-    return retries < RETRY["max_retries"]
+    return retries < int(RETRY["max_retries"])
 
 
 # A missing workspace, a bad extraPaths entry or an unwritable store stay so until someone acts.
-@dramatiq.actor(queue_name=SYNC_QUEUE, time_limit=10 * 60_000, throws=(WorkspaceError, ConfigError, StoreError),
-                retry_when=_retry_sync, **RETRY)
-def sync_agent(ctx: dict[str, Any], force: bool = False, reason: str = "manual") -> None:
-    log.debug("sync %s requested (%s)", ctx.get("agent_id"), reason)
-    context = Context.from_dict(ctx)
+@actor(SyncAgent, time_limit=10 * 60_000, throws=(WorkspaceError, ConfigError, StoreError),
+       retry_when=_retry_sync, **RETRY)
+def sync_agent(msg: SyncAgent) -> None:
+    log.debug("sync %s requested (%s)", msg.ctx.agent_id, msg.reason)
     try:  # later requests need a new sync: this one may already have passed their change
-        flags.clear_sync_requested(settings_for(context).store_path)
+        flags.clear_sync_requested(settings_for(msg.ctx).store_path)
     except Exception as exc:  # noqa: BLE001 - the flag's TTL covers a failed clear
         log.debug("could not clear the sync-requested flag: %s", exc)
-    run_sync(context, force=force)
+    run_sync(msg.ctx, force=msg.force)
 
 

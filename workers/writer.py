@@ -7,15 +7,13 @@ serial and a store's plan always precedes the writes it announces.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
+import queue as queue_module
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
-
-import dramatiq
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
@@ -28,11 +26,13 @@ from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
 from memindex.pipeline.store.health import store_full
 from memindex.pipeline.store.writer import StoreWriter, open_writer, same_space
 from memindex.workers import leases, queues
-from memindex.workers.broker import broker, is_write_queue
+from memindex.workers.broker import WRITE_QUEUE, get_broker, is_write_queue
 from memindex.workers.failures import note_failure, note_record_failures
 from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
-from memindex.workers.messages import RETRY, WRITE_QUEUE, request_resync, write_queue_for
+from memindex.workers.messages import RETRY, request_resync, write_queue_for
+from memindex.workers.wire import (Item, Payload, WriteDeletes, WriteFiles, WriteParts, WritePlan, WriteSessionAppend,
+                                   WriteTextFirst, WriteTouch, actor, send)
 
 log = logging.getLogger("memindex.writer")
 _summary = WriteSummary(log)  # a DEBUG line per transaction, an INFO summary per agent and period
@@ -57,36 +57,22 @@ def wait_for_writer(queue: str = WRITE_QUEUE) -> None:
     queues.wait_below(queue, WRITE_BACKLOG_MAX, WRITE_BACKLOG_WAIT_S, poll_s=0.02)
 
 
-def send_write(actor: Any, ctx: dict[str, Any], *args: Any, backpressure: bool = False, **kwargs: Any) -> None:
-    """Send a write actor's message to the write queue (shard) that owns ``ctx``'s store.
+def send_write(settings: AgentSettings, payload: Payload, *, backpressure: bool = False) -> None:
+    """Send a write payload to the write queue (shard) that owns ``settings``' store.
 
     ``backpressure`` first waits (bounded) for that shard's backlog, as embedders do.
     """
-    queue = write_queue_for(str(settings_for(Context.from_dict(ctx)).store_path))
+    queue = write_queue_for(str(settings.store_path))
     if backpressure:
         wait_for_writer(queue)
-    send_write_to(queue, actor, ctx, *args, **kwargs)
+    send(payload, queue=queue)
 
 
-def send_write_to(queue: str, actor: Any, ctx: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-    """Send a write actor's message to ``queue`` (from ``messages.write_queue_for``): what the compute
-    side uses, which knows the store path from its message and never loads the settings."""
-    if queue == WRITE_QUEUE:
-        actor.send(ctx, *args, **kwargs)
-        return
-    actor.broker.enqueue(actor.message(ctx, *args, **kwargs).copy(queue_name=queue))
-
-
-# Every write actor: the write queue (or its shard: send_write_to), not retried on StoreError (above)
-# nor for an agent no longer in the config, and taken before other messages by a thread that consumes
-# more than writes (WRITE_PRIORITY).
-# (A partial, not dramatiq.actor(...) once: its decorator keeps the first function's name.)
-write_actor = functools.partial(dramatiq.actor, queue_name=WRITE_QUEUE, time_limit=10 * 60_000,
-                                throws=(StoreError, UnknownAgent), priority=WRITE_PRIORITY, **RETRY)
-
-_writers: dict[str, StoreWriter] = {}
-_writer_inodes: dict[str, int | None] = {}  # the store file each writer opened
-_writers_lock = threading.Lock()
+# Every write actor: the write queue (or its shard: ``wire.send(queue=)``), not retried on StoreError
+# (above) nor for an agent no longer in the config, and taken before other messages by a thread that
+# consumes more than writes (WRITE_PRIORITY).
+WRITE_OPTIONS: dict[str, Any] = dict(time_limit=10 * 60_000, throws=(StoreError, UnknownAgent), priority=WRITE_PRIORITY,
+                                     **RETRY)
 
 # Group commit (issue 19): a write message opens (or joins) its store's held transaction, and
 # after it (workers.lifecycle.GroupCommit, before the message is acknowledged) the transaction
@@ -95,20 +81,53 @@ _writers_lock = threading.Lock()
 # message of a sync commits before it is acknowledged (`index --wait` returns with everything
 # visible). Searches see a backfill's progress at least this often.
 GROUP_COMMIT_S = 1.0
-_held: dict[str, tuple[StoreWriter, str, dict[str, Any]]] = {}  # store -> (writer, its queue, a ctx)
-_committer: list[threading.Thread] = []
 
 
-# Set by the embedded broker (workers/embedded.py), which runs the writer on the thread that also
-# prepares files: that thread's work queue (dramatiq's worker threads each hold their Worker's),
-# and whether more work is queued for it besides its current message.
-inline_work_queue: Any = None
-inline_more_work: Callable[[], bool] = lambda: False
+@dataclass(eq=False)
+class Writers:
+    """Everything this process's writer keeps between messages, in one place: the open store
+    writers and what they hold. Made with the module (``state``); ``close()`` (a worker's shutdown,
+    the embedded stop) commits and closes every store and forgets the rest, so the next message
+    starts from nothing held."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards opened, inodes, held
+    opened: dict[str, StoreWriter] = field(default_factory=dict)  # store -> its open writer
+    inodes: dict[str, int | None] = field(default_factory=dict)  # the store file each writer opened
+    held: dict[str, tuple[StoreWriter, str, Context]] = field(default_factory=dict)  # store -> (writer, queue, ctx)
+    # store -> the files written in its held transaction so far (named if the commit is lost)
+    held_paths: dict[str, list[str]] = field(default_factory=dict)
+    last_used: dict[str, float] = field(default_factory=dict)  # store -> when its writer was last used
+    busy: dict[str, tuple[float, StoreBusy]] = field(default_factory=dict)  # store -> its lock's last timeout
+    gone_resync: dict[str, float] = field(default_factory=dict)  # store -> last re-plan for a missing generation
+    snapshotted: dict[tuple[str, str], float] = field(default_factory=dict)  # (store, path) -> last as-read write
+    # (store, set id) -> (first seen, the parts of a split record that arrived so far)
+    parts: dict[tuple[str, str], tuple[float, dict[int, FileRecord]]] = field(default_factory=dict)
+    committer: threading.Thread | None = None  # commits late groups, closes idle stores
+    # Set by the embedded broker (workers/embedded.py), which runs the writer on the thread that also
+    # prepares files: that thread's work queue (dramatiq's worker threads each hold their Worker's),
+    # and whether more work is queued for it besides its current message.
+    inline_work_queue: queue_module.Queue[Any] | None = None
+    inline_more_work: Callable[[], bool] = lambda: False
+
+    def close(self) -> None:
+        """Commit what each writer holds and close it; forget what was held."""
+        with self.lock:
+            for w in self.opened.values():
+                w.close()
+            self.opened.clear()
+            self.inodes.clear()
+            self.held.clear()
+            self.held_paths.clear()
+            self.parts.clear()
+
+
+state = Writers()
 
 
 def on_inline_thread() -> bool:
     """Is this the embedded thread that prepares files and also writes the stores?"""
-    return inline_work_queue is not None and getattr(threading.current_thread(), "work_queue", None) is inline_work_queue
+    q = state.inline_work_queue
+    return q is not None and getattr(threading.current_thread(), "work_queue", None) is q
 
 
 def after_message(queue_name: str) -> None:
@@ -122,8 +141,8 @@ def settle() -> None:
     """Commit each held transaction unless more work for its writer waits and it is younger
     than GROUP_COMMIT_S."""
     waiting: dict[str, bool] = {}
-    with _writers_lock:
-        held = list(_held.values())
+    with state.lock:
+        held = list(state.held.values())
     for w, queue, ctx in held:
         since = w.held_since
         if since is None and not w.lost_held:
@@ -140,19 +159,19 @@ def _more_waiting(queue: str) -> bool:
     """Will more writes reach this thread soon? On Redis: messages ready on the store's write
     queue (shard). Embedded: anything queued for the one thread that prepares files and writes."""
     try:
-        return inline_more_work() if on_inline_thread() else queues.ready(queue) > 0
+        return state.inline_more_work() if on_inline_thread() else queues.ready(queue) > 0
     except Exception:  # noqa: BLE001 - cannot tell (Redis away): commit now
         return False
 
 
-def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
-    paths = _held_paths.pop(str(w.path), [])
+def _commit(w: StoreWriter, ctx: Context) -> None:
+    paths = state.held_paths.pop(str(w.path), [])
     try:
         w.commit()
     except Exception as exc:  # noqa: BLE001 - reported below; the next sync re-plans the files
         if not w.full:
             log.warning("could not commit the writes held for %s: %s", w.path, exc)
-    _last_used[str(w.path)] = time.monotonic()
+    state.last_used[str(w.path)] = time.monotonic()
     if w.lost_held:
         # Writes already acknowledged are not in the store: plan again from the Markdown on disk.
         w.lost_held = False
@@ -161,7 +180,7 @@ def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
             # files stay to do, and the failure is recorded (their messages had succeeded), so
             # `index` and `status` say so; the next sync (any change, `memindex index`) writes them.
             try:
-                note_failure(settings_for(Context.from_dict(ctx)), str(store_full(w.path)), paths,
+                note_failure(settings_for(ctx), str(store_full(w.path)), paths,
                              "the held writes were rolled back")
             except Exception as exc:  # noqa: BLE001 - nothing beside the store can be written either
                 log.error("%s (%d file(s) to write again; %s)", store_full(w.path), len(paths), exc)
@@ -174,11 +193,7 @@ def _commit(w: StoreWriter, ctx: dict[str, Any]) -> None:
 # this much later: the groups of one edit burst are dropped one after another, and each found
 # the previous re-plan already started (it clears the request flag) and asked for one more.
 STALE_RESYNC_DELAY_MS = 1000
-
-# Store path -> the files written in its held transaction so far (named if the commit is lost).
-_held_paths: dict[str, list[str]] = {}
-# Store path -> when writes for a missing generation last asked for a re-plan (_write_files).
-_gone_resync: dict[str, float] = {}
+# Writes for a missing generation ask for a re-plan at most this often per store (_write_files).
 GONE_RESYNC_S = 5.0
 
 
@@ -188,8 +203,8 @@ def _commit_late_groups() -> None:
     It also closes the stores idle for IDLE_CLOSE_S (their writer lock goes with them)."""
     while True:
         time.sleep(GROUP_COMMIT_S)
-        with _writers_lock:
-            held = list(_held.values())
+        with state.lock:
+            held = list(state.held.values())
         for w, _, ctx in held:
             since = w.held_since
             if since is not None and time.monotonic() - since >= 2 * GROUP_COMMIT_S:
@@ -201,15 +216,14 @@ def _commit_late_groups() -> None:
 # (pipeline/store/locks.py): another process's writer of the same store (an `index` run while
 # `watch` is idle) waits at most about this long. Reopening costs a few milliseconds.
 IDLE_CLOSE_S = 3.0
-_last_used: dict[str, float] = {}  # store -> when its writer was last handed out or committed
 
 
 def close_idle_writers(idle_s: float = IDLE_CLOSE_S) -> None:
     """Close each store with nothing held that no write has used for ``idle_s`` seconds."""
     now = time.monotonic()
-    with _writers_lock:
-        for key, w in list(_writers.items()):
-            if w.held_since is not None or w.lost_held or now - _last_used.get(key, now) < idle_s:
+    with state.lock:
+        for key, w in list(state.opened.items()):
+            if w.held_since is not None or w.lost_held or now - state.last_used.get(key, now) < idle_s:
                 continue
             _forget(key)
             try:
@@ -220,20 +234,20 @@ def close_idle_writers(idle_s: float = IDLE_CLOSE_S) -> None:
 
 def _hold(key: str, w: StoreWriter, ctx: Context) -> None:
     w.hold()
-    _last_used[key] = time.monotonic()
-    _held[key] = (w, write_queue_for(key), ctx.as_dict())
-    if not (_committer and _committer[0].is_alive()):  # (not alive in a forked child)
+    state.last_used[key] = time.monotonic()
+    state.held[key] = (w, write_queue_for(key), ctx)
+    if not (state.committer and state.committer.is_alive()):  # (not alive in a forked child)
         t = threading.Thread(target=_commit_late_groups, name="memindex-group-commit", daemon=True)
         t.start()
-        _committer[:] = [t]
+        state.committer = t
 
 
 def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
     settings = settings_for(ctx)
     key = str(settings.store_path)
-    with _writers_lock:
-        w = _writers.get(key)
-        if w is not None and _writer_inodes.get(key) != _inode(key):
+    with state.lock:
+        w = state.opened.get(key)
+        if w is not None and state.inodes.get(key) != _inode(key):
             # The store was deleted or replaced under us (a manual reset): writing on
             # would go into an unlinked file nobody reads. Open the new one.
             log.info("store %s was replaced; reopening", key)
@@ -254,7 +268,7 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
         # (the writer lock), and this process's other stores keep committing meanwhile.
         # After one wait ran out, the next messages for the store fail at once while it stays
         # held: a sync's plan and each of its writes waited the whole WRITER_WAIT_S in turn.
-        busy = _busy.get(key)
+        busy = state.busy.get(key)
         if busy is not None and time.monotonic() - busy[0] >= BUSY_MEMO_S:
             busy = None
         try:
@@ -262,30 +276,30 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
         except StoreBusy as exc:
             if busy is not None:
                 raise busy[1] from None  # the same reason, which names the whole wait
-            _busy[key] = (time.monotonic(), exc)
+            state.busy[key] = (time.monotonic(), exc)
             raise
-        _busy.pop(key, None)
-        with _writers_lock:
-            w = _writers.get(key)
+        state.busy.pop(key, None)
+        with state.lock:
+            w = state.opened.get(key)
             if w is None:
-                w = _writers[key] = opened
-                _writer_inodes[key] = _inode(key)
+                w = state.opened[key] = opened
+                state.inodes[key] = _inode(key)
                 opened_now = opened
             else:  # another thread of this process opened it first (one writer thread per store: rare)
                 opened.close()
             _hold(key, w, ctx)
     if lost:
-        request_resync(ctx.as_dict(), "wal-lost")
+        request_resync(ctx, "wal-lost")
     if opened_now is not None and opened_now.lost_by_crash:
         # Its last writer died (SIGKILL, OOM) holding writes it had acknowledged: they are gone,
         # and their files may be leased as queued. Plan again from the Markdown on disk.
         log.warning("the last writer of %s stopped while holding acknowledged writes; re-planning from disk",
                     key)
         try:
-            leases.forget_store(broker, key)
+            leases.forget_store(get_broker(), key)
         except Exception as exc:  # noqa: BLE001 - they expire (LEASE_TTL_S); the re-plan still runs
             log.warning("could not clear the queued-file leases of %s: %s", key, exc)
-        request_resync(ctx.as_dict(), "held-writes-lost")
+        request_resync(ctx, "held-writes-lost")
     # cache.enabled false: no lookups (the embedder) and no new entries, as OpenClaw's upsert returns
     # at once when the cache is off; the entries already there stay until pruned or re-enabled.
     w.cache_writes = bool(settings.memory_search.cache.enabled)
@@ -295,17 +309,16 @@ def _writer(ctx: Context) -> tuple[AgentSettings, StoreWriter]:
 # Store -> when its writer lock last ran out of waiting (above). The next message after this
 # long waits the whole wait again.
 BUSY_MEMO_S = 60.0
-_busy: dict[str, tuple[float, StoreBusy]] = {}
 
 
 def _forget(key: str) -> StoreWriter:
-    """Take ``key``'s writer out of this module's tables (under ``_writers_lock``); the caller closes it."""
-    _held.pop(key, None)
-    _writer_inodes.pop(key, None)
-    return _writers.pop(key)
+    """Take ``key``'s writer out of the state's tables (under ``state.lock``); the caller closes it."""
+    state.held.pop(key, None)
+    state.inodes.pop(key, None)
+    return state.opened.pop(key)
 
 
-def _inode(path: Any) -> int | None:
+def _inode(path: str) -> int | None:
     try:
         return os.stat(path).st_ino
     except OSError:
@@ -314,34 +327,25 @@ def _inode(path: Any) -> int | None:
 
 def close_writers() -> None:
     """Commit what each writer holds and close it (a worker's shutdown, the embedded stop)."""
-    with _writers_lock:
-        for w in _writers.values():
-            w.close()
-        _writers.clear()
-        _held.clear()
-        _held_paths.clear()
+    state.close()
 
 
-@write_actor
-def write_plan(ctx: dict[str, Any], generation: int, fingerprint: dict[str, Any],
-               pending: list[list[str]], deletes: list[list[str]], planned_at: int | None = None,
-               keep: list[list[str]] | None = None) -> None:
-    settings, w = _writer(Context.from_dict(ctx))
+@actor(WritePlan, **WRITE_OPTIONS)
+def write_plan(msg: WritePlan) -> None:
+    settings, w = _writer(msg.ctx)
     # A delete is applied only if the file really is gone: a re-created file keeps its rows.
     visible = indexed_path_filter(settings)
-    real_deletes = [tuple(k) for k in deletes if not still_on_disk(settings, tuple(k), visible)]
-    w.plan(generation, fingerprint, [tuple(k) for k in pending], real_deletes, planned_at,
-           keep=[tuple(k) for k in keep or ()])
+    real_deletes = [k for k in msg.deletes if not still_on_disk(settings, k, visible)]
+    w.plan(msg.generation, msg.fingerprint, msg.pending, real_deletes, msg.planned_at, keep=msg.keep)
 
 
-@write_actor
-def write_files(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
-    _write_files(ctx, generation, [FileRecord.from_message(r) for r in records])
+@actor(WriteFiles, **WRITE_OPTIONS)
+def write_files(msg: WriteFiles) -> None:
+    _write_files(msg.ctx, msg.generation, msg.records)
 
 
-def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> None:
-    context = Context.from_dict(ctx)
-    settings, w = _writer(context)
+def _write_files(ctx: Context, generation: int, records: list[FileRecord]) -> None:
+    settings, w = _writer(ctx)
     fresh: list[FileRecord] = []
     stale: list[FileRecord] = []
     for rec in records:
@@ -351,16 +355,16 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         # failed): nothing to write here. A re-plan brings them back - at most one per store
         # every GONE_RESYNC_S, and none while the disk is full: every dropped message asking
         # for one, each re-plan failing and sending its writes again, grew without end.
-        log.info("dropping %d write(s) for %s: generation %d does not exist", len(fresh), context.agent_id,
+        log.info("dropping %d write(s) for %s: generation %d does not exist", len(fresh), ctx.agent_id,
                  generation)
         _written(w, generation, records)  # nothing writes them now: no plan may skip them as queued
         now = time.monotonic()
-        if not w.full and now - _gone_resync.get(str(w.path), -GONE_RESYNC_S) >= GONE_RESYNC_S:
-            _gone_resync[str(w.path)] = now
+        if not w.full and now - state.gone_resync.get(str(w.path), -GONE_RESYNC_S) >= GONE_RESYNC_S:
+            state.gone_resync[str(w.path)] = now
             request_resync(ctx, "generation-gone")
         return
     for r in fresh:  # read as the file is: a later change gets its re-plan again
-        _snapshotted.pop((str(w.path), r.path), None)
+        state.snapshotted.pop((str(w.path), r.path), None)
     late: list[FileRecord] = []
     if stale and w.generation_exists(generation):
         # Changed since they were read, still there: written as read (the row keeps the stat of
@@ -383,8 +387,8 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         if late:
             _resync_after_snapshots(w, ctx, late)  # (after the write: the re-plan must see it)
         if w.held_since is not None:  # what a rolled-back group commit would lose (_commit)
-            _held_paths.setdefault(str(w.path), []).extend(r.path for r in fresh if r.path not in rejected)
-        _summary.record(context.agent_id or "default", len(fresh), sum(len(r.chunks) for r in fresh),
+            state.held_paths.setdefault(str(w.path), []).extend(r.path for r in fresh if r.path not in rejected)
+        _summary.record(ctx.agent_id or "default", len(fresh), sum(len(r.chunks) for r in fresh),
                         time.perf_counter() - started, fresh[0].path)
         if rejected:
             # Same provider, model and endpoint but other dims: the endpoint changed what
@@ -401,7 +405,7 @@ def _write_files(ctx: dict[str, Any], generation: int, records: list[FileRecord]
         # The file changed after it was chunked: drop the write, re-plan from disk. Its lease ends
         # with it: kept, a file moved away and back at the same size and mtime (a move, `cp -p`, a
         # restore) read as "already queued by another sync" to every later plan, and stayed out.
-        log.info("dropped %d stale write(s) for %s: %s", len(stale), context.agent_id,
+        log.info("dropped %d stale write(s) for %s: %s", len(stale), ctx.agent_id,
                  ", ".join(r.path for r in stale[:5]))
         _written(w, generation, stale)
         request_resync(ctx, "stale-write", delay_ms=STALE_RESYNC_DELAY_MS)
@@ -422,23 +426,23 @@ def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
     return bool(rejected) and all(r.embedding is not None and same_space(fp, r.embedding) for r in rejected)
 
 
-@write_actor
-def write_text_first(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
+@actor(WriteTextFirst, **WRITE_OPTIONS)
+def write_text_first(msg: WriteTextFirst) -> None:
     """The text of files the compute side (or a batch job) is still embedding: keyword-searchable
     at once (issue 44: a hung provider held new notes out of every search for minutes). Their
     leases, pending marks and failure records wait for the write with the vectors."""
-    _, w = _writer(Context.from_dict(ctx))
+    _, w = _writer(msg.ctx)
     # A file changed since it was read is left to that write (written as read, or dropped).
-    w.write_text_first(generation, [r for r in map(FileRecord.from_message, records) if is_current(r)])
+    w.write_text_first(msg.generation, [r for r in msg.records if is_current(r)])
 
 
-@write_actor
-def write_session_append(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
-    _append(ctx, generation, [FileRecord.from_message(r) for r in records])
+@actor(WriteSessionAppend, **WRITE_OPTIONS)
+def write_session_append(msg: WriteSessionAppend) -> None:
+    _append(msg.ctx, msg.generation, msg.records)
 
 
-def _append(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> None:
-    settings, w = _writer(Context.from_dict(ctx))
+def _append(ctx: Context, generation: int, records: list[FileRecord]) -> None:
+    settings, w = _writer(ctx)
     # A transcript replaced since the read is left to the detector's rebuild.
     current = [r for r in records if is_current(r)]
     note_record_failures(settings, current)
@@ -452,16 +456,15 @@ def _append(ctx: dict[str, Any], generation: int, records: list[FileRecord]) -> 
 # this long (appended to all the time) gets none: its own change events (the watcher), or the next
 # sync, take it further; re-planning it each time kept `index` running for as long as it grew.
 SNAPSHOT_RESYNC_S = 60.0
-_snapshotted: dict[tuple[str, str], float] = {}
 
 
-def _resync_after_snapshots(w: StoreWriter, ctx: dict[str, Any], late: list[FileRecord]) -> None:
+def _resync_after_snapshots(w: StoreWriter, ctx: Context, late: list[FileRecord]) -> None:
     store, now = str(w.path), time.monotonic()
-    for key in [k for k, t in _snapshotted.items() if now - t > SNAPSHOT_RESYNC_S]:
-        del _snapshotted[key]
-    first = [r for r in late if (store, r.path) not in _snapshotted]
+    for key in [k for k, t in state.snapshotted.items() if now - t > SNAPSHOT_RESYNC_S]:
+        del state.snapshotted[key]
+    first = [r for r in late if (store, r.path) not in state.snapshotted]
     for r in late:
-        _snapshotted[(store, r.path)] = now
+        state.snapshotted[(store, r.path)] = now
     if first:
         _resync_after_commit(w, ctx, "changed-while-indexed", delay_ms=STALE_RESYNC_DELAY_MS)
 
@@ -471,19 +474,19 @@ def _written(w: StoreWriter, generation: int, records: list[FileRecord]) -> None
     them leaves the mark its successor acts on): their leases end, so no plan takes them for
     queued any more (dropped writes still leased kept files out of every sync for 6 h)."""
     try:
-        leases.release(broker, str(w.path), generation, [(r.source, r.path) for r in records])
+        leases.release(get_broker(), str(w.path), generation, [(r.source, r.path) for r in records])
     except Exception as exc:  # noqa: BLE001 - a lease left over only covers a file as it was written
         log.debug("could not release the leases of %d written file(s): %s", len(records), exc)
 
 
-def _continue_transcripts(w: StoreWriter, ctx: dict[str, Any], written: list[FileRecord]) -> None:
+def _continue_transcripts(w: StoreWriter, ctx: Context, written: list[FileRecord]) -> None:
     """A transcript read up to the per-read cap: its next part is the next sync's delta, asked
     for now (a 100 MiB transcript took three `index` runs, each saying it was done)."""
     if any(r.continues for r in written):
         _resync_after_commit(w, ctx, "transcript-continues")
 
 
-def _resync_after_commit(w: StoreWriter, ctx: dict[str, Any], reason: str, delay_ms: int | None = None) -> None:
+def _resync_after_commit(w: StoreWriter, ctx: Context, reason: str, delay_ms: int | None = None) -> None:
     """Ask for a sync that must see these writes: a plan reads the store through another
     connection, so writes still held for the group commit would look undone (and be planned
     again, or, leased, skipped: a transcript's next part was never read)."""
@@ -497,34 +500,42 @@ def _resync_after_commit(w: StoreWriter, ctx: dict[str, Any], reason: str, delay
 # writer restart loses the incomplete sets, whose files stay pending until the next sync re-plans them
 # (the Markdown is the source of truth). A set never completed (a lost part) is dropped after PARTS_TTL_S.
 PARTS_TTL_S = 3600.0
-_parts: dict[tuple[str, str], tuple[float, dict[int, FileRecord]]] = {}
 
 
-@write_actor
-def write_parts(ctx: dict[str, Any], generation: int, items: list[dict[str, Any]]) -> None:
+@actor(WriteParts, **WRITE_OPTIONS)
+def write_parts(msg: WriteParts) -> None:
     """Collect parts of split records; the last one to arrive writes the whole record (idempotent:
     a duplicated part replaces itself, a duplicated set rewrites the same rows)."""
-    store = str(settings_for(Context.from_dict(ctx)).store_path)
+    store = str(settings_for(msg.ctx).store_path)
     now = time.monotonic()
-    for key in [k for k, (t, _) in _parts.items() if now - t > PARTS_TTL_S]:
+    for key in [k for k, (t, _) in state.parts.items() if now - t > PARTS_TTL_S]:
         log.info("dropped the incomplete parts of a split record (%s); the next sync re-plans it", key[1])
-        del _parts[key]
+        del state.parts[key]
     done: dict[str, list[FileRecord]] = {"files": [], "append": []}
     complete: list[tuple[str, str]] = []
-    for item in items:
-        set_id, k, n = item["part"]
-        key = (store, set_id)
-        _, have = _parts.setdefault(key, (now, {}))
-        have[int(k)] = FileRecord.from_message(item["record"])
-        if len(have) == n and key not in complete:
+    for item in _parts_only(msg.items):
+        assert item.part is not None  # (_parts_only)
+        key = (store, item.part.set_id)
+        _, have = state.parts.setdefault(key, (now, {}))
+        have[item.part.index] = item.record
+        if len(have) == item.part.count and key not in complete:
             complete.append(key)
-            done[item["mode"]].append(_assemble([have[i] for i in range(n)]))
+            done[item.mode].append(_assemble([have[i] for i in range(item.part.count)]))
     if done["files"]:
-        _write_files(ctx, generation, done["files"])
+        _write_files(msg.ctx, msg.generation, done["files"])
     if done["append"]:
-        _append(ctx, generation, done["append"])
+        _append(msg.ctx, msg.generation, done["append"])
     for key in complete:  # only once written: a retried message finds its set complete again
-        _parts.pop(key, None)
+        state.parts.pop(key, None)
+
+
+def _parts_only(items: list[Item]) -> list[Item]:
+    """The items that are parts (a whole record here would be a sender's bug: said, not written)."""
+    whole = [i.record.path for i in items if i.part is None]
+    if whole:
+        log.warning("write_parts got %d whole record(s) (%s): not written; the next sync re-plans them",
+                    len(whole), whole[0])
+    return [i for i in items if i.part is not None]
 
 
 def _assemble(parts: list[FileRecord]) -> FileRecord:
@@ -538,17 +549,17 @@ def _assemble(parts: list[FileRecord]) -> FileRecord:
                                   parts[0].embedding))
 
 
-@write_actor
-def write_touch(ctx: dict[str, Any], generation: int, records: list[dict[str, Any]]) -> None:
-    _, w = _writer(Context.from_dict(ctx))
-    w.touch_files(generation, [TouchRecord.from_message(r) for r in records])
+@actor(WriteTouch, **WRITE_OPTIONS)
+def write_touch(msg: WriteTouch) -> None:
+    _, w = _writer(msg.ctx)
+    w.touch_files(msg.generation, msg.records)
 
 
-@write_actor
-def write_deletes(ctx: dict[str, Any], generation: int, keys: list[list[str]]) -> None:
-    settings, w = _writer(Context.from_dict(ctx))
+@actor(WriteDeletes, **WRITE_OPTIONS)
+def write_deletes(msg: WriteDeletes) -> None:
+    settings, w = _writer(msg.ctx)
     visible = indexed_path_filter(settings)
-    w.delete_files(generation, [tuple(k) for k in keys if not still_on_disk(settings, tuple(k), visible)])
+    w.delete_files(msg.generation, [k for k in msg.keys if not still_on_disk(settings, k, visible)])
 
 
 GroupCommit.after_message = after_message

@@ -30,7 +30,9 @@ def embedding_pending(error: str | None) -> bool:
 
 
 class ChunkEmbedder(Protocol):
-    identity: EmbeddingIdentity
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """The vector space the vectors are in (read-only: the wrappers derive it from their inner embedder)."""
 
     def embed_chunks(self, texts: Sequence[str], hashes: Sequence[str]) -> tuple[list[list[float] | None], set[str]]:
         """Vectors per text (None = not embedded) and the hashes served from cache."""

@@ -119,7 +119,7 @@ COMMANDS: tuple[Command, ...] = (
              ("memindex --agent ops dead-letters --discard", "drop ops' for good (work that can never succeed)")),
             A.dead_letters),
     Command("worker", f"{_CLI}.ops:cmd_worker", "run dramatiq workers on MEMINDEX_BROKER_URL",
-            "Exec `dramatiq memindex.workers.actors` with the right queues (the Procfile's worker, compute, "
+            "Exec `dramatiq memindex.workers.actors:get_broker` with the right queues (the Procfile's worker, compute, "
             "batch and writer processes). sync is file-side (it reads the workspaces and stores); embed and "
             "batch are compute-side and may run on another host.",
             (("memindex worker --queues sync --processes 1", "file side: plan syncs, read and chunk files"),

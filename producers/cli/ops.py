@@ -561,7 +561,7 @@ def _claim_writer_start(queue: str) -> str | None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors`` with the right queues (Procfile / compose use this)."""
+    """exec dramatiq (``workers/run.py``) on ``memindex.workers.actors:get_broker`` with the right queues (Procfile / compose use this)."""
     if not environ.BROKER_URL.raw():
         say_error(f"a worker process needs {BROKER_ENV} (redis://...). On one machine without Redis, "
                   "`memindex watch` runs the workers in-process.")
@@ -639,7 +639,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     # dramatiq's command line, wrapped (workers/run.py): its own processes log in our format, and
     # the command stops when its supervisor dies.
-    argv = [sys.executable, "-m", "memindex.workers.run", "memindex.workers.actors", "--processes", str(processes),
+    argv = [sys.executable, "-m", "memindex.workers.run", "memindex.workers.actors:get_broker", "--processes", str(processes),
             "--threads", str(threads), "--queues", *qs]
     sys.stdout.flush()
     sys.stderr.flush()

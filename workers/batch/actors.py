@@ -39,11 +39,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import dramatiq
+import msgspec
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.config.environ import env_number
+from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for
-from memindex.pipeline.embeddings.base import ProviderError
+from memindex.pipeline.errors import ProviderError
 from memindex.pipeline.embeddings.registry import supports_batch
 from memindex.pipeline.embeddings.batch.base import (
     BatchClient,
@@ -59,10 +62,11 @@ from memindex.workers.batch import state as bs
 from memindex.workers.batch.backend import StateBackend, has_state, open_for
 from memindex.workers.batch.coord import registry, slots
 from memindex.workers.batch.redis_state import agent_key
-from memindex.workers.batch.route import DeferringEmbedder
-from memindex.workers.broker import BATCH_QUEUE, broker, is_embedded
+from memindex.workers.batch.route import DeferringEmbedder, batch_embedder_for
+from memindex.workers.broker import BATCH_QUEUE, is_embedded, on_install
 from memindex.workers.compute import compute_spec, route_records, settings_from_spec
 from memindex.workers.messages import GROUP_FILES, RETRY
+from memindex.workers.wire import BatchFinish, BatchPoll, BatchSubmit, ComputeSpec, actor, send
 
 log = logging.getLogger("memindex.batch")
 
@@ -102,27 +106,33 @@ def _delay_ms(seconds: float) -> int:
 
 
 def _state(settings: AgentSettings) -> StateBackend:
-    return open_for(settings.store_path)  # type: ignore[return-value]  (never None when writable)
+    st = open_for(settings.store_path)
+    assert st is not None  # (only a read-only open finds none)
+    return st
 
 
 def _registry_key(settings: AgentSettings) -> str:
     return agent_key(settings.store_path)
 
 
-@dataclass(frozen=True)
-class Who:
+class Who(msgspec.Struct, frozen=True):
     """Whose batch work a message is about: the pinned Context and the agent's compute spec
     (``compute.compute_spec``: no secrets, no path opened), so any compute host can act on it."""
 
-    ctx: dict[str, Any]
-    spec: dict[str, Any]
-
-    @property
-    def args(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        return self.ctx, self.spec
+    ctx: Context
+    spec: ComputeSpec
 
     def settings(self) -> AgentSettings:
         return settings_from_spec(self.spec, self.ctx)
+
+    def submit(self, token: str | None = None, delay_s: float | None = None) -> None:
+        send(BatchSubmit(self.ctx, self.spec, token), delay_ms=None if delay_s is None else _delay_ms(delay_s))
+
+    def poll(self, job_key: str, token: str, delay_s: float | None = None) -> None:
+        send(BatchPoll(self.ctx, self.spec, job_key, token), delay_ms=None if delay_s is None else _delay_ms(delay_s))
+
+    def finish(self, job_key: str, token: str) -> None:
+        send(BatchFinish(self.ctx, self.spec, job_key, token))
 
 
 # --- the provider side -----------------------------------------------------------------
@@ -137,8 +147,6 @@ def _target(settings: AgentSettings, *, new_work: bool = True) -> tuple[Deferrin
     ``new_work=False`` (polling a submitted job) does not require ``remote.batch.enabled``:
     a job submitted before batching was switched off is still collected.
     """
-    from memindex.workers.batch.route import batch_embedder_for
-
     # The store's embedding cache only on the embedded broker (one host): a compute host has no
     # store, and the file side already served cache hits when it routed the chunks here.
     inner = chunk_embedder_for(settings, cache=is_embedded())
@@ -153,13 +161,16 @@ def _target(settings: AgentSettings, *, new_work: bool = True) -> tuple[Deferrin
     with _clients_lock:
         hit = _clients.get(key)
         if hit is None or hit[0] is not provider:
-            hit = _clients[key] = (provider, batch_client_for(provider))
+            client = batch_client_for(provider)
+            if client is None:  # (supports_batch said yes: a provider without a client is a registry bug)
+                return None
+            hit = _clients[key] = (provider, client)
     return embedder, hit[1]
 
 
 # --- routing (called from index_files) ----------------------------------------------------
 
-def send_to_batch(ctx: dict[str, Any], settings: AgentSettings, generation: int, records: list[FileRecord],
+def send_to_batch(ctx: Context, settings: AgentSettings, generation: int, records: list[FileRecord],
                   embedder: DeferringEmbedder) -> list[FileRecord]:
     """Queue the records that wait for batch vectors; returns the ones ready to write now."""
     entries: list[tuple[FileRecord, list[str]]] = []
@@ -171,22 +182,22 @@ def send_to_batch(ctx: dict[str, Any], settings: AgentSettings, generation: int,
         with _state(settings) as st:
             added = st.add_items(generation, embedder.identity.provider_key, entries)
         who = Who(ctx, compute_spec(settings))
-        registry.add(_registry_key(settings), {"ctx": who.ctx, "spec": who.spec})
+        registry().add(_registry_key(settings), msgspec.to_builtins(who))  # read back by ``sweep``
         log.info("%s: %d file(s) with %d uncached chunk(s) handed to batch embedding (%d of them already waiting)",
                  settings.agent_id, len(entries), sum(len(m) for _, m in entries), len(entries) - added)
-        batch_submit.send(*who.args)
+        who.submit()
     return ready
 
 
 # --- submit ---------------------------------------------------------------------------------
 
-@dramatiq.actor(queue_name=BATCH_QUEUE, time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
-def batch_submit(ctx: dict[str, Any], spec: dict[str, Any], token: str | None = None) -> None:
-    who = Who(ctx, spec)
+@actor(BatchSubmit, time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
+def batch_submit(msg: BatchSubmit) -> None:
+    who = Who(msg.ctx, msg.spec)
     settings = who.settings()
     with _state(settings) as st:
         resume_orphans(who, settings, st, send_submit=False)
-        _run_submitter(who, settings, st, token or bs.new_token())
+        _run_submitter(who, settings, st, msg.token or bs.new_token())
 
 
 def _run_submitter(who: Who, settings: AgentSettings, st: StateBackend, token: str) -> None:
@@ -196,7 +207,7 @@ def _run_submitter(who: Who, settings: AgentSettings, st: StateBackend, token: s
 
     def again(delay_s: float) -> None:
         st.lease(SUBMITTER, token, time.time() + t.lease_s + delay_s, time.time())
-        batch_submit.send_with_options(args=(*who.args, token), delay=_delay_ms(delay_s))
+        who.submit(token, delay_s)
 
     while True:
         n, n_hashes, oldest, newest = st.queued()
@@ -220,10 +231,10 @@ def _run_submitter(who: Who, settings: AgentSettings, st: StateBackend, token: s
                 and now - newest < t.gather_s and now - oldest < t.gather_max_s):
             return again(t.gather_s)  # more of this backfill is on its way: let it share the job
         job_key = bs.new_token()[:16]
-        if not slots.acquire(client.provider_id, job_key, t.concurrency, t.slot_ttl_s):
+        if not slots().acquire(client.provider_id, job_key, t.concurrency, t.slot_ttl_s):
             return again(t.poll_s)  # all slots busy: try again later, without blocking a worker
         if not _submit_one(who, settings, st, t, embedder, client, job_key):
-            slots.release(client.provider_id, job_key)
+            slots().release(client.provider_id, job_key)
 
 
 def _fallback_queued(who: Who, settings: AgentSettings, st: StateBackend, why: str) -> None:
@@ -238,7 +249,7 @@ def _fallback_queued(who: Who, settings: AgentSettings, st: StateBackend, why: s
     items = st.items_for(key)
     st.update(key, files=len(items))
     log.warning("%s: %s; embedding %d queued file(s) synchronously", settings.agent_id, why, len(items))
-    batch_finish.send(*who.args, key, token)
+    who.finish(key, token)
 
 
 def _submit_one(who: Who, settings: AgentSettings, st: StateBackend, t: Timing,
@@ -263,8 +274,8 @@ def _submit_one(who: Who, settings: AgentSettings, st: StateBackend, t: Timing,
                   lease_token=token, lease_until=now + SUBMIT_LEASE_S)
     if not todo:
         st.update(job_key, token, phase=bs.COLLECTED, state="completed", outcome="cached")
-        slots.release(client.provider_id, job_key)
-        batch_finish.send(*who.args, job_key, token)
+        slots().release(client.provider_id, job_key)
+        who.finish(job_key, token)
         return True
     ids = custom_ids(todo)
     try:
@@ -275,23 +286,23 @@ def _submit_one(who: Who, settings: AgentSettings, st: StateBackend, t: Timing,
                     settings.agent_id, client.provider_id, len(todo), msg)
         st.update(job_key, token, phase=bs.COLLECTED, state="failed", outcome="submit-failed", error=msg,
                   failed=len(todo), lease_until=time.time() + FINISH_LEASE_S)
-        slots.release(client.provider_id, job_key)
-        batch_finish.send(*who.args, job_key, token)
+        slots().release(client.provider_id, job_key)
+        who.finish(job_key, token)
         return True
     st.update(job_key, token, phase=bs.POLLING, remote_id=sub.batch_id, input_file=sub.input_file_id,
               custom_ids=json.dumps(ids), submitted_at=time.time(), deadline=time.time() + t.timeout_s,
               lease_until=time.time() + t.lease_s)
     log.info("%s: submitted %s batch %s: %d request(s) for %d file(s) (%d served from cache)", settings.agent_id,
              client.provider_id, sub.batch_id, len(todo), len(items), len(cached))
-    batch_poll.send_with_options(args=(*who.args, job_key, token), delay=_delay_ms(t.poll_s))
+    who.poll(job_key, token, t.poll_s)
     return True
 
 
 # --- poll and collect --------------------------------------------------------------------------
 
-@dramatiq.actor(queue_name=BATCH_QUEUE, time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
-def batch_poll(ctx: dict[str, Any], spec: dict[str, Any], job_key: str, token: str) -> None:
-    who = Who(ctx, spec)
+@actor(BatchPoll, time_limit=15 * 60_000, max_retries=5, min_backoff=1000, max_backoff=60_000)
+def batch_poll(msg: BatchPoll) -> None:
+    who, job_key, token = Who(msg.ctx, msg.spec), msg.job_key, msg.token
     settings = who.settings()
     with _state(settings) as st:
         job = st.job(job_key)
@@ -300,7 +311,7 @@ def batch_poll(ctx: dict[str, Any], spec: dict[str, Any], job_key: str, token: s
         t = timing(settings)
         if not st.update(job_key, token, lease_until=time.time() + t.lease_s):
             return
-        slots.renew(job.provider, job_key, t.slot_ttl_s)
+        slots().renew(job.provider, job_key, t.slot_ttl_s)
         target = _target(settings, new_work=False)
         if target is None or target[0].identity.provider_key != job.provider_key:
             return _give_up(who, st, job, token, "the agent's provider/model changed while the batch ran", None)
@@ -312,7 +323,7 @@ def _poll_once(who: Who, settings: AgentSettings, st: StateBackend, t: Timing, j
     now = time.time()
 
     def again() -> None:
-        batch_poll.send_with_options(args=(*who.args, job.key, token), delay=_delay_ms(t.poll_s))
+        who.poll(job.key, token, t.poll_s)
 
     try:
         status = client.status(job.remote_id)
@@ -353,7 +364,7 @@ def _collect(who: Who, st: StateBackend, t: Timing, job: bs.Job, token: str,
         except ProviderError as exc:
             if exc.retryable and time.time() < (job.deadline or 0) + t.cancel_grace_s:
                 log.info("downloading %s batch %s results failed (%s); retrying", job.provider, job.remote_id, exc)
-                batch_poll.send_with_options(args=(*who.args, job.key, token), delay=_delay_ms(t.poll_s))
+                who.poll(job.key, token, t.poll_s)
                 return
             log.warning("%s batch %s: results unavailable (%s); its chunks are embedded synchronously",
                         job.provider, job.remote_id, exc)
@@ -362,7 +373,7 @@ def _collect(who: Who, st: StateBackend, t: Timing, job: bs.Job, token: str,
     if dims is None and results.vectors:
         lengths = [len(v) for v in results.vectors.values()]
         dims = max(set(lengths), key=lengths.count)
-    from memindex.pipeline.embeddings.validate import l2_normalize  # numpy: only when a batch is collected
+    from memindex.pipeline.embeddings.validate import l2_normalize  # lazy: numpy, only when a batch is collected
 
     good = {id_map[cid]: l2_normalize(vec) for cid, vec in results.vectors.items()
             if cid in id_map and is_valid(vec, dims)}
@@ -374,11 +385,11 @@ def _collect(who: Who, st: StateBackend, t: Timing, job: bs.Job, token: str,
     st.update(job.key, token, phase=bs.COLLECTED, state=status.state.value, completed=len(good), failed=failed,
               outcome=outcome, error=job.error if job.phase == bs.CANCELLING else error,
               lease_until=time.time() + FINISH_LEASE_S)
-    slots.release(job.provider, job.key)
+    slots().release(job.provider, job.key)
     level = logging.INFO if failed == 0 else logging.WARNING
     log.log(level, "%s: %s batch %s %s: %d vector(s) collected, %d to embed synchronously", job.agent,
             job.provider, job.remote_id, status.raw, len(good), failed)
-    batch_finish.send(*who.args, job.key, token)
+    who.finish(job.key, token)
 
 
 def _give_up(who: Who, st: StateBackend, job: bs.Job, token: str, why: str,
@@ -393,15 +404,15 @@ def _give_up(who: Who, st: StateBackend, job: bs.Job, token: str, why: str,
             pass
     st.update(job.key, token, phase=bs.COLLECTED, outcome="abandoned", error=why[:500], failed=job.requests,
               lease_until=time.time() + FINISH_LEASE_S)
-    slots.release(job.provider, job.key)
-    batch_finish.send(*who.args, job.key, token)
+    slots().release(job.provider, job.key)
+    who.finish(job.key, token)
 
 
 # --- finish: fill, redo what is missing synchronously, write ------------------------------------
 
-@dramatiq.actor(queue_name=BATCH_QUEUE, time_limit=30 * 60_000, **RETRY)
-def batch_finish(ctx: dict[str, Any], spec: dict[str, Any], job_key: str, token: str) -> None:
-    who = Who(ctx, spec)
+@actor(BatchFinish, time_limit=30 * 60_000, **RETRY)
+def batch_finish(msg: BatchFinish) -> None:
+    who, job_key, token = Who(msg.ctx, msg.spec), msg.job_key, msg.token
     settings = who.settings()
     with _state(settings) as st:
         job = st.job(job_key)
@@ -466,9 +477,9 @@ def _done(who: Who, settings: AgentSettings, st: StateBackend, job_key: str, tok
     st.drop_results(job_key)
     st.prune_done()
     if st.queued()[0]:
-        batch_submit.send(*who.args)
+        who.submit()
     elif not st.jobs(active_only=True) and not st.pending_items():
-        registry.remove(_registry_key(settings))
+        registry().remove(_registry_key(settings))
 
 
 # --- resuming after a worker died ------------------------------------------------------------------
@@ -489,31 +500,31 @@ def resume_orphans(who: Who, settings: AgentSettings, st: StateBackend, *,
             st.requeue(job.key)
             st.update(job.key, token, phase=bs.DONE, outcome="abandoned", finished_at=now,
                       error="the worker submitting it stopped; its chunks were queued again")
-            slots.release(job.provider, job.key)
+            slots().release(job.provider, job.key)
             log.warning("%s: a batch submission (%s) was interrupted; its chunks are queued again", job.agent,
                         job.key)
         elif job.phase in (bs.SUBMITTING, bs.POLLING, bs.CANCELLING):
             if job.phase == bs.SUBMITTING:
                 st.update(job.key, token, phase=bs.POLLING)
-            slots.renew(job.provider, job.key, t.slot_ttl_s)
+            slots().renew(job.provider, job.key, t.slot_ttl_s)
             log.info("%s: resuming %s batch %s (its poller stopped)", job.agent, job.provider, job.remote_id)
-            batch_poll.send(*who.args, job.key, token)
+            who.poll(job.key, token)
         else:
             log.info("%s: resuming the write-out of %s batch %s", job.agent, job.provider, job.remote_id)
-            batch_finish.send(*who.args, job.key, token)
+            who.finish(job.key, token)
     if send_submit and st.queued()[0] and not st.lease_alive(SUBMITTER, now):
-        batch_submit.send(*who.args)
+        who.submit()
     return taken
 
 
 def sweep() -> None:
     """One janitor pass over every agent with batch work."""
-    for key, entry in registry.all().items():
+    for key, entry in registry().all().items():
         try:
-            who = Who(entry["ctx"], entry["spec"])
+            who = msgspec.convert(entry, Who)
             settings = who.settings()
             if not has_state(settings.store_path):  # the agent (or its batch state) is gone
-                registry.remove(key)
+                registry().remove(key)
                 continue
             with _state(settings) as st:
                 resume_orphans(who, settings, st)
@@ -557,4 +568,4 @@ class _Janitor(dramatiq.Middleware):
                 failing = False
 
 
-broker.add_middleware(_Janitor())
+on_install(lambda broker: broker.add_middleware(_Janitor()))

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from memindex.workers.broker import broker, is_embedded
+from memindex.workers.broker import get_broker, is_embedded, on_install
 
 NS = "memindex:batch"
 
@@ -127,9 +127,33 @@ class _RedisRegistry:
         return out
 
 
-if is_embedded(broker):
-    slots: Any = _LocalSlots()
-    registry: Any = _LocalRegistry()
-else:
-    slots = _RedisSlots(broker.client)
-    registry = _RedisRegistry(broker.client)
+class _Coordination:
+    """The broker's slots and registry: in this process on the embedded broker, in Redis otherwise.
+    Chosen when a broker is installed (importing this module asks no broker anything)."""
+
+    def __init__(self) -> None:
+        self.slots: _LocalSlots | _RedisSlots | None = None
+        self.registry: _LocalRegistry | _RedisRegistry | None = None
+
+    def install(self, broker: Any) -> None:
+        embedded = is_embedded(broker)
+        self.slots = _LocalSlots() if embedded else _RedisSlots(broker.client)
+        self.registry = _LocalRegistry() if embedded else _RedisRegistry(broker.client)
+
+
+_coordination = _Coordination()
+on_install(_coordination.install)
+
+
+def slots() -> _LocalSlots | _RedisSlots:
+    """The batch concurrency slots of this process's broker."""
+    get_broker()  # (installs the broker, and with it these, on first use)
+    assert _coordination.slots is not None
+    return _coordination.slots
+
+
+def registry() -> _LocalRegistry | _RedisRegistry:
+    """The agents with batch work, as this process's broker keeps them."""
+    get_broker()
+    assert _coordination.registry is not None
+    return _coordination.registry

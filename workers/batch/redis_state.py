@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store.vectors import pack, unpack
+from memindex.workers.wire import record_from_json, record_json
 from memindex.workers.batch.state import ACTIVE, DONE, KEEP_DONE, Item, Job, job_defaults
 
 NS = "memindex:batch"
@@ -110,7 +111,7 @@ class RedisBatchState:
                 meta = {"generation": generation, "provider_key": provider_key, "source": rec.source,
                         "path": rec.path, "file_hash": rec.hash, "missing": sorted(missing), "job": None,
                         "created_at": now, "uniq": uniq}
-                pipe.hset(self.k("records"), item_id, json.dumps(rec.to_message()))
+                pipe.hset(self.k("records"), item_id, record_json(rec))
                 pipe.hset(self.k("items"), item_id, json.dumps(meta))
                 pipe.hset(self.k("uniq"), uniq, item_id)
             pipe.execute()
@@ -168,7 +169,7 @@ class RedisBatchState:
         if not mine:
             return []
         records = self.client.hmget(self.k("records"), [i for i, _ in mine])
-        return [Item(i, m["generation"], FileRecord.from_message(json.loads(r)), m["missing"])
+        return [Item(i, m["generation"], record_from_json(r), m["missing"])
                 for (i, m), r in zip(mine, records) if r is not None]
 
     def requeue(self, job_key: str) -> None:

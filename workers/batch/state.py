@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3 as stdlib_sqlite3
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence
 
 from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store import db
 from memindex.pipeline.store.vectors import pack, unpack
+from memindex.workers.wire import record_from_json, record_json
 
 DDL = """
 CREATE TABLE IF NOT EXISTS items (
@@ -105,7 +107,7 @@ def job_defaults() -> dict[str, Any]:
     """Every column of ``jobs`` with its default (None where it has none), read from ``DDL``
     itself: the Redis backend's job rows take exactly this shape, so a job reads the same
     from either backend."""
-    conn = db.sqlite3.connect(":memory:")
+    conn = stdlib_sqlite3.connect(":memory:")  # only to read DDL's columns: any driver does
     try:
         conn.executescript(DDL)
         cols = conn.execute("PRAGMA table_info(jobs)").fetchall()  # cid, name, type, notnull, default, pk
@@ -143,7 +145,8 @@ class Job:
 
     @property
     def id_map(self) -> dict[str, str]:
-        return json.loads(self.row["custom_ids"] or "{}")
+        ids: dict[str, str] = json.loads(self.row["custom_ids"] or "{}")
+        return ids
 
 
 class BatchStateStore:
@@ -174,7 +177,7 @@ class BatchStateStore:
         """Queue records (with their missing chunk hashes); duplicates are ignored. Returns rows added."""
         now = time.time()
         # Stored in their queue-message form (JSON-safe): the file outlives this process.
-        rows = [(generation, provider_key, r.source, r.path, r.hash, json.dumps(r.to_message()), json.dumps(sorted(m)),
+        rows = [(generation, provider_key, r.source, r.path, r.hash, record_json(r), json.dumps(sorted(m)),
                  now) for r, m in entries]
         with self._tx():
             before = self.conn.total_changes
@@ -220,7 +223,7 @@ class BatchStateStore:
         return self.items_for(job_key)
 
     def items_for(self, job_key: str) -> list[Item]:
-        return [Item(i, g, FileRecord.from_message(json.loads(rec)), json.loads(m)) for i, g, rec, m in self.conn.execute(
+        return [Item(i, g, record_from_json(rec), json.loads(m)) for i, g, rec, m in self.conn.execute(
             "SELECT id, generation, record, missing FROM items WHERE job = ? ORDER BY id", (job_key,))]
 
     def requeue(self, job_key: str) -> None:
@@ -345,7 +348,7 @@ class _Tx:
             self.owner = True
         return self.conn
 
-    def __exit__(self, exc_type: Any, *rest: Any) -> bool:
+    def __exit__(self, exc_type: Any, *rest: Any) -> Literal[False]:
         if self.owner:
             self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
         return False

@@ -1,0 +1,155 @@
+"""The changed-file walk (issue 43): which of memindex's source files one changed file's sync enters.
+
+Indexes a small workspace (the local MiniLM GGUF model when it is there, else keyword-only) on the
+embedded broker, changes one note, and then records, with ``sys.setprofile`` on every thread, each
+Python call made from the moment ``sync_and_wait`` is asked for that one file until it returns. It
+prints:
+
+- ``files``: distinct memindex source files entered (the issue's "29 files"),
+- ``steps``: calls that cross from one memindex file into another (a call within a file is no step),
+- ``returns``: steps into a file that the walk had already left before (the "climbs back up"),
+- ``context_files``/``context_steps``: the same for calls handed the sync's context (the Context, its
+  dict form, or a message holding it): the walk "following ``sync_agent``'s context" of the issue,
+- and, with ``--list``, the files with how often each was entered (all calls, context calls).
+
+Run: ``python bench/walk.py [--list] [--keyword]``. Numbers vary a little with the thread timing of the
+embedded workers (a commit thread may or may not tick inside the window); run it twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2.F16.gguf"
+
+
+def _package_root() -> str:
+    import memindex
+
+    return str(Path(memindex.__file__).resolve().parent.parent)  # the checkout (editable) or site-packages
+
+
+class Walk:
+    """Per thread: the memindex file of the innermost memindex frame; steps between files."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.entered: Counter[str] = Counter()
+        self.steps = 0
+        self.returns = 0
+        self._left: set[str] = set()
+        self._where = threading.local()
+        self._lock = threading.Lock()
+        self.ctx_entered: Counter[str] = Counter()  # the same, for calls handed the sync's context
+        self.active = False  # installed before the worker threads start (they inherit it), on for the walk only
+
+    def _ours(self, filename: str) -> str | None:
+        if not filename.startswith(self.root) or "/bench/" in filename or "/tests/" in filename:
+            return None
+        return os.path.relpath(filename, self.root)
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event != "call" or not self.active:
+            return
+        mine = self._ours(frame.f_code.co_filename)
+        if mine is None:
+            return
+        # the memindex file this call came from: the nearest memindex frame below it
+        back = frame.f_back
+        caller = None
+        while back is not None and caller is None:
+            caller = self._ours(back.f_code.co_filename)
+            back = back.f_back
+        if caller == mine:
+            return
+        with self._lock:
+            self.steps += 1
+            if mine in self._left or mine in self.entered:
+                self.returns += 1
+            self.entered[mine] += 1
+            if _carries_context(frame):
+                self.ctx_entered[mine] += 1
+            if caller is not None:
+                self._left.add(caller)
+
+
+def _carries_context(frame: FrameType) -> bool:
+    """Is the sync's context among this call's arguments: the Context itself, its dict form (a
+    message's ``ctx``), or a message/record that holds it (``.ctx``)?"""
+    from memindex.pipeline.config.settings import Context
+
+    code = frame.f_code
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    for name in names:
+        value = frame.f_locals.get(name)
+        if isinstance(value, Context) or isinstance(getattr(value, "ctx", None), (Context, dict)):
+            return True
+        if isinstance(value, dict) and "agent_id" in value and "state_dir" in value:
+            return True
+    return False
+
+
+def _config(root: Path, keyword: bool) -> dict[str, Any]:
+    ms: dict[str, Any] = {"provider": "local", "fallback": "none", "local": {"modelPath": str(MODEL)}}
+    if keyword or not MODEL.exists():
+        ms = {"enabled": True}  # no provider found: a keyword-only index
+    return {"agents": {"defaults": {"workspace": str(root / "workspace"), "memorySearch": ms}}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="print each file entered and how often")
+    ap.add_argument("--keyword", action="store_true", help="no embedding model (keyword-only index)")
+    args = ap.parse_args()
+    os.environ.pop("MEMINDEX_BROKER_URL", None)
+    with tempfile.TemporaryDirectory(prefix="memindex-walk-") as tmp:
+        root = Path(tmp)
+        (root / "workspace" / "memory").mkdir(parents=True)
+        (root / "state").mkdir()
+        for i in range(5):
+            (root / "workspace" / "memory" / f"note{i}.md").write_text(
+                f"# Note {i}\n\nThe heron waits by the river, day {i}.\n", encoding="utf-8")
+        cfg = root / "openclaw.json"
+        cfg.write_text(json.dumps(_config(root, args.keyword)), encoding="utf-8")
+
+        from memindex.pipeline.config.settings import Context
+        from memindex.producers.enqueue import sync_and_wait
+
+        ctx = Context("main", str(cfg), str(root / "state"), str(root / "workspace"))
+        walk = Walk(_package_root())
+        threading.setprofile(walk)  # before the embedded workers' threads start: they inherit it
+        sys.setprofile(walk)
+        sync_and_wait(ctx, timeout=300)  # the cold index, and every import, outside the walk
+        changed = root / "workspace" / "memory" / "note2.md"
+        changed.write_text("# Note 2\n\nThe heron caught a fish today.\n", encoding="utf-8")
+        st = changed.stat()
+        os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+
+        walk.active = True
+        try:
+            counts = sync_and_wait(ctx, timeout=300)
+        finally:
+            walk.active = False
+            sys.setprofile(None)
+        from memindex.workers import embedded
+
+        embedded.stop()
+    print(json.dumps({"synced": counts, "files": len(walk.entered), "steps": walk.steps, "returns": walk.returns,
+                      "context_files": len(walk.ctx_entered), "context_steps": sum(walk.ctx_entered.values())}))
+    if args.list:
+        for name, n in sorted(walk.entered.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"{n:5d} {walk.ctx_entered.get(name, 0):5d}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
