@@ -21,7 +21,8 @@ store). Stores written before this module existed are recounted from ``<fts>_doc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["decode_varints", "encode_varint", "record_gone", "pending", "settle", "recount", "totals",
@@ -72,6 +73,22 @@ def encode_varint(value: int) -> bytes:
     return bytes(reversed(groups))
 
 
+_GONE_RANGE = (GONE_PREFIX, GONE_PREFIX[:-1] + chr(ord(GONE_PREFIX[-1]) + 1))  # every key with the prefix
+
+
+@contextmanager
+def _own_transaction(conn: Any) -> Iterator[None]:
+    """A write transaction of its own, committed, or rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def _exists(conn: Any, table: str) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None
 
@@ -120,8 +137,7 @@ def record_gone(conn: Any, ft: str, rowids: Sequence[int]) -> None:
 
 def pending(conn: Any) -> bool:
     """Are there deletes whose totals are still to be settled?"""
-    return conn.execute("SELECT 1 FROM meta WHERE key >= ? AND key < ? LIMIT 1",
-                        (GONE_PREFIX, GONE_PREFIX[:-1] + chr(ord(GONE_PREFIX[-1]) + 1))).fetchone() is not None
+    return conn.execute("SELECT 1 FROM meta WHERE key >= ? AND key < ? LIMIT 1", _GONE_RANGE).fetchone() is not None
 
 
 def _write_totals(conn: Any, ft: str, values: list[int]) -> None:
@@ -140,11 +156,9 @@ def settle(conn: Any) -> int:
     holds none). Returns how many tables were settled."""
     if conn.in_transaction or not pending(conn):
         return 0
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        done = 0
-        for key, value in conn.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
-                                       (GONE_PREFIX, GONE_PREFIX[:-1] + chr(ord(GONE_PREFIX[-1]) + 1))).fetchall():
+    done = 0
+    with _own_transaction(conn):
+        for key, value in conn.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?", _GONE_RANGE).fetchall():
             ft = key[len(GONE_PREFIX):]
             if _exists(conn, f"{ft}_data"):  # (a dropped generation's table: nothing to correct)
                 values = totals(conn, ft)
@@ -152,11 +166,6 @@ def settle(conn: Any) -> int:
                     _write_totals(conn, ft, _combine(values, [int(x) for x in str(value).split()], -1))
                     done += 1
             conn.execute("DELETE FROM meta WHERE key = ?", (key,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return done
 
 
@@ -167,8 +176,7 @@ def recount(conn: Any, fts_tables: Sequence[str]) -> None:
         return
     if conn.execute("SELECT 1 FROM meta WHERE key = ?", (TOTALS_KEY,)).fetchone() is not None:
         return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _own_transaction(conn):
         for ft in fts_tables:
             if not (_exists(conn, f"{ft}_docsize") and _exists(conn, f"{ft}_data")):
                 continue
@@ -179,11 +187,5 @@ def recount(conn: Any, fts_tables: Sequence[str]) -> None:
             for (sz,) in conn.execute(f"SELECT sz FROM {ft}_docsize"):
                 _add(acc, sz)
             _write_totals(conn, ft, acc)
-        conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?",
-                     (GONE_PREFIX, GONE_PREFIX[:-1] + chr(ord(GONE_PREFIX[-1]) + 1)))
+        conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?", _GONE_RANGE)
         conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, '1')", (TOTALS_KEY,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
