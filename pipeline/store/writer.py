@@ -270,9 +270,13 @@ class StoreWriter:
         # commit (fts_totals: a contentless_delete table never takes them off itself).
         self._fts_deleted = False
         if self.fts_error is None:
-            fts_totals.recount(self.conn, [r[0] for r in self.conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%fts5%'")])
-            fts_totals.settle(self.conn)  # deletes a crash left unsettled
+            try:
+                fts_totals.recount(self.conn, [r[0] for r in self.conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%fts5%'")])
+                fts_totals.settle(self.conn)  # deletes a crash left unsettled
+            except db.Error as exc:  # (a full disk, a busy store): a correction, tried again on the next open
+                log.warning("could not correct the keyword index's totals of %s (retried later): %s",
+                            printable(str(self.path)), exc)
         self._counts_kept: dict[int, bool] = {}  # generation -> it has term counts (``_keeps_counts``)
 
     def _open_checked(self) -> db.Connection:
