@@ -780,3 +780,19 @@ def test_memory_origin_follows_openclaw_path_classification(path, origin):
     from memindex.pipeline.search.provenance import memory_origin
 
     assert memory_origin(path) == origin
+
+
+def test_a_query_embedder_subclass_may_set_provider_and_model_in_init() -> None:
+    """QueryEmbedder is read-only for the type checker only: a library caller's subclass that sets
+    ``self.provider``/``self.model`` in ``__init__`` (as bench/quality.py does) keeps working."""
+    from memindex.pipeline.search.engine import QueryEmbedder
+
+    class Named(QueryEmbedder):
+        def __init__(self) -> None:
+            self.provider, self.model = "local", "m.gguf"
+
+        def embed_query(self, text, index_fp=None):  # type: ignore[no-untyped-def]  # a test double
+            return None
+
+    e = Named()
+    assert (e.provider, e.model) == ("local", "m.gguf")

@@ -15,7 +15,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Protocol, Self, runtime_checkable
 
 from memindex.pipeline.config.paths import normalize_agent_id
 from memindex.pipeline.config.settings import AgentSettings
@@ -244,10 +244,14 @@ class QueryEmbedder(Protocol):
     optional: it tells search that the live index came from the fallback provider.
     """
 
-    @property
-    def provider(self) -> str: ...  # read-only: a plain attribute or a property
-    @property
-    def model(self) -> str: ...
+    if TYPE_CHECKING:  # read-only for the type checker: a plain attribute or a property satisfies it
+        @property
+        def provider(self) -> str: ...
+        @property
+        def model(self) -> str: ...
+    else:  # at run time plain annotations, so a subclass may assign them (self.provider = ...)
+        provider: str
+        model: str
 
     def embed_query(self, text: str, index_fp: Mapping[str, Any] | None = None) -> list[float] | None: ...
 
