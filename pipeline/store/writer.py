@@ -314,10 +314,15 @@ class StoreWriter:
         finally:
             release_writer_lock(self._lock_file)
 
-    def _fts_gone(self, ft: str, rowids: Sequence[int]) -> None:
-        """Before FTS rows are deleted: their sizes, to take off FTS5's totals after the commit."""
+    def _delete_fts(self, gen: int, rowids: list[int]) -> None:
+        """Delete chunks ``rowids``' FTS rows, first taking them out of what the FTS table alone
+        does not keep right: the term counts (``_uncount``) and, after the commit, FTS5's totals
+        (``fts_totals``: their sizes, recorded here)."""
+        ft = fts_table(gen)
         fts_totals.record_gone(self.conn, ft, rowids)
         self._fts_deleted = True
+        self._uncount(gen, rowids)
+        self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({','.join('?' * len(rowids))})", rowids)
 
     def _settle_fts(self) -> None:
         """After a commit: take the rows it deleted off FTS5's totals (``fts_totals.settle``). A
@@ -745,7 +750,7 @@ class StoreWriter:
         file deleted, new chunks under fresh rowids (allocated here from max(rowid), in the
         order the per-file path would allocate them), the files row upserted, pending cleared.
         """
-        ct, ft, vt, ftab = chunks_table(gen), fts_table(gen), vec_table(gen), files_table(gen)
+        ct, vt, ftab = chunks_table(gen), vec_table(gen), files_table(gen)
         old: list[int] = []
         by_source: dict[str, list[str]] = {}
         for rec in records:
@@ -761,9 +766,7 @@ class StoreWriter:
             ids = old[i : i + _SQL_IN_MAX]
             marks = ",".join("?" * len(ids))
             if self.fts_error is None:
-                self._fts_gone(ft, ids)
-                self._uncount(gen, ids)
-                self.conn.execute(f"DELETE FROM {ft} WHERE rowid IN ({marks})", ids)
+                self._delete_fts(gen, ids)
             if vec_exists:
                 self.conn.execute(f"DELETE FROM {vt} WHERE rowid IN ({marks})", ids)
             self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", ids)
@@ -920,9 +923,7 @@ class StoreWriter:
         if rowids:
             marks = ",".join("?" * len(rowids))
             if self.fts_error is None:
-                self._fts_gone(fts_table(gen), rowids)
-                self._uncount(gen, rowids)
-                self.conn.execute(f"DELETE FROM {fts_table(gen)} WHERE rowid IN ({marks})", rowids)
+                self._delete_fts(gen, rowids)
             if self.vector_error is None and table_exists(self.conn, vec_table(gen)):
                 self.conn.execute(f"DELETE FROM {vec_table(gen)} WHERE rowid IN ({marks})", rowids)
             self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", rowids)
