@@ -433,6 +433,7 @@ def test_a_slow_provider_of_one_agent_never_delays_another_agents_async_calls(tm
     assert t_search < 2 * delay and t_get < 2 * delay, (t_search, t_get)
 
 
+@pytest.mark.skipif(not GGUF.exists(), reason="the shared GGUF model is not present")
 def test_a_switch_to_the_fallback_is_said_once_not_once_per_file(agent, server, caplog):
     """helper-52: one switch to the fallback logged, in one process, a warning per file queued
     before it ("was planned for provider openai but this compute host embeds with gemini

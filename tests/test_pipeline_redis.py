@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Agent, run_cli
+from tests.conftest import GGUF, REPO, Agent, run_cli
 
 pytestmark = pytest.mark.redis
 
@@ -452,13 +452,12 @@ def test_index_queues_again_what_another_plan_queued_but_never_wrote(tmp_path, r
         _kill(writer)
 
 
+@pytest.mark.skipif(not GGUF.exists(), reason="the shared GGUF model is not present")
 def test_a_search_never_waits_for_the_deployments_embedding_slot(agent, redis_server):
     """helper-68: a compute worker embedding with the local model holds the deployment's one `local`
     slot in Redis; a server's search waited for it up to the local query timeout (60 s: 15-20 s
     stalls seen in a soak), and every other search of that server waited behind it. A query
     embedding now takes a slot of its own process only."""
-    from tests.conftest import GGUF
-
     agent.write("memory/a.md", "the heron nests by the quarry\n")
     agent.memory_config({"provider": "local", "local": {"modelPath": str(GGUF)}})
     agent.index()  # embedded: no Redis needed to build the index
