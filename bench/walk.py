@@ -10,9 +10,15 @@ prints:
 - ``returns``: steps into a file that the walk had already left before (the "climbs back up"),
 - ``context_files``/``context_steps``: the same for calls handed the sync's context (the Context, its
   dict form, or a message holding it): the walk "following ``sync_agent``'s context" of the issue,
+- ``actors``: the same three numbers inside the actors' own call trees only (from dramatiq's
+  ``Actor.__call__`` into our function, broker middleware and queue plumbing left out), in total and
+  per actor under its real name (the wire's ``edge`` wrapper is seen through); with ``--actors`` each
+  actor's files with how often each was entered,
 - and, with ``--list``, the files with how often each was entered (all calls, context calls).
 
-Run: ``python bench/walk.py [--list] [--keyword]``. Numbers vary a little with the thread timing of the
+Run: ``python bench/walk.py [--list] [--actors] [--keyword]``. The script runs unchanged on older
+trees (it only needs ``Context``, ``sync_and_wait`` and ``workers.embedded``), so a before/after uses
+the same measure. Numbers vary a little with the thread timing of the
 embedded workers (a commit thread may or may not tick inside the window); run it twice.
 """
 
@@ -82,6 +88,74 @@ class Walk:
                 self._left.add(caller)
 
 
+class ActorWalk:
+    """Per thread: the actor call being run (entered from dramatiq's ``Actor.__call__``), and inside
+    it, as ``Walk`` counts them, the files entered, the steps between files and the returns."""
+
+    def __init__(self, walk: Walk) -> None:
+        self.walk = walk  # (its root, its on/off switch)
+        self.runs: Counter[str] = Counter()
+        self.entered: dict[str, Counter[str]] = {}
+        self.steps: Counter[str] = Counter()
+        self.returns: Counter[str] = Counter()
+        self._where = threading.local()
+        self._lock = threading.Lock()
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if not self.walk.active:
+            return
+        where = self._where
+        root = getattr(where, "root", None)
+        if root is not None and event == "return" and frame is root:
+            where.root = None
+            return
+        if event != "call":
+            return
+        mine = self.walk._ours(frame.f_code.co_filename)
+        if mine is None:
+            return
+        if root is None:
+            back = frame.f_back
+            if back is not None and back.f_code.co_name == "__call__" and \
+                    back.f_code.co_filename.endswith(os.path.join("dramatiq", "actor.py")):
+                where.root, where.left, where.name = frame, set(), _actor_name(frame)
+                with self._lock:
+                    self.runs[where.name] += 1
+                    self.entered.setdefault(where.name, Counter())[mine] += 1
+            return
+        back = frame.f_back
+        caller = None
+        while back is not None and caller is None:
+            caller = self.walk._ours(back.f_code.co_filename)
+            back = back.f_back
+        if caller == mine:
+            return
+        with self._lock:
+            self.steps[where.name] += 1
+            if mine in where.left:
+                self.returns[where.name] += 1
+            self.entered.setdefault(where.name, Counter())[mine] += 1
+        if caller is not None:
+            where.left.add(caller)
+
+    def files(self) -> set[str]:
+        return set().union(*self.entered.values()) if self.entered else set()
+
+    def summary(self) -> dict[str, Any]:
+        per = {name: {"runs": self.runs[name], "files": len(c), "steps": self.steps[name],
+                      "returns": self.returns[name]} for name, c in sorted(self.entered.items())}
+        return {"files": len(self.files()), "steps": sum(self.steps.values()),
+                "returns": sum(self.returns.values()), "per_actor": per}
+
+
+def _actor_name(frame: FrameType) -> str:
+    """The actor a dramatiq call runs: the function's own name, or, through the wire's ``edge``
+    wrapper (a ``Handler``'s method), the name of the function it wraps."""
+    handler = frame.f_locals.get("self")
+    fn = getattr(handler, "fn", None)
+    return getattr(fn, "__name__", None) or frame.f_code.co_name
+
+
 def _carries_context(frame: FrameType) -> bool:
     """Is the sync's context among this call's arguments: the Context itself, its dict form (a
     message's ``ctx``), or a message/record that holds it (``.ctx``)?"""
@@ -108,6 +182,7 @@ def _config(root: Path, keyword: bool) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print each file entered and how often")
+    ap.add_argument("--actors", action="store_true", help="print each actor's files and how often each was entered")
     ap.add_argument("--keyword", action="store_true", help="no embedding model (keyword-only index)")
     args = ap.parse_args()
     os.environ.pop("MEMINDEX_BROKER_URL", None)
@@ -126,8 +201,14 @@ def main() -> int:
 
         ctx = Context("main", str(cfg), str(root / "state"), str(root / "workspace"))
         walk = Walk(_package_root())
-        threading.setprofile(walk)  # before the embedded workers' threads start: they inherit it
-        sys.setprofile(walk)
+        actors = ActorWalk(walk)
+
+        def profile(frame: FrameType, event: str, arg: Any) -> None:
+            walk(frame, event, arg)
+            actors(frame, event, arg)
+
+        threading.setprofile(profile)  # before the embedded workers' threads start: they inherit it
+        sys.setprofile(profile)
         sync_and_wait(ctx, timeout=300)  # the cold index, and every import, outside the walk
         changed = root / "workspace" / "memory" / "note2.md"
         changed.write_text("# Note 2\n\nThe heron caught a fish today.\n", encoding="utf-8")
@@ -144,10 +225,16 @@ def main() -> int:
 
         embedded.stop()
     print(json.dumps({"synced": counts, "files": len(walk.entered), "steps": walk.steps, "returns": walk.returns,
-                      "context_files": len(walk.ctx_entered), "context_steps": sum(walk.ctx_entered.values())}))
+                      "context_files": len(walk.ctx_entered), "context_steps": sum(walk.ctx_entered.values()),
+                      "actors": actors.summary()}))
     if args.list:
         for name, n in sorted(walk.entered.items(), key=lambda kv: (-kv[1], kv[0])):
             print(f"{n:5d} {walk.ctx_entered.get(name, 0):5d}  {name}")
+    if args.actors:
+        for actor, entered in sorted(actors.entered.items()):
+            print(f"## {actor}: {len(entered)} files, {sum(entered.values())} entries")
+            for name, n in sorted(entered.items(), key=lambda kv: (-kv[1], kv[0])):
+                print(f"{n:5d}  {name}")
     return 0
 
 

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from memindex.pipeline.config.agents import settings_for
-from memindex.pipeline.config.settings import Context, pinned
+from memindex.pipeline.config.agents import planned_settings, settings_for
+from memindex.pipeline.config.settings import Context
 from memindex.pipeline.embeddings.embedder import planning_identity
 from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
@@ -36,7 +36,7 @@ def run_sync(ctx: Context, *, force: bool = False,
 
     ``progress(enqueued, total)`` is called as the index groups are sent (backfill's bar).
     """
-    settings = settings_for(ctx)
+    settings, _ = planned_settings(ctx)  # afresh: a re-sync's request carries the stamp of an older plan
     if not settings.enabled:  # a request queued before the config turned memory search off
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
@@ -52,8 +52,7 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
     already queued as they are now are not queued again (``workers/leases.py``): the writer
     keeps them pending, and ``queued`` counts them.
     """
-    settings = settings_for(ctx)
-    msg = pinned(settings)
+    settings, msg = planned_settings(ctx)
     store = settings.store_path
     broker = get_broker()
     queued = _queued_elsewhere(store, plan)

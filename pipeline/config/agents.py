@@ -16,12 +16,12 @@ import os
 import threading
 from typing import Callable, Generic, Mapping, TypeVar
 
-from memindex.pipeline.config.settings import (AgentSettings, Context, config_stamp, context_paths,
-                                               load_settings)
+from memindex.pipeline.config.settings import (AgentSettings, ConfigStamp, Context, config_stamp, context_paths,
+                                               load_settings, pinned)
 from memindex.pipeline.errors import ConfigError
 
 _lock = threading.Lock()
-_cache: dict[Context, tuple[tuple[object, ...], AgentSettings]] = {}
+_cache: dict[Context, tuple[ConfigStamp, AgentSettings]] = {}
 
 
 class ContextMismatch(ConfigError):
@@ -42,15 +42,36 @@ def check_message_context(ctx: Context, env: Mapping[str, str] | None = None) ->
 
 
 def settings_for(ctx: Context) -> AgentSettings:
+    """The settings ``ctx`` names: those its ``stamp`` says it was planned with when this process
+    holds them (a sync's message: no config file is looked at), else as the config files are now."""
+    if ctx.stamp is not None:
+        with _lock:
+            hit = _cache.get(ctx)
+        if hit is not None and hit[0] == ctx.stamp:
+            return hit[1]
+    return _current(ctx)[1]
+
+
+def planned_settings(ctx: Context) -> tuple[AgentSettings, Context]:
+    """For a sync: the settings as the config files are now (whatever ``ctx.stamp`` says) and the
+    pinned Context its messages carry, stamped with them (``settings_for`` takes them from there)."""
+    stamp, settings = _current(ctx)
+    msg = pinned(settings, stamp)
+    with _lock:  # its messages find them here in this process (the embedded broker) without a look
+        _cache[msg] = (stamp, settings)
+    return settings, msg
+
+
+def _current(ctx: Context) -> tuple[ConfigStamp, AgentSettings]:
     mtime = config_stamp(ctx)
     with _lock:
         hit = _cache.get(ctx)
         if hit is not None and hit[0] == mtime:
-            return hit[1]
+            return hit
     settings = load_settings(ctx)
     with _lock:
         _cache[ctx] = (mtime, settings)
-    return settings
+    return mtime, settings
 
 
 T = TypeVar("T")

@@ -834,6 +834,10 @@ def _refuse_shared_store(cfg: Mapping[str, Any], agent_id: str, store_path: Path
                                    "one SQLite file per agent: put {agentId} in the path")
 
 
+# (mtime ns, size) of the config, ``<state>/.env`` and each included file (None: missing): ``config_stamp``.
+ConfigStamp = tuple[tuple[int, int] | None, ...]
+
+
 @dataclass(frozen=True)
 class Context:
     """How a worker finds an agent's settings: small enough to ride in every message.
@@ -847,19 +851,27 @@ class Context:
     config: str | None = None
     state_dir: str | None = None
     workspace: str | None = None
+    # A sync's messages: the ``config_stamp`` its plan was made under. A worker holding settings of
+    # that stamp uses them without looking at the config files again (``agents.settings_for``): a
+    # message in flight finishes under the config it was planned with, the next sync resolves
+    # afresh. Not part of what the Context names (equality and hash leave it out).
+    stamp: ConfigStamp | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # A wrong value here picks another directory silently (7 -> "./7", b"x" -> "./b'x'", "" -> the
         # user's real ~/.openclaw, or for config no config file at all): refuse it at once.
         for name in ("agent_id", "config", "state_dir", "workspace"):
             value = getattr(self, name)
-            # An id is a name, not a path: a Path("vault") was taken here and refused later by
-            # load_settings as an unknown agent, the two disagreeing about what an id is.
-            require(f"Context.{name}", value, str if name == "agent_id" else (str, os.PathLike), optional=True)
-            text = os.fspath(value) if value is not None else None
+            if value is None:
+                continue
+            if type(value) is not str:  # (every message decodes a Context: the plain case asks nothing more)
+                # An id is a name, not a path: a Path("vault") was taken here and refused later by
+                # load_settings as an unknown agent, the two disagreeing about what an id is.
+                require(f"Context.{name}", value, str if name == "agent_id" else (str, os.PathLike), optional=True)
+            text = os.fspath(value)
             if name == "agent_id" or (name == "config" and text == NO_CONFIG):
                 continue  # an id is checked where it is resolved; NO_CONFIG is the pinned "no config file" marker
-            if text is not None and (not str(text).strip() or "\x00" in str(text)):
+            if not str(text).strip() or "\x00" in str(text):
                 raise UsageError(f"Context.{name} must be a non-empty path without NUL bytes, not {text!r}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -878,11 +890,12 @@ class Context:
 Context.__init__ = checked_call("Context")(Context.__init__)  # type: ignore[method-assign]
 
 
-def pinned(settings: AgentSettings) -> Context:
+def pinned(settings: AgentSettings, stamp: ConfigStamp | None = None) -> Context:
     """The Context that finds exactly these settings again, in any process, from any cwd and
-    environment: absolute config path (``NO_CONFIG`` when there was none), state dir, workspace."""
+    environment: absolute config path (``NO_CONFIG`` when there was none), state dir, workspace;
+    ``stamp``: the config's when these settings were read (``Context.stamp``)."""
     return Context(settings.agent_id, str(settings.config_path) if settings.config_path else NO_CONFIG,
-                   str(settings.state_dir), str(settings.workspace))
+                   str(settings.state_dir), str(settings.workspace), stamp)
 
 
 def context_paths(ctx: Context, env: Mapping[str, str] | None = None) -> tuple[Path, Path | None]:
@@ -891,7 +904,7 @@ def context_paths(ctx: Context, env: Mapping[str, str] | None = None) -> tuple[P
     return state_dir, config_path_for(ctx.config, state_dir, env)
 
 
-def config_stamp(ctx: Context) -> tuple[tuple[int, int] | None, ...]:
+def config_stamp(ctx: Context) -> ConfigStamp:
     """What a long-running process compares to know the config ``ctx`` names changed: the config
     file, ``<state>/.env`` and every file the config ``$include``s (one definition for the settings
     cache, the watcher's reload and the servers' agent list)."""
