@@ -80,8 +80,25 @@ MODES: dict[WriteMode, type[WriteFiles] | type[WriteSessionAppend]] = {"files": 
 
 # --- the spec: what the compute side needs instead of the config --------------------------------
 
+# Settings object (by identity, held so its id is not reused) -> its spec: the file side sends one
+# with every embed message, and a settings object never changes (a config change makes a new one).
+_specs: dict[int, tuple[AgentSettings, ComputeSpec]] = {}
+_SPECS_KEPT = 64
+
+
 def compute_spec(settings: AgentSettings) -> ComputeSpec:
     """The agent's embedding settings as a message part, without secrets."""
+    hit = _specs.get(id(settings))
+    if hit is not None and hit[0] is settings:
+        return hit[1]
+    spec = _spec_of(settings)
+    if len(_specs) >= _SPECS_KEPT:
+        _specs.clear()
+    _specs[id(settings)] = (settings, spec)
+    return spec
+
+
+def _spec_of(settings: AgentSettings) -> ComputeSpec:
     ms = settings.memory_search.to_dict()
     providers = copy.deepcopy(settings.providers)
     stripped = 0

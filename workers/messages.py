@@ -49,7 +49,9 @@ def write_queue_for(store_key: str) -> str:
     broker, whose single writer thread serves every store), else ``write.<k>`` with
     ``k = crc32(store path) % N``: stable across processes and runs (Python's ``hash`` is salted),
     so one store's plan and writes share one FIFO queue and one writer."""
+    if is_embedded(get_broker()):  # (first: it decides without reading the environment or Redis)
+        return WRITE_QUEUE
     n = write_shards()
-    if n <= 1 or is_embedded(get_broker()):
+    if n <= 1:
         return WRITE_QUEUE
     return f"{WRITE_QUEUE}.{zlib.crc32(store_key.encode()) % n}"

@@ -648,14 +648,20 @@ class AgentSettings:
         return max(0, min(c.overlap, c.tokens - 1))
 
     def digest(self) -> str:
-        """Stable hash of the resolved settings (for caching per-agent objects)."""
+        """Stable hash of the resolved settings (for caching per-agent objects). Computed once per
+        settings object (every part it covers is frozen): each embedder and engine look-up asks."""
+        known: str | None = self.__dict__.get("_digest")
+        if known is not None:
+            return known
         blob = json.dumps(
             [self.agent_id, str(self.workspace), str(self.store_path), self.memory_search.to_dict(),
              self.memory.to_dict()],
             sort_keys=True,
             default=str,
         )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        known = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        object.__setattr__(self, "_digest", known)  # (frozen: not a field, so not compared or repr'd)
+        return known
 
 
 

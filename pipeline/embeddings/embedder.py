@@ -24,6 +24,10 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.failures import SUMMARISED
 from memindex.pipeline.config.agents import PerSettings
+from memindex.pipeline.config.auth_profiles import keys_by_provider
+from memindex.pipeline.embeddings import registry
+from memindex.pipeline.embeddings.limiter import make_limiter
+from memindex.pipeline.embeddings.select import select_provider
 from memindex.pipeline.store.reader import StoreReader, open_reader
 from memindex.pipeline.embeddings.base import ProviderUnavailable
 from memindex.pipeline.embeddings.breaker import CircuitBreaker, SharedOpen
@@ -104,8 +108,6 @@ def _service(settings: AgentSettings) -> tuple[EmbeddingService | None, str]:
         hit = _services.get(key)
     if hit is not None:
         return hit
-    from memindex.pipeline.embeddings.select import select_provider
-
     ms = settings.memory_search
     # The provider API takes memorySearch in the config's shape (third-party providers read it).
     choice = select_provider(ms.to_dict(), settings.providers, os.environ, cache_dir=settings.state_dir / "models",
@@ -113,7 +115,7 @@ def _service(settings: AgentSettings) -> tuple[EmbeddingService | None, str]:
                              destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema))
     service: EmbeddingService | None = None
     if choice.primary or choice.fallback:
-        from memindex.pipeline.embeddings.limiter import make_limiter
+        # lazy: numpy (validate) and tenacity (retry) only for an agent that embeds, never a keyword-only search
         from memindex.pipeline.embeddings.service import EmbeddingService
 
         limiter = make_limiter(int(ms.remote.non_batch_concurrency))
@@ -125,16 +127,14 @@ def _service(settings: AgentSettings) -> tuple[EmbeddingService | None, str]:
 
 def _profile_keys(settings: AgentSettings) -> dict[str, str]:
     """The keys OpenClaw's ``auth-profiles.json`` holds for this agent, by provider name (never logged)."""
-    from memindex.pipeline.config.auth_profiles import keys_by_provider
-    from memindex.pipeline.embeddings import registry
-
     names = list(dict.fromkeys(n for pid in registry.ids() for n in (pid, *registry.get(pid).config_names)))
     return keys_by_provider(settings.agent_dir, settings.state_dir, settings.auth, os.environ, names)
 
 
 def _retry_policy() -> Any:
     """The default policy; MEMINDEX_RETRY_* env vars shrink it (tests, impatient operators)."""
-    from memindex.pipeline.embeddings import RetryPolicy
+    # lazy: tenacity, with the service (_service, its only caller)
+    from memindex.pipeline.embeddings.retry import RetryPolicy
 
     kw: dict[str, Any] = {}
     delay_s = environ.RETRY_BASE_DELAY_S.get()
@@ -258,8 +258,6 @@ PROBE_TIMEOUT_S = 15.0
 
 def probe_timeout_s(provider_id: str | None) -> float:
     """A probe's bound: ``PROBE_TIMEOUT_S``, or the provider's own query budget if longer (local)."""
-    from memindex.pipeline.embeddings import registry
-
     return max(PROBE_TIMEOUT_S, registry.query_timeout_s(provider_id))
 
 
@@ -444,8 +442,6 @@ class AgentQueryEmbedder:
     def waits_on_network(self, text: str) -> bool:
         """Would a query vector for ``text`` be a request to a remote provider (not a cached vector,
         not the local model)? The async API runs such searches on the agent's own threads."""
-        from memindex.pipeline.embeddings import registry
-
         p = self.service.active_provider
         if p is None or not registry.is_remote(p.id):
             return False

@@ -113,7 +113,7 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
         seen.add(key)
         prev = indexed.get(key)
         if f.source == "sessions" and prev is not None and not force:
-            from memindex.pipeline.index.sessions import next_step  # transcripts only: lazily
+            from memindex.pipeline.index.sessions import next_step  # lazy: transcripts only
 
             # Growth below the delta thresholds is left to accumulate (the
             # session-delta detector owns it); past them only the new part is indexed.
@@ -239,7 +239,7 @@ def iter_collect_files(settings: AgentSettings, facts: ListingFacts | None = Non
         # + media under extraPaths (F17)
         yield from iter_discover(settings, extra_kind=extra_kind_for(settings), facts=facts)
     if "sessions" in settings.sources:
-        from memindex.pipeline.index.sessions import discover_sessions  # opt-in source: lazily
+        from memindex.pipeline.index.sessions import discover_sessions  # lazy: an opt-in source
 
         yield from discover_sessions(settings, facts)
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from memindex.pipeline.errors import StoreError
+
 if TYPE_CHECKING:
     # sqlean ships no types; it is the stdlib module's API (a drop-in), so check against that.
     import sqlite3
@@ -60,8 +62,6 @@ def now_ms() -> int:
 def connect(path: Path | str, *, readonly: bool = False) -> Connection:
     """Open a store. Writers get WAL; readers open ``mode=ro`` and never write."""
     if Path(path).is_dir():  # SQLite says only "disk I/O error" (a traceback from `index`)
-        from memindex.pipeline.errors import StoreError
-
         raise StoreError(f"the store path {path} is a directory, not a SQLite file: point "
                          "memorySearch.store.path at a file (e.g. {agentId}.sqlite) or move the directory")
     if readonly:

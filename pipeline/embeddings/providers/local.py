@@ -268,7 +268,7 @@ class LocalProvider(EmbeddingProvider):
                 raw = m.llm.embed(inputs, normalize=True, truncate=True)
             except (ValueError, RuntimeError) as exc:
                 raise InvalidVectorError(f"local: embedding failed: {exc}") from exc
-        # numpy (via validate) only once vectors exist: `auto` imports this module just to read
+        # lazy: numpy (via validate) only once vectors exist: `auto` imports this module just to read
         # auto_reason on every sync, including no-change resyncs that never embed (~150 ms).
         from memindex.pipeline.embeddings.validate import sanitize_and_normalize
 
