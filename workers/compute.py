@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from memindex.pipeline.config import environ
-from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.agents import current_settings, settings_for
 from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings
 from memindex.pipeline.config.settings import AgentSettings, Context, default_memory
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for
@@ -114,19 +114,22 @@ def _spec_of(settings: AgentSettings) -> ComputeSpec:
                        memory_search=ms, providers=providers, memory=settings.memory.to_dict(), secrets=stripped)
 
 
-def settings_from_spec(spec: ComputeSpec, ctx: Context) -> AgentSettings:
+def settings_from_spec(spec: ComputeSpec, ctx: Context, *, planned: bool = False) -> AgentSettings:
     """``AgentSettings`` for embedding (and batch jobs), built from a spec: no path in it is opened
     here but the config file's.
 
     A host that can read the config file the Context names (the embedded broker, a compute host
-    with a copy of the config) uses that file's live settings, keys included: the same settings
-    the file side has, and a config change reaches messages already queued (a batch switched
-    off mid-backfill stops taking new work). Elsewhere the spec holds, and the removed keys come
-    from this host's environment, as ``keys.resolve_api_key`` looks them up after the config.
+    with a copy of the config) uses that file's settings, keys included: the same settings the
+    file side has. Batch jobs (their state outlives any message) take them as the file is now, so a
+    config change reaches work already queued (a batch switched off mid-backfill stops taking new
+    work); an embed message (``planned``) those its sync planned with while this process holds
+    them (``Context.stamp``), as the file side's messages do. Elsewhere the spec holds, and the
+    removed keys come from this host's environment, as ``keys.resolve_api_key`` looks them up after
+    the config.
     """
     if spec.config and os.path.isfile(spec.config):
         try:
-            return settings_for(ctx)
+            return settings_for(ctx) if planned else current_settings(ctx)
         except Exception as exc:  # noqa: BLE001 - then the spec and this host's environment serve
             log.warning("could not read %s (%s); using the message's settings and this host's environment",
                         spec.config, exc)
@@ -278,7 +281,7 @@ def _say_mismatch(agent: str | None, embedder: Any, planned: list[EmbeddingIdent
 def embed_chunks(msg: EmbedChunks) -> None:
     """Embed the chunks without a vector in ``items`` and hand them to the store's writer."""
     ctx, spec = msg.ctx, msg.spec
-    settings = settings_from_spec(spec, ctx)
+    settings = settings_from_spec(spec, ctx, planned=True)
     records = [item.record for item in msg.items]
     planned = [r.embedding for r in records]
     provider = spec.memory_search.get("provider")

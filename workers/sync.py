@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from memindex.pipeline.config.agents import planned_settings, settings_for
+from memindex.pipeline.config.agents import current_settings, planned_settings, settings_for
 from memindex.pipeline.config.settings import Context
 from memindex.pipeline.embeddings.embedder import planning_identity
 from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
@@ -36,7 +36,7 @@ def run_sync(ctx: Context, *, force: bool = False,
 
     ``progress(enqueued, total)`` is called as the index groups are sent (backfill's bar).
     """
-    settings, _ = planned_settings(ctx)  # afresh: a re-sync's request carries the stamp of an older plan
+    settings = current_settings(ctx)  # afresh: a re-sync's request carries the stamp of an older plan
     if not settings.enabled:  # a request queued before the config turned memory search off
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}

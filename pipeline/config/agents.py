@@ -52,6 +52,11 @@ def settings_for(ctx: Context) -> AgentSettings:
     return _current(ctx)[1]
 
 
+def current_settings(ctx: Context) -> AgentSettings:
+    """The settings ``ctx`` names as the config files are now, whatever its ``stamp`` says."""
+    return _current(ctx)[1]
+
+
 def planned_settings(ctx: Context) -> tuple[AgentSettings, Context]:
     """For a sync: the settings as the config files are now (whatever ``ctx.stamp`` says) and the
     pinned Context its messages carry, stamped with them (``settings_for`` takes them from there)."""

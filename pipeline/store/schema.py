@@ -11,6 +11,8 @@ database files to orphan. The embedding cache is shared by all generations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # 2: the FTS table is contentless (issue 19). The version is part of the index
 # fingerprint (index/fingerprint.py), so a store built at 1 is rebuilt into a new
 # generation on its next sync, the old one answering searches until the flip.
@@ -86,6 +88,26 @@ def pending_table(gen: int) -> str:
     generation goes live only when this is empty (``maybe_promote``), and a kept-over plan knows
     which files are still owed. Rows, not a count, so a duplicated write cannot empty it early."""
     return f"pending_g{int(gen)}"
+
+
+@dataclass(frozen=True)
+class Tables:
+    """One generation's table names and meta keys, spelt out once: the writer keeps one per
+    generation it writes (``StoreWriter.tables``) instead of building each name per statement."""
+
+    gen: int
+    files: str
+    chunks: str
+    fts: str
+    vec: str
+    pending: str
+    vec_dims_key: str
+    files_version_key: str
+
+    @classmethod
+    def of(cls, gen: int) -> "Tables":
+        return cls(int(gen), files_table(gen), chunks_table(gen), fts_table(gen), vec_table(gen), pending_table(gen),
+                   vec_dims_key(gen), files_version_key(gen))
 
 
 def generation_ddl(gen: int) -> str:

@@ -45,19 +45,13 @@ from memindex.pipeline.store.schema import (
     LAST_PLAN_KEY,
     META_KEY,
     SCHEMA_VERSION,
-    chunks_table,
+    Tables,
     drop_generation_sql,
-    files_table,
     files_version_ddl,
-    files_version_key,
     fts_config_sql,
     fts_ddl,
-    fts_table,
     generation_ddl,
-    pending_table,
     vec_ddl,
-    vec_dims_key,
-    vec_table,
 )
 from memindex.pipeline.store.vectors import is_valid, pack, unpack
 
@@ -216,6 +210,7 @@ class StoreWriter:
     def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None,
                  wait_s: float | None = None):
         self.path = Path(path)
+        self._tables: dict[int, Tables] = {}  # (tables())
         self._lock_file = self._take_writer_lock(WRITER_WAIT_S if wait_s is None else wait_s)
         # Held (acknowledged, uncommitted) writes are marked beside the store while held: found at
         # open (under the writer lock), the last writer died holding them (SIGKILL, OOM) and they
@@ -229,6 +224,14 @@ class StoreWriter:
             raise
         if self.lost_by_crash:
             self._held_mark.unlink(missing_ok=True)
+
+    def tables(self, gen: int) -> Tables:
+        """Generation ``gen``'s table names, built the first time this writer writes it (a write
+        names several tables per file; they are the same strings for as long as the store lives)."""
+        known = self._tables.get(gen)
+        if known is None:
+            known = self._tables[gen] = Tables.of(gen)
+        return known
 
     def _take_writer_lock(self, wait_s: float) -> Path:
         """One writing process per store (pipeline/store/locks.py): wait for another one to close it."""
@@ -318,7 +321,7 @@ class StoreWriter:
         """Delete chunks ``rowids``' FTS rows, first taking them out of what the FTS table alone
         does not keep right: the term counts (``_uncount``) and, after the commit, FTS5's totals
         (``fts_totals``: their sizes, recorded here)."""
-        ft = fts_table(gen)
+        ft = self.tables(gen).fts
         fts_totals.record_gone(self.conn, ft, rowids)
         self._fts_deleted = True
         self._uncount(gen, rowids)
@@ -414,7 +417,7 @@ class StoreWriter:
             self._insert_fts(gen, part)
 
     def _insert_fts(self, gen: int, rows: list[tuple[int, str]]) -> None:
-        self.conn.executemany(f"INSERT INTO {fts_table(gen)}(rowid, text) VALUES (?, ?)", rows)
+        self.conn.executemany(f"INSERT INTO {self.tables(gen).fts}(rowid, text) VALUES (?, ?)", rows)
         if self._keeps_counts(gen):  # the term counts move with the FTS rows (store/terms.py)
             terms.count(self.conn, gen, [text for _, text in rows], 1)
 
@@ -469,12 +472,12 @@ class StoreWriter:
         if self.fts_error is None:
             try:
                 self.conn.execute(fts_ddl(gen, contentless=db.CONTENTLESS_DELETE))
-                current = dict(self.conn.execute(f"SELECT k, CAST(v AS TEXT) FROM {fts_table(gen)}_config"))
+                current = dict(self.conn.execute(f"SELECT k, CAST(v AS TEXT) FROM {self.tables(gen).fts}_config"))
                 for stmt in fts_config_sql(gen, current):
                     self.conn.execute(stmt)
                 # Term counts start with the generation (exact from its first chunk on); an older
                 # generation's search counts by MATCH until a rebuild replaces it.
-                if self.conn.execute(f"SELECT 1 FROM {chunks_table(gen)} LIMIT 1").fetchone() is None:
+                if self.conn.execute(f"SELECT 1 FROM {self.tables(gen).chunks} LIMIT 1").fetchone() is None:
                     terms.create_tables(self.conn, gen)
                 self._counts_kept.pop(gen, None)
             except db.OperationalError as exc:
@@ -487,7 +490,7 @@ class StoreWriter:
         if have is not None and have != dims:
             raise StoreError(f"vector dims {dims} do not match this index's {have}; refusing to mix")
         if have is None:
-            self._set_meta(vec_dims_key(gen), str(dims))
+            self._set_meta(self.tables(gen).vec_dims_key, str(dims))
         if self.vector_error is None:
             self.conn.execute(vec_ddl(gen, dims))
             return True
@@ -537,12 +540,12 @@ class StoreWriter:
             self._ensure_generation(gen)
             # A kept file is pending still unless its write came first (one writer: no race).
             still = [k for k in keep if self.conn.execute(
-                f"SELECT 1 FROM {pending_table(gen)} WHERE source = ? AND path = ?", tuple(k)).fetchone()]
+                f"SELECT 1 FROM {self.tables(gen).pending} WHERE source = ? AND path = ?", tuple(k)).fetchone()]
             if still:
                 pending = [*pending, *still]
-            self.conn.execute(f"DELETE FROM {pending_table(gen)}")
+            self.conn.execute(f"DELETE FROM {self.tables(gen).pending}")
             self.conn.executemany(
-                f"INSERT OR IGNORE INTO {pending_table(gen)}(source, path) VALUES (?, ?)", list(pending)
+                f"INSERT OR IGNORE INTO {self.tables(gen).pending}(source, path) VALUES (?, ?)", list(pending)
             )
             for source, path in deletes:
                 self._delete_file(gen, source, path)
@@ -556,7 +559,7 @@ class StoreWriter:
             st = self.state()
             if st.building_generation != gen:
                 return False
-            left = self.conn.execute(f"SELECT count(*) FROM {pending_table(gen)}").fetchone()[0]
+            left = self.conn.execute(f"SELECT count(*) FROM {self.tables(gen).pending}").fetchone()[0]
             if left:
                 return False
             self._flush_first()  # the old generation's tables are dropped
@@ -572,19 +575,19 @@ class StoreWriter:
         for sql in drop_generation_sql(gen):
             self.conn.execute(sql)  # a table's triggers go with it
         self._counts_kept.pop(gen, None)
-        self._set_meta(vec_dims_key(gen), None)
-        self._set_meta(files_version_key(gen), None)
+        self._set_meta(self.tables(gen).vec_dims_key, None)
+        self._set_meta(self.tables(gen).files_version_key, None)
 
     # -- writes -------------------------------------------------------------------
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 
     def generation_exists(self, gen: int) -> bool:
-        return table_exists(self.conn, files_table(gen))
+        return table_exists(self.conn, self.tables(gen).files)
 
     def file_mtime(self, gen: int, source: str, path: str) -> int | None:
         """The mtime a file's row in ``gen`` was indexed at (None: no row)."""
-        row = self.conn.execute(f"SELECT mtime_ns FROM {files_table(gen)} WHERE source = ? AND path = ?",
+        row = self.conn.execute(f"SELECT mtime_ns FROM {self.tables(gen).files} WHERE source = ? AND path = ?",
                                 (source, path)).fetchone()
         return None if row is None else int(row[0])
 
@@ -679,7 +682,7 @@ class StoreWriter:
         """
         if not self.generation_exists(gen):
             return 0
-        ft = files_table(gen)
+        ft = self.tables(gen).files
         todo = []
         for rec in records:
             row = self.conn.execute(f"SELECT hash FROM {ft} WHERE source = ? AND path = ?",
@@ -711,7 +714,7 @@ class StoreWriter:
                 if not identity_matches(fp, rec.embedding):
                     log.warning("rejected an append to %s embedded by a different provider", rec.path)
                     continue
-                row = self.conn.execute(f"SELECT hash FROM {files_table(gen)} WHERE source = ? AND path = ?",
+                row = self.conn.execute(f"SELECT hash FROM {self.tables(gen).files} WHERE source = ? AND path = ?",
                                         (rec.source, rec.path)).fetchone()
                 if row is None or row[0] != rec.base_hash:
                     log.info("skipping append to %s: it no longer extends the indexed state", rec.path)
@@ -750,7 +753,7 @@ class StoreWriter:
         file deleted, new chunks under fresh rowids (allocated here from max(rowid), in the
         order the per-file path would allocate them), the files row upserted, pending cleared.
         """
-        ct, vt, ftab = chunks_table(gen), vec_table(gen), files_table(gen)
+        ct, vt, ftab = self.tables(gen).chunks, self.tables(gen).vec, self.tables(gen).files
         old: list[int] = []
         by_source: dict[str, list[str]] = {}
         for rec in records:
@@ -807,7 +810,7 @@ class StoreWriter:
             self.conn.executemany(_CACHE_USED, used_rows)
         self.conn.executemany(_file_upsert(ftab), file_rows)
         if not keep_pending:
-            self.conn.executemany(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?",
+            self.conn.executemany(f"DELETE FROM {self.tables(gen).pending} WHERE source = ? AND path = ?",
                                   [(r.source, r.path) for r in records])
         return written
 
@@ -835,7 +838,7 @@ class StoreWriter:
         try:
             self._delete_file(gen, rec.source, rec.path)
             self.conn.execute(
-                f"INSERT INTO {files_table(gen)}(source, path, hash, size, mtime_ns, chunks, error, indexed_at) "
+                f"INSERT INTO {self.tables(gen).files}(source, path, hash, size, mtime_ns, chunks, error, indexed_at) "
                 "VALUES (?,?,?,?,?,0,?,?) ON CONFLICT(source, path) DO UPDATE SET hash=excluded.hash, "
                 "size=excluded.size, mtime_ns=excluded.mtime_ns, chunks=0, error=excluded.error, "
                 "indexed_at=excluded.indexed_at",
@@ -852,14 +855,14 @@ class StoreWriter:
         if replace:
             self._delete_file(gen, source, path, keep_pending=True)
         else:
-            kept = self.conn.execute(f"SELECT count(*) FROM {chunks_table(gen)} WHERE source = ? AND path = ?",
+            kept = self.conn.execute(f"SELECT count(*) FROM {self.tables(gen).chunks} WHERE source = ? AND path = ?",
                                      (source, path)).fetchone()[0]
         chunks = rec.chunks
         vec_ok = False
         if dims:
             vec_ok = self._ensure_vec(gen, int(dims))
         ts = db.now_ms()
-        ct, vt = chunks_table(gen), vec_table(gen)
+        ct, vt = self.tables(gen).chunks, self.tables(gen).vec
         fts_rows, vec_rows, cache_rows, contexts = [], [], [], []
         for seq, ch in enumerate(chunks, start=kept):
             blob = _vector_blob(ch, dims, path)
@@ -884,12 +887,12 @@ class StoreWriter:
         if hits and ident is not None:
             self.conn.executemany(_CACHE_USED, [(ts, ident.provider, model, ident.provider_key, dims, h) for h in hits])
         self.conn.execute(
-            _file_upsert(files_table(gen)),
+            _file_upsert(self.tables(gen).files),
             (source, path, rec.hash, rec.size, rec.mtime_ns, rec.kind,
              kept + len(chunks), rec.error, ts, json.dumps(rec.extra) if rec.extra else None),
         )
         if not keep_pending:
-            self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
+            self.conn.execute(f"DELETE FROM {self.tables(gen).pending} WHERE source = ? AND path = ?", (source, path))
         return len(chunks)
 
     def touch_files(self, gen: int, records: Sequence[FileStat]) -> None:
@@ -899,11 +902,11 @@ class StoreWriter:
         with self._lock, self._tx():
             for r in records:
                 self.conn.execute(
-                    f"UPDATE {files_table(gen)} SET size = ?, mtime_ns = ? WHERE source = ? AND path = ? "
+                    f"UPDATE {self.tables(gen).files} SET size = ?, mtime_ns = ? WHERE source = ? AND path = ? "
                     "AND hash = ?", (r.size, r.mtime_ns, r.source, r.path, r.hash),
                 )
                 self.conn.execute(
-                    f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (r.source, r.path)
+                    f"DELETE FROM {self.tables(gen).pending} WHERE source = ? AND path = ?", (r.source, r.path)
                 )
         self.maybe_promote(gen)
 
@@ -917,23 +920,23 @@ class StoreWriter:
         self.maybe_promote(gen)
 
     def _delete_file(self, gen: int, source: str, path: str, keep_pending: bool = False) -> None:
-        ct = chunks_table(gen)
+        ct = self.tables(gen).chunks
         rowids = [r[0] for r in self.conn.execute(
             f"SELECT rowid FROM {ct} WHERE source = ? AND path = ?", (source, path))]
         if rowids:
             marks = ",".join("?" * len(rowids))
             if self.fts_error is None:
                 self._delete_fts(gen, rowids)
-            if self.vector_error is None and table_exists(self.conn, vec_table(gen)):
-                self.conn.execute(f"DELETE FROM {vec_table(gen)} WHERE rowid IN ({marks})", rowids)
+            if self.vector_error is None and table_exists(self.conn, self.tables(gen).vec):
+                self.conn.execute(f"DELETE FROM {self.tables(gen).vec} WHERE rowid IN ({marks})", rowids)
             self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", rowids)
-        self.conn.execute(f"DELETE FROM {files_table(gen)} WHERE source = ? AND path = ?", (source, path))
+        self.conn.execute(f"DELETE FROM {self.tables(gen).files} WHERE source = ? AND path = ?", (source, path))
         if not keep_pending:
-            self.conn.execute(f"DELETE FROM {pending_table(gen)} WHERE source = ? AND path = ?", (source, path))
+            self.conn.execute(f"DELETE FROM {self.tables(gen).pending} WHERE source = ? AND path = ?", (source, path))
 
     def vector_dims(self, gen: int) -> int | None:
         """The size of generation ``gen``'s vectors (None until its first vector)."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (vec_dims_key(gen),)).fetchone()
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (self.tables(gen).vec_dims_key,)).fetchone()
         return int(row[0]) if row is not None else None
 
     def prune_cache(self, max_entries: int | None) -> int:
