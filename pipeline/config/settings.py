@@ -860,8 +860,8 @@ class Context:
     # A sync's messages: the ``config_stamp`` its plan was made under. A worker holding settings of
     # that stamp uses them without looking at the config files again (``agents.settings_for``): a
     # message in flight finishes under the config it was planned with, the next sync resolves
-    # afresh. Not part of what the Context names (equality and hash leave it out).
-    stamp: ConfigStamp | None = field(default=None, compare=False)
+    # afresh. Not part of what the Context names (equality, hash and repr leave it out).
+    stamp: ConfigStamp | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # A wrong value here picks another directory silently (7 -> "./7", b"x" -> "./b'x'", "" -> the
