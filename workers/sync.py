@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from memindex.pipeline.config.agents import current_settings, planned_settings, settings_for
-from memindex.pipeline.config.settings import Context
+from memindex.pipeline.config.agents import planned_settings, settings_for
+from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.embeddings.embedder import planning_identity
 from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
@@ -36,12 +36,13 @@ def run_sync(ctx: Context, *, force: bool = False,
 
     ``progress(enqueued, total)`` is called as the index groups are sent (backfill's bar).
     """
-    settings = current_settings(ctx)  # afresh: a re-sync's request carries the stamp of an older plan
+    # Afresh (a re-sync's request carries the stamp of an older plan); its messages carry these.
+    settings, msg = planned_settings(ctx)
     if not settings.enabled:  # a request queued before the config turned memory search off
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, _ = plan_agent(settings, planning_identity(settings, force=force), force=force)
-    return dispatch_plan(ctx, plan, progress)
+    return _dispatch(settings, msg, plan, progress)
 
 
 def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
@@ -53,6 +54,11 @@ def dispatch_plan(ctx: Context, plan: SyncPlan, progress: Callable[[int, int], N
     keeps them pending, and ``queued`` counts them.
     """
     settings, msg = planned_settings(ctx)
+    return _dispatch(settings, msg, plan, progress)
+
+
+def _dispatch(settings: AgentSettings, msg: Context, plan: SyncPlan,
+              progress: Callable[[int, int], None] | None) -> dict[str, int]:
     store = settings.store_path
     broker = get_broker()
     queued = _queued_elsewhere(store, plan)

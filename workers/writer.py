@@ -23,6 +23,7 @@ from memindex.pipeline.index.preparers import is_current, snapshot_writable
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
+from memindex.pipeline.store.core import FileKey
 from memindex.pipeline.store.health import store_full
 from memindex.pipeline.store.writer import StoreWriter, open_writer, same_space
 from memindex.workers import leases, queues
@@ -333,9 +334,12 @@ def close_writers() -> None:
 @actor(WritePlan, **WRITE_OPTIONS)
 def write_plan(msg: WritePlan) -> None:
     settings, w = _writer(msg.ctx)
-    # A delete is applied only if the file really is gone: a re-created file keeps its rows.
-    visible = indexed_path_filter(settings)
-    real_deletes = [k for k in msg.deletes if not still_on_disk(settings, k, visible)]
+    # A delete is applied only if the file really is gone: a re-created file keeps its rows. (Most
+    # plans delete nothing: then no filter is built from the settings.)
+    real_deletes: list[FileKey] = []
+    if msg.deletes:
+        visible = indexed_path_filter(settings)
+        real_deletes = [k for k in msg.deletes if not still_on_disk(settings, k, visible)]
     w.plan(msg.generation, msg.fingerprint, msg.pending, real_deletes, msg.planned_at, keep=msg.keep)
 
 
