@@ -8,7 +8,9 @@ send is what its actor can decode.
 On the queue a payload is dramatiq's positional ``args``: the Structs are ``array_like``, so the
 message keeps the layout operators and the failure machinery read (``args[0]`` the pinned Context as
 a JSON object, ``args[1]`` the generation, then the records, each a JSON object with its ``path``;
-``workers/failures.py`` and ``workers/guard.py``). The records inside (``FileJob``, ``FileRecord``...)
+``workers/failures.py`` and ``workers/guard.py``). A sync's Context also carries ``stamp``, the
+config's stamp its plan was made under (``Context.stamp``): an older version's decoder ignores the
+key, and a Context without it (an older sender's) resolves the config as it is now. The records inside (``FileJob``, ``FileRecord``...)
 are the pipeline's own dataclasses, which msgspec encodes and decodes as they are; a vector travels
 as base64 float32 (``bytes``).
 
