@@ -19,15 +19,13 @@ from memindex.producers.cli.failures import (
 from memindex.producers.cli.options import say, say_error
 from memindex.producers.cli.progress import Progress
 from memindex.producers.enqueue import sync_and_wait
+from memindex.workers.endpoint import broker_url
 
 
 def run(args: argparse.Namespace) -> int:
     """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
     reported by name and the others are still indexed, as ``openclaw memory index`` does."""
     if environ.broker_configured():
-        # lazy: workers.broker builds the Redis broker as it loads; the embedded default never needs it
-        from memindex.workers.broker import broker_url
-
         broker_url()  # a URL no broker can have is said even when nothing changed (no broker is asked then)
     say_failures_once(args)
     agents = command_agents(args)
