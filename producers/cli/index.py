@@ -10,7 +10,7 @@ from typing import Any
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import provider_info
-from memindex.pipeline.errors import ConfigError, MemindexError, QmdError
+from memindex.pipeline.errors import ConfigError, MemindexError, QmdError, QmdMissing
 from memindex.pipeline.index.failures import failures_since
 from memindex.producers.cli.agents import command_agents, command_context, command_settings
 from memindex.producers.cli.failures import (
@@ -105,8 +105,7 @@ def _qmd_index(settings: AgentSettings, quiet: bool) -> bool:
     answer from the built-in store, which this run did update)."""
     if settings.memory.backend != "qmd":
         return True
-    # lazy: the qmd runner and its sync loop only with memory.backend "qmd"
-    from memindex.pipeline.search.qmd.runner import QmdMissing
+    # lazy: the qmd runner and its sync loop (subprocess, the qmd manager) only with memory.backend "qmd"
     from memindex.producers.qmd_sync import sync_qmd_now
 
     try:
