@@ -35,7 +35,7 @@ from memindex.pipeline.store.locks import LABEL_ENV
 from memindex.producers import backfill
 from memindex.producers.cli.agents import agent_contexts, configured_agents
 from memindex.producers.cli.arguments import METRICS_ENV, QUEUES_INTERVAL_S
-from memindex.producers.cli.batch import cmd_backfill_batch
+from memindex.producers.cli.backfill_batch import cmd_backfill_batch
 from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
 from memindex.producers.cli.options import metrics_address, say, say_error
 from memindex.producers.cli.progress import Progress
