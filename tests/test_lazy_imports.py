@@ -7,6 +7,9 @@ sync request in producers/dispatch.py, which producers/enqueue.py loads only whe
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -75,3 +78,37 @@ def test_a_reason_counts_above_the_import_or_on_its_line_and_nowhere_else(tmp_pa
                       "    # lazy: below does not count\n")
     lines = sample.read_text().splitlines()
     assert [says_why(lines, n) for n in function_level_imports(sample)] == [True, True, True, False]
+
+
+def _loaded_after(code: str, **env: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('\\n'.join(sorted(sys.modules)))"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def test_importing_the_hooks_and_enqueue_loads_no_queue_no_planner_no_store() -> None:
+    """What the agent runtime imports (the hooks) and what the CLI and library import to ask for a
+    sync (enqueue) load the queue side (producers/dispatch.py: dramatiq, the actors) only when
+    work is sent, and the planner only when a plan is made."""
+    mods = _loaded_after("import memindex.producers.hooks, memindex.producers.enqueue")
+    heavy = {"dramatiq", "redis", "sqlite3", "asyncio", "numpy", "memindex.producers.dispatch",
+             "memindex.workers.broker", "memindex.workers.actors", "memindex.workers.embedded",
+             "memindex.pipeline.index.indexer", "memindex.pipeline.embeddings.embedder",
+             "memindex.pipeline.store.reader"}
+    assert "memindex.producers.hooks" in mods and not mods & heavy, mods & heavy
+    # the long-running producers take the queue layer at their top (this test would see it otherwise)
+    assert {"dramatiq", "memindex.producers.dispatch"} <= _loaded_after("import memindex.producers.backfill")
+
+
+def test_the_serve_guard_reads_its_limits_when_a_server_builds_its_protocol() -> None:
+    """guard.py is imported at the top of http.py and mcp.py: a bad limit is said by the server
+    that uses it, not by an import (mcp over stdio never reads it)."""
+    code = ("import memindex.producers.serve.mcp\n"
+            "from memindex.pipeline.errors import ConfigError\n"
+            "from memindex.producers.serve.guard import guarded_protocol\n"
+            "try:\n    guarded_protocol(5.0)\nexcept ConfigError as exc:\n    print('refused:', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**os.environ, "MEMINDEX_SERVE_MAX_CONNECTIONS": "lots"})
+    assert out.returncode == 0, out.stderr
+    assert "refused: MEMINDEX_SERVE_MAX_CONNECTIONS must be a whole number" in out.stdout, out.stdout
