@@ -20,13 +20,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.failures import failures_since
 from memindex.pipeline.store.reader import open_reader
-from memindex.producers.dispatch import pending_files
+from memindex.producers.dispatch import ProgressFn, pending_files
 from memindex.workers import embedded
 from memindex.workers.broker import is_embedded
 from memindex.workers.queues import refused_since
@@ -34,7 +34,6 @@ from memindex.workers.sync import run_sync
 
 log = logging.getLogger("memindex.backfill")
 
-ProgressFn = Callable[[int, int], None]
 STALL_WARN_S = 30.0  # no progress for this long while waiting: say why it may be stuck
 
 

@@ -11,7 +11,7 @@ sent or waited on, and the planner only where a plan is made.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context
@@ -19,10 +19,9 @@ from memindex.pipeline.errors import BrokerUnavailable, UsageError, checked_call
 from memindex.workers.endpoint import broker_error_line
 from memindex.workers.logs import is_redis_error
 
-if TYPE_CHECKING:  # (types only: it loads on the paths that use it)
+if TYPE_CHECKING:  # (types only: each loads on the paths that use it)
     from memindex.pipeline.index.indexer import SyncPlan
-
-ProgressFn = Callable[[int, int], None]
+    from memindex.producers.dispatch import ProgressFn
 
 
 def request_sync(ctx: Context, *, reason: str = "manual", force: bool = False) -> None:
