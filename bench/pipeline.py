@@ -99,7 +99,7 @@ def run_one(root: Path, config: Path, state: Path, edits: int, seed: int) -> dic
 def _diagnose(settings) -> str:
     """What the pipeline looks like when an edit did not arrive (for the failure message)."""
     from memindex.pipeline.store.reader import open_reader
-    from memindex.producers.enqueue import pending_files
+    from memindex.producers.dispatch import pending_files
     from memindex.workers import queues
 
     r = open_reader(settings)

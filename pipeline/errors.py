@@ -187,3 +187,9 @@ class QmdError(MemindexError, RuntimeError):
     """qmd could not answer; ``kind`` names the failure mode for status/fallback."""
 
     kind = "error"
+
+
+class QmdMissing(QmdError):
+    """No qmd to run here (not installed, not executable): the built-in index serves."""
+
+    kind = "missing"

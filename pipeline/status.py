@@ -12,6 +12,8 @@ from memindex.pipeline.display import escape_controls
 from memindex.pipeline.errors import StoreCorrupt, StoreError, checked_call, require
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.embeddings.embedder import chunk_embedder_for, probe_timeout_s, provider_info
+from memindex.pipeline.index.sessions import discover_sessions, symlink_on_the_way
 from memindex.pipeline.index.workspace import (
     MEMORY_DIR, ListingFacts, iter_discover, rel_path, resolve_extra_paths, roots_refusal,
 )
@@ -134,6 +136,12 @@ def index_status(settings: AgentSettings, provider: dict[str, Any] | None = None
         return out
     finally:
         reader.close()
+
+
+def described_status(settings: AgentSettings) -> dict[str, Any]:
+    """``index_status`` with the provider as ``memindex status`` describes it: the configured
+    one, with the reason when there is none."""
+    return index_status(settings, provider_info(settings))
 
 
 # Below this much free space on the store's filesystem `status` says writes may fail: a full disk
@@ -272,8 +280,6 @@ def source_scan(settings: AgentSettings) -> dict[str, Any]:
             issues.append(f"no memory files found in {ws}")
         scans.append({"source": "memory", "totalFiles": total, "issues": issues})
     if "sessions" in settings.sources:
-        from memindex.pipeline.index.sessions import discover_sessions, symlink_on_the_way
-
         sessions_dir = settings.sessions_dir
         try:
             link = symlink_on_the_way(settings)
@@ -306,8 +312,6 @@ def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
     One attempt, bounded by ``PROBE_TIMEOUT_S`` (or the provider's own query budget, if longer):
     the indexing path's retries and backoff made a refused connection take 19 s and a provider
     that never answers 240 s."""
-    from memindex.pipeline.embeddings.embedder import chunk_embedder_for, probe_timeout_s, provider_info
-
     try:
         embedder = chunk_embedder_for(settings)
         if embedder is None:

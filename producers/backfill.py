@@ -10,6 +10,9 @@ empty, which is exactly "everything announced is written".
 
 On the embedded default the workers run inside this process, so a backfill
 always waits there (returning would drop the queued work with the process).
+
+A long-running producer: it imports the queue layer at its top (the commands that use it,
+``backfill``, ``watch`` and ``status``, load it anyway).
 """
 
 from __future__ import annotations
@@ -17,14 +20,20 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
-from memindex.producers.enqueue import pending_files
+from memindex.pipeline.index.failures import failures_since
+from memindex.pipeline.store.reader import open_reader
+from memindex.producers.dispatch import ProgressFn, pending_files
+from memindex.workers import embedded
+from memindex.workers.broker import is_embedded
+from memindex.workers.queues import refused_since
+from memindex.workers.sync import run_sync
 
 log = logging.getLogger("memindex.backfill")
 
-ProgressFn = Callable[[int, int], None]
 STALL_WARN_S = 30.0  # no progress for this long while waiting: say why it may be stuck
 
 
@@ -43,9 +52,6 @@ class Backfill:
 
 
 def _last_sync_marker(settings: AgentSettings) -> str | None:
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.store.reader import open_reader
-
     reader = open_reader(settings)
     try:
         return reader.state().extra.get("last_sync_at")
@@ -55,12 +61,6 @@ def _last_sync_marker(settings: AgentSettings) -> str | None:
 
 def enqueue(ctx: Context, *, force: bool = False, progress: ProgressFn | None = None) -> Backfill:
     """Plan one agent and enqueue all of its work; returns at once."""
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
-    from memindex.workers import embedded
-    from memindex.workers.sync import run_sync
-
     settings = settings_for(ctx)
     embedded.start()  # no-op on Redis
     marker = _last_sync_marker(settings)
@@ -113,9 +113,6 @@ REFUSED_POLL_S = 1.0  # how often waiting reads the dead letters (every queue's,
 def _refused_files(b: Backfill) -> int:
     """Files of this agent's messages a worker refused since the backfill started: dead-lettered
     (workers/guard.py), they are written by nobody until replayed."""
-    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
-    from memindex.workers.queues import refused_since
-
     now = time.monotonic()
     if now - b._refused_at >= REFUSED_POLL_S:
         b._refused_at, b.refused = now, refused_since(b.settings.agent_id, b.started_ms)
@@ -131,15 +128,9 @@ def refused_line(b: Backfill) -> str:
 
 
 def _failed_since_start(b: Backfill) -> int:
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.index.failures import failures_since
-
     return sum(g["count"] for g in failures_since(b.settings.store_path, b.started_ms).values())
 
 
 def must_wait() -> bool:
     """On the embedded broker the work lives in this process: leaving would lose it."""
-    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
-    from memindex.workers.broker import is_embedded
-
     return is_embedded()

@@ -21,30 +21,26 @@ import threading
 import time
 from typing import Any, Callable
 
+from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context, pinned
 from memindex.pipeline.config.environ import BROKER_ENV, broker_configured
 from memindex.pipeline.errors import BrokerUnavailable, checked_call, require
+from memindex.producers import enqueue
 from memindex.producers.enqueue import broker_errors
 from memindex.workers.flags import send_once
+from memindex.workers.logs import redis_answered
 
 log = logging.getLogger("memindex.hooks")
 
 
 def request_sync_once(ctx: Context, reason: str, settings: AgentSettings | None = None) -> bool:
     """Enqueue a sync unless one is already queued for this agent. True if enqueued."""
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.producers.enqueue import request_sync
-
     settings = settings or settings_for(ctx)
     if not settings.enabled:
         return False
-    sent = send_once(settings.store_path, lambda: request_sync(ctx, reason=reason))
+    sent = send_once(settings.store_path, lambda: enqueue.request_sync(ctx, reason=reason))
     # Redis answered: ends an outage this process's logs were counting (a server has no heartbeat,
     # and said "redis still unreachable after 150 s" of an outage seconds old).
-    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
-    from memindex.workers.logs import redis_answered
-
     redis_answered()
     return sent
 
@@ -65,9 +61,9 @@ def _within_deadline(key: str, call: Callable[[], bool]) -> bool:
         return call()  # no network: the flag and the queue are in this process
     # The queue layer is imported here, outside the deadline: importing it asks Redis nothing, and
     # a process's first call spent most of the 0.5 s importing dramatiq and the actors.
-    # lazy: only a hook on Redis needs the queue layer (the embedded path above never loads it)
-    import memindex.workers.actors  # noqa: F401
-    import memindex.workers.flags  # noqa: F401
+    # lazy: only a hook on Redis needs the queue layer here (the embedded path above loads it
+    # inside the call); importing the hooks stays light for the agent runtime
+    import memindex.producers.dispatch  # noqa: F401
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -102,9 +98,6 @@ def _within_deadline(key: str, call: Callable[[], bool]) -> bool:
 def on_session_start(ctx: Context, session_key: str | None = None) -> bool:
     """A session started: schedule a sync if ``sync.onSessionStart`` (default on). Returns
     within HOOK_DEADLINE_S, or raises ``BrokerUnavailable``."""
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-
     require("ctx", ctx, Context)
     require("session_key", session_key, str, optional=True)
     settings = settings_for(ctx)

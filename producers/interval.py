@@ -14,8 +14,12 @@ import time
 from typing import Callable, Iterable
 
 from memindex.pipeline.config import environ
+from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context
+from memindex.pipeline.store.reader import open_reader
 from memindex.producers.hooks import request_sync_once
+from memindex.workers import leases, queues
+from memindex.workers.broker import get_broker
 
 log = logging.getLogger("memindex.interval")
 
@@ -43,9 +47,6 @@ _warned: dict[str | None, str] = {}  # agent -> the config error last logged for
 
 
 def _interval_s(ctx: Context) -> float:
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-
     try:
         settings = settings_for(ctx)
     except Exception as exc:  # noqa: BLE001 - a broken config must not kill the loop
@@ -63,10 +64,6 @@ def _interval_s(ctx: Context) -> float:
 
 def _vectors_pending(ctx: Context) -> int:
     """Files of the agent's index stored without their vectors (the next sync re-embeds them)."""
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.store.reader import open_reader
-
     try:
         settings = settings_for(ctx)
         if not settings.enabled or not settings.store_path.exists():
@@ -83,12 +80,6 @@ def _vectors_pending(ctx: Context) -> int:
 
 def _stranded(ctx: Context) -> int:
     """Files pending in the agent's store while no queue holds or runs anything (0 otherwise)."""
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.pipeline.store.reader import open_reader
-    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
-    from memindex.workers import queues
-
     try:
         settings = settings_for(ctx)
         if not settings.enabled or not settings.store_path.exists() or queues.total_outstanding():
@@ -104,11 +95,6 @@ def _stranded(ctx: Context) -> int:
 
 
 def _forget_leases(ctx: Context) -> None:
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-    from memindex.workers import leases  # lazy: the queue layer's import cost, only when leases are dropped
-    from memindex.workers.broker import get_broker  # lazy: (the same)
-
     leases.forget_store(get_broker(), settings_for(ctx).store_path)
 
 

@@ -32,6 +32,8 @@ from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.store.core import FileKey, IndexedFile
 from memindex.pipeline.store.reader import open_reader
 from memindex.producers.hooks import request_sync_once
+from memindex.workers import embedded
+from memindex.workers.wire import IndexFiles, IndexSessionDelta, send
 
 log = logging.getLogger("memindex.session_delta")
 
@@ -74,12 +76,6 @@ def check_sessions(ctx: Context, *, flush: bool = False) -> int:
         reader.close()
     if gen is None:
         return 0
-
-    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) only once there is a transcript to send
-    from memindex.workers import embedded
-    # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
-    from memindex.workers.wire import IndexFiles, IndexSessionDelta, send
-
     embedded.start()
     sent = 0
     store = str(settings.store_path)

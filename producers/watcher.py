@@ -54,10 +54,16 @@ from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
 from memindex.pipeline.config import environ
-from memindex.pipeline.config.settings import AgentSettings, Context
+from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import AgentSettings, Context, config_stamp
+from memindex.pipeline.index.media import extra_kind_for
 from memindex.pipeline.index.workspace import (MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_markdown_name,
                                               resolve_extra_paths, watch_roots)
 from memindex.producers.enqueue import request_sync
+from memindex.workers import leases
+from memindex.workers.broker import get_broker, redis_broker
+from memindex.workers.lifecycle import DataLossProbe
+from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
 log = logging.getLogger("memindex.watcher")
 
@@ -86,9 +92,6 @@ def _default_enqueue(ctx: Context, reason: str) -> object:
 
 def _forget_leases() -> None:
     """Work in flight may be gone: no plan may skip a file as queued by another (workers/leases.py)."""
-    from memindex.workers import leases  # lazy: the queue layer's import cost, only when leases are dropped
-    from memindex.workers.broker import get_broker  # lazy: (the same)
-
     try:
         leases.forget_all(get_broker())
     except Exception as exc:  # noqa: BLE001 - Redis away again: its leases expire (LEASE_TTL_S)
@@ -98,9 +101,6 @@ def _forget_leases() -> None:
 
 def _data_loss_probe() -> Callable[[], str | None] | None:
     """The probe for this deployment's Redis; None on the embedded broker (its queue dies with us)."""
-    from memindex.workers.broker import redis_broker  # lazy: the queue layer's import cost
-    from memindex.workers.lifecycle import DataLossProbe  # lazy: (the same)
-
     rb = redis_broker()
     return None if rb is None else DataLossProbe(rb.client, rb.namespace)
 
@@ -163,11 +163,6 @@ class AgentWatch:
 
 
 def _media_filter(settings: AgentSettings) -> Callable[[str], str | None] | None:
-    try:
-        # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-        from memindex.pipeline.index.media import extra_kind_for
-    except ImportError:
-        return None
     return extra_kind_for(settings)
 
 
@@ -476,9 +471,6 @@ class Watcher:
         """Redis away: the process-wide outage filter words and spaces the line (workers/logs.py).
         Anything else (a broken openclaw.json while it is being edited): said when it changes,
         else once per ENQUEUE_REPEAT_S, not every RETRY_S."""
-        # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when work is sent or waited on
-        from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
-
         down = is_redis_down(exc)
         now, why = time.monotonic(), str(exc)
         last = self._enqueue_said.get(agent_id)
@@ -570,9 +562,6 @@ class Watcher:
 
 def watch_agents(contexts: Iterable[Context], **kw: Any) -> Watcher:
     """Build and start a watcher for these agents (settings resolved from their config)."""
-    # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-    from memindex.pipeline.config.agents import settings_for
-
     pairs = []
     for ctx in contexts:
         settings = settings_for(ctx)
@@ -601,9 +590,6 @@ class ConfigReload:
         self.reloads = 0
 
     def _stamp(self) -> tuple[object, ...]:
-        # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-        from memindex.pipeline.config.settings import config_stamp
-
         return config_stamp(self.probe)
 
     def check(self) -> bool:
@@ -615,9 +601,6 @@ class ConfigReload:
             contexts = self.resolve()
             # Every agent's settings too, before anything is applied: a bad per-agent value
             # (maxResults "1") failed inside apply, as a traceback after "config changed".
-            # lazy: loaded only on this path (keeps importing this module cheap for the hooks and CLI)
-            from memindex.pipeline.config.agents import settings_for
-
             for ctx in contexts:
                 settings_for(ctx)
         except Exception as exc:  # noqa: BLE001 - a half-written or broken config: keep what runs

@@ -49,7 +49,7 @@ def _cli(a, redis, *args):
 
 
 def _searchable(a, n_chunks):
-    from memindex.producers.enqueue import pending_files
+    from memindex.producers.dispatch import pending_files
     from memindex.pipeline.store.reader import open_reader
 
     r = open_reader(a.settings())

@@ -166,7 +166,8 @@ def test_a_full_disk_fails_the_run_once_with_one_line_and_the_next_sync_writes_e
     the run ends, its failure names the files and says what to do, and freeing space is enough."""
     from memindex.pipeline.index.failures import failures_since
     from memindex.producers.cli.failures import run_started
-    from memindex.producers.enqueue import DeadLettered, sync_and_wait
+    from memindex.pipeline.errors import DeadLettered
+    from memindex.producers.enqueue import sync_and_wait
     from memindex.workers import writer
 
     agent.write("memory/seed.md", "# Seed\nThe first note.\n")

@@ -722,7 +722,7 @@ def test_index_on_redis_with_no_worker_says_so_instead_of_waiting(agent, redis_s
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr
     assert "no worker is consuming queue(s)" in r.stderr and "memindex worker" in r.stderr, r.stderr
-    from memindex.producers.enqueue import _starts
+    from memindex.producers.dispatch import _starts
 
     # The commands for the very queues named; a shard's writer with its K/N (a plain --writer is
     # refused in a sharded deployment, and the hint said just that).

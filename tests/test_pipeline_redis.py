@@ -380,7 +380,7 @@ def test_a_plan_does_not_queue_again_what_another_plan_queued(tmp_path, redis_se
 
     import redis
 
-    from memindex.producers.enqueue import pending_files
+    from memindex.producers.dispatch import pending_files
 
     url = redis_server.url
     a = Agent(tmp_path / "a")
@@ -420,7 +420,7 @@ def test_index_queues_again_what_another_plan_queued_but_never_wrote(tmp_path, r
     """A file skipped as queued by another plan whose message then died (here: dead-lettered by a
     worker serving another state dir) is not left pending: the failure releases its lease, and
     `memindex index` re-plans what is still pending once nothing is in flight."""
-    from memindex.producers.enqueue import pending_files
+    from memindex.producers.dispatch import pending_files
 
     url = redis_server.url
     a = Agent(tmp_path / "a")

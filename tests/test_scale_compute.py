@@ -80,7 +80,7 @@ def _idle(url: str) -> bool:
 
 
 def _complete(a: Agent) -> bool:
-    from memindex.producers.enqueue import pending_files
+    from memindex.producers.dispatch import pending_files
 
     rows = a.store_rows()
     return len({r[1] for r in rows}) == FILES and pending_files(a.settings()) == 0
@@ -324,7 +324,7 @@ def test_a_huge_file_travels_in_bounded_messages_and_indexes_whole(tmp_path, ser
 
 
 def test_a_lost_part_leaves_the_file_pending_until_the_next_sync(tmp_path, server, fresh_services, sent):
-    from memindex.producers.enqueue import pending_files
+    from memindex.producers.dispatch import pending_files
 
     a = Agent(tmp_path / "a")
     _config(a, server, False)

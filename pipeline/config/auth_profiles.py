@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from memindex.pipeline.config.loader import is_secret_ref, resolve_secret
+from memindex.pipeline.config.paths import resolve_user_path
 from memindex.pipeline.errors import ConfigError
 
 FILENAME = "auth-profiles.json"
@@ -99,8 +101,6 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def main_agent_dir(state_dir: Path, env: Mapping[str, str]) -> Path:
     """resolveOpenClawAgentDir."""
-    from memindex.pipeline.config.paths import resolve_user_path
-
     override = (env.get("OPENCLAW_AGENT_DIR") or env.get("PI_CODING_AGENT_DIR") or "").strip()
     return resolve_user_path(override, env) if override else state_dir / "agents" / "main" / "agent"
 
@@ -180,8 +180,6 @@ def _secret(cred: Mapping[str, Any], field: str, cfg: Mapping[str, Any], env: Ma
     if isinstance(value, str) and value.strip():
         return value.strip()
     if isinstance(ref, dict):
-        from memindex.pipeline.config.loader import is_secret_ref, resolve_secret
-
         if is_secret_ref(ref):
             try:
                 return resolve_secret(ref, cfg, env, where).strip() or None

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping
 
+from memindex.pipeline.config import json5_fast
 from memindex.pipeline.config.paths import resolve_user_path
 from memindex.pipeline.errors import ConfigError
 
@@ -75,8 +76,6 @@ def _read_json5(path: Path, key: str) -> Any:
         pass
     # Comments, trailing commas, unquoted keys, single quotes: in linear time (json5_fast); the
     # json5 library (pure Python, ~50 µs a byte) reads only what that cannot, and words the errors.
-    from memindex.pipeline.config import json5_fast
-
     fast = json5_fast.loads(text)
     if fast is not None:
         return fast
@@ -345,7 +344,8 @@ def resolve_secret(ref: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[
     if source == "exec":
         if provider is None:
             raise ConfigError(key, f"exec SecretRef provider {name!r} is not configured ({where})")
-        from memindex.pipeline.config.secret_exec import resolve_exec_secret  # subprocess: only for exec refs
+        # lazy: subprocess (and the exec runner) only for an exec SecretRef; every CLI start reads the config
+        from memindex.pipeline.config.secret_exec import resolve_exec_secret
 
         return resolve_exec_secret(provider, name, ident, env, key)
     if provider is None or not isinstance(provider.get("path"), str):

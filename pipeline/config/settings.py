@@ -29,7 +29,7 @@ from memindex.pipeline.embeddings.registry import ids as provider_ids
 from memindex.pipeline.config import environ, ranges
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config import openclaw_schema
-from memindex.pipeline.config.loader import load_config, resolve_secret_refs
+from memindex.pipeline.config.loader import config_files_stamp, load_config, resolve_secret_refs
 from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings, Record
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
 from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
@@ -914,8 +914,6 @@ def config_stamp(ctx: Context) -> ConfigStamp:
     """What a long-running process compares to know the config ``ctx`` names changed: the config
     file, ``<state>/.env`` and every file the config ``$include``s (one definition for the settings
     cache, the watcher's reload and the servers' agent list)."""
-    from memindex.pipeline.config.loader import config_files_stamp
-
     state_dir, path = context_paths(ctx)
     return config_files_stamp(path, state_dir)
 

@@ -81,6 +81,8 @@ class FallbackSearch(AsyncSearch):
                  clock: Callable[[], float] = time.monotonic, **builtin_kw: Any) -> None:
         self.settings = settings
         if manager is None:
+            # lazy: the qmd manager (subprocess, collections, transcript export) only with memory.backend
+            # "qmd"; this module is on every search's path
             from memindex.pipeline.search.qmd.manager import manager_for
 
             manager = manager_for(settings)
@@ -128,6 +130,7 @@ class FallbackSearch(AsyncSearch):
                       corpus: str | None = None) -> SearchResponse:
         """A qmd search waits on a subprocess (up to its timeout): on the waiting pool, so a hung qmd
         never holds the thread every other agent's async search and get queue for."""
+        # lazy: asyncio (~30 ms) only for async callers; the CLI's and the hooks' searches are sync
         from memindex.pipeline.search.aio import run_waiting
 
         return await run_waiting(self.search, query, max_results=max_results, min_score=min_score,

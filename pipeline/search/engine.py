@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Pro
 
 from memindex.pipeline.config.paths import normalize_agent_id
 from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.embeddings import registry
 from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.index.session_text import valid_unicode
+from memindex.pipeline.index.workspace import LEFT_UNCHANGED, indexed_path_filter, roots_refusal
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, content_terms, keys_in, match_query_and_keywords
 from memindex.pipeline.search.corpus import check_corpus, search_corpus
@@ -225,7 +227,8 @@ class AsyncSearch:
     async def asearch(self: _Searches, query: str, *, max_results: int | None = None,
                       min_score: float | None = None, session_key: str | None = None,
                       chat_type: str | None = None, corpus: str | None = None) -> SearchResponse:
-        from memindex.pipeline.search import aio  # asyncio: only for async callers (~30 ms)
+        # lazy: asyncio (~30 ms) only for async callers; the CLI's and the hooks' searches are sync
+        from memindex.pipeline.search import aio
 
         kw = dict(max_results=max_results, min_score=min_score, session_key=session_key, chat_type=chat_type,
                   corpus=corpus)
@@ -287,8 +290,6 @@ class MemorySearch(AsyncSearch):
     def visible(self, source: str, path: str) -> bool:
         """Whether an indexed chunk's file is part of the agent's memory as configured now."""
         if self._visible is None:
-            from memindex.pipeline.index.workspace import indexed_path_filter
-
             self._visible = indexed_path_filter(self.settings)
         return self._visible(source, path)
 
@@ -525,8 +526,6 @@ class MemorySearch(AsyncSearch):
         """Why no sync can index this agent (its workspace is missing), else None."""
         if "memory" not in self.settings.sources:
             return None
-        from memindex.pipeline.index.workspace import LEFT_UNCHANGED, roots_refusal
-
         refused = roots_refusal(self.settings)
         return refused.replace(LEFT_UNCHANGED, "") if refused else None
 
@@ -537,14 +536,6 @@ class MemorySearch(AsyncSearch):
         resp.provider, resp.model = fp.get("provider", "none"), fp.get("model", "fts-only")
         resp.mode = "hybrid" if resp.provider != "none" else "fts-only"
 
-    def _embedder(self) -> QueryEmbedder | None:
-        if self.query_embedder is None and self._auto_embedder:
-            from memindex.pipeline.embeddings.embedder import query_embedder_for
-
-            self.query_embedder = query_embedder_for(self.settings)
-            self._auto_embedder = False
-        return self.query_embedder
-
     def _query_waits(self, query: str) -> bool:
         """Would this search wait on a remote provider for its query vector (``asearch`` then runs
         it on this agent's own threads)? Before the embedder is built, the configured provider says."""
@@ -554,21 +545,23 @@ class MemorySearch(AsyncSearch):
             return bool(waits(query)) if waits is not None else False
         if not self._auto_embedder:
             return False
-        from memindex.pipeline.embeddings import registry
-
         return registry.is_remote(self.settings.memory_search.provider)
 
     def _query_vector(self, query: str, resp: SearchResponse, fp: dict[str, Any] | None) -> list[float] | None:
         if not fp or fp.get("provider") in (None, "none"):
             return None  # keyword-only index
         if self.query_embedder is None and self._auto_embedder:
-            from memindex.pipeline.embeddings.embedder import open_elsewhere
+            # lazy: the embedder (provider clients, the circuit breaker, sockets) only once an index
+            # holds vectors: a keyword-only search never loads it (tests/test_no_daemon.py)
+            from memindex.pipeline.embeddings.embedder import open_elsewhere, query_embedder_for
 
             refused = open_elsewhere(self.settings, fp)  # before the provider (and its SDK) is built
             if refused is not None:
                 _keyword_only(resp, refused)
                 return None
-        emb = self._embedder()
+            self.query_embedder = query_embedder_for(self.settings)
+            self._auto_embedder = False
+        emb = self.query_embedder
         if emb is None:
             resp.warning = "no embedding provider available for queries; keyword-only results"
             resp.mode = "fts-only"  # what answered: the keyword arm alone
@@ -686,12 +679,12 @@ class MemorySearch(AsyncSearch):
 
     def status(self, *, probe: bool = False) -> dict[str, Any]:
         """The index status report (same shape as ``memindex status --json``); ``probe`` is for qmd."""
-        from memindex.pipeline.embeddings.embedder import provider_info
-        from memindex.pipeline.status import index_status
+        # lazy: the status report (source scans, the embedder's provider description) only when
+        # asked for; a search never needs it
+        from memindex.pipeline.status import described_status
 
         self._check_open()
-        # The provider as `memindex status` describes it (with the reason when there is none).
-        return index_status(self.settings, provider_info(self.settings))
+        return described_status(self.settings)
 
     def close(self) -> None:
         self._closed = True

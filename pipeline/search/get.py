@@ -20,10 +20,12 @@ from memindex.pipeline.config.paths import expand_home
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import lf_line_ends, split_lines
 from memindex.pipeline.index.markdown import MAX_MARKDOWN_BYTES, read_text
+from memindex.pipeline.index.media import media_kind_of
 from memindex.pipeline.index.workspace import ROOT_FILES, is_ignored_dir, is_markdown_name, rel_path, resolve_extra_paths
 
 from memindex.pipeline.errors import MemoryGetError, UsageError, checked_call, require
 from memindex.pipeline.search.aio import run_in_pool
+from memindex.pipeline.search.qmd.paths import QmdPathError, collection_containing, qmd_read_target
 
 MAX_READ_BYTES = MAX_MARKDOWN_BYTES  # what indexing reads is what memory_get reads
 
@@ -79,8 +81,6 @@ def _resolve(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
     ws = settings.workspace
     if raw.startswith("qmd/"):
         return _resolve_qmd_path(settings, raw)
-    from memindex.pipeline.index.media import media_kind_of
-
     kind = media_kind_of(raw)
     if kind is not None:  # multimodal results are searchable, never returned as raw content (F17)
         raise MemoryGetError(f"memory_get reads Markdown only; {raw} is an {kind} file "
@@ -136,9 +136,7 @@ def _memory_root(settings: AgentSettings, candidate: Path) -> Path | None:
         if ex.is_dir() and ex in candidate.parents:
             return ex
     if settings.memory.backend == "qmd":
-        from memindex.pipeline.search.qmd.paths import collection_containing  # a custom qmd collection
-
-        coll = collection_containing(settings, candidate)
+        coll = collection_containing(settings, candidate)  # a custom qmd collection
         return coll.path if coll is not None else None
     return None
 
@@ -147,7 +145,6 @@ def _resolve_qmd_path(settings: AgentSettings, raw: str) -> tuple[Path, str, Pat
     """``qmd/<collection>/<rel>``: inside that collection's root, matching its pattern (F15)."""
     if settings.memory.backend != "qmd":
         raise MemoryGetError("path rejected: qmd/ paths are served only by the qmd backend")
-    from memindex.pipeline.search.qmd.paths import QmdPathError, qmd_read_target
 
     try:
         coll, candidate, display = qmd_read_target(settings, raw)

@@ -10,7 +10,7 @@ from typing import Any
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import provider_info
-from memindex.pipeline.errors import ConfigError, MemindexError, QmdError
+from memindex.pipeline.errors import ConfigError, MemindexError, QmdError, QmdMissing
 from memindex.pipeline.index.failures import failures_since
 from memindex.producers.cli.agents import command_agents, command_context, command_settings
 from memindex.producers.cli.failures import (
@@ -19,15 +19,13 @@ from memindex.producers.cli.failures import (
 from memindex.producers.cli.options import say, say_error
 from memindex.producers.cli.progress import Progress
 from memindex.producers.enqueue import sync_and_wait
+from memindex.workers.endpoint import broker_url
 
 
 def run(args: argparse.Namespace) -> int:
     """Every agent in turn: one that fails (a missing workspace, a bad extraPaths entry) is
     reported by name and the others are still indexed, as ``openclaw memory index`` does."""
     if environ.broker_configured():
-        # lazy: workers.broker builds the Redis broker as it loads; the embedded default never needs it
-        from memindex.workers.broker import broker_url
-
         broker_url()  # a URL no broker can have is said even when nothing changed (no broker is asked then)
     say_failures_once(args)
     agents = command_agents(args)
@@ -107,8 +105,7 @@ def _qmd_index(settings: AgentSettings, quiet: bool) -> bool:
     answer from the built-in store, which this run did update)."""
     if settings.memory.backend != "qmd":
         return True
-    # lazy: the qmd runner and its sync loop only with memory.backend "qmd"
-    from memindex.pipeline.search.qmd.runner import QmdMissing
+    # lazy: the qmd runner and its sync loop (subprocess, the qmd manager) only with memory.backend "qmd"
     from memindex.producers.qmd_sync import sync_qmd_now
 
     try:

@@ -35,11 +35,12 @@ from memindex.pipeline.store.locks import LABEL_ENV
 from memindex.producers import backfill
 from memindex.producers.cli.agents import agent_contexts, configured_agents
 from memindex.producers.cli.arguments import METRICS_ENV, QUEUES_INTERVAL_S
-from memindex.producers.cli.batch import cmd_backfill_batch
+from memindex.producers.cli.backfill_batch import cmd_backfill_batch
 from memindex.producers.cli.failures import report_failures, run_started, say_failures_once
 from memindex.producers.cli.options import metrics_address, say, say_error
 from memindex.producers.cli.progress import Progress
-from memindex.producers.enqueue import pending_files, request_sync
+from memindex.producers.dispatch import pending_files
+from memindex.producers.enqueue import request_sync
 from memindex.producers.interval import IntervalSync
 from memindex.producers.qmd_sync import start_qmd_sync
 from memindex.producers.session_delta import DetectorLoop

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from memindex.producers.cli.capture import current
 from memindex.producers.serve import DEFAULT_HOST
+from memindex.workers.endpoint import broker_error_line
 from memindex.workers.logs import FORMATS, LEVELS, JsonFormatter, is_redis_error
 
 GLOBAL_TITLE = "global options (before or after the command)"
@@ -127,9 +128,6 @@ def say_error(line: str) -> None:
 def one_line_error(exc: BaseException) -> str | None:
     """The one line for an error the user can act on (a file they named, the broker); None: a bug."""
     if is_redis_error(exc):  # broker unreachable, hung or refusing
-        # lazy: workers.broker builds the Redis broker as it loads; only a Redis error needs it here
-        from memindex.workers.broker import broker_error_line
-
         return broker_error_line(exc)
     if isinstance(exc, UnicodeDecodeError):
         return f"input is not valid UTF-8 ({exc.reason} at byte {exc.start})"

@@ -26,6 +26,7 @@ from memindex.producers.cli.commands import BY_NAME, COMMANDS, command_named
 from memindex.producers.cli.options import (
     add_global_options, command_parsers, examples, has_option, one_line_error, say_error, share_global_options,
 )
+from memindex.workers.endpoint import broker_url
 from memindex.workers.logs import FORMAT_ENV, FORMATS, HTTP_LOGGERS, LEVEL_ENV, LEVELS, configure
 
 if TYPE_CHECKING:
@@ -248,9 +249,6 @@ def run(argv: list[str], serving: Serving | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         if args.command in ("index", "backfill") or getattr(args, "index", False):  # say what it left
-            # lazy: workers.broker builds the Redis broker as it loads; only an interrupted index needs it
-            from memindex.workers.broker import broker_url
-
             if broker_url():  # the work is on the broker: its workers go on without this process
                 print("interrupted: the work already queued is still done by the workers; "
                       "`memindex status` shows what is pending", file=sys.stderr)

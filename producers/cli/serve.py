@@ -120,10 +120,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             say_error("--stop ends a running server: give it alone (with --pid-file if one was given)")
             return 2
         assert pid_file is not None  # (--stop: the default pid file when none is given)
-        # lazy: the serve extra's web stack (http.py imports uvicorn), only to stop a server
-        from memindex.producers.serve.http import DRAIN_S
-
-        print(daemon.stop(pid_file, DRAIN_S + 5.0), file=sys.stderr)
+        # (the server's drain, as http.py reads it: without importing the web stack to stop one)
+        print(daemon.stop(pid_file, environ.SERVE_DRAIN_S.get() + 5.0), file=sys.stderr)
         return 0
     if _missing_extra("serve"):
         return 2

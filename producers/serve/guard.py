@@ -4,10 +4,14 @@ request's headers and body, and a cap on open connections below the descriptor l
 uvicorn times out only idle keep-alive connections: a client that sends half a header (or half a
 body, to ``mcp --http``) held its connection, and its descriptor, for as long as it liked. 300 of
 them under ``ulimit -n 256`` left the server without descriptors. Here each connection has a
-watchdog: no complete request head within ``HEADER_TIMEOUT_S`` of connecting (or of the previous
-response), or no complete body within ``BODY_TIMEOUT_S + 1`` of its head (``serve`` answers 408
-itself at ``BODY_TIMEOUT_S``), and the connection is closed. A connection beyond ``MAX_CONNECTIONS``
-(at most the descriptor limit less ``FD_RESERVE``) is answered 503 ``overloaded`` and closed at once.
+watchdog: no complete request head within ``MEMINDEX_SERVE_HEADER_TIMEOUT_S`` of connecting (or of
+the previous response), or no complete body within ``BODY_TIMEOUT_S + 1`` of its head (``serve``
+answers 408 itself at ``BODY_TIMEOUT_S``), and the connection is closed. A connection beyond
+``MEMINDEX_SERVE_MAX_CONNECTIONS`` (at most the descriptor limit less ``FD_RESERVE``) is answered 503
+``overloaded`` and closed at once.
+
+Both limits are read when a server builds its protocol (``guarded_protocol``), not as this module
+loads: a bad value is said when a server starts, and ``mcp`` over stdio never reads them.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ from memindex.pipeline.config import environ
 
 log = logging.getLogger("memindex.serve")
 
-HEADER_TIMEOUT_S = environ.SERVE_HEADER_TIMEOUT_S.get()
-MAX_CONNECTIONS = environ.SERVE_MAX_CONNECTIONS.get()
 # Descriptors kept for everything else a server opens: stores (database, WAL, shared memory), the
 # config, logs, Redis, the provider's connections.
 FD_RESERVE = 64
@@ -34,16 +36,17 @@ REFUSED_LINGER_S = 0.5  # a refused connection stays open this long, reading not
 
 
 def connection_cap() -> int:
-    """MAX_CONNECTIONS, but at most the descriptors left under the soft limit (those open now
-    aside) less FD_RESERVE; at least 1."""
+    """MEMINDEX_SERVE_MAX_CONNECTIONS, but at most the descriptors left under the soft limit (those
+    open now aside) less FD_RESERVE; at least 1."""
+    most = int(environ.SERVE_MAX_CONNECTIONS.get())
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
-        return int(MAX_CONNECTIONS)
+        return most
     try:
         open_now = len(os.listdir("/proc/self/fd"))
     except OSError:  # no procfs: count only what is known
         open_now = 16
-    return max(1, min(int(MAX_CONNECTIONS), soft - open_now - FD_RESERVE))
+    return max(1, min(most, soft - open_now - FD_RESERVE))
 
 
 def _refusal(cap: int) -> bytes:
@@ -102,6 +105,7 @@ def guarded_protocol(body_timeout_s: float, cap: int | None = None) -> type[H11P
     """uvicorn's h11 protocol with the watchdog and the cap (a class per server: its settings)."""
     if not any(isinstance(f, AcceptExhausted) for f in logging.getLogger("asyncio").filters):
         logging.getLogger("asyncio").addFilter(AcceptExhausted())
+    header_timeout_s = environ.SERVE_HEADER_TIMEOUT_S.get()
     limit = connection_cap() if cap is None else cap
     refusal = _refusal(limit)
     said = [float("-inf")]
@@ -145,7 +149,7 @@ def guarded_protocol(body_timeout_s: float, cap: int | None = None) -> type[H11P
 
         def _wait_head(self) -> None:
             self._since = time.monotonic()
-            self._arm(HEADER_TIMEOUT_S)
+            self._arm(header_timeout_s)
 
         def _arm(self, after: float) -> None:
             if self._watch is not None:
@@ -171,16 +175,16 @@ def guarded_protocol(body_timeout_s: float, cap: int | None = None) -> type[H11P
             cycle = self.cycle
             waiting_head = cycle is None or cycle.response_complete
             late = time.monotonic() - self._since
-            if waiting_head and late >= HEADER_TIMEOUT_S:
+            if waiting_head and late >= header_timeout_s:
                 log.debug("closing a connection from %s: no complete request head within %g s", self.client,
-                          HEADER_TIMEOUT_S)
+                          header_timeout_s)
                 self.transport.close()
             elif not waiting_head and cycle.more_body and not cycle.response_started and late >= body_timeout_s:
                 log.debug("closing a connection from %s: its request body did not arrive within %g s", self.client,
                           body_timeout_s)
                 self.transport.close()
             elif waiting_head:
-                self._arm(HEADER_TIMEOUT_S - late)
+                self._arm(header_timeout_s - late)
             elif cycle.more_body and not cycle.response_started:
                 self._arm(body_timeout_s - late)
             # else: the app is answering; the next head's wait starts with the response's end

@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.config import environ
 from memindex.producers.serve import DEFAULT_HOST, TOKEN_ENV
+from memindex.producers.serve.guard import guarded_protocol
 from memindex.pipeline.search.aio import run_in_pool
 from memindex.producers.serve.tools import (
     GET_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments, check_fields, escaped,
@@ -390,9 +391,6 @@ def run_uvicorn(app: ASGIApp, host: str, port: int, what: str, sock: socket.sock
     then cancels the rest (a second signal: at once); ``CannotListen`` before anything is served or
     said when the address cannot be bound. ``sock``: one already listening (``serve --socket``, or
     bound before ``--daemon`` detached), said as its address."""
-    # lazy: guard.py reads its MEMINDEX_SERVE_* limits as it loads: said when a server starts, not on import
-    from memindex.producers.serve.guard import guarded_protocol
-
     EARLY_STOP.install()  # (serve installed it before binding; mcp --http binds just below)
     # Header and body deadlines and a connection cap (guard.py); serve's own 408 comes first.
     protocol = guarded_protocol(BODY_TIMEOUT_S + 1)

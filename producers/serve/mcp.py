@@ -25,6 +25,7 @@ from pydantic import Field
 
 from memindex import __version__
 from memindex.pipeline.config import defaults as D
+from memindex.producers.serve.guard import quiet_client_exits
 from memindex.producers.serve.http import protect, run_uvicorn
 from memindex.producers.serve.tools import (
     GET_FIELDS, INDEX_FIELDS, SEARCH_FIELDS, STATUS_FIELDS, MemoryTools, OperationError, check_arguments,
@@ -170,8 +171,6 @@ def run(tools: MemoryTools, *, http: tuple[str, int] | None = None, token: str |
         _run_stdio(server)
         return
     host, port = http
-    # lazy: guard.py reads its MEMINDEX_SERVE_* limits as it loads; stdio never needs them
-    from memindex.producers.serve.guard import quiet_client_exits
 
     quiet_client_exits("mcp.server.streamable_http")
     run_uvicorn(protect(server.streamable_http_app(host=host), token, host), host, port, "memindex mcp (endpoint /mcp)")

@@ -19,14 +19,10 @@ from pathlib import Path
 from typing import IO, Iterable, Mapping, Sequence
 
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.errors import QmdError
+from memindex.pipeline.errors import QmdError, QmdMissing as QmdMissing  # (defined with the error root)
 
 OUTPUT_CAP_CHARS = 200_000
 _KILL_GRACE_S = 2.0
-
-
-class QmdMissing(QmdError):
-    kind = "missing"
 
 
 class QmdTimeout(QmdError):
