@@ -10,6 +10,7 @@ import datetime as dt
 import threading
 import time
 import unicodedata
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -622,16 +623,21 @@ def test_fts_budget_ranks_chunks_holding_every_common_phrase(agent):
         eng.close()
 
 
+def _notes_of_words(agent: Any, words_of: Callable[[int], str]) -> MemorySearch:
+    """30 indexed notes, note i holding ``words_of(i)`` (index order: n00 oldest), and an engine."""
+    for i in range(30):
+        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n{words_of(i)}filler {i}\n")
+    agent.index()
+    return MemorySearch(agent.settings())
+
+
 def test_a_sample_is_ranked_by_its_phrases_with_bounded_posting_lists_only(agent):
     """bm25() walks each phrase's whole posting list for its IDF, so a phrase over the count cap
     made a sample's ranking grow with the store (warm p95 3.6x from 1k to 30k files). The sample
     is ranked by the phrases within the cap, kept to the chunks holding every phrase; when none
     is within it, the newest are taken unranked."""
-    for i in range(30):
-        words = ("alpha " if i < 17 else "") + ("beta " * (2 if i == 15 else 1) if 14 <= i < 18 else "")
-        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n{words}filler {i}\n")
-    agent.index()
-    eng = MemorySearch(agent.settings())
+    eng = _notes_of_words(agent, lambda i: ("alpha " if i < 17 else "")
+                          + ("beta " * (2 if i == 15 else 1) if 14 <= i < 18 else ""))
     try:
         budget = FtsBudget(budget=2, small=1)  # counted up to 4: "alpha" (17 chunks) is over, "beta" (4) within
         with eng.reader.snapshot() as snap:
@@ -655,11 +661,8 @@ def test_a_sample_scores_only_its_chunks_holding_every_phrase_with_the_same_scor
     at 30k files most of a sample lacks a common phrase): the hits must be exactly those of ranking
     the whole sample and then keeping the chunks holding every phrase, older matches of the
     bounded phrase (outside the sample) left out."""
-    for i in range(30):
-        words = ("alpha " if i < 14 or i in (17, 18) else "") + ("beta " * (1 + i % 3) if 10 <= i < 20 else "")
-        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n{words}filler {i}\n")
-    agent.index()
-    eng = MemorySearch(agent.settings())
+    eng = _notes_of_words(agent, lambda i: ("alpha " if i < 14 or i in (17, 18) else "")
+                          + ("beta " * (1 + i % 3) if 10 <= i < 20 else ""))
     try:
         budget = FtsBudget(budget=2, small=3)  # counted up to 12: "alpha" (16 chunks) is over, "beta" (10) within
         with eng.reader.snapshot() as snap:
