@@ -10,6 +10,7 @@ import datetime as dt
 import threading
 import time
 import unicodedata
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from memindex.pipeline.config.records import MemorySearchSettings
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.providers.local import llama_available
 from memindex.pipeline.store.fts_budget import FtsBudget
+from memindex.pipeline.store.schema import fts_table
 from memindex.pipeline.search.ranking import (
     Candidate,
     _scan_tokens,
@@ -621,16 +623,21 @@ def test_fts_budget_ranks_chunks_holding_every_common_phrase(agent):
         eng.close()
 
 
+def _notes_of_words(agent: Any, words_of: Callable[[int], str]) -> MemorySearch:
+    """30 indexed notes, note i holding ``words_of(i)`` (index order: n00 oldest), and an engine."""
+    for i in range(30):
+        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n{words_of(i)}filler {i}\n")
+    agent.index()
+    return MemorySearch(agent.settings())
+
+
 def test_a_sample_is_ranked_by_its_phrases_with_bounded_posting_lists_only(agent):
     """bm25() walks each phrase's whole posting list for its IDF, so a phrase over the count cap
     made a sample's ranking grow with the store (warm p95 3.6x from 1k to 30k files). The sample
     is ranked by the phrases within the cap, kept to the chunks holding every phrase; when none
     is within it, the newest are taken unranked."""
-    for i in range(30):
-        words = ("alpha " if i < 17 else "") + ("beta " * (2 if i == 15 else 1) if 14 <= i < 18 else "")
-        agent.write(f"memory/n{i:02d}.md", f"# Note {i}\n{words}filler {i}\n")
-    agent.index()
-    eng = MemorySearch(agent.settings())
+    eng = _notes_of_words(agent, lambda i: ("alpha " if i < 17 else "")
+                          + ("beta " * (2 if i == 15 else 1) if 14 <= i < 18 else ""))
     try:
         budget = FtsBudget(budget=2, small=1)  # counted up to 4: "alpha" (17 chunks) is over, "beta" (4) within
         with eng.reader.snapshot() as snap:
@@ -645,6 +652,34 @@ def test_a_sample_is_ranked_by_its_phrases_with_bounded_posting_lists_only(agent
             assert hits[2][1] < hits[3][1] < 0 and "memory/n17.md" in paths[3:], (hits, paths)
             none_bounded = budget.plan(conn, snap.generation, '"alpha" OR "filler"')
             assert (none_bounded.sample, none_bounded.rank_by) == (0, None)  # every list over the cap: unranked
+    finally:
+        eng.close()
+
+
+def test_a_sample_scores_only_its_chunks_holding_every_phrase_with_the_same_scores(agent):
+    """The sample's bm25 is computed only for the chunks the AND keeps (bm25 costs ~1 us a row and
+    at 30k files most of a sample lacks a common phrase): the hits must be exactly those of ranking
+    the whole sample and then keeping the chunks holding every phrase, older matches of the
+    bounded phrase (outside the sample) left out."""
+    eng = _notes_of_words(agent, lambda i: ("alpha " if i < 14 or i in (17, 18) else "")
+                          + ("beta " * (1 + i % 3) if 10 <= i < 20 else ""))
+    try:
+        budget = FtsBudget(budget=2, small=3)  # counted up to 12: "alpha" (16 chunks) is over, "beta" (10) within
+        with eng.reader.snapshot() as snap:
+            conn, gen = eng.reader.conn(), snap.generation
+            plan = budget.plan(conn, gen, '"alpha" OR "beta"')
+            assert (plan.match, plan.rank_by, plan.sample) == ('"alpha" AND "beta"', '"beta"', 3)
+            ft = fts_table(gen)
+            # the reference: bm25 over the 3 newest "beta" chunks, then those holding both phrases
+            sample = conn.execute(f"SELECT rowid, bm25({ft}) FROM {ft} WHERE {ft} MATCH ? ORDER BY rowid DESC "
+                                  "LIMIT 3", ('"beta"',)).fetchall()
+            both = {r for (r,) in conn.execute(f"SELECT rowid FROM {ft} WHERE {ft} MATCH ?", ('"alpha" AND "beta"',))}
+            expected = sorted((h for h in sample if h[0] in both), key=lambda h: (h[1], -h[0]))
+            hits = snap.keyword_hits('"alpha" OR "beta"', 2, budget)
+            assert hits == expected and len(expected) == 2, (hits, expected)
+            rows = snap.chunk_rows([r for r, _ in hits])
+            # n17/n18 hold both; n19 (newest "beta") lacks "alpha"; n10-n13 hold both but are older
+            assert sorted(rows[r][2] for r, _ in hits) == ["memory/n17.md", "memory/n18.md"], hits
     finally:
         eng.close()
 
