@@ -14,9 +14,13 @@ prints:
   ``Actor.__call__`` into our function, broker middleware and queue plumbing left out), in total and
   per actor under its real name (the wire's ``edge`` wrapper is seen through); with ``--actors`` each
   actor's files with how often each was entered,
+- ``planner``: the same three numbers for the body of the ``sync_agent`` actor (``run_sync``: read the
+  settings, plan, send the work) on its own thread, for a second change of the same note: the walk
+  issue 43 counted ("94 steps through 29 files"; this measure gives 29 files at the issue-filing
+  tree dc7fe25); with ``--planner`` its files with how often each was entered,
 - and, with ``--list``, the files with how often each was entered (all calls, context calls).
 
-Run: ``python bench/walk.py [--list] [--actors] [--keyword]``. The script runs unchanged on older
+Run: ``python bench/walk.py [--list] [--actors] [--planner] [--keyword]``. The script runs unchanged on older
 trees (it only needs ``Context``, ``sync_and_wait`` and ``workers.embedded``), so a before/after uses
 the same measure. Numbers vary a little with the thread timing of the
 embedded workers (a commit thread may or may not tick inside the window); run it twice.
@@ -57,6 +61,7 @@ class Walk:
         self._lock = threading.Lock()
         self.ctx_entered: Counter[str] = Counter()  # the same, for calls handed the sync's context
         self.active = False  # installed before the worker threads start (they inherit it), on for the walk only
+        self.thread: int | None = None  # set: count calls made on that thread only
 
     def _ours(self, filename: str) -> str | None:
         if not filename.startswith(self.root) or "/bench/" in filename or "/tests/" in filename:
@@ -65,6 +70,8 @@ class Walk:
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         if event != "call" or not self.active:
+            return
+        if self.thread is not None and threading.get_ident() != self.thread:
             return
         mine = self._ours(frame.f_code.co_filename)
         if mine is None:
@@ -183,6 +190,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print each file entered and how often")
     ap.add_argument("--actors", action="store_true", help="print each actor's files and how often each was entered")
+    ap.add_argument("--planner", action="store_true", help="print the planner's files and how often each was entered")
     ap.add_argument("--keyword", action="store_true", help="no embedding model (keyword-only index)")
     args = ap.parse_args()
     os.environ.pop("MEMINDEX_BROKER_URL", None)
@@ -203,9 +211,13 @@ def main() -> int:
         walk = Walk(_package_root())
         actors = ActorWalk(walk)
 
+        planner = Walk(walk.root)
+        planner.thread = threading.get_ident()
+
         def profile(frame: FrameType, event: str, arg: Any) -> None:
             walk(frame, event, arg)
             actors(frame, event, arg)
+            planner(frame, event, arg)
 
         threading.setprofile(profile)  # before the embedded workers' threads start: they inherit it
         sys.setprofile(profile)
@@ -221,12 +233,30 @@ def main() -> int:
         finally:
             walk.active = False
             sys.setprofile(None)
+        # The planner's walk: the body of the sync_agent actor (run_sync) on the calling thread, for
+        # the same one changed file; its queued work is then waited for outside the walk.
+        from memindex.workers.sync import run_sync
+
+        changed.write_text("# Note 2\n\nThe heron caught two fish today.\n", encoding="utf-8")
+        os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 4_000_000_000))
+        sys.setprofile(profile)
+        planner.active = True
+        try:
+            run_sync(ctx)
+        finally:
+            planner.active = False
+            sys.setprofile(None)
+        sync_and_wait(ctx, timeout=300)
         from memindex.workers import embedded
 
         embedded.stop()
     print(json.dumps({"synced": counts, "files": len(walk.entered), "steps": walk.steps, "returns": walk.returns,
                       "context_files": len(walk.ctx_entered), "context_steps": sum(walk.ctx_entered.values()),
-                      "actors": actors.summary()}))
+                      "actors": actors.summary(),
+                      "planner": {"files": len(planner.entered), "steps": planner.steps, "returns": planner.returns}}))
+    if args.planner:
+        for name, n in sorted(planner.entered.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"{n:5d}  {name}")
     if args.list:
         for name, n in sorted(walk.entered.items(), key=lambda kv: (-kv[1], kv[0])):
             print(f"{n:5d} {walk.ctx_entered.get(name, 0):5d}  {name}")
