@@ -42,8 +42,10 @@ MODELS_DIR = REPO.parent / "shared" / "models"
 MODELS = {"minilm": MODELS_DIR / "all-MiniLM-L6-v2.F16.gguf", "e5": MODELS_DIR / "multilingual-e5-small.Q4_0.gguf"}
 MEANING = REPO / "bench" / "meaning"
 PARAPHRASE, KEYWORD = 5, 6  # the meaning set's two kinds of question, as categories
+ELSEWHERE = 7  # the tiny set: a paraphrase whose note is not in the workspace (the right answer is none)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", PARAPHRASE: "paraphrase",
-              KEYWORD: "keyword"}
+              KEYWORD: "keyword", ELSEWHERE: "answer elsewhere"}
+TINY_NOTES = 4  # notes per workspace of the tiny set: far below ranking.MIN_BACKGROUND chunks
 KS = (1, 3, 5, 10)
 
 # name -> overrides of memorySearch.query.hybrid (weights 1/0 and 0/1 switch an arm off)
@@ -235,6 +237,59 @@ def run_meaning(args: argparse.Namespace, model: str) -> dict[str, list[tuple[in
     return evaluate(settings, MemoQueryEmbedder(inner), load_meaning(), last_session_clock(MEANING / "workspace"))
 
 
+def run_tiny(args: argparse.Namespace, model: str) -> dict[str, list[tuple[int, int | None]]]:
+    """The tiny set: the meaning set's 156 notes split, in date order, into workspaces of
+    ``TINY_NOTES`` notes (a new user's memory), each indexed on its own. Each workspace is asked its
+    own notes' questions and, as ``ELSEWHERE``, the paraphrases of the next workspace's notes (whose
+    right answer is no result at all)."""
+    import shutil
+
+    from memindex.pipeline.config.agents import settings_for
+    from memindex.pipeline.embeddings.embedder import query_embedder_for
+
+    notes = sorted((MEANING / "workspace" / "memory").glob("*.md"))
+    groups = [notes[i:i + TINY_NOTES] for i in range(0, len(notes), TINY_NOTES)]
+    by_path: dict[str, list[Question]] = defaultdict(list)
+    for q in load_meaning():
+        by_path[q.evidence[0][0]].append(q)
+    clock = last_session_clock(MEANING / "workspace")
+    combined: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
+    for i, group in enumerate(groups):
+        ws = args.state / state_name(args, model) / "tiny" / f"g{i:02d}" / "workspace"
+        (ws / "memory").mkdir(parents=True, exist_ok=True)
+        for note in group:
+            shutil.copy2(note, ws / "memory" / note.name)
+        own = [q for n in group for q in by_path[f"memory/{n.name}"]]
+        nxt = groups[(i + 1) % len(groups)]
+        elsewhere = [replace(q, category=ELSEWHERE) for n in nxt for q in by_path[f"memory/{n.name}"]
+                     if q.category == PARAPHRASE]
+        if not own and not elsewhere:
+            continue
+        ctx = build_index(ws, ws.parent / "state", MODELS[model], None, prefix_config(args))
+        settings = settings_for(ctx)
+        inner = query_embedder_for(settings)
+        if inner is None:
+            raise SystemExit("no query embedder (is llama-cpp-python installed?)")
+        for name, rows in evaluate(settings, MemoQueryEmbedder(inner), own + elsewhere, clock).items():
+            combined[name].extend(rows)
+    return combined
+
+
+def print_tiny(title: str, results: dict[str, list[tuple[int, int | None]]]) -> None:
+    """Per method: R@1 and "no result" of the workspace's own questions, and how often a question
+    answered elsewhere still got a result (a false alarm: every result it gets is wrong)."""
+    print(f"\n### {title}")
+    print("| method @minScore | paraphrase R@1 | paraphrase no result | keyword R@1 | "
+          "answer elsewhere: any result |")
+    print("|---|---|---|---|---|")
+    for name, rows in results.items():
+        def share(cat: int, pred: Any) -> str:
+            ks = [k for c, k in rows if c == cat]
+            return f"{sum(1 for k in ks if pred(k)) / max(1, len(ks)):.3f} (n={len(ks)})"
+        print(f"| {name} | {share(PARAPHRASE, lambda k: k == 1)} | {share(PARAPHRASE, lambda k: k == -1)} | "
+              f"{share(KEYWORD, lambda k: k == 1)} | {share(ELSEWHERE, lambda k: k != -1)} |")
+
+
 def run_locomo(args: argparse.Namespace, model: str, label: str) -> dict[str, list[tuple[int, int | None]]]:
     """Every LoCoMo dev conversation indexed with ``model`` and searched under every variant."""
     from memindex.pipeline.config.agents import settings_for
@@ -290,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state", type=Path, default=Path("/tmp/memindex-quality"))
     ap.add_argument("--model", nargs="+", choices=sorted(MODELS), default=sorted(MODELS, reverse=True),
                     help="local GGUF models to compare (default: both)")
-    ap.add_argument("--sets", nargs="+", choices=("locomo", "meaning"), default=["locomo", "meaning"])
+    ap.add_argument("--sets", nargs="+", choices=("locomo", "meaning", "tiny"),
+                    default=["locomo", "meaning", "tiny"])
     ap.add_argument("--prefixes", choices=("auto", "off"), default="auto",
                     help="query/document prefixes: the model family's (auto) or none (off)")
     ap.add_argument("--tokens", nargs="+", default=["default"],
@@ -313,6 +369,13 @@ def main(argv: list[str] | None = None) -> int:
             results[(model, "meaning")] = res
             print_table(f"meaning dev set ({len(next(iter(res.values())))} questions), local {name}, "
                         f"prefixes {args.prefixes}", res)
+            print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
+        if "tiny" in args.sets:
+            t0 = time.perf_counter()
+            res = run_tiny(args, model)
+            results[(model, "tiny")] = res
+            print_tiny(f"tiny workspaces ({TINY_NOTES} notes each, meaning set), local {name}, "
+                       f"prefixes {args.prefixes}", res)
             print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
         if "locomo" in args.sets:
             for label in args.tokens:
