@@ -363,20 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str], dict[str, list[tuple[int, int | None]]]] = {}
     for model in args.model:
         name = MODELS[model].name
-        if "meaning" in args.sets:
-            t0 = time.perf_counter()
-            res = run_meaning(args, model)
-            results[(model, "meaning")] = res
-            print_table(f"meaning dev set ({len(next(iter(res.values())))} questions), local {name}, "
-                        f"prefixes {args.prefixes}", res)
-            print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
-        if "tiny" in args.sets:
-            t0 = time.perf_counter()
-            res = run_tiny(args, model)
-            results[(model, "tiny")] = res
-            print_tiny(f"tiny workspaces ({TINY_NOTES} notes each, meaning set), local {name}, "
-                       f"prefixes {args.prefixes}", res)
-            print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
+        for set_name, run, show, title in (
+                ("meaning", run_meaning, print_table, "meaning dev set ({n} questions)"),
+                ("tiny", run_tiny, print_tiny, f"tiny workspaces ({TINY_NOTES} notes each, meaning set)")):
+            if set_name in args.sets:
+                t0 = time.perf_counter()
+                res = results[(model, set_name)] = run(args, model)
+                show(title.format(n=len(next(iter(res.values())))) + f", local {name}, prefixes {args.prefixes}", res)
+                print(f"({time.perf_counter() - t0:.0f}s incl. indexing)", file=sys.stderr)
         if "locomo" in args.sets:
             for label in args.tokens:
                 t0 = time.perf_counter()
