@@ -80,7 +80,9 @@ REFERENCE_TEXTS: tuple[str, ...] = (
 # Each text's hash, as a chunk's (chunking.sha256_hex of its text): the embedding cache's key.
 REFERENCE_HASHES: tuple[str, ...] = tuple(sha256_hex(t) for t in REFERENCE_TEXTS)
 
-# The record's name in logs and dead letters (it is never a file: no files, chunks or FTS rows).
+# The record's source and name in logs (it is never a file: no files, chunks or FTS rows, and a
+# dead letter holding it counts only its files: workers/failures.message_keys).
+REFERENCE_SOURCE = "reference"
 REFERENCE_PATH = "(reference texts)"
 
 
@@ -93,5 +95,5 @@ def reference_record(ident: EmbeddingIdentity | None) -> FileRecord:
     """The reference texts as a record for the compute side to embed and the writer to cache
     (``workers.wire.WriteReference``): one chunk per text, no vector yet, in ``ident``'s space."""
     chunks = [ChunkRecord(0, 0, h, t) for t, h in zip(REFERENCE_TEXTS, REFERENCE_HASHES)]
-    return FileRecord("reference", REFERENCE_PATH, "", sha256_hex("\n".join(REFERENCE_HASHES)), 0, 0,
+    return FileRecord(REFERENCE_SOURCE, REFERENCE_PATH, "", sha256_hex("\n".join(REFERENCE_HASHES)), 0, 0,
                       chunks=chunks, embedding=ident)
