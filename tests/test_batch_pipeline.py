@@ -11,6 +11,9 @@ import pytest
 from tests.batch_server import BatchServer, Plan
 from tests.conftest import Agent, live_vectors, module_server
 from memindex.workers import embedded
+from memindex.pipeline.search.reference import REFERENCE_TEXTS
+
+REFERENCE = frozenset(REFERENCE_TEXTS)
 
 KEYS = {"openai": "sk-test-batch-1", "gemini": "g-test-batch-1", "voyage": "pa-test-batch-1"}
 
@@ -38,8 +41,10 @@ def chunk_texts(agent):
     return {r[5] for r in agent.store_rows()}
 
 
-def sync_texts(server, flavor):
-    """Texts sent to the synchronous embeddings endpoint."""
+def sync_texts(server, flavor, *, reference: bool = False):
+    """Texts sent to the synchronous embeddings endpoint; without the search's reference texts
+    (search/reference.py: a store's first sync embeds them directly, never in a batch job)
+    unless ``reference``."""
     out = []
     for req in server.log_for(flavor):
         body = req.body or {}
@@ -48,7 +53,7 @@ def sync_texts(server, flavor):
         elif req.path.endswith("/embeddings") and "input" in body:
             inp = body["input"]
             out += [inp] if isinstance(inp, str) else list(inp)
-    return out
+    return out if reference else [t for t in out if t not in REFERENCE]
 
 
 def jobs(agent):
@@ -81,6 +86,8 @@ def test_backfill_through_batch_equals_a_synchronous_index(tmp_path, server):
     created = server.created("openai")
     assert len(created) == 1 and len(created[0].requests) == 6
     assert sync_texts(server, "openai") == []  # nothing went the synchronous way
+    # but the reference texts, in one small direct request
+    assert sync_texts(server, "openai", reference=True) == list(REFERENCE_TEXTS)
     assert all_embedded(batch)
     [job] = jobs(batch)
     assert (job["phase"], job["state"], job["outcome"]) == ("done", "completed", "collected")

@@ -14,6 +14,7 @@ import pytest
 
 from tests.batch_server import BatchServer, Plan
 from tests.conftest import Agent, module_server, run_cli, start_workers
+from memindex.pipeline.search.reference import REFERENCE_TEXTS
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("fresh_server")]
 
@@ -73,7 +74,9 @@ def _wait(cond, timeout, what):
 
 
 def _sync_requests(server):
-    return [r for r in server.log_for("openai") if r.path.endswith("/embeddings")]
+    """Direct embedding requests, but the search's reference texts' (search/reference.py: never batched)."""
+    return [r for r in server.log_for("openai") if r.path.endswith("/embeddings")
+            and (r.body or {}).get("input") != list(REFERENCE_TEXTS)]
 
 
 def test_worker_killed_mid_poll_is_resumed_not_resubmitted(tmp_path, redis_server, server):

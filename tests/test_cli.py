@@ -93,7 +93,9 @@ def two(tmp_path: Path) -> dict:
         (root / agent / "memory" / "2026-02-10.md").write_text(f"# 2026-02-10\n\n{note}\n")
     (root / "team").mkdir()
     (root / "team" / "t.md").write_text("# Team\n\nThe kumquat escalation goes to the team lead.\n")
-    cfg = {"agents": {"defaults": {"memorySearch": {"provider": "hash"}},
+    # (1536 hash buckets: at 384, "runbook" shares one with main's note, a cosine of 0.24 that is a
+    # collision, not meaning, and stands far above the reference texts' background in a one-note store.)
+    cfg = {"agents": {"defaults": {"memorySearch": {"provider": "hash", "outputDimensionality": 1536}},
                       "list": [{"id": "main", "workspace": str(root / "main")},
                                {"id": "ops", "workspace": str(root / "ops"),
                                 "memorySearch": {"extraPaths": [str(root / "team")]}}]}}

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from memindex.pipeline.embeddings.embedder import reset_services
+from memindex.pipeline.search.reference import REFERENCE_TEXTS
 from tests.conftest import GGUF, errors_in_threads, live_vectors, module_server, wait_for
 from tests.provider_server import ProviderServer
 from memindex.workers import embedded
@@ -42,7 +43,8 @@ def test_openai_index_and_hybrid_search(agent, server):
 
     st = index_status(agent.settings(), provider_info(agent.settings()))
     assert st["provider"] == "openai" and st["vector"]["backend"] == "sqlite-vec"
-    assert st["vector"]["dims"] == 1536 and st["cache"]["entries"] == st["chunks"]
+    # every chunk's vector is cached, and the search's reference texts (pipeline/search/reference.py)
+    assert st["vector"]["dims"] == 1536 and st["cache"]["entries"] == st["chunks"] + len(REFERENCE_TEXTS)
     assert "sk-test-123" not in repr(st)
 
 
@@ -316,8 +318,9 @@ def test_a_disabled_cache_gets_no_new_entries_and_status_says_so(agent):
     agent.write("memory/n9.md", "one more note\n")
     agent.index()
     st = index_status(agent.settings())
-    assert st["cache"]["entries"] == 1  # only the new note's vector: the four are not re-embedded
-    assert "cache:        1 embeddings (no limit)" in format_status(st)
+    # only the new note's vector and the search's reference texts: the four are not re-embedded
+    assert st["cache"]["entries"] == 1 + len(REFERENCE_TEXTS)
+    assert f"cache:        {1 + len(REFERENCE_TEXTS)} embeddings (no limit)" in format_status(st)
 
 
 def test_a_query_vector_of_another_size_answers_keyword_only_and_says_why(agent, server):

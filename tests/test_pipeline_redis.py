@@ -487,3 +487,30 @@ def test_a_search_never_waits_for_the_deployments_embedding_slot(agent, redis_se
     mode, took, path = r.stdout.split()
     assert mode == "hybrid" and path == "memory/a.md", r.stdout
     assert float(took) < 30, r.stdout  # the slot is held for 120 s; the local query timeout is 60 s
+
+
+def test_the_reference_texts_land_through_redis_workers(tmp_path, redis_server):
+    """The ranking's reference texts on the real broker: the sync's first index_files group sends
+    them to a compute worker process, which embeds them and hands them to the writer process, which
+    caches them; `index` returns once they are in (pipeline/search/reference.py)."""
+    from memindex.pipeline.search.reference import REFERENCE_HASHES
+    from memindex.pipeline.store.reader import open_reader
+
+    if not GGUF.exists():
+        pytest.skip("the local GGUF model is not in ../shared/models")
+    url = redis_server.url
+    a = Agent(tmp_path / "a")
+    a.memory_config({"provider": "local", "fallback": "none", "local": {"modelPath": str(GGUF)}})
+    a.write("memory/a.md", "# A\nThe boiler in the cellar bangs when the heating starts.\n")
+    with _workers(url, tmp_path):
+        _cli(a, url, "index", timeout=120)
+    r = open_reader(a.settings())
+    try:
+        c = r.conn()
+        assert c is not None
+        rows = c.execute(f"SELECT dims, count(*) FROM embedding_cache WHERE hash IN "
+                         f"({','.join('?' * len(REFERENCE_HASHES))}) GROUP BY dims", REFERENCE_HASHES).fetchall()
+    finally:
+        r.close()
+    assert rows == [(384, len(REFERENCE_HASHES))], rows
+    assert [x["path"] for x in a.search("radiator racket")["results"]][:1] == ["memory/a.md"]

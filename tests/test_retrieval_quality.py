@@ -69,7 +69,8 @@ def test_snippet_shows_a_match_spelt_without_its_accents(agent, query):
 def test_a_vector_hit_scores_the_same_whether_or_not_another_note_shares_a_query_word(agent):
     """helper-55: "internet filtering ad blocker" found the AdGuard note at its cosine (0.42) alone,
     but once an unrelated note held the word "blocker" it scored 0.7 x cosine (0.29) and fell
-    under minScore: a vector hit's score depended on other notes. It is its cosine either way."""
+    under minScore: a vector hit's score depended on other notes. It is its vector evidence either way
+    (read against the store's chunks and the reference texts, which one more note moves by a hair)."""
     agent.memory_config(LOCAL)
     agent.write("memory/2026-11-28.md", "Set up AdGuard DNS on 192.168.10.2\n")
     agent.index()
@@ -83,7 +84,7 @@ def test_a_vector_hit_scores_the_same_whether_or_not_another_note_shares_a_query
     assert alone is not None and alone > 0
     agent.write("memory/2026-11-27.md", "Sprint blocker: the CI runner is out of disk.\n")
     agent.index()
-    assert adguard() == pytest.approx(alone, abs=1e-6)
+    assert adguard() == pytest.approx(alone, abs=0.01)  # not 0.7x
     paths = [r["path"] for r in _search(agent, query)["results"]]
     assert ("memory/2026-11-28.md" in paths) is (alone >= 0.35), paths  # minScore judges it alike
 

@@ -60,7 +60,7 @@ def _decoded(raw: list[bytes]) -> dict[str, list[object]]:
 
 
 @pytest.mark.skipif(not GGUF.exists(), reason="the local GGUF model is not in ../shared/models")
-def test_every_message_decodes_from_the_bytes_its_sender_produced(tmp_path, recorder):
+def test_every_message_decodes_from_the_bytes_its_sender_produced(tmp_path, recorder, monkeypatch):
     """Real senders, real embedded workers: a sync of notes (one long enough to travel in parts) with
     the local model, a touched note, a deleted one, a grown transcript; the batch actors' senders."""
     from memindex.pipeline.config.agents import settings_for
@@ -111,10 +111,29 @@ def test_every_message_decodes_from_the_bytes_its_sender_produced(tmp_path, reco
     who.poll("no-such-job", "t0")
     who.finish("no-such-job", "t0")
     assert embedded.wait_idle(timeout=60)
+    # Another store's first sync at the usual bounds: its reference texts travel whole (write_reference).
+    from memindex.workers import compute
+
+    monkeypatch.setattr(compute, "EMBED_MSG_CHUNKS", 256)
+    b = Agent(tmp_path / "b")
+    b.memory_config({"provider": "local", "fallback": "none", "local": {"modelPath": str(GGUF)}})
+    b.write("memory/b.md", "# B\n\nThe quince ripened.\n")
+    b.index()
 
     decoded = _decoded(recorder.sent)
     assert set(decoded) == {wire.route_of(t).actor_name for t in wire.handled()}, sorted(decoded)
-    assert len(wire.handled()) == 14
+    assert len(wire.handled()) == 15
+    # The first sync's reference texts (search/reference.py), cut into parts by the small bounds
+    # here and put back together by the writer: vectors for every text.
+    from memindex.pipeline.search.reference import REFERENCE_HASHES
+    ref = [i for p in decoded["write_parts"] for i in p.items if i.mode == "reference"]  # type: ignore[attr-defined]
+    assert sorted(c.hash for i in ref for c in i.record.chunks) == sorted(REFERENCE_HASHES)
+    assert all(isinstance(c.embedding, bytes) for i in ref for c in i.record.chunks)
+    whole = [r for p in decoded["write_reference"] for r in p.records]  # type: ignore[attr-defined]
+    assert [sorted(c.hash for c in r.chunks) for r in whole] == [sorted(REFERENCE_HASHES)]
+    assert all(isinstance(c.embedding, bytes) for r in whole for c in r.chunks)
+    first = [p for p in decoded["index_files"] if p.reference]  # type: ignore[attr-defined]
+    assert len(first) >= 2 and all(len(p.jobs) for p in first)  # type: ignore[attr-defined]
     files = [r.path for p in decoded["write_files"] for r in p.records]  # type: ignore[attr-defined]
     assert "memory/short.md" in files and all(isinstance(c.embedding, bytes) for p in decoded["write_files"]
                                               for r in p.records for c in r.chunks)  # type: ignore[attr-defined]
@@ -124,6 +143,21 @@ def test_every_message_decodes_from_the_bytes_its_sender_produced(tmp_path, reco
     plans = [k for p in decoded["write_plan"] for k in p.deletes]  # type: ignore[attr-defined]
     assert ("memory", "memory/gone.md") in plans and ("memory", "memory/late.md") in deletes
     assert a.search("kestrels")["results"], "the transcript's delta was indexed"
+
+
+def test_an_index_files_message_of_the_version_before_the_reference_texts_decodes(tmp_path):
+    """A queued IndexFiles without the ``reference`` field (sent before it existed) still decodes:
+    not a plan's first group, so it sends no reference texts."""
+    from memindex.pipeline.config.settings import Context
+    from memindex.pipeline.index.records import FileJob
+    from memindex.workers import wire
+
+    ctx = Context("main", str(tmp_path / "c.json"), str(tmp_path), str(tmp_path / "ws"))
+    new = wire.encode(wire.IndexFiles(ctx, 3, [FileJob("memory", "memory/a.md", "/x/a.md", 5, 7)], 384,
+                                      reference=True))
+    assert len(new) == 5 and new[4] is True
+    old = wire.decode(wire.IndexFiles, json.loads(json.dumps(list(new[:4]))))
+    assert old.reference is False and old.dims == 384 and old.jobs[0].path == "memory/a.md"
 
 
 def test_a_message_that_does_not_decode_is_dead_lettered_with_why(agent):
@@ -226,7 +260,7 @@ print(sorted(names) == sorted(b.get_declared_actors()), len(names), get_broker()
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if k != "MEMINDEX_BROKER_URL"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "14", "True"], out.stdout
+    assert out.stdout.split() == ["True", "15", "True"], out.stdout
 
 
 def test_no_actor_is_named_outside_the_wire_module():

@@ -30,7 +30,7 @@ import logging
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.agents import current_settings, settings_for
@@ -50,7 +50,7 @@ from memindex.workers.broker import is_embedded
 from memindex.workers.broker import EMBED_QUEUE
 from memindex.workers.messages import GROUP_FILES, RETRY, request_resync, write_queue_for
 from memindex.workers.wire import (ComputeSpec, EmbedChunks, Item, Part, WriteFiles, WriteMode, WriteParts,
-                                   WriteSessionAppend, WriteTextFirst, actor, send)
+                                   WriteReference, WriteSessionAppend, WriteTextFirst, actor, send)
 from memindex.workers.writer import wait_for_writer
 
 log = logging.getLogger("memindex.compute")
@@ -74,8 +74,10 @@ EMBED_BACKLOG_WAIT_S = 120.0
 EMBED_BACKLOG_STUCK_S = 5.0  # the backlog did not shrink for this long: no compute worker runs; send anyway
 
 SECRET_FIELDS = ("apiKey", "headers")
-MODES: dict[WriteMode, type[WriteFiles] | type[WriteSessionAppend]] = {"files": WriteFiles,
-                                                                       "append": WriteSessionAppend}
+# A write mode's payload. In this order to the writer (one FIFO queue): the reference texts'
+# vectors first, so the ranking's background is in before the files it serves.
+MODES: dict[WriteMode, type[WriteReference] | type[WriteFiles] | type[WriteSessionAppend]] = {
+    "reference": WriteReference, "files": WriteFiles, "append": WriteSessionAppend}
 
 
 # --- the spec: what the compute side needs instead of the config --------------------------------
@@ -154,25 +156,27 @@ def _chunk_bytes(c: Any, dims: int) -> int:
 DIMS_GUESS = 1536
 
 
-def pack(records: list[FileRecord], mode: WriteMode, generation: int) -> Iterator[list[Item]]:
+def pack(records: list[FileRecord], mode: WriteMode, generation: int,
+         lead: Sequence[tuple[WriteMode, FileRecord]] = ()) -> Iterator[list[Item]]:
     """Records as message item lists, each within the chunk and byte bounds (and GROUP_FILES files).
 
+    ``lead``: records of other modes that go first (the reference texts, ``route_records``).
     A record over a bound is cut into parts of consecutive chunks, one message each; every
     part repeats the record's header and names its set, index and count.
     """
     group: list[Item] = []
     chunks = size = 0
-    for rec in records:
+    for m, rec in [*lead, *((mode, r) for r in records)]:
         dims = 0 if rec.embedding is None else (rec.embedding.dims or DIMS_GUESS)
         sizes = [_chunk_bytes(c, dims) for c in rec.chunks]
         n, b = len(sizes), sum(sizes)
         if n > EMBED_MSG_CHUNKS or b > EMBED_MSG_BYTES:
-            yield from _parts(rec, mode, generation, sizes)
+            yield from _parts(rec, m, generation, sizes)
             continue
         if group and (len(group) >= GROUP_FILES or chunks + n > EMBED_MSG_CHUNKS or size + b > EMBED_MSG_BYTES):
             yield group
             group, chunks, size = [], 0, 0
-        group.append(Item(mode, rec))
+        group.append(Item(m, rec))
         chunks += n
         size += b
     if group:
@@ -207,17 +211,21 @@ def wait_for_compute() -> None:
 
 
 def route_records(ctx: Context, settings: AgentSettings, generation: int, records: list[FileRecord],
-                  mode: WriteMode = "files") -> int:
+                  mode: WriteMode = "files", reference: FileRecord | None = None) -> int:
     """Send prepared records on: those still missing text vectors to the compute side, the rest
-    to the store's writer; returns how many went to compute."""
+    to the store's writer; returns how many went to compute. ``reference``: the search's reference
+    texts to embed (``reference.reference_record``), in the first compute message, ahead of the
+    records that also need vectors (one provider request for both, and the writer takes their
+    ``WriteReference`` before the files' write)."""
     todo = [r for r in records if needs_embedding(r)]
     ready = [r for r in records if not needs_embedding(r)]
     queue = write_queue_for(str(settings.store_path))
     for items in pack(ready, mode, generation):
         forward(ctx, queue, generation, items)
-    if todo:
+    lead: list[tuple[WriteMode, FileRecord]] = [("reference", reference)] if reference is not None else []
+    if todo or lead:
         spec = compute_spec(settings)
-        for items in pack(todo, mode, generation):
+        for items in pack(todo, mode, generation, lead):
             wait_for_compute()
             send(EmbedChunks(ctx, generation, spec, items))
     return len(todo)
@@ -313,8 +321,10 @@ def embed_chunks(msg: EmbedChunks) -> None:
             log.warning("%s: %s", ctx.agent_id, exc)
             request_resync(ctx, "fallback")
             return
-        mismatched = [rec.path for rec, want in zip(records, planned) if want is not None
-                      and rec.embedding is not None and want.provider_key != rec.embedding.provider_key]
+        # (The reference texts are cached under whichever identity embedded them: no file to re-plan.)
+        mismatched = [rec.path for item, rec, want in zip(msg.items, records, planned) if want is not None
+                      and item.mode != "reference" and rec.embedding is not None
+                      and want.provider_key != rec.embedding.provider_key]
         if mismatched:
             _say_mismatch(ctx.agent_id, embedder, planned, mismatched)
     forward(ctx, write_queue_for(spec.store), msg.generation, msg.items)  # (the items hold the records)

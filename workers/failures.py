@@ -26,6 +26,7 @@ from memindex.pipeline.errors import MemindexError, UnknownAgent
 from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED, record_failure
 from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.store.schema import EMBED_PENDING
+from memindex.pipeline.search.reference import REFERENCE_SOURCE
 from memindex.workers import leases
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down
 
@@ -49,12 +50,15 @@ def provider_of(reason: str, settings: Any) -> str | None:
 
 def message_keys(args: Any) -> Iterator[tuple[str, str]]:
     """The files a queue message is about, as (source, path): every record argument's, a
-    record inside an item (``embed_chunks``), and (source, path) pairs (``write_deletes``)."""
+    record inside an item (``embed_chunks``), and (source, path) pairs (``write_deletes``). The
+    search's reference texts travel as a record too, but are no file: left out."""
     for a in args:
         items = a if isinstance(a, list) else [a]
         for it in items:
             if isinstance(it, dict) and isinstance(it.get("record"), dict):
                 it = it["record"]
+            if isinstance(it, dict) and it.get("source") == REFERENCE_SOURCE:
+                continue
             if isinstance(it, dict) and isinstance(it.get("path"), str):
                 yield str(it.get("source", "memory")), it["path"]
             elif isinstance(it, list) and len(it) == 2 and all(isinstance(x, str) for x in it):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from memindex.pipeline.config.agents import settings_for
+from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.embeddings.embedder import CacheOnlyEmbedder, chunk_embedder_for
 from memindex.pipeline.errors import FallbackSwitched
 from memindex.pipeline.index.prepare import Prepared, unpreparable
@@ -21,6 +22,7 @@ from memindex.pipeline.index.preparers import prepare_file
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.store.core import FileKey
 from memindex.pipeline.index.sessions import prepare_session_delta
+from memindex.pipeline.search.reference import REFERENCE_HASHES, reference_missing, reference_record
 from memindex.workers.batch.actors import send_to_batch
 from memindex.workers.batch.route import batch_embedder_for
 from memindex.workers.compute import NOT_RETRIED, route_records, send_text_first
@@ -61,12 +63,27 @@ def index_files(msg: IndexFiles) -> None:
     send_text_first(ctx, settings, generation, records)  # searchable by its words now, vectors follow
     if deferring is not None:
         records = send_to_batch(ctx, settings, generation, records, deferring)  # the rest is ready now
-    if records:
-        route_records(ctx, settings, generation, records)
+    # The search's reference texts, if this is a plan's first group and the cache lacks them: to
+    # the compute side with the records (one direct request, never the batch API: 48 short
+    # texts, and a search wants them before any batch job would end).
+    reference = _reference_to_embed(settings, embedder) if msg.reference else None
+    if records or reference is not None:
+        route_records(ctx, settings, generation, records, reference=reference)
     if touches:
         send_write(settings, WriteTouch(ctx, generation, touches))
     if vanished:
         send_write(settings, WriteDeletes(ctx, generation, vanished))
+
+
+def _reference_to_embed(settings: AgentSettings, embedder: CacheOnlyEmbedder | None) -> FileRecord | None:
+    """The reference texts' record when this index's embedding cache lacks any of their vectors
+    (one lookup); None for a keyword-only index or with the cache off (where nothing is cached,
+    so they would be embedded again by every sync, never to be found)."""
+    if embedder is None or not settings.memory_search.cache.enabled:
+        return None
+    if not reference_missing(embedder.cached_vectors(REFERENCE_HASHES)):
+        return None
+    return reference_record(embedder.identity)
 
 
 @actor(IndexSessionDelta, time_limit=30 * 60_000, throws=NOT_RETRIED, **RETRY)

@@ -68,10 +68,11 @@ def _dispatch(settings: AgentSettings, msg: Context, plan: SyncPlan,
     send_write(settings, WritePlan(msg, plan.generation, plan.fingerprint, pending, list(plan.deletes),
                                    planned_at=time.time_ns(), keep=sorted(queued)))
     sent = 0
-    for group in _groups(jobs):
+    for i, group in enumerate(_groups(jobs)):
         leases.grant(broker, store, plan.generation, group)  # before the send: a plan made meanwhile sees it
         try:
-            send(IndexFiles(msg, plan.generation, group, dims))
+            # The first group also sees to the search's reference texts (index_files): once per plan.
+            send(IndexFiles(msg, plan.generation, group, dims, reference=i == 0))
         except BaseException:
             leases.release(broker, store, plan.generation, [(j.source, j.path) for j in group])
             raise

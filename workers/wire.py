@@ -69,11 +69,12 @@ class Part(msgspec.Struct, array_like=True):
     count: int
 
 
-WriteMode = Literal["files", "append"]
+WriteMode = Literal["files", "append", "reference"]
 
 
 class Item(msgspec.Struct, omit_defaults=True):
-    """A record on its way to the writer: replace the file's chunks (``files``) or append (``append``)."""
+    """A record on its way to the writer: replace the file's chunks (``files``), append (``append``),
+    or only cache its vectors (``reference``: the search's reference texts, ``WriteReference``)."""
 
     mode: WriteMode
     record: FileRecord
@@ -91,6 +92,9 @@ class IndexFiles(Payload):
     generation: int
     jobs: list[FileJob]
     dims: int | None = None  # the vector size the plan was made at (None: unknown, or keyword-only)
+    # The plan's first group: also embeds the search's reference texts if the cache lacks them
+    # (pipeline/search/reference.py). An older sender's message has no such field: False.
+    reference: bool = False
 
 
 class IndexSessionDelta(Payload):
@@ -118,6 +122,15 @@ class WritePlan(Payload):
 
 
 class WriteFiles(Payload):
+    ctx: Context
+    generation: int
+    records: list[FileRecord]
+
+
+class WriteReference(Payload):
+    """The search's reference texts with their vectors: embedding-cache rows only (no file, chunk,
+    FTS or vector rows, nothing pending), for the ranking's background in a tiny workspace."""
+
     ctx: Context
     generation: int
     records: list[FileRecord]
@@ -188,6 +201,7 @@ _ROUTES: dict[type[Payload], Route] = {
     EmbedChunks: Route("embed_chunks", EMBED_QUEUE),
     WritePlan: Route("write_plan", WRITE_QUEUE),
     WriteFiles: Route("write_files", WRITE_QUEUE),
+    WriteReference: Route("write_reference", WRITE_QUEUE),
     WriteTextFirst: Route("write_text_first", WRITE_QUEUE),
     WriteSessionAppend: Route("write_session_append", WRITE_QUEUE),
     WriteParts: Route("write_parts", WRITE_QUEUE),
@@ -223,7 +237,7 @@ def _packed_record(rec: FileRecord) -> FileRecord:
 
 
 def _packed(payload: Payload) -> Payload:
-    if isinstance(payload, (WriteFiles, WriteTextFirst, WriteSessionAppend)):
+    if isinstance(payload, (WriteFiles, WriteTextFirst, WriteSessionAppend, WriteReference)):
         return msgspec.structs.replace(payload, records=[_packed_record(r) for r in payload.records])
     if isinstance(payload, (EmbedChunks, WriteParts)):
         return msgspec.structs.replace(payload, items=[msgspec.structs.replace(i, record=_packed_record(i.record))

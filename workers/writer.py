@@ -32,8 +32,8 @@ from memindex.workers.failures import note_failure, note_record_failures
 from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
 from memindex.workers.messages import RETRY, request_resync, write_queue_for
-from memindex.workers.wire import (Item, Payload, WriteDeletes, WriteFiles, WriteParts, WritePlan, WriteSessionAppend,
-                                   WriteTextFirst, WriteTouch, actor, send)
+from memindex.workers.wire import (Item, Payload, WriteDeletes, WriteFiles, WriteMode, WriteParts, WritePlan,
+                                   WriteReference, WriteSessionAppend, WriteTextFirst, WriteTouch, actor, send)
 
 log = logging.getLogger("memindex.writer")
 _summary = WriteSummary(log)  # a DEBUG line per transaction, an INFO summary per agent and period
@@ -430,6 +430,19 @@ def _only_dims_differ(fp: dict[str, Any], rejected: list[FileRecord]) -> bool:
     return bool(rejected) and all(r.embedding is not None and same_space(fp, r.embedding) for r in rejected)
 
 
+@actor(WriteReference, **WRITE_OPTIONS)
+def write_reference(msg: WriteReference) -> None:
+    _write_reference(msg.ctx, msg.generation, msg.records)
+
+
+def _write_reference(ctx: Context, generation: int, records: list[FileRecord]) -> None:
+    """The search's reference texts (pipeline/search/reference.py): their vectors go into the
+    embedding cache only, shared by every generation; no file, chunk or pending row is touched."""
+    _, w = _writer(ctx)
+    n = w.cache_only(records)
+    log.debug("%s: %d reference vector(s) cached", ctx.agent_id, n)
+
+
 @actor(WriteTextFirst, **WRITE_OPTIONS)
 def write_text_first(msg: WriteTextFirst) -> None:
     """The text of files the compute side (or a batch job) is still embedding: keyword-searchable
@@ -515,7 +528,7 @@ def write_parts(msg: WriteParts) -> None:
     for key in [k for k, (t, _) in state.parts.items() if now - t > PARTS_TTL_S]:
         log.info("dropped the incomplete parts of a split record (%s); the next sync re-plans it", key[1])
         del state.parts[key]
-    done: dict[str, list[FileRecord]] = {"files": [], "append": []}
+    done: dict[WriteMode, list[FileRecord]] = {mode: [] for mode in WRITERS}
     complete: list[tuple[str, str]] = []
     for item in _parts_only(msg.items):
         assert item.part is not None  # (_parts_only)
@@ -525,12 +538,17 @@ def write_parts(msg: WriteParts) -> None:
         if len(have) == item.part.count and key not in complete:
             complete.append(key)
             done[item.mode].append(_assemble([have[i] for i in range(item.part.count)]))
-    if done["files"]:
-        _write_files(msg.ctx, msg.generation, done["files"])
-    if done["append"]:
-        _append(msg.ctx, msg.generation, done["append"])
+    for mode, write in WRITERS.items():
+        if done[mode]:
+            write(msg.ctx, msg.generation, done[mode])
     for key in complete:  # only once written: a retried message finds its set complete again
         state.parts.pop(key, None)
+
+
+# How a write mode's whole records are written (write_parts puts split ones back together first);
+# the same order as compute.MODES: the reference texts before the files.
+WRITERS: dict[WriteMode, Callable[[Context, int, list[FileRecord]], None]] = {
+    "reference": _write_reference, "files": _write_files, "append": _append}
 
 
 def _parts_only(items: list[Item]) -> list[Item]:

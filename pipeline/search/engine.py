@@ -27,9 +27,10 @@ from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import MAX_QUERY_CHARS, content_terms, keys_in, match_query_and_keywords
 from memindex.pipeline.search.corpus import check_corpus, search_corpus
 from memindex.pipeline.search.ranking import (
-    Candidate, CosineBackground, cosine_background, keyword_evidence, normalize_weights, rank_pipeline,
-    relative_text_score, term_weights,
+    MIN_BACKGROUND, Candidate, CosineBackground, cosine_background, keyword_evidence, normalize_weights,
+    rank_pipeline, relative_text_score, term_weights,
 )
+from memindex.pipeline.search.reference import REFERENCE_HASHES
 from memindex.pipeline.search.provenance import Provenance, provenance
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.search.snippet import centred_snippet
@@ -284,7 +285,8 @@ class MemorySearch(AsyncSearch):
         self._mirror = VectorMirror(settings.store_path)
         self._fts_budget = FtsBudget()
         self._visible: Callable[[str, str], bool] | None = None
-        self._sample: tuple[int, int, int, Any] | None = None  # (generation, dims, rows then, matrix)
+        # (generation, dims, rows then, matrix, complete: enough chunks, or the reference texts added)
+        self._sample: tuple[int, int, int, Any, bool] | None = None
         self._chunk_count: tuple[tuple[Any, int], int] | None = None  # ((generation, max rowid), chunks)
 
     def visible(self, source: str, path: str) -> bool:
@@ -626,8 +628,17 @@ class MemorySearch(AsyncSearch):
         if gen is None:  # no index: nothing to sample
             return None
         s = self._sample
-        if s is None or s[:2] != (gen, dims) or rows > s[2] * 1.25:
-            self._sample = s = (gen, dims, rows, snap.sample_vectors(dims, BACKGROUND_SAMPLE))
+        # A short sample without the reference texts is read again by the next search (a tiny
+        # store: two cheap SELECTs): the reference may land after this search (a long-lived server).
+        if s is None or s[:2] != (gen, dims) or rows > s[2] * 1.25 or not s[4]:
+            sample = snap.sample_vectors(dims, BACKGROUND_SAMPLE)
+            full = sample is not None and len(sample) >= MIN_BACKGROUND
+            if not full:  # too few chunks to say what text in general gets: the reference texts too
+                reference = snap.cached_vectors(REFERENCE_HASHES, dims)
+                if reference is not None:
+                    sample = reference if sample is None else np.vstack([sample, reference])
+                    full = True
+            self._sample = s = (gen, dims, rows, sample, full)
         if s[3] is None:
             return None
         q = np.asarray(qvec, dtype=np.float32)

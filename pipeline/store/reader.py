@@ -386,19 +386,26 @@ class ReadSnapshot:
         against "chunks in general" come from (``ranking.cosine_background``)."""
         if self._conn is None or self.generation is None:
             return None
-        import numpy as np
-
         table = chunks_table(self.generation)
         top = self._conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] or 0
         step = max(1, top // max(1, limit))
         rows = self._conn.execute(
             f"SELECT embedding FROM {table} WHERE rowid % ? = 0 AND length(embedding) = ? LIMIT ?",
             (step, 4 * dims, limit)).fetchall()
-        if not rows:
+        return _unit_rows([r[0] for r in rows], dims)
+
+    def cached_vectors(self, hashes: Sequence[str], dims: int) -> Any:
+        """The embedding cache's vectors of ``hashes`` for the live index's provider identity and
+        size ``dims``, as unit rows of a float32 matrix (None without any; non-finite ones left
+        out): the search's reference texts (``search/reference.py``), in one SELECT."""
+        fp = self.fingerprint
+        if self._conn is None or not fp or not hashes or not table_exists(self._conn, "embedding_cache"):
             return None
-        mat = np.frombuffer(b"".join(r[0] for r in rows), dtype=np.float32).reshape(len(rows), dims)
-        norms = np.linalg.norm(mat, axis=1, keepdims=True)
-        return mat / np.where(norms > 0, norms, 1.0)
+        rows = self._conn.execute(
+            "SELECT embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
+            f"AND dims = ? AND hash IN ({','.join('?' * len(hashes))})",
+            [fp.get("provider"), fp.get("model"), fp.get("providerKey"), dims, *hashes]).fetchall()
+        return _unit_rows([r[0] for r in rows], dims)
 
     def chunk_cosines(self, chunk_ids: Sequence[str], qvec: Sequence[float]) -> dict[str, float]:
         """chunk id -> cosine with ``qvec``, from the chunks' stored vectors (chunks without a
@@ -503,6 +510,22 @@ class ReadSnapshot:
             return 0
         return db.count(self._conn, "SELECT count(*) FROM embedding_cache")
 
+
+
+def _unit_rows(blobs: list[bytes], dims: int) -> Any:
+    """Packed float32 vectors of size ``dims`` as unit rows of a matrix (None without any); rows
+    with a non-finite value are left out (they would make every cosine NaN)."""
+    import numpy as np
+
+    blobs = [b for b in blobs if len(b) == 4 * dims]
+    if not blobs:
+        return None
+    mat = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dims)
+    mat = mat[np.isfinite(mat).all(axis=1)]
+    if not len(mat):
+        return None
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return mat / np.where(norms > 0, norms, 1.0)
 
 
 def _sample_holding_every(c: db.Connection, ft: str, rank_by: str, every: str, size: int) -> list[tuple[int, float]]:

@@ -662,6 +662,28 @@ class StoreWriter:
         self.maybe_promote(gen)
         return written, rejected
 
+    def cache_only(self, records: Sequence[FileWrite]) -> int:
+        """Upsert the records' chunk vectors into the embedding cache only: no file, chunk, FTS or
+        vector rows, no pending marks (the search's reference texts, ``search/reference.py``). A
+        chunk without a valid vector is left out (a later sync embeds it again). Returns the rows."""
+        ts = db.now_ms()
+        rows: list[_CacheRow] = []
+        for rec in records:
+            ident = rec.embedding
+            dims = _record_dims(ident, rec.chunks)
+            if ident is None or not dims:
+                continue
+            for ch in rec.chunks:
+                v = ch.embedding
+                if v and is_valid(unpack(v) if isinstance(v, bytes) else v, dims):
+                    rows.append((ident.provider, ident.model, ident.provider_key, dims, ch.hash,
+                                 v if isinstance(v, bytes) else pack(v), ts, ts))
+        if not rows or not self.cache_writes:
+            return 0
+        with self._lock, self._tx():
+            self.conn.executemany(_CACHE_UPSERT, rows)
+        return len(rows)
+
     def _replacing(self, gen: int, records: Sequence[FileStat]) -> None:
         """Before ``records`` replace their files' chunks: FTS rows of those chunks still held for
         the group commit go in first (the replacement deletes them by rowid)."""
