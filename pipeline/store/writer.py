@@ -666,6 +666,8 @@ class StoreWriter:
         """Upsert the records' chunk vectors into the embedding cache only: no file, chunk, FTS or
         vector rows, no pending marks (the search's reference texts, ``search/reference.py``). A
         chunk without a valid vector is left out (a later sync embeds it again). Returns the rows."""
+        if not self.cache_writes:
+            return 0
         ts = db.now_ms()
         rows: list[_CacheRow] = []
         for rec in records:
@@ -674,11 +676,13 @@ class StoreWriter:
             if ident is None or not dims:
                 continue
             for ch in rec.chunks:
-                v = ch.embedding
-                if v and is_valid(unpack(v) if isinstance(v, bytes) else v, dims):
-                    rows.append((ident.provider, ident.model, ident.provider_key, dims, ch.hash,
-                                 v if isinstance(v, bytes) else pack(v), ts, ts))
-        if not rows or not self.cache_writes:
+                try:
+                    blob = _vector_blob(ch, dims, rec.path)
+                except StoreError:  # a wrong length or a NaN: left out, as said above
+                    continue
+                if blob is not None:
+                    rows.append((ident.provider, ident.model, ident.provider_key, dims, ch.hash, blob, ts, ts))
+        if not rows:
             return 0
         with self._lock, self._tx():
             self.conn.executemany(_CACHE_UPSERT, rows)
