@@ -206,18 +206,9 @@ class StoreReader:
                           hashes: Sequence[str]) -> dict[str, list[float]]:
         """Embedding-cache hits: chunk hash -> vector, for one provider identity (any dims if None)."""
         c = self.conn()
-        if c is None or not table_exists(c, "embedding_cache"):
+        if c is None:
             return {}  # no store yet: nothing cached
-        out: dict[str, list[float]] = {}
-        unique = list(dict.fromkeys(hashes))
-        for i in range(0, len(unique), CACHE_LOOKUP_BATCH):
-            part = unique[i : i + CACHE_LOOKUP_BATCH]
-            sql = ("SELECT hash, dims, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
-                   f"AND provider_key = ? AND hash IN ({','.join('?' * len(part))})")
-            for h, d, blob in c.execute(sql, [provider, model, provider_key, *part]):
-                if dims is None or d == dims:
-                    out[h] = unpack(blob)
-        return out
+        return {h: unpack(blob) for h, blob in _cache_rows(c, provider, model, provider_key, dims, hashes)}
 
     def close(self) -> None:
         c = getattr(self._local, "conn", None)
@@ -227,6 +218,22 @@ class StoreReader:
 
 
 CACHE_LOOKUP_BATCH = 400  # chunk hashes per embedding-cache lookup
+
+
+def _cache_rows(c: db.Connection, provider: Any, model: Any, provider_key: Any, dims: int | None,
+                hashes: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+    """(hash, packed vector) of the embedding cache's rows for ``hashes`` under one provider
+    identity, of size ``dims`` (any size if None); nothing before the cache table exists."""
+    if not table_exists(c, "embedding_cache"):
+        return
+    unique = list(dict.fromkeys(hashes))
+    for i in range(0, len(unique), CACHE_LOOKUP_BATCH):
+        part = unique[i : i + CACHE_LOOKUP_BATCH]
+        sql = ("SELECT hash, dims, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
+               f"AND provider_key = ? AND hash IN ({','.join('?' * len(part))})")
+        for h, d, blob in c.execute(sql, [provider, model, provider_key, *part]):
+            if dims is None or d == dims:
+                yield h, blob
 _search_log = logging.getLogger("memindex.search")
 
 
@@ -399,13 +406,10 @@ class ReadSnapshot:
         size ``dims``, as unit rows of a float32 matrix (None without any; non-finite ones left
         out): the search's reference texts (``search/reference.py``), in one SELECT."""
         fp = self.fingerprint
-        if self._conn is None or not fp or not hashes or not table_exists(self._conn, "embedding_cache"):
+        if self._conn is None or not fp:
             return None
-        rows = self._conn.execute(
-            "SELECT embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
-            f"AND dims = ? AND hash IN ({','.join('?' * len(hashes))})",
-            [fp.get("provider"), fp.get("model"), fp.get("providerKey"), dims, *hashes]).fetchall()
-        return _unit_rows([r[0] for r in rows], dims)
+        return _unit_rows([blob for _, blob in _cache_rows(self._conn, fp.get("provider"), fp.get("model"),
+                                                           fp.get("providerKey"), dims, hashes)], dims)
 
     def chunk_cosines(self, chunk_ids: Sequence[str], qvec: Sequence[float]) -> dict[str, float]:
         """chunk id -> cosine with ``qvec``, from the chunks' stored vectors (chunks without a
