@@ -131,7 +131,7 @@ class AgentWatch:
         w = cls(ctx, settings.memory_search.sync.watch_debounce_ms / 1000.0, digest=settings.digest())
         w.files = {_norm(ws / name) for name in ROOT_FILES}
         w.trees = [_norm(ws / MEMORY_DIR)]
-        w.extra_keep = _media_filter(settings)
+        w.extra_keep = extra_kind_for(settings)
         for extra in resolve_extra_paths(settings):
             if extra.is_symlink():
                 continue
@@ -160,10 +160,6 @@ class AgentWatch:
                 # trees[0] is memory/: media count only under extraPaths (F17).
                 return i > 0 and self.extra_keep is not None and self.extra_keep(os.path.basename(path)) is not None
         return False
-
-
-def _media_filter(settings: AgentSettings) -> Callable[[str], str | None] | None:
-    return extra_kind_for(settings)
 
 
 class _Handler(FileSystemEventHandler):
