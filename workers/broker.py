@@ -24,8 +24,6 @@ import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 
 from memindex.pipeline.config import environ
-from memindex.pipeline.config.environ import BROKER_ENV
-from memindex.pipeline.config.environ import BROKER_ENV, env_number
 from memindex.workers.encoder import MessageEncoder
 from memindex.workers.endpoint import broker_error_line as broker_error_line
 from memindex.workers.endpoint import broker_url as broker_url
