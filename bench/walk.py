@@ -62,6 +62,7 @@ class Walk:
         self.ctx_entered: Counter[str] = Counter()  # the same, for calls handed the sync's context
         self.active = False  # installed before the worker threads start (they inherit it), on for the walk only
         self.thread: int | None = None  # set: count calls made on that thread only
+        self.trace: list[str] = []  # each step, in order: "caller:function -> file:function"
 
     def _ours(self, filename: str) -> str | None:
         if not filename.startswith(self.root) or "/bench/" in filename or "/tests/" in filename:
@@ -79,13 +80,16 @@ class Walk:
         # the memindex file this call came from: the nearest memindex frame below it
         back = frame.f_back
         caller = None
+        back_name = "?"
         while back is not None and caller is None:
             caller = self._ours(back.f_code.co_filename)
+            back_name = back.f_code.co_name
             back = back.f_back
         if caller == mine:
             return
         with self._lock:
             self.steps += 1
+            self.trace.append(f"{caller}:{back_name} -> {mine}:{frame.f_code.co_name}")
             if mine in self._left or mine in self.entered:
                 self.returns += 1
             self.entered[mine] += 1
@@ -191,6 +195,7 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="print each file entered and how often")
     ap.add_argument("--actors", action="store_true", help="print each actor's files and how often each was entered")
     ap.add_argument("--planner", action="store_true", help="print the planner's files and how often each was entered")
+    ap.add_argument("--trace", action="store_true", help="print the planner's steps in order (caller -> callee)")
     ap.add_argument("--keyword", action="store_true", help="no embedding model (keyword-only index)")
     args = ap.parse_args()
     os.environ.pop("MEMINDEX_BROKER_URL", None)
@@ -257,6 +262,9 @@ def main() -> int:
     if args.planner:
         for name, n in sorted(planner.entered.items(), key=lambda kv: (-kv[1], kv[0])):
             print(f"{n:5d}  {name}")
+    if args.trace:
+        for i, step in enumerate(planner.trace, 1):
+            print(f"{i:4d}  {step}")
     if args.list:
         for name, n in sorted(walk.entered.items(), key=lambda kv: (-kv[1], kv[0])):
             print(f"{n:5d} {walk.ctx_entered.get(name, 0):5d}  {name}")

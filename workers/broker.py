@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 import dramatiq
@@ -45,7 +46,7 @@ log = logging.getLogger("memindex.broker")
 
 SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE = "sync", "embed", "batch", "write"
 QUEUES = (SYNC_QUEUE, EMBED_QUEUE, BATCH_QUEUE, WRITE_QUEUE)
-# Write-queue shards (issue 18): N > 1 routes each store to ``write.<k>`` (workers/messages.py);
+# Write-queue shards (issue 18): N > 1 routes each store to ``write.<k>`` (write_queue_for, below);
 # every process of a deployment must agree on N (`memindex worker --writer --shard K/N` checks).
 SHARDS_ENV = environ.WRITE_SHARDS.name
 
@@ -115,6 +116,19 @@ def is_write_queue(queue_name: str) -> bool:
     """``write``, a shard ``write.<k>``, or the delay queue of either (``….DQ``)."""
     queue = queue_name.removesuffix(".DQ")
     return queue == WRITE_QUEUE or queue.startswith(f"{WRITE_QUEUE}.")
+
+
+def write_queue_for(store_key: str) -> str:
+    """The write queue that owns a store: ``write`` with one shard (and always on the embedded
+    broker, whose single writer thread serves every store), else ``write.<k>`` with
+    ``k = crc32(store path) % N``: stable across processes and runs (Python's ``hash`` is salted),
+    so one store's plan and writes share one FIFO queue and one writer."""
+    if is_embedded(get_broker()):  # (first: it decides without reading the environment or Redis)
+        return WRITE_QUEUE
+    n = write_shards()
+    if n <= 1:
+        return WRITE_QUEUE
+    return f"{WRITE_QUEUE}.{zlib.crc32(store_key.encode()) % n}"
 
 
 def shard_queues() -> tuple[str, ...]:

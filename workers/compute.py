@@ -46,9 +46,8 @@ from memindex.pipeline.index.fingerprint import EmbeddingIdentity
 from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.store.schema import EMBED_PENDING
 from memindex.workers import queues
-from memindex.workers.broker import is_embedded
-from memindex.workers.broker import EMBED_QUEUE
-from memindex.workers.messages import GROUP_FILES, RETRY, request_resync, write_queue_for
+from memindex.workers.broker import EMBED_QUEUE, is_embedded, write_queue_for
+from memindex.workers.messages import GROUP_FILES, RETRY, request_resync
 from memindex.workers.wire import (ComputeSpec, EmbedChunks, Item, Part, WriteFiles, WriteMode, WriteParts,
                                    WriteReference, WriteSessionAppend, WriteTextFirst, actor, send)
 from memindex.workers.writer import wait_for_writer

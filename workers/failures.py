@@ -24,8 +24,7 @@ from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.secrets import redact
 from memindex.pipeline.errors import MemindexError, UnknownAgent
 from memindex.pipeline.index.failures import SKIPPED_NOTE, SUMMARISED, record_failure
-from memindex.pipeline.index.prepare import embedding_pending
-from memindex.pipeline.store.schema import EMBED_PENDING
+from memindex.pipeline.store.schema import EMBED_PENDING, embedding_pending
 from memindex.pipeline.search.reference import REFERENCE_SOURCE
 from memindex.workers import leases
 from memindex.workers.logs import REDIS_DOWN_ATTR, is_redis_down

@@ -1,4 +1,4 @@
-"""Sends every actor shares: the re-sync request, and which write queue (shard) owns a store.
+"""What every actor shares: the re-sync request, the group size and the retry policy.
 
 Actors that ask for a re-sync (a stale write, a provider fallback) send a ``SyncAgent`` payload
 (``workers/wire.py``), so the writer and the indexers do not import the sync module that imports them.
@@ -6,12 +6,10 @@ Actors that ask for a re-sync (a stale write, a provider fallback) send a ``Sync
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import Context
-from memindex.workers.broker import WRITE_QUEUE, get_broker, is_embedded, write_shards
 from memindex.workers.flags import send_once
 from memindex.workers.wire import SyncAgent, send
 
@@ -43,15 +41,3 @@ def request_resync(ctx: Context, reason: str, *, force: bool = False, delay_ms: 
         return
     send_once(store, enqueue)
 
-
-def write_queue_for(store_key: str) -> str:
-    """The write queue that owns a store: ``write`` with one shard (and always on the embedded
-    broker, whose single writer thread serves every store), else ``write.<k>`` with
-    ``k = crc32(store path) % N``: stable across processes and runs (Python's ``hash`` is salted),
-    so one store's plan and writes share one FIFO queue and one writer."""
-    if is_embedded(get_broker()):  # (first: it decides without reading the environment or Redis)
-        return WRITE_QUEUE
-    n = write_shards()
-    if n <= 1:
-        return WRITE_QUEUE
-    return f"{WRITE_QUEUE}.{zlib.crc32(store_key.encode()) % n}"

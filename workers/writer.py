@@ -18,20 +18,20 @@ from typing import Any, Callable
 from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.indexer import still_on_disk
-from memindex.pipeline.index.prepare import embedding_pending
 from memindex.pipeline.index.preparers import is_current, snapshot_writable
 from memindex.pipeline.index.records import FileRecord, TouchRecord
 from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
 from memindex.pipeline.store.core import FileKey
 from memindex.pipeline.store.health import store_full
+from memindex.pipeline.store.schema import embedding_pending
 from memindex.pipeline.store.writer import StoreWriter, open_writer, same_space
 from memindex.workers import leases, queues
-from memindex.workers.broker import WRITE_QUEUE, get_broker, is_write_queue
+from memindex.workers.broker import WRITE_QUEUE, get_broker, is_write_queue, write_queue_for
 from memindex.workers.failures import note_failure, note_record_failures
 from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
-from memindex.workers.messages import RETRY, request_resync, write_queue_for
+from memindex.workers.messages import RETRY, request_resync
 from memindex.workers.wire import (Item, Payload, WriteDeletes, WriteFiles, WriteMode, WriteParts, WritePlan,
                                    WriteReference, WriteSessionAppend, WriteTextFirst, WriteTouch, actor, send)
 

@@ -20,10 +20,9 @@ from typing import Any, Callable, Iterator, Sequence
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
 from memindex.pipeline.index.media import extra_kind_for
-from memindex.pipeline.index.prepare import embedding_pending, is_read_error
+from memindex.pipeline.store.schema import VECTORS_QUEUED, embedding_pending, is_read_error
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
-from memindex.pipeline.store.schema import VECTORS_QUEUED
 from memindex.pipeline.index.workspace import (
     MEMORY_DIR, ListingFacts, MemoryFile, check_roots, indexed_path_filter, iter_discover, rel_path,
     resolve_extra_paths,

@@ -20,13 +20,9 @@ from memindex.pipeline.index.chunking import Chunk
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity
 from memindex.pipeline.index.records import ChunkRecord, FileJob, FileRecord, TouchRecord
 from memindex.pipeline.index.workspace import name_problem
-from memindex.pipeline.store.schema import EMBED_PENDING
+from memindex.pipeline.store.schema import EMBED_PENDING, READ_ERROR
 
 log = logging.getLogger("memindex.indexer")
-
-
-def embedding_pending(error: str | None) -> bool:
-    return error is not None and error.startswith(EMBED_PENDING)
 
 
 class ChunkEmbedder(Protocol):
@@ -55,15 +51,6 @@ def build_record(job: FileJob, st: os.stat_result | None, digest: str, chunks: l
     return FileRecord(job.source, job.path, job.abs_path, digest,
                       st.st_size if st else job.size, st.st_mtime_ns if st else job.mtime_ns,
                       job.kind, error, chunks, ident)
-
-
-# The hash of a file recorded unreadable (``error:<errno>``): each plan checks it can read it now.
-# (``error:<exception name>`` is a file that could not be prepared: left alone until it changes.)
-READ_ERROR = "error:"
-
-
-def is_read_error(file_hash: str) -> bool:
-    return file_hash.startswith(READ_ERROR) and file_hash[len(READ_ERROR):].isdigit()
 
 
 def read_for_index(job: FileJob, max_bytes: int, ident: EmbeddingIdentity | None,

@@ -38,6 +38,19 @@ EMBED_PENDING = "embedding pending"
 # is searchable as soon as it is read, and the write with its vectors, already queued, replaces it.
 # The file stays pending meanwhile; a plan leaves it to that write unless nothing is in flight.
 VECTORS_QUEUED = f"{EMBED_PENDING} (queued; keyword-searchable until its vectors are written)"
+# The files-row hash of a file recorded unreadable (``error:<errno>``): each plan checks it can read
+# it now. (``error:<exception name>`` is a file that could not be prepared: left alone until it changes.)
+READ_ERROR = "error:"
+
+
+def embedding_pending(error: str | None) -> bool:
+    """Is this files-row error one of a file whose vectors are still to come (``EMBED_PENDING``)?"""
+    return error is not None and error.startswith(EMBED_PENDING)
+
+
+def is_read_error(file_hash: str) -> bool:
+    """Is this files-row hash one of a file recorded unreadable (``READ_ERROR`` and an errno)?"""
+    return file_hash.startswith(READ_ERROR) and file_hash[len(READ_ERROR):].isdigit()
 
 BASE_DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
