@@ -155,3 +155,68 @@ def test_a_keyword_only_index_sends_no_reference_and_searches_as_before(agent) -
         r.close()
     res = agent.search("piano recital")
     assert res["mode"] == "fts-only" and [x["path"] for x in res["results"]] == ["memory/2026-04-02.md"]
+
+
+def _drop_reference_rows(agent: Agent) -> None:
+    """What a store indexed before the reference texts existed holds: its notes' rows only. (From
+    another process, as a user's sqlite3 would: a connection of this one that closed would drop the
+    locks this process's store connections hold, sqlite's POSIX-lock rule.)"""
+    import subprocess
+    import sys
+
+    script = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+              "c.executemany('DELETE FROM embedding_cache WHERE hash = ?', [(h,) for h in sys.argv[2:]]); c.commit()")
+    subprocess.run([sys.executable, "-c", script, str(agent.settings().store_path), *REFERENCE_HASHES], check=True)
+    assert _reference_rows(agent) == []
+
+
+def test_a_sync_with_nothing_to_index_brings_the_reference_to_a_small_store_that_lacks_it(
+        agent, fresh_services, server) -> None:
+    """A store from before the reference texts (or whose cache lost them): a no-change `index` used
+    to leave it ranking on raw cosines until its next edit. Now that sync embeds them (one request),
+    and the next no-change sync finds them and sends nothing: neither `index` (the CLI's planner) nor
+    a worker's sync (``run_sync``) asks again."""
+    from memindex.producers.dispatch import wait_idle
+    from memindex.workers.sync import run_sync
+
+    agent.use_openai_at(server.base("openai"))
+    agent.write("memory/a.md", "# A\nThe heron nests by the quarry.\n")
+    agent.index()
+    first = _reference_rows(agent)
+    assert len(first) == len(REFERENCE_TEXTS)
+    _drop_reference_rows(agent)
+    server.reset()
+    counts = agent.index()
+    assert counts["to_index"] == 0 and counts["unchanged"] == 1, counts
+    assert [r.n_items for r in server.log_for("openai")] == [len(REFERENCE_TEXTS)]
+    assert [(h, d) for h, d, _ in _reference_rows(agent)] == [(h, d) for h, d, _ in first]
+    server.reset()
+    agent.index()
+    assert server.log_for("openai") == []
+    # The sync actor's own planner (a watcher's or a worker's sync) does the same.
+    _drop_reference_rows(agent)
+    assert run_sync(agent.ctx)["to_index"] == 0
+    assert wait_idle(agent.ctx, timeout=60)
+    assert [r.n_items for r in server.log_for("openai")] == [len(REFERENCE_TEXTS)]
+    assert len(_reference_rows(agent)) == len(REFERENCE_TEXTS)
+    server.reset()
+    run_sync(agent.ctx)
+    assert wait_idle(agent.ctx, timeout=60)
+    assert server.log_for("openai") == []
+
+
+def test_a_store_big_enough_for_its_own_background_is_not_sent_the_reference_again(
+        agent, fresh_services, server) -> None:
+    """MIN_BACKGROUND files or more: their chunks are the background, so a no-change sync neither
+    reads the cache for the reference nor sends it (it comes with the next edit's first group)."""
+    from memindex.pipeline.search.ranking import MIN_BACKGROUND
+
+    agent.use_openai_at(server.base("openai"))
+    for i in range(MIN_BACKGROUND):
+        agent.write(f"memory/n{i}.md", f"# N{i}\nNote number {i} about the heron.\n")
+    agent.index()
+    _drop_reference_rows(agent)
+    server.reset()
+    agent.index()
+    assert server.log_for("openai") == []
+    assert _reference_rows(agent) == []

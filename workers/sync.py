@@ -19,6 +19,7 @@ from memindex.pipeline.embeddings.embedder import planning_identity
 from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
 from memindex.pipeline.index.records import FileJob
+from memindex.pipeline.search.reference import reference_wanted
 from memindex.workers import flags, leases, queues
 from memindex.workers.broker import get_broker, is_embedded
 from memindex.workers.messages import GROUP_FILES, RETRY
@@ -79,6 +80,10 @@ def _dispatch(settings: AgentSettings, msg: Context, plan: SyncPlan,
         sent += len(group)
         if progress is not None:
             progress(sent, len(jobs))
+    if sent == 0 and reference_wanted(settings, plan.unchanged + len(jobs)):
+        # No group to carry them, and this small store's cache lacks them (indexed before they
+        # existed): sent now, not at its next edit.
+        send(IndexFiles(msg, plan.generation, [], dims, reference=True))
     for delta in plan.session_deltas:
         send(IndexSessionDelta(msg, plan.generation, delta, dims))
     to_index = len(jobs) + len(plan.session_deltas)

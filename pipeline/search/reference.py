@@ -20,9 +20,16 @@ carries them to the writer is built here too so no actor assembles one by hand.
 
 from __future__ import annotations
 
+import logging
+
+from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import sha256_hex
-from memindex.pipeline.index.fingerprint import EmbeddingIdentity
+from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.records import ChunkRecord, FileRecord
+from memindex.pipeline.search.ranking import MIN_BACKGROUND
+from memindex.pipeline.store.reader import open_reader
+
+log = logging.getLogger("memindex.sync")
 
 # Varied on purpose (work, code, travel, family, health, money, home, hobbies, plans, people,
 # dates): a background must be what a query is *not* about, whatever the query is about.
@@ -89,6 +96,35 @@ REFERENCE_PATH = "(reference texts)"
 def reference_missing(cached: dict[str, list[float]]) -> bool:
     """Is any reference vector missing from ``cached`` (an embedding-cache lookup of ``REFERENCE_HASHES``)?"""
     return any(h not in cached for h in REFERENCE_HASHES)
+
+
+def reference_wanted(settings: AgentSettings, files: int) -> bool:
+    """Should a sync that indexes no file still send the reference texts (``IndexFiles.reference``
+    with no jobs)? Only for a store of fewer than ``MIN_BACKGROUND`` files (any more hold enough
+    chunks for a background of their own, and are never read for this) whose live index has vectors
+    and whose embedding cache lacks any of their vectors under its identity: a store indexed before
+    they existed, or whose cache was pruned. Its search ranks with them from that sync on, not from
+    the next edit. With the cache off they are never stored, so never asked for."""
+    if files >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
+        return False
+    try:
+        reader = open_reader(settings)
+    except Exception as exc:  # noqa: BLE001 - the sync plans and reports the store itself
+        log.debug("reference texts of %s not checked: %s", settings.agent_id, exc)
+        return False
+    try:
+        fp = reader.state().live_fingerprint or {}
+        if fp.get("provider") in (None, KEYWORD_ONLY.provider):  # no index yet, or keyword-only
+            return False
+        # Under the live index's identity, as the search looks them up (its size is the query's).
+        found = reader.cached_embeddings(str(fp.get("provider")), str(fp.get("model")), str(fp.get("providerKey")),
+                                         None, REFERENCE_HASHES)
+        return reference_missing(found)
+    except Exception as exc:  # noqa: BLE001 - as above: a sync never fails on this look
+        log.debug("reference texts of %s not checked: %s", settings.agent_id, exc)
+        return False
+    finally:
+        reader.close()
 
 
 def reference_record(ident: EmbeddingIdentity | None) -> FileRecord:
