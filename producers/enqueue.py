@@ -76,7 +76,9 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
               "to_delete": len(plan.deletes), "unchanged": plan.unchanged}
     if plan.pending_sessions:
         counts["pending_sessions"] = plan.pending_sessions
-    if noop and not _reference_wanted(ctx, plan):
+    if not (plan.jobs or plan.deletes or plan.session_deltas):
+        plan.send_reference = _offer_reference(ctx, plan)
+    if noop and not plan.send_reference:
         return counts
     # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when a plan has work to send
     from memindex.producers import dispatch
@@ -84,13 +86,14 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     return dispatch.wait_for_plan(ctx, plan, lambda: plan_now(ctx)[0], progress=progress, timeout=timeout)
 
 
-def _reference_wanted(ctx: Context, plan: SyncPlan) -> bool:
+def _offer_reference(ctx: Context, plan: SyncPlan) -> bool:
     """A plan with nothing to do still goes to the queue when its small store lacks the search's
-    reference texts (``search/reference.reference_wanted``: no store read at 20 files or more)."""
+    reference texts, once per store state (``search/reference.offer_reference``: no store read at
+    20 files or more)."""
     # lazy: the search side's module (ranking, the store reader) only where a plan is made
-    from memindex.pipeline.search.reference import reference_wanted
+    from memindex.pipeline.search.reference import offer_reference
 
-    return reference_wanted(settings_for(ctx), plan.unchanged)
+    return offer_reference(settings_for(ctx), plan.unchanged)
 
 
 def plan_now(ctx: Context, *, force: bool = False, probe: bool = True) -> tuple[SyncPlan, bool]:

@@ -174,14 +174,16 @@ def test_a_sync_with_nothing_to_index_brings_the_reference_to_a_small_store_that
         agent, fresh_services, server) -> None:
     """A store from before the reference texts (or whose cache lost them): a no-change `index` used
     to leave it ranking on raw cosines until its next edit. Now that sync embeds them (one request),
-    and the next no-change sync finds them and sends nothing: neither `index` (the CLI's planner) nor
-    a worker's sync (``run_sync``) asks again."""
+    and the next no-change sync finds them and sends nothing: `index` (the CLI's planner) and a
+    worker's sync (``run_sync``) alike."""
+    from memindex.pipeline.index.unchanged import mark_path
     from memindex.producers.dispatch import wait_idle
     from memindex.workers.sync import run_sync
 
     agent.use_openai_at(server.base("openai"))
     agent.write("memory/a.md", "# A\nThe heron nests by the quarry.\n")
     agent.index()
+    agent.index()  # (records the vector size it learnt: the next one is a no-op)
     first = _reference_rows(agent)
     assert len(first) == len(REFERENCE_TEXTS)
     _drop_reference_rows(agent)
@@ -193,8 +195,10 @@ def test_a_sync_with_nothing_to_index_brings_the_reference_to_a_small_store_that
     server.reset()
     agent.index()
     assert server.log_for("openai") == []
-    # The sync actor's own planner (a watcher's or a worker's sync) does the same.
+    # The sync actor's own planner (a watcher's or a worker's sync) does the same. (A new no-change
+    # mark: the one above already noted its offer.)
     _drop_reference_rows(agent)
+    mark_path(agent.settings().store_path).unlink()
     assert run_sync(agent.ctx)["to_index"] == 0
     assert wait_idle(agent.ctx, timeout=60)
     assert [r.n_items for r in server.log_for("openai")] == [len(REFERENCE_TEXTS)]
@@ -203,6 +207,34 @@ def test_a_sync_with_nothing_to_index_brings_the_reference_to_a_small_store_that
     run_sync(agent.ctx)
     assert wait_idle(agent.ctx, timeout=60)
     assert server.log_for("openai") == []
+
+
+def test_a_failing_provider_is_asked_for_the_reference_once_not_by_every_no_change_sync(
+        agent, fresh_services, server) -> None:
+    """The offer is noted in the no-change mark: a provider that refuses it (here a wrong key, 401)
+    is not asked again by each later no-change `index`, which stays the queue-free no-op it was
+    (a retried 500 held each of them ~18 s). The next change of the store offers them again."""
+    from memindex.pipeline.embeddings.embedder import reset_services
+
+    agent.use_openai_at(server.base("openai"))
+    agent.write("memory/a.md", "# A\nThe heron nests by the quarry.\n")
+    agent.index()
+    agent.index()  # (records the vector size it learnt: the next one is a no-op)
+    _drop_reference_rows(agent)
+    server.reset()
+    server.always("openai", {"status": 401, "message": "Incorrect API key provided"})
+    agent.index()
+    assert [r.n_items for r in server.log_for("openai")] == [len(REFERENCE_TEXTS)]  # asked, refused
+    assert _reference_rows(agent) == []
+    server.requests.clear()
+    for _ in range(2):
+        assert agent.index()["unchanged"] == 1
+    assert server.log_for("openai") == []
+    server.always("openai", None)
+    agent.write("memory/b.md", "# B\nThe kestrel hunts over the verge.\n")
+    reset_services()  # (a new process: this one holds on to the refused key, as a wrong key stays wrong)
+    assert "failed" not in agent.index()  # an edit: its first group carries them, as on any index
+    assert len(_reference_rows(agent)) == len(REFERENCE_TEXTS)
 
 
 def test_a_store_big_enough_for_its_own_background_is_not_sent_the_reference_again(

@@ -19,7 +19,7 @@ from memindex.pipeline.embeddings.embedder import planning_identity
 from memindex.pipeline.errors import ConfigError, ProviderError, StoreError, WorkspaceError
 from memindex.pipeline.index.indexer import SyncPlan, plan_agent
 from memindex.pipeline.index.records import FileJob
-from memindex.pipeline.search.reference import reference_wanted
+from memindex.pipeline.search.reference import offer_reference
 from memindex.workers import flags, leases, queues
 from memindex.workers.broker import get_broker, is_embedded
 from memindex.workers.messages import GROUP_FILES, RETRY
@@ -43,6 +43,8 @@ def run_sync(ctx: Context, *, force: bool = False,
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, _ = plan_agent(settings, planning_identity(settings, force=force), force=force)
+    if not (plan.jobs or plan.deletes or plan.session_deltas):
+        plan.send_reference = offer_reference(settings, plan.unchanged)
     return _dispatch(settings, msg, plan, progress)
 
 
@@ -80,9 +82,7 @@ def _dispatch(settings: AgentSettings, msg: Context, plan: SyncPlan,
         sent += len(group)
         if progress is not None:
             progress(sent, len(jobs))
-    if sent == 0 and reference_wanted(settings, plan.unchanged + len(jobs)):
-        # No group to carry them, and this small store's cache lacks them (indexed before they
-        # existed): sent now, not at its next edit.
+    if plan.send_reference and sent == 0:  # (no group to carry them)
         send(IndexFiles(msg, plan.generation, [], dims, reference=True))
     for delta in plan.session_deltas:
         send(IndexSessionDelta(msg, plan.generation, delta, dims))

@@ -47,6 +47,9 @@ class SyncPlan:
     unreadable: int = 0  # of the unchanged: recorded unreadable and still so (each plan looks again)
     retry_keys: set[FileKey] = field(default_factory=set)  # of the jobs: files unchanged on disk, planned again for their vectors
     session_deltas: list[SessionDelta] = field(default_factory=list)  # append only
+    # Nothing to index, yet the search's reference texts are to be sent alone (set by the sync's
+    # sender: search/reference.offer_reference, which this layer does not import).
+    send_reference: bool = False
 
 
 @contextmanager

@@ -86,11 +86,26 @@ def read(store_path: Path) -> dict[str, Any] | None:
 def write(store_path: Path, store: str, disk: str, count: int, pending_sessions: int = 0) -> None:
     """Record an unchanged listing (best effort: a mark that cannot be written is only a cache miss).
     ``pending_sessions``: transcripts below the delta thresholds, which the next no-op plan reports."""
+    _store(store_path, {"store": store, "disk": disk, "files": count,
+                        **({"pendingSessions": pending_sessions} if pending_sessions else {})})
+
+
+def note_reference_offered(store_path: Path) -> None:
+    """Record in the current mark that a sync with nothing to do sent the search's reference texts
+    (``search/reference.offer_reference``): the next no-change plans of this same store state do
+    not send them again, whether that embedding worked or the provider failed (a failing provider
+    would otherwise hold every no-change sync for its retries). A new mark, after any change, has
+    no such note."""
+    mark = read(store_path)
+    if mark is not None:
+        _store(store_path, {**mark, "referenceOffered": True})
+
+
+def _store(store_path: Path, mark: dict[str, Any]) -> None:
     path = mark_path(store_path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # per writer thread
     try:
-        tmp.write_text(json.dumps({"store": store, "disk": disk, "files": count,
-                                    **({"pendingSessions": pending_sessions} if pending_sessions else {})}), encoding="utf-8")
+        tmp.write_text(json.dumps(mark), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         try:

@@ -24,6 +24,7 @@ import logging
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import sha256_hex
+from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.records import ChunkRecord, FileRecord
 from memindex.pipeline.search.ranking import MIN_BACKGROUND
@@ -98,14 +99,20 @@ def reference_missing(cached: dict[str, list[float]]) -> bool:
     return any(h not in cached for h in REFERENCE_HASHES)
 
 
-def reference_wanted(settings: AgentSettings, files: int) -> bool:
-    """Should a sync that indexes no file still send the reference texts (``IndexFiles.reference``
-    with no jobs)? Only for a store of fewer than ``MIN_BACKGROUND`` files (any more hold enough
-    chunks for a background of their own, and are never read for this) whose live index has vectors
-    and whose embedding cache lacks any of their vectors under its identity: a store indexed before
-    they existed, or whose cache was pruned. Its search ranks with them from that sync on, not from
-    the next edit. With the cache off they are never stored, so never asked for."""
+def offer_reference(settings: AgentSettings, files: int) -> bool:
+    """Should a sync that indexes no file send the reference texts (``IndexFiles.reference`` with no
+    jobs)? True, and noted in the no-change mark (``unchanged.note_reference_offered``) so that it
+    is said once per store state, for a store of fewer than ``MIN_BACKGROUND`` files (more hold
+    enough chunks for a background of their own, and are never read for this) whose live index has
+    vectors and whose embedding cache lacks any of their vectors under its identity: a store indexed
+    before they existed, or whose cache was pruned. Its search then ranks with them from that sync
+    on, not from its next edit. Never with the cache off (they would not be stored), nor without a
+    no-change mark to note the offer in (an old store that cannot vouch for its rows)."""
+    store = settings.store_path
     if files >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
+        return False
+    mark = unchanged.read(store)
+    if mark is None or mark.get("referenceOffered"):
         return False
     try:
         reader = open_reader(settings)
@@ -119,12 +126,15 @@ def reference_wanted(settings: AgentSettings, files: int) -> bool:
         # Under the live index's identity, as the search looks them up (its size is the query's).
         found = reader.cached_embeddings(str(fp.get("provider")), str(fp.get("model")), str(fp.get("providerKey")),
                                          None, REFERENCE_HASHES)
-        return reference_missing(found)
+        missing = reference_missing(found)
     except Exception as exc:  # noqa: BLE001 - as above: a sync never fails on this look
         log.debug("reference texts of %s not checked: %s", settings.agent_id, exc)
         return False
     finally:
         reader.close()
+    if missing:
+        unchanged.note_reference_offered(store)
+    return missing
 
 
 def reference_record(ident: EmbeddingIdentity | None) -> FileRecord:
