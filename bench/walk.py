@@ -20,7 +20,7 @@ prints:
   tree dc7fe25); with ``--planner`` its files with how often each was entered,
 - and, with ``--list``, the files with how often each was entered (all calls, context calls).
 
-Run: ``python bench/walk.py [--list] [--actors] [--planner] [--keyword]``. The script runs unchanged on older
+Run: ``python bench/walk.py [--list] [--actors] [--planner] [--trace] [--keyword]`` (``--trace``: the planner's steps in order). The script runs unchanged on older
 trees (it only needs ``Context``, ``sync_and_wait`` and ``workers.embedded``), so a before/after uses
 the same measure. Numbers vary a little with the thread timing of the
 embedded workers (a commit thread may or may not tick inside the window); run it twice.
