@@ -177,6 +177,7 @@ def test_a_sync_with_nothing_to_index_brings_the_reference_to_a_small_store_that
     and the next no-change sync finds them and sends nothing: `index` (the CLI's planner) and a
     worker's sync (``run_sync``) alike."""
     from memindex.pipeline.index.unchanged import mark_path
+    from memindex.pipeline.index.unchanged import read as read_mark
     from memindex.producers.dispatch import wait_idle
     from memindex.workers.sync import run_sync
 
@@ -195,6 +196,7 @@ def test_a_sync_with_nothing_to_index_brings_the_reference_to_a_small_store_that
     server.reset()
     agent.index()
     assert server.log_for("openai") == []
+    assert read_mark(agent.settings().store_path)["referenceChecked"] is True  # not looked at again
     # The sync actor's own planner (a watcher's or a worker's sync) does the same. (A new no-change
     # mark: the one above already noted its offer.)
     _drop_reference_rows(agent)

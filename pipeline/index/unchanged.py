@@ -90,15 +90,15 @@ def write(store_path: Path, store: str, disk: str, count: int, pending_sessions:
                         **({"pendingSessions": pending_sessions} if pending_sessions else {})})
 
 
-def note_reference_offered(store_path: Path) -> None:
-    """Record in the current mark that a sync with nothing to do sent the search's reference texts
-    (``search/reference.offer_reference``): the next no-change plans of this same store state do
-    not send them again, whether that embedding worked or the provider failed (a failing provider
-    would otherwise hold every no-change sync for its retries). A new mark, after any change, has
-    no such note."""
+def note_reference_checked(store_path: Path) -> None:
+    """Record in the current mark that a sync with nothing to do looked for the search's reference
+    texts, and sent them if they were missing (``search/reference.offer_reference``): the next
+    no-change plans of this same store state neither look again nor send them again, whether that
+    embedding worked or the provider failed (a failing provider would otherwise hold every
+    no-change sync for its retries). A new mark, after any change, has no such note."""
     mark = read(store_path)
     if mark is not None:
-        _store(store_path, {**mark, "referenceOffered": True})
+        _store(store_path, {**mark, "referenceChecked": True})
 
 
 def _store(store_path: Path, mark: dict[str, Any]) -> None:

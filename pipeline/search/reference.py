@@ -101,18 +101,19 @@ def reference_missing(cached: dict[str, list[float]]) -> bool:
 
 def offer_reference(settings: AgentSettings, files: int) -> bool:
     """Should a sync that indexes no file send the reference texts (``IndexFiles.reference`` with no
-    jobs)? True, and noted in the no-change mark (``unchanged.note_reference_offered``) so that it
-    is said once per store state, for a store of fewer than ``MIN_BACKGROUND`` files (more hold
-    enough chunks for a background of their own, and are never read for this) whose live index has
-    vectors and whose embedding cache lacks any of their vectors under its identity: a store indexed
-    before they existed, or whose cache was pruned. Its search then ranks with them from that sync
-    on, not from its next edit. Never with the cache off (they would not be stored), nor without a
-    no-change mark to note the offer in (an old store that cannot vouch for its rows)."""
+    jobs)? Looked at once per store state (noted in the no-change mark, whether they were found or
+    are now sent: ``unchanged.note_reference_checked``). True for a store of fewer than
+    ``MIN_BACKGROUND`` files (more hold enough chunks for a background of their own, and are never
+    read for this) whose live index has vectors and whose embedding cache lacks any of their
+    vectors under its identity: a store indexed before they existed, or whose cache was pruned. Its
+    search then ranks with them from that sync on, not from its next edit. Never with the cache off
+    (they would not be stored), nor without a no-change mark to note the look in (an old store
+    that cannot vouch for its rows)."""
     store = settings.store_path
     if files >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
         return False
     mark = unchanged.read(store)
-    if mark is None or mark.get("referenceOffered"):
+    if mark is None or mark.get("referenceChecked"):
         return False
     try:
         reader = open_reader(settings)
@@ -132,8 +133,7 @@ def offer_reference(settings: AgentSettings, files: int) -> bool:
         return False
     finally:
         reader.close()
-    if missing:
-        unchanged.note_reference_offered(store)
+    unchanged.note_reference_checked(store)  # found or now sent: not looked at again in this state
     return missing
 
 
