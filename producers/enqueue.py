@@ -62,7 +62,9 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     how many files were still to be written); the queued work goes on without the caller.
 
     A sync with nothing to do returns without touching the broker: no dramatiq
-    import, no worker threads, no writer message - just the stats. An agent whose memory
+    import, no worker threads, no writer message - just the stats (once per store state, a store
+    of fewer than 20 files whose cache lacks the search's reference texts sends them and waits:
+    ``search/reference.offer_reference``). An agent whose memory
     search is disabled is not indexed (``"disabled": 1``, nothing else).
     """
     require("ctx", ctx, Context)
@@ -76,8 +78,7 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
               "to_delete": len(plan.deletes), "unchanged": plan.unchanged}
     if plan.pending_sessions:
         counts["pending_sessions"] = plan.pending_sessions
-    if not (plan.jobs or plan.deletes or plan.session_deltas):
-        plan.send_reference = _offer_reference(ctx, plan)
+    plan.send_reference = _offer_reference(ctx, plan)
     if noop and not plan.send_reference:
         return counts
     # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when a plan has work to send
@@ -93,7 +94,7 @@ def _offer_reference(ctx: Context, plan: SyncPlan) -> bool:
     # lazy: the search side's module (ranking, the store reader) only where a plan is made
     from memindex.pipeline.search.reference import offer_reference
 
-    return offer_reference(settings_for(ctx), plan.unchanged)
+    return offer_reference(settings_for(ctx), plan)
 
 
 def plan_now(ctx: Context, *, force: bool = False, probe: bool = True) -> tuple[SyncPlan, bool]:

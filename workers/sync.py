@@ -43,8 +43,7 @@ def run_sync(ctx: Context, *, force: bool = False,
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, _ = plan_agent(settings, planning_identity(settings, force=force), force=force)
-    if not (plan.jobs or plan.deletes or plan.session_deltas):
-        plan.send_reference = offer_reference(settings, plan.unchanged)
+    plan.send_reference = offer_reference(settings, plan)
     return _dispatch(settings, msg, plan, progress)
 
 
@@ -82,7 +81,7 @@ def _dispatch(settings: AgentSettings, msg: Context, plan: SyncPlan,
         sent += len(group)
         if progress is not None:
             progress(sent, len(jobs))
-    if plan.send_reference and sent == 0:  # (no group to carry them)
+    if plan.send_reference:  # (a plan with no group to carry them: offer_reference)
         send(IndexFiles(msg, plan.generation, [], dims, reference=True))
     for delta in plan.session_deltas:
         send(IndexSessionDelta(msg, plan.generation, delta, dims))

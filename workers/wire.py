@@ -92,8 +92,9 @@ class IndexFiles(Payload):
     generation: int
     jobs: list[FileJob]
     dims: int | None = None  # the vector size the plan was made at (None: unknown, or keyword-only)
-    # The plan's first group: also embeds the search's reference texts if the cache lacks them
-    # (pipeline/search/reference.py). An older sender's message has no such field: False.
+    # The plan's first group (or, with no jobs, a plan with nothing else to send: offer_reference):
+    # also embeds the search's reference texts if the cache lacks them (pipeline/search/reference.py).
+    # An older sender's message has no such field: False.
     reference: bool = False
 
 

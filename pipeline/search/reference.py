@@ -21,6 +21,7 @@ carries them to the writer is built here too so no actor assembles one by hand.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import sha256_hex
@@ -29,6 +30,9 @@ from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.records import ChunkRecord, FileRecord
 from memindex.pipeline.search.ranking import MIN_BACKGROUND
 from memindex.pipeline.store.reader import open_reader
+
+if TYPE_CHECKING:  # (the type only: a search does not load the planner)
+    from memindex.pipeline.index.indexer import SyncPlan
 
 log = logging.getLogger("memindex.sync")
 
@@ -99,9 +103,9 @@ def reference_missing(cached: dict[str, list[float]]) -> bool:
     return any(h not in cached for h in REFERENCE_HASHES)
 
 
-def offer_reference(settings: AgentSettings, files: int) -> bool:
-    """Should a sync that indexes no file send the reference texts (``IndexFiles.reference`` with no
-    jobs)? Looked at once per store state (noted in the no-change mark, whether they were found or
+def offer_reference(settings: AgentSettings, plan: SyncPlan) -> bool:
+    """Should ``plan``, if it indexes and deletes nothing, send the reference texts alone
+    (``SyncPlan.send_reference``: ``IndexFiles.reference`` with no jobs)? Looked at once per store state (noted in the no-change mark, whether they were found or
     are now sent: ``unchanged.note_reference_checked``). True for a store of fewer than
     ``MIN_BACKGROUND`` files (more hold enough chunks for a background of their own, and are never
     read for this) whose live index has vectors and whose embedding cache lacks any of their
@@ -110,7 +114,9 @@ def offer_reference(settings: AgentSettings, files: int) -> bool:
     (they would not be stored), nor without a no-change mark to note the look in (an old store
     that cannot vouch for its rows)."""
     store = settings.store_path
-    if files >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
+    if plan.jobs or plan.deletes or plan.session_deltas:  # (its first group carries them, if any)
+        return False
+    if plan.unchanged >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
         return False
     mark = unchanged.read(store)
     if mark is None or mark.get("referenceChecked"):
