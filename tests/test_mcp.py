@@ -191,6 +191,18 @@ def test_a_config_that_turns_invalid_is_a_tool_error_that_says_why(tmp_path: Pat
     asyncio.run(main())
 
 
+def test_stdio_from_the_null_device_ends_cleanly(tmp_path: Path) -> None:
+    """helper-19: stdin from /dev/null (systemd, cron, nohup) crashed the server with a 79-line
+    ExceptionGroup (the event loop cannot wait on the null device: EPERM), exit 1. Its EOF is the
+    client closing stdin: exit 0, as for a pipe or a file."""
+    a = Agent(tmp_path / "a")
+    a.write("MEMORY.md", "# Memory\nThe VLAN plan.\n")
+    r = subprocess.run([sys.executable, *cli_args(a), "mcp"], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("watch", [False, True])
 def test_stdio_sigterm_stops_cleanly_with_exit_0(tmp_path: Path, watch: bool) -> None:
     """helper-h39h: a stdio `memindex mcp` died of SIGTERM (143) while `serve` and `mcp --http`

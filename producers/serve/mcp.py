@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import selectors
 import signal
-import stat
 import threading
 from typing import Annotated, Any, Awaitable, Literal, cast
 
@@ -213,14 +213,27 @@ def _run_stdio(server: MCPServer) -> None:
 def _claim_stdin() -> int | None:
     """The wire's descriptor, moved off fd 0 (which then reads the null device, as the SDK's own
     claim does: a handler or child process must not read the client's messages). None when stdin
-    is a regular file (never "not ready": the SDK's reader ends at its EOF)."""
-    if stat.S_ISREG(os.fstat(0).st_mode):
+    cannot be waited on (a regular file, or the null device a service manager or ``nohup`` gives:
+    the event loop refuses both with EPERM, and both are never "not ready": the SDK's reader ends
+    at their EOF)."""
+    if not _pollable(0):
         return None
     wire = os.dup(0)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     return wire
+
+
+def _pollable(fd: int) -> bool:
+    probe = selectors.DefaultSelector()
+    try:
+        probe.register(fd, selectors.EVENT_READ)
+    except (OSError, ValueError):
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 class _WireLines:
