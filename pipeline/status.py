@@ -12,7 +12,7 @@ from memindex.pipeline.display import escape_controls
 from memindex.pipeline.errors import StoreCorrupt, StoreError, checked_call, require
 from memindex.pipeline.store import db
 from memindex.pipeline.config.settings import AgentSettings
-from memindex.pipeline.embeddings.embedder import chunk_embedder_for, probe_timeout_s, provider_info
+from memindex.pipeline.embeddings.embedder import chunk_embedder_for, probe_timeout_s, provider_answered, provider_info
 from memindex.pipeline.index.sessions import discover_sessions, symlink_on_the_way
 from memindex.pipeline.index.workspace import (
     MEMORY_DIR, ListingFacts, iter_discover, rel_path, resolve_extra_paths, roots_refusal,
@@ -321,6 +321,7 @@ def embedding_probe(settings: AgentSettings) -> dict[str, Any]:
         result = embedder.service.embed_query("ping", timeout_s=probe_timeout_s(pid))
     except Exception as exc:  # noqa: BLE001 - the probe reports any failure, it never raises
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    provider_answered(settings, result.fingerprint)
     return {"ok": True, "provider": result.provider_id, "model": result.model, "fallback": result.fallback_used,
             "dims": len(result.vectors[0]),
             "latencyMs": round((time.monotonic() - started) * 1000, 1)}

@@ -156,6 +156,34 @@ def test_401_fails_fast_and_keyword_search_still_answers(agent, server):
     assert server.count("openai") == before + 1  # one request, no retries
 
 
+@pytest.mark.parametrize("fixed_by", ["index", "status --deep"])
+def test_a_provider_answering_again_ends_the_searches_cooldown(agent, server, fixed_by):
+    """helper-18: after a 401 was fixed, `index` and `status --deep` succeeded, yet every search for
+    the rest of the ~30 s cooldown (kept in <store>.query-breaker.json, shared by the agent's processes)
+    answered keyword-only and blamed the old error. A provider that answers ends it at once."""
+    from memindex.pipeline.status import embedding_probe
+
+    _notes(agent, 2)
+    agent.memory_config(openai_cfg(server))
+    agent.index()
+    server.always("openai", {"status": 401, "message": "Incorrect API key provided"})
+    reset_services()
+    res = agent.search("which router serves IoT")
+    assert res["mode"] == "fts-only" and "keyword-only" in res.get("warning", "")
+    breaker = agent.settings().store_path.with_name(agent.settings().store_path.name + ".query-breaker.json")
+    assert breaker.exists()  # the cooldown the agent's other processes read
+    server.always("openai", None)  # the key (or the endpoint) fixed
+    if fixed_by == "index":
+        reset_services()  # (`memindex index`: another process, whose own breaker is closed)
+        agent.write("memory/2026-01-09.md", "# Day 9\nThe printer moved to VLAN 9.\n")
+        assert "failed" not in agent.index()
+    else:
+        assert embedding_probe(agent.settings())["ok"]
+    assert not breaker.exists()
+    res = agent.search("which router serves IoT")
+    assert res["mode"] == "hybrid" and "warning" not in res, res.get("warning")
+
+
 def test_no_provider_anywhere_is_keyword_only_not_an_error(agent):
     _notes(agent, 2)
     agent.index()

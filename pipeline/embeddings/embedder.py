@@ -78,6 +78,16 @@ def query_breaker(settings: AgentSettings) -> SharedOpen:
     return SharedOpen(Path(f"{settings.store_path}.query-breaker.json"))
 
 
+def provider_answered(settings: AgentSettings, provider_key: str) -> None:
+    """A provider that just answered (an index's request, ``status --deep``'s probe) answers queries
+    too: the searches' cooldown for it ends now, this process's and the one shared with the agent's
+    other processes (``query_breaker``, opened by a failed query). Left to run out, every search for
+    ~30 s after the key or endpoint was fixed answered keyword-only and blamed the old error. One
+    stat while none is open."""
+    breaker_for(settings).success(provider_key)
+    query_breaker(settings).success(provider_key)
+
+
 def open_elsewhere(settings: AgentSettings, index_fp: Mapping[str, Any]) -> ProviderUnavailable | None:
     """The refusal a query vector for this index would meet while another process holds its
     provider open (None: it may be asked). Read before any provider is built, so a search that
@@ -361,7 +371,9 @@ class ChunkEmbedder:
             self.identity = _identity(self.service.active_provider)
 
     def _guarded(self, call: Callable[[], T]) -> T:
-        return guarded(breaker_for(self.settings), self.identity.provider_key, self.identity.provider, call)
+        out = guarded(breaker_for(self.settings), self.identity.provider_key, self.identity.provider, call)
+        provider_answered(self.settings, self.identity.provider_key)
+        return out
 
     def _accept(self, result: Any) -> Any:
         """Check the vectors belong to this index; learn its dims from them."""
