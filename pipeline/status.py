@@ -209,9 +209,16 @@ def _add_failures(out: dict[str, Any], settings: AgentSettings, reader: StoreRea
     out["lastError"] = last
 
 
-def _on_disk(scan: dict[str, Any] | None) -> str:
+def _indexed_files(indexed: int, scan: dict[str, Any] | None) -> str:
+    """OpenClaw's "indexed/on disk" ("12/14 files"). More indexed than listed ("2/1") read as a
+    miscount: the rest are files kept from a directory that cannot be read now, deleted since the
+    last sync, or of another workspace, which the lines below name."""
     total = (scan or {}).get("totalFiles")
-    return "?" if total is None else str(total)
+    if total is None:
+        return f"{indexed}/? files"
+    if indexed > total:
+        return f"{indexed} files ({total} listed on disk now; the lines below say why)"
+    return f"{indexed}/{total} files"
 
 
 def _vector_info(reader: Any, has_table: bool, dims: str | None) -> dict[str, Any]:
@@ -363,7 +370,7 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
            "openclaw:     the same file is OpenClaw's index path (memorySearch.store.path is its key too): "
            "set MEMINDEX_STORE_PATH to run memindex beside OpenClaw"] if s.get("openclawIndex") else []),
         *([f"config:       {s['configSchema']}"] if s.get("configSchema") else []),
-        f"indexed:      {s['files'] - s.get('skipped', 0)}/{_on_disk(scan)} files, {s['chunks']} chunks"
+        f"indexed:      {_indexed_files(s['files'] - s.get('skipped', 0), scan)}, {s['chunks']} chunks"
         + (f", {s['pending']} pending (queued by a sync; if none runs, `memindex index` takes them)"
            if s.get("pending") else "")
         + (f", {s['skipped']} skipped (see problem lines)" if s.get("skipped") else "")

@@ -489,3 +489,16 @@ def test_a_file_side_worker_held_by_backpressure_stops_within_the_grace_period(a
             os.killpg(proc.pid, signal.SIGKILL)
         server.reset()
     assert took < 5, (took, (tmp_path / "sync.log").read_text(errors="replace")[-3000:])
+
+
+def test_status_never_shows_more_indexed_than_on_disk_as_a_bare_ratio(agent):
+    """helper-18/19: "indexed: 2/1 files" (a note deleted since the last sync, files kept from a
+    directory that cannot be read now, `--workspace` of another one) read as a miscount."""
+    _notes(agent)
+    assert _cli(agent, "index").returncode == 0
+    (agent.workspace / "memory" / "2026-01-02.md").unlink()
+    text = _cli(agent, "status").stdout
+    assert "indexed:      3 files (2 listed on disk now; the lines below say why)" in text, text
+    assert "1 deleted since the last sync" in text, text
+    assert _cli(agent, "index").returncode == 0
+    assert "indexed:      2/2 files" in _cli(agent, "status").stdout
