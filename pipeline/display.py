@@ -27,6 +27,19 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
     return pattern.sub(_escape, text) if pattern.search(text) else text
 
 
+_ESCAPED = re.compile(r"\\x([0-9a-f]{2})|\\u(202[a-e]|206[6-9])")
+
+
+def unescape_controls(text: str) -> str:
+    """``escape_controls`` undone: the escapes it writes (and only those) back to their characters,
+    so a name copied from a search line (``memory/new\\x0aline.md``) finds its file again."""
+    def back(m: re.Match[str]) -> str:
+        c = chr(int(m.group(1) or m.group(2), 16))
+        return c if _CONTROLS.fullmatch(c) else m.group()
+
+    return _ESCAPED.sub(back, text)
+
+
 def printable(text: str) -> str:
     """One line safe for a log or an error message: undecodable bytes and controls escaped."""
     return escape_controls(text.encode("utf-8", "backslashreplace").decode("utf-8"))

@@ -752,6 +752,10 @@ def test_control_characters_in_names_and_notes_never_reach_the_terminal_raw(agen
     paths = {r["path"] for r in data["results"]}
     assert f"memory/{forged}" in paths
     assert _cli(agent, "get", f"memory/{forged}").stdout == "forged quetzal\n"
+    # helper-19: the escaped name a search line shows is one `get` reads back (it said "does not exist").
+    [shown] = [ln.split(" ", 1)[1].rsplit(":", 1)[0] for ln in lines if "forged" in ln and ln[:1].isdigit()]
+    assert "\\x0a" in shown and "\n" not in shown
+    assert _cli(agent, "get", shown).stdout == "forged quetzal\n"
 
 
 def test_a_bad_queries_line_keeps_its_own_id_and_never_borrows_another(agent) -> None:

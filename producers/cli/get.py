@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from memindex.pipeline.display import unescape_controls
 from memindex.pipeline.errors import MemoryGetError
 from memindex.pipeline.search.get import memory_get
 from memindex.producers.cli.agents import command_settings
@@ -16,6 +17,12 @@ def run(args: argparse.Namespace) -> int:
     settings = command_settings(args)
     try:
         res = memory_get(settings, args.path, args.from_line, args.lines)
+        shown = unescape_controls(args.path)
+        if res.missing and shown != args.path:
+            # A name with a control character (a newline) is printed escaped by `search`: the path
+            # copied from its line names that file (a file really named so is found first, above).
+            again = memory_get(settings, shown, args.from_line, args.lines)
+            res = res if again.missing else again
     except MemoryGetError as exc:
         if args.json:
             print(json.dumps({"path": args.path, "text": "", "disabled": True, "error": str(exc)}))  # OpenClaw's tool error
