@@ -177,6 +177,7 @@ def _fill_index_status(out: dict[str, Any], settings: AgentSettings, reader: Sto
     counts = snap.problem_counts()
     out["problemCount"] = counts["problems"]  # the list above stops at 50
     out["skipped"], out["vectorsPending"] = counts["skipped"], counts["vectorsPending"]
+    out["vectorsQueued"] = counts["vectorsQueued"]
     fts = snap.table_exists(fts_table(gen))
     out["fts"] = {"enabled": True, "available": fts, "error": None if fts else "no FTS5 table in the live index"}
     out["vector"] = _vector_info(reader, snap.table_exists(vec_table(gen)), vec_dims)
@@ -207,6 +208,16 @@ def _add_failures(out: dict[str, Any], settings: AgentSettings, reader: StoreRea
         elif (not pending and not out.get("vectorsPending")) or int(last.get("at") or 0) < planned_ms:
             last = None
     out["lastError"] = last
+
+
+def _vectors_pending(pending: int, queued: int) -> str:
+    """Files searchable by keyword only: those whose vectors failed (a provider error) and those
+    written text-first whose vectors are queued or were cut off (an interrupted `watch` or `index`:
+    nothing failed, and "vectors failed" sent people looking for an error)."""
+    failed = pending - queued
+    return ((f", {failed} keyword-only (vectors failed; the next sync retries)" if failed else "")
+            + (f", {queued} keyword-only until their queued vectors are written (if none runs, `memindex index` "
+               "takes them)" if queued else ""))
 
 
 def _indexed_files(indexed: int, scan: dict[str, Any] | None) -> str:
@@ -374,8 +385,7 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         + (f", {s['pending']} pending (queued by a sync; if none runs, `memindex index` takes them)"
            if s.get("pending") else "")
         + (f", {s['skipped']} skipped (see problem lines)" if s.get("skipped") else "")
-        + (f", {s['vectorsPending']} keyword-only (vectors failed; the next sync retries)" if s.get("vectorsPending")
-           else "")
+        + _vectors_pending(s.get("vectorsPending") or 0, s.get("vectorsQueued") or 0)
         + ("" if s.get("indexed") else "  (memory search disabled for this agent: not indexed)"
            if not s.get("enabled", True) else "  (store damaged: `memindex index` moves it aside and rebuilds it)"
            if s.get("damaged") and s.get("corrupt", True) else "  (store unusable: see the problem line)"

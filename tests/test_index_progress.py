@@ -111,6 +111,13 @@ def test_ctrl_c_with_embeddings_in_flight_prints_one_line_and_the_next_index_fin
     proc, out, err = _interrupt_once_embedding(cmd, env, fresh_server)
     assert proc.returncode == 130, (out, err)
     assert err.splitlines() == ["interrupted: what was written is kept; `memindex index` finishes the rest"], err
+    # helper-18: status then said "N keyword-only (vectors failed; the next sync retries)"; nothing failed.
+    from memindex.pipeline.status import format_status, index_status
+
+    st = index_status(agent.settings())
+    assert st["vectorsPending"] == st["vectorsQueued"] > 0, st
+    text = format_status(st)
+    assert "vectors failed" not in text and f"{st['vectorsQueued']} keyword-only until their queued vectors" in text
     fresh_server.reset()  # a fast provider again: the next index does the rest
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

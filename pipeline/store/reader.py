@@ -28,6 +28,7 @@ from memindex.pipeline.store.health import (
 )
 from memindex.pipeline.store.schema import (
     EMBED_PENDING,
+    VECTORS_QUEUED,
     chunks_table,
     files_table,
     fts_table,
@@ -483,16 +484,18 @@ class ReadSnapshot:
 
     def problem_counts(self, since_ms: int = 0) -> dict[str, int]:
         """Files with a problem, in one pass: ``problems`` (any), ``skipped`` (nothing indexed: binary,
-        too large, an undecodable name) and ``vectorsPending`` (keyword-indexed, their vectors failed:
-        the next sync retries them); ``skippedSince``: the skipped ones written since ``since_ms``
-        (one run's)."""
+        too large, an undecodable name), ``vectorsPending`` (keyword-indexed, their vectors still to
+        come) and of those ``vectorsQueued`` (written text-first, their vectors queued: nothing failed;
+        the others' vectors failed, and the next sync retries them); ``skippedSince``: the skipped ones
+        written since ``since_ms`` (one run's)."""
         if self._conn is None or self.generation is None:
-            return {"problems": 0, "skipped": 0, "vectorsPending": 0, "skippedSince": 0}
+            return {"problems": 0, "skipped": 0, "vectorsPending": 0, "vectorsQueued": 0, "skippedSince": 0}
         row = self._conn.execute(
             f"SELECT count(*), coalesce(sum(chunks = 0), 0), coalesce(sum(error LIKE '{EMBED_PENDING}%'), 0), "
-            f"coalesce(sum(chunks = 0 AND indexed_at >= ?), 0) "
-            f"FROM {files_table(self.generation)} WHERE error IS NOT NULL", (since_ms,)).fetchone()
-        return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2], "skippedSince": row[3]}
+            f"coalesce(sum(chunks = 0 AND indexed_at >= ?), 0), coalesce(sum(instr(error, ?) = 1), 0) "
+            f"FROM {files_table(self.generation)} WHERE error IS NOT NULL", (since_ms, VECTORS_QUEUED)).fetchone()
+        return {"problems": row[0], "skipped": row[1], "vectorsPending": row[2], "vectorsQueued": row[4],
+                "skippedSince": row[3]}
 
     def unwritten_since(self, paths: Iterable[str], since_ms: int) -> set[str]:
         """Of ``paths``, those with no files row written since ``since_ms`` (a full disk rolled

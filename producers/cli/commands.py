@@ -95,8 +95,9 @@ COMMANDS: tuple[Command, ...] = (
              ("memindex watch --all", "every configured agent (the Procfile's watcher)")),
             A.watch),
     Command("backfill", f"{_CLI}.ops:cmd_backfill", "enqueue a whole workspace in bulk",
-            "Plan every agent's files and stream them into the queue in groups; with Redis it returns once "
-            "enqueued (the workers index), embedded it waits.",
+            "Plan the agent's files (the default agent, --agent ID, or --all for every configured one) and "
+            "stream them into the queue in groups; with Redis it returns once enqueued (the workers index), "
+            "embedded it waits.",
             (("memindex backfill --all", "enqueue every configured agent and return"),
              ("memindex backfill --wait --timeout 600", "enqueue, then follow progress to the end"),
              ("memindex backfill --batch", "embed through the provider's batch API")),
@@ -142,8 +143,8 @@ COMMANDS: tuple[Command, ...] = (
              ("memindex mcp --agent ops", "ops' memory only: calls naming another agent are refused")),
             A.mcp),
     Command("serve", f"{_CLI}.serve:cmd_serve", "JSON HTTP API: POST /v1/search, POST /v1/get, GET /v1/status",
-            "The memory tools as a small JSON API for runtimes that are not Python (curl examples in the "
-            "README).",
+            "The memory tools as a small JSON API for runtimes that are not Python (curl examples in "
+            "docs/servers.md).",
             (("memindex serve", f"http://127.0.0.1:{DEFAULT_PORT}, no token needed"),
              ("memindex serve --daemon --socket /run/user/$UID/memindex/serve.sock",
               "in the background, for `memindex search --server unix:...`"),
