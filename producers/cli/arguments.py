@@ -26,7 +26,7 @@ def add_all_opt(s: argparse.ArgumentParser) -> None:
 
 
 def _quiet(s: argparse.ArgumentParser) -> None:
-    s.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    s.add_argument("-q", "--quiet", action="store_true", help="no summary and no progress bar: warnings and errors only")
 
 
 def _force(s: argparse.ArgumentParser) -> None:
