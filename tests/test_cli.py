@@ -590,3 +590,36 @@ def test_a_worker_for_a_queue_that_does_not_exist_is_refused(tmp_path, redis_ser
     r = run_cli("--state-dir", str(tmp_path / "state"), "worker", "--queues", "sync", "bogus",
                 env={"MEMINDEX_BROKER_URL": redis_server.url}, timeout=60)
     assert r.returncode == 2 and "no queue named bogus; the queues are sync, embed, batch, write" in r.stderr, r.stderr
+
+
+def test_completion_offers_agent_ids_and_memory_paths(tmp_path):
+    """helper-18: Tab after --agent or `get` fell back to the files of the current directory."""
+    from tests.conftest import Agent
+
+    a = Agent(tmp_path / "a")
+    a.write("MEMORY.md", "# Memory\n")
+    a.write("memory/2026-02-10.md", "VLAN\n")
+    a.write("memory/trips/lisbon.md", "Alfama\n")
+    a.write("notes.md", "not memory\n")
+    a.write_config({"agents": {"defaults": {"workspace": str(a.workspace), "memorySearch": {"provider": "none"}},
+                               "list": [{"id": "main", "default": True}, {"id": "ops"}, {"id": "office"}]}})
+    answer = tmp_path / "answer"
+
+    def complete(line: str) -> list[str]:
+        answer.unlink(missing_ok=True)
+        env = {"_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+               "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}
+        out = run_cli(cwd=tmp_path, env=env)
+        assert out.stderr == "", out.stderr
+        return sorted(w.strip() for w in answer.read_text().split("\n") if w.strip())
+
+    base = f"memindex --config {a.config_path} --state-dir {a.state}"
+    assert complete(f"{base} --agent ") == ["main", "office", "ops"]
+    assert complete(f"{base} status --agent o") == ["office", "ops"]
+    assert complete(f"{base} get memory/") == ["memory/2026-02-10.md", "memory/trips/lisbon.md"]
+    offered = complete(f"{base} get ")  # (its options too)
+    assert [w for w in offered if not w.startswith("-")] == ["MEMORY.md", "memory/2026-02-10.md",
+                                                             "memory/trips/lisbon.md"]
+    # A config that cannot be read offers nothing, and says nothing into the prompt.
+    (tmp_path / "bad.json").write_text("{ broken")
+    assert complete(f"memindex --config {tmp_path / 'bad.json'} --agent ") == []

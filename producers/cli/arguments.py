@@ -11,6 +11,7 @@ import argparse
 
 from memindex.pipeline.config import defaults as D  # (no imports of its own)
 from memindex.pipeline.config import environ  # (defaults and the error root only)
+from memindex.producers.cli import complete
 from memindex.producers.cli.options import at_least_one, metrics_address, non_negative
 from memindex.producers.cli.remote import SERVER_ENV, TIMEOUT_ENV
 from memindex.producers.serve import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
@@ -94,7 +95,8 @@ def search(s: argparse.ArgumentParser) -> None:
 
 
 def get(s: argparse.ArgumentParser) -> None:
-    s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path")
+    s.add_argument("path", help="a path as search returns it (workspace-relative) or an absolute path"
+                   ).completer = complete.memory_paths  # type: ignore[attr-defined]  # argcomplete's hook
     s.add_argument("--from", dest="from_line", metavar="LINE", type=non_negative, default=None,
                    help="1-based start line")
     s.add_argument("--lines", metavar="N", type=non_negative, default=None, help="number of lines to return")

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from typing import Any, Iterable
 
+from memindex.producers.cli import complete
 from memindex.producers.cli.capture import current
 from memindex.producers.serve import DEFAULT_HOST
 from memindex.workers.endpoint import broker_error_line
@@ -47,7 +48,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     """The shared options on the top-level parser, with their real defaults."""
     group = parser.add_argument_group(GLOBAL_TITLE)
     for flags, kw in _global_specs():
-        group.add_argument(*flags, **kw)
+        _completes(group.add_argument(*flags, **kw))
     group.add_argument("--json", action="store_true", help="machine-readable output (commands that have it)")
 
 
@@ -57,10 +58,16 @@ def share_global_options(sub: argparse._SubParsersAction[argparse.ArgumentParser
         group = parser.add_argument_group(GLOBAL_TITLE)
         for flags, kw in _global_specs():
             if not any(f in parser._option_string_actions for f in flags):
-                group.add_argument(*flags, **{**kw, "default": argparse.SUPPRESS})
+                _completes(group.add_argument(*flags, **{**kw, "default": argparse.SUPPRESS}))
         json_opt = parser._option_string_actions.get("--json")
         if json_opt is not None:
             json_opt.default = argparse.SUPPRESS
+
+
+def _completes(action: argparse.Action) -> None:
+    """Tab offers the configured agent ids after ``--agent`` (argcomplete reads ``completer``)."""
+    if "--agent" in action.option_strings:
+        action.completer = complete.agent_ids  # type: ignore[attr-defined]  # argcomplete's hook, unknown to argparse
 
 
 def has_option(parser: argparse.ArgumentParser, flag: str) -> bool:
