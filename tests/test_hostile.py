@@ -261,6 +261,58 @@ def test_truncated_or_garbage_store_is_reported_and_rebuilt_by_index(agent):
         assert _status(agent)["invariant"]["ok"]
 
 
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads the process's POSIX locks in /proc/locks")
+def test_telling_whose_a_store_is_keeps_the_locks_this_process_holds_on_it(agent, tmp_path):
+    """helper-20: a sync worker moved a healthy store aside as damaged ("database disk image is
+    malformed") four times in two minutes, its embedding cache lost each time. owner.classify looked
+    at the file through the stdlib's SQLite beside the store's sqlean: its close dropped the shared
+    lock this process's open store connections held, SQLite never took it again, and the writer's
+    next close deleted the WAL under them. A subprocess: this one's locks are not to be touched."""
+    agent.write("memory/a.md", "the quick brown fox\n")
+    assert _cli(agent, "index").returncode == 0
+    script = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from memindex.pipeline.store import db, owner
+
+        path = Path({str(agent.settings().store_path)!r})
+        ino = os.stat(path).st_ino
+
+        def locks():
+            mine = []
+            for line in open("/proc/locks"):
+                f = line.split()
+                if f[1] == "POSIX" and f[4] == str(os.getpid()) and f[5].rsplit(":", 1)[1] == str(ino):
+                    mine.append(f[3])
+            return mine
+
+        reader = db.connect(path, readonly=True)  # a store connection of this process (WAL: shared lock)
+        reader.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        held = locks()
+        assert held, "the reader holds no lock on the store file"
+        assert owner.classify(path) == owner.MEMINDEX  # a first look in this process: it reads the file
+        assert locks() == held, (held, locks())
+        print("kept", held)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("kept"), out.stderr
+
+
+def test_a_damaged_read_is_judged_again_before_the_store_is_moved_aside(agent):
+    """The planner moved a store aside on one read that failed as damage: it is now judged again on
+    a fresh connection (header checks and quick_check), and a file that checks out stays."""
+    from memindex.pipeline.store.health import confirmed_damage
+
+    agent.write("memory/a.md", "the quick brown fox\n")
+    assert _cli(agent, "index").returncode == 0
+    store = agent.settings().store_path
+    assert confirmed_damage(store) is None
+    os.truncate(store, store.stat().st_size // 2)
+    assert confirmed_damage(store)  # (truncated: malformed pages, or the header's count)
+    store.write_bytes(b"this is not a database" * 100)
+    assert "not a" in (confirmed_damage(store) or "")
+
+
 def test_read_only_state_dir_is_one_error_line(agent):
     agent.write("memory/a.md", "fox\n")
     assert _cli(agent, "index").returncode == 0

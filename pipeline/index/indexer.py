@@ -29,7 +29,7 @@ from memindex.pipeline.index.workspace import (
 )
 from memindex.pipeline.errors import StoreCorrupt
 from memindex.pipeline.store.core import FileKey, StoreState
-from memindex.pipeline.store.health import check_writable, disk_full, quarantine, store_full
+from memindex.pipeline.store.health import check_writable, confirmed_damage, disk_full, quarantine, store_full
 from memindex.pipeline.store.reader import StoreReader, open_reader
 
 log = logging.getLogger("memindex.sync")
@@ -176,10 +176,15 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
         try:
             plan, noop = _plan_agent(settings, reader, ident, force)
         except StoreCorrupt as exc:
-            # The Markdown is the source of truth: a damaged store is moved aside and rebuilt.
-            log.warning("%s", exc)
             reader.close()
-            quarantine(settings.store_path)
+            if confirmed_damage(settings.store_path) is None:
+                # The file checks out on a fresh connection: the read was this connection's (a
+                # lock lost to another SQLite library's close). Planned again; never moved aside.
+                log.warning("%s; but the file checks out (quick_check ok): not moved, planning again", exc)
+            else:
+                # The Markdown is the source of truth: a damaged store is moved aside and rebuilt.
+                log.warning("%s", exc)
+                quarantine(settings.store_path)
             plan, noop = _plan_agent(settings, reader, ident, force)
     finally:
         reader.close()

@@ -80,6 +80,16 @@ def connect(path: Path | str, *, readonly: bool = False) -> Connection:
     return conn
 
 
+def peek(path: Path | str) -> Connection:
+    """A look at a SQLite file that takes no lock and writes nothing (``immutable=1``: no journal,
+    no ``-shm``), through this same driver. Never through another SQLite library (the stdlib's,
+    beside sqlean): its close drops every POSIX lock this process's store connections hold on the
+    file, SQLite's bookkeeping then never takes them again, and another process's last close
+    checkpoints and deletes the WAL under them ("database disk image is malformed" on a healthy
+    store, moved aside and rebuilt). One library tracks its own opens of a file and keeps them."""
+    return sqlite3.connect(f"file:{Path(path).as_posix()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
 _vec_lock = threading.Lock()
 
 

@@ -51,6 +51,28 @@ def store_problem(conn: db.Connection, path: Path | str) -> str | None:
     return None
 
 
+def confirmed_damage(path: Path | str) -> str | None:
+    """A read that failed as damage, judged again on a fresh connection: the store's header checks
+    and ``PRAGMA quick_check`` (seconds on a big store: only after such a failure). None: the file
+    checks out, and the failure was the reading connection's, not the file's. A healthy store moved
+    aside and rebuilt loses its embedding cache, and a non-writing process that moves it does so
+    under the writer, which then keeps writing the file it has open."""
+    try:
+        conn = db.connect(path, readonly=True)
+    except db.DatabaseError as exc:
+        return str(exc) if is_corruption(exc) else None
+    try:
+        problem = store_problem(conn, path)
+        if problem is not None:
+            return problem
+        rows = [r[0] for r in conn.execute("PRAGMA quick_check(1)")]
+        return None if rows == ["ok"] else "; ".join(map(str, rows))
+    except db.DatabaseError as exc:
+        return str(exc) if is_corruption(exc) else None
+    finally:
+        conn.close()
+
+
 def is_full(exc: BaseException) -> bool:
     """SQLITE_FULL: the store's disk (or its size limit) is full; retrying only fails again."""
     return isinstance(exc, db.OperationalError) and (

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import stat
 import threading
 from pathlib import Path
 from typing import Any
 
 from memindex.pipeline.errors import ConfigError
+from memindex.pipeline.store import db
 from memindex.pipeline.store.schema import META_KEY, STORE_ID_KEY
 
 log = logging.getLogger("memindex.store")
@@ -59,13 +59,13 @@ def classify(path: Path) -> str:
         if stamp in _known:
             return _known[stamp]
     try:
-        conn = sqlite3.connect(f"file:{Path(path).as_posix()}?mode=ro&immutable=1", uri=True)
+        conn = db.peek(path)  # (the store's own driver: see db.peek)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
         finally:
             conn.close()
-    except sqlite3.DatabaseError:
+    except db.DatabaseError:
         # Not SQLite at all (truncated, garbage): no one's index. memindex's damaged-store handling
         # takes it (moved aside as .corrupt-*, rebuilt) as it always has.
         return DAMAGED
