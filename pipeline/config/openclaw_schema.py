@@ -113,16 +113,20 @@ def _entries_as_list(entries: Any) -> list[Any]:
 
 
 def _memory_search(entry: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """``<entry>.memory.search`` taken out of ``entry`` (the rest of ``memory`` is OpenClaw's)."""
+    """``<entry>.memory.search`` taken out of ``entry`` when it is an object. The rest of the
+    agent's ``memory`` block (2026.9 allows only ``search`` there), and a ``search`` that is not an
+    object, stay in it for ``settings.resolve_agent`` to refuse, naming the key."""
     memory = entry.get("memory")
     if memory is None:
         return None
     if not isinstance(memory, dict):
         raise ConfigError(f"{key}.memory", f"expected an object, got {memory!r}")
     memory = dict(memory)
-    search: dict[str, Any] | None = memory.pop("search", None)
+    search = memory.get("search")
+    if isinstance(search, dict):
+        del memory["search"]
     entry["memory"] = memory
-    return search
+    return search if isinstance(search, dict) else None
 
 
 def _norm_id(raw: Any) -> str:
@@ -310,6 +314,21 @@ def ms_keys(cfg: Mapping[str, Any], agent_id: str, base_key: str, agent_key: str
     entries = [e for e in agents.get("list") or [] if isinstance(e, dict)]
     raw = next((e.get("id") for e in entries if _norm_id(e.get("id")) == agent_id), agent_id)
     return "memory.search", f"agents.entries.{raw}.memory.search"
+
+
+def agent_memory_key(cfg: Mapping[str, Any], agent_id: str) -> str | None:
+    """The config key of the agent's own ``memory`` block, which only a 2026.9 config has
+    (``agents.entries.<id>.memory``; None for 2026.3)."""
+    if schema_of(cfg).version == V2026_3:
+        return None
+    return ms_keys(cfg, agent_id, "", "")[1].removesuffix(".search")
+
+
+def reads_memory_search(cfg: Mapping[str, Any]) -> bool:
+    """Whether ``memory.search`` is a key this config can hold: a 2026.9 config's, or one without
+    2026.3's keys (where writing it makes the config 2026.9); for the "known:" list and "did you
+    mean" of an unknown key in ``memory``."""
+    return schema_of(cfg).version == V2026_9 or not _markers(cfg)[1]
 
 
 def binds_keys_to_destination(described: str) -> bool:

@@ -419,6 +419,10 @@ MEMORY: dict[str, Any] = {
     },
 }
 
+# An agent entry's own ``memory`` block (OpenClaw 2026.9's AgentEntrySchema: ``memory: {search}``,
+# strict): its ``search`` is taken out by openclaw_schema.normalize; anything else is refused.
+AGENT_MEMORY: dict[str, Any] = {"search": MEMORY_SEARCH}
+
 MEMORY_FLUSH: dict[str, Any] = {
     "enabled": F(True, _bool),
     "softThresholdTokens": F(DEFAULT_SOFT_THRESHOLD_TOKENS, _int(0)),
@@ -723,7 +727,13 @@ def resolve_agent(
     ms["chunking"]["overlap"] = max(0, min(ms["chunking"]["overlap"], ms["chunking"]["tokens"] - 1))
     validate_multimodal(ms, agent_key if "multimodal" in agent_ms else base_key)
 
-    memory = _deep_merge(_defaults(MEMORY), _validate(MEMORY, _subtree(cfg, "memory", "memory"), "memory", ignored))
+    agent_memory_key = openclaw_schema.agent_memory_key(cfg, agent_id)
+    if found and agent_memory_key:  # what normalize left of the agent's memory block: nothing valid
+        _validate(AGENT_MEMORY, _subtree(entry, "memory", agent_memory_key), agent_memory_key, ignored)
+    # memory.search was moved into memorySearch by normalize; still a known key of the block.
+    memory_schema = {**MEMORY, "search": MEMORY_SEARCH} if openclaw_schema.reads_memory_search(cfg) else MEMORY
+    memory = _deep_merge(_defaults(MEMORY), _validate(memory_schema, _subtree(cfg, "memory", "memory"), "memory",
+                                                      ignored))
     compaction = _subtree(defaults, "compaction", "agents.defaults.compaction")
     flush_key = "agents.defaults.compaction.memoryFlush"
     flush = _deep_merge(_defaults(MEMORY_FLUSH),

@@ -1,0 +1,83 @@
+"""A 2026.9 config (``memory.search``, ``agents.entries.<id>``, per-agent ``memory`` blocks) is checked
+as strictly as a 2026.3 one, and every key an error or warning names is spelt as the config spells it.
+
+OpenClaw 2026.9.6's own schema (``dist/zod-schema.agent-runtime-*.mjs``): an agent entry is strict and
+its ``memory`` is ``{search: MemorySearchSchema}``, strict; ``agents.entries.*.memorySearch`` is a legacy
+key its doctor moves ("agents.entries.*.memorySearch moved to agents.entries.*.memory.search. Run
+"openclaw doctor --fix"").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memindex.pipeline.config.settings import ConfigError, Context, load_settings
+from tests.conftest import run_cli
+
+
+def _write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _load(tmp_path: Path, text: str):
+    cfg = _write(tmp_path / "openclaw.json", text)
+    return load_settings(Context(config=str(cfg), state_dir=str(tmp_path / "state")), env={"HOME": str(tmp_path)})
+
+
+def _status(tmp_path: Path, text: str):
+    cfg = _write(tmp_path / "openclaw.json", text)
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    return run_cli("--config", str(cfg), "--state-dir", str(tmp_path / "state"), "status",
+                   env={"HOME": str(tmp_path)}, cwd=tmp_path, timeout=120)
+
+
+V9 = '{memory: {search: {provider: "none"}}, agents: {entries: {main: {workspace: "WS", %s}}}}'
+
+
+def _v9(tmp_path: Path, entry: str) -> str:
+    return V9.replace("WS", str(tmp_path / "ws")) % entry
+
+
+# --- B1: the per-agent memory block --------------------------------------------------------------
+
+@pytest.mark.parametrize("entry, key, message", [
+    ('memory: {serch: {provider: "local"}}', "agents.entries.main.memory.serch",
+     'unknown key; did you mean "search"? (known: search)'),
+    # 2026.9's agent memory block holds only search: citations is the top-level memory's
+    ('memory: {citations: "bogus"}', "agents.entries.main.memory.citations", "unknown key (known: search)"),
+    ('memory: {search: "none"}', "agents.entries.main.memory.search", "expected an object, got 'none'"),
+    ('memory: {search: {provder: "local"}}', "agents.entries.main.memory.search.provder",
+     'unknown key; did you mean "provider"?'),
+])
+def test_a_bad_per_agent_memory_block_is_one_error_naming_its_key(tmp_path, entry, key, message):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, _v9(tmp_path, entry))
+    assert err.value.key == key and message in str(err.value), err.value
+    out = _status(tmp_path, _v9(tmp_path, entry))
+    assert out.returncode == 2 and f"{key}: {message}" in out.stderr, (out.returncode, out.stderr)
+
+
+def test_a_valid_per_agent_memory_block_still_loads(tmp_path):
+    s = _load(tmp_path, _v9(tmp_path, 'memory: {search: {provider: "local", query: {maxResults: 3}}}'))
+    assert s.memory_search.provider == "local" and s.memory_search.query.max_results == 3
+
+
+# --- D5: memory.search is a known key of a 2026.9 memory block ------------------------------------
+
+def test_a_misspelt_memory_search_is_suggested_and_listed(tmp_path):
+    out = _status(tmp_path, '{memory: {serch: {provider: "none"}}, agents: {entries: {main: {}}}}')
+    assert out.returncode == 2, out.stderr
+    assert ('memory.serch: unknown key; did you mean "search"? (known: backend, citations, qmd, scope, search)'
+            in out.stderr), out.stderr
+
+
+def test_a_2026_3_config_is_not_sent_to_memory_search(tmp_path):
+    """With 2026.3's keys, memory.search would be a mixed-schema error: not suggested there."""
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none"}}}, memory: {serch: {}}}')
+    assert err.value.key == "memory.serch" and "search" not in str(err.value).split("(known:")[1], err.value
