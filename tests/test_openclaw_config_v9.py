@@ -81,3 +81,16 @@ def test_a_2026_3_config_is_not_sent_to_memory_search(tmp_path):
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none"}}}, memory: {serch: {}}}')
     assert err.value.key == "memory.serch" and "search" not in str(err.value).split("(known:")[1], err.value
+
+
+# --- B2: 2026.3's memorySearch inside a 2026.9 agent entry ----------------------------------------
+
+def test_memory_search_of_2026_3_in_an_agent_entry_is_the_mixed_schema_error(tmp_path):
+    """It was read as the agent's settings (provider local over memory.search's none)."""
+    text = _v9(tmp_path, 'memorySearch: {provider: "local"}')
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, text)
+    assert err.value.key == "agents.entries.main.memorySearch", err.value
+    assert "is OpenClaw 2026.3's key" in str(err.value) and "run `openclaw doctor --fix`" in str(err.value)
+    out = _status(tmp_path, text)
+    assert out.returncode == 2 and "agents.entries.main.memorySearch: is OpenClaw 2026.3's key" in out.stderr, out.stderr

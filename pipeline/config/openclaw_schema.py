@@ -76,6 +76,11 @@ def _markers(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
                                                                    for e in agents.get("list") or []
                                                                    if isinstance(agents.get("list"), list))))
            if present]
+    # 2026.3's per-agent key inside a 2026.9 entry (2026.9 refuses it: "agents.entries.*.memorySearch moved
+    # to agents.entries.*.memory.search. Run openclaw doctor --fix"); it was read as the agent's settings.
+    entries = agents.get("entries")
+    old += [f"agents.entries.{i}.memorySearch" for i, e in (entries.items() if isinstance(entries, dict) else ())
+            if isinstance(e, dict) and "memorySearch" in e]
     return new, old
 
 
