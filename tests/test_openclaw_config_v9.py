@@ -94,3 +94,37 @@ def test_memory_search_of_2026_3_in_an_agent_entry_is_the_mixed_schema_error(tmp
     assert "is OpenClaw 2026.3's key" in str(err.value) and "run `openclaw doctor --fix`" in str(err.value)
     out = _status(tmp_path, text)
     assert out.returncode == 2 and "agents.entries.main.memorySearch: is OpenClaw 2026.3's key" in out.stderr, out.stderr
+
+
+# --- B4: keys in errors and warnings are spelt as the 2026.9 config spells them ------------------
+
+def test_a_near_miss_in_a_2026_9_entry_names_its_entries_key(tmp_path, caplog):
+    """It said ``agents.list[0].wrkspace``, a key the config does not have."""
+    with caplog.at_level("WARNING", logger="memindex.config"):
+        _load(tmp_path, '{memory: {search: {provider: "none"}}, agents: {defaults: {systemAgnet: {agentId: "main"}},'
+                        ' entries: {main: {wrkspace: "/tmp"}, ops: {Memory: {}}}}}')
+    text = caplog.text
+    for where, want in (("agents.entries.main.wrkspace", "workspace"), ("agents.entries.ops.Memory", "memory"),
+                        ("agents.defaults.systemAgnet", "systemAgent")):
+        assert f"{where}: not a key memindex reads (did you mean {want}?)" in text, (where, text)
+    assert "agents.list" not in text and "memorySearch" not in text, text  # never 2026.3's keys, nor normalize's
+
+
+@pytest.mark.parametrize("agents, key", [
+    ('{entries: {main: {workspace: 42}}}', "agents.entries.main.workspace"),
+    ('{entries: {main: {default: "yes"}}}', "agents.entries.main.default"),
+    ('{entries: {main: "x"}}', "agents.entries.main"),
+    ('{entries: {Main: {}, main: {}}}', "agents.entries.main"),
+])
+def test_a_bad_2026_9_entry_is_named_by_its_entries_key(tmp_path, agents, key):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{memory: {search: {provider: "none"}}, agents: %s}' % agents)
+    assert err.value.key == key, err.value
+    assert "agents.list" not in str(err.value), err.value
+
+
+def test_a_multimodal_conflict_in_2026_9_names_no_2026_3_key(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{memory: {search: {provider: "openai", multimodal: {enabled: true}}}, agents: {entries: {main: {}}}}')
+    assert err.value.key == "memory.search.multimodal.enabled" and 'provider is "openai"' in str(err.value)
+    assert "memorySearch" not in str(err.value), err.value

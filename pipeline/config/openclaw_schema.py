@@ -40,9 +40,8 @@ from memindex.pipeline.errors import ConfigError
 
 V2026_3 = "2026.3"
 V2026_9 = "2026.9"
-# Where normalize() leaves what it learnt; a key no OpenClaw config can hold (not a valid JSON5
-# identifier OpenClaw's schema knows), never validated as memory settings.
-SCHEMA_KEY = "$memindexSchema"
+# Where normalize() leaves what it learnt (defined beside paths.entry_key, which reads it).
+SCHEMA_KEY = paths.SCHEMA_KEY
 _VERSION = re.compile(r"^(\d{4})\.(\d{1,2})\.")
 
 
@@ -51,6 +50,9 @@ class Schema:
     version: str  # V2026_3 or V2026_9
     why: str  # the keys (or meta.lastTouchedVersion) that said so, for `status`
     owner: str | None = None  # the agent that inherits the default workspace (None: nobody)
+    # The config key of each (normalised) agents.list entry as the config spells it (2026.9:
+    # ``agents.entries.<id>``), for messages; empty: ``agents.list[<i>]`` (paths.entry_key).
+    entry_keys: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"OpenClaw {self.version} ({self.why})"
@@ -225,6 +227,8 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
             new_entries.append(original)
             continue
         e = dict(original)
+        if not isinstance(e.get("default", False), bool):  # (rewritten below: checked while it is the user's)
+            raise ConfigError(f"{key_of[id(original)]}.default", f"expected true or false, got {e['default']!r}")
         ms = _memory_search(e, key_of[id(original)])
         if ms is not None:
             e["memorySearch"] = ms
@@ -256,7 +260,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     if new_entries or has_roster:
         agents["list"] = new_entries
     out["agents"] = agents
-    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner)
+    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner, tuple(key_of[id(e)] for e in entries))
     return out
 
 

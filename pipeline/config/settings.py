@@ -38,7 +38,7 @@ from memindex.pipeline.config.paths import default_state_dir as default_state_di
 from memindex.pipeline.config.paths import default_agent_id
 from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
 from memindex.pipeline.config.paths import (
-    agent_workspace, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
+    agent_workspace, entry_key, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
 )
 from memindex.pipeline.errors import ConfigError, UsageError, checked_call, require
 
@@ -513,21 +513,33 @@ def _warn_ignored(ignored: list[str]) -> None:
 # The keys memindex reads around memorySearch. The rest of OpenClaw's config is OpenClaw's and
 # not validated here, but a near miss of one of these (``worspace``, ``memorysearch``,
 # ``agents.default``) silently falls back to a default: it gets a "did you mean".
-_AGENTS_KEYS = ("defaults", "list")
-_ENTRY_KEYS = ("id", "default", "workspace", "memorySearch")
-_DEFAULTS_KEYS = ("workspace", "memorySearch", "compaction")
+# Per schema (2026.3, 2026.9): a 2026.9 config is suggested its own keys, and the keys
+# openclaw_schema.normalize writes into it (the 2026.3 shape memindex reads) are never flagged.
+_AGENTS_KEYS = {openclaw_schema.V2026_3: ("defaults", "list"),
+                openclaw_schema.V2026_9: ("defaults", "entries", "ownership")}
+_ENTRY_KEYS = {openclaw_schema.V2026_3: ("id", "default", "workspace", "memorySearch"),
+               openclaw_schema.V2026_9: ("default", "workspace", "memory")}
+_DEFAULTS_KEYS = {openclaw_schema.V2026_3: ("workspace", "memorySearch", "compaction"),
+                  openclaw_schema.V2026_9: ("workspace", "compaction", "systemAgent")}
+_NORMALIZED = {"agents": ("list",), "entry": ("id", "memorySearch"), "defaults": ("memorySearch",)}
 
 
 def _warn_near_misses(cfg: Mapping[str, Any]) -> None:
     agents = cfg.get("agents")
     if not isinstance(agents, dict):
         return
-    found: list[tuple[str, Any, tuple[str, ...]]] = [("agents", k, _AGENTS_KEYS) for k in agents]
+    version = openclaw_schema.schema_of(cfg).version
+    made = _NORMALIZED if version == openclaw_schema.V2026_9 else {}
+
+    def keys(where: str, block: Mapping[str, Any], kind: str, known: tuple[str, ...]) -> list[Any]:
+        return [(where, k, known) for k in block if k not in made.get(kind, ())]
+
+    found: list[tuple[str, Any, tuple[str, ...]]] = keys("agents", agents, "agents", _AGENTS_KEYS[version])
     if isinstance(agents.get("defaults"), dict):
-        found += [("agents.defaults", k, _DEFAULTS_KEYS) for k in agents["defaults"]]
+        found += keys("agents.defaults", agents["defaults"], "defaults", _DEFAULTS_KEYS[version])
     for i, entry in enumerate(agents.get("list") or []):
         if isinstance(entry, dict):
-            found += [(f"agents.list[{i}]", k, _ENTRY_KEYS) for k in entry]
+            found += keys(entry_key(cfg, i), entry, "entry", _ENTRY_KEYS[version])
     for where, key, known in found:
         if not isinstance(key, str) or key in known:
             continue
@@ -575,12 +587,12 @@ def validate_multimodal(ms: Mapping[str, Any], key: str) -> None:
     provider, model, fallback = ms.get("provider"), ms.get("model") or "", ms.get("fallback")
     if provider != MULTIMODAL_PROVIDER:
         raise ConfigError(where, f'requires provider "{MULTIMODAL_PROVIDER}" and model "{MULTIMODAL_MODEL}" '
-                                 f'(memorySearch.provider is "{provider}")')
+                                 f'(provider is "{provider}")')
     if model != MULTIMODAL_MODEL:
-        raise ConfigError(where, f'requires model "{MULTIMODAL_MODEL}" (memorySearch.model is '
+        raise ConfigError(where, f'requires model "{MULTIMODAL_MODEL}" (model is '
                                  f'"{model or provider_spec(MULTIMODAL_PROVIDER).default_model + " (default)"}")')
     if fallback != "none":
-        raise ConfigError(where, f'requires fallback "none" (memorySearch.fallback is "{fallback}"); '
+        raise ConfigError(where, f'requires fallback "none" (fallback is "{fallback}"); '
                                  "a fallback model cannot embed images or audio")
     if not mm.get("modalities"):
         raise ConfigError(f"{key}.multimodal.modalities", 'expected at least one of "image", "audio", "all"')
