@@ -128,3 +128,21 @@ def test_a_multimodal_conflict_in_2026_9_names_no_2026_3_key(tmp_path):
         _load(tmp_path, '{memory: {search: {provider: "openai", multimodal: {enabled: true}}}, agents: {entries: {main: {}}}}')
     assert err.value.key == "memory.search.multimodal.enabled" and 'provider is "openai"' in str(err.value)
     assert "memorySearch" not in str(err.value), err.value
+
+
+# --- the range table applies to 2026.9's keys too -------------------------------------------------
+
+@pytest.mark.parametrize("where", ["memory: {search: {provider: 'none', %s}}, agents: {entries: {main: {}}}",
+                                   "memory: {search: {provider: 'none'}}, agents: {entries: {main: {memory: {search: {%s}}}}}"])
+@pytest.mark.parametrize("setting, leaf, expected", [
+    ("query: {maxResults: 5000}", "query.maxResults", "expected a number from 1 to 1,000, got 5000"),
+    ("outputDimensionality: 100000000", "outputDimensionality", "expected a number from 1 to 16,384"),
+    ("query: {hybrid: {temporalDecay: {halfLifeDays: 100000}}}", "query.hybrid.temporalDecay.halfLifeDays",
+     "expected a number from 1 to 36,500"),
+])
+def test_a_2026_9_value_outside_its_range_is_refused(tmp_path, where, setting, leaf, expected):
+    """``memory.search.query.maxResults: 5000`` was taken: the table was only looked up for 2026.3's paths."""
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, "{" + where % setting + "}")
+    prefix = "memory.search" if where.startswith("memory: {search: {provider: 'none', ") else "agents.entries.main.memory.search"
+    assert err.value.key == f"{prefix}.{leaf}" and expected in str(err.value), err.value
