@@ -10,6 +10,7 @@ key its doctor moves ("agents.entries.*.memorySearch moved to agents.entries.*.m
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,8 @@ def test_memory_search_of_2026_3_in_an_agent_entry_is_the_mixed_schema_error(tmp
     assert err.value.key == "agents.entries.main.memorySearch", err.value
     assert "is OpenClaw 2026.3's key" in str(err.value) and "run `openclaw doctor --fix`" in str(err.value)
     out = _status(tmp_path, text)
-    assert out.returncode == 2 and "agents.entries.main.memorySearch: is OpenClaw 2026.3's key" in out.stderr, out.stderr
+    assert out.returncode == 2, out.stderr
+    assert "agents.entries.main.memorySearch: is OpenClaw 2026.3's key" in out.stderr, out.stderr
 
 
 # --- B4: keys in errors and warnings are spelt as the 2026.9 config spells them ------------------
@@ -125,15 +127,19 @@ def test_a_bad_2026_9_entry_is_named_by_its_entries_key(tmp_path, agents, key):
 
 def test_a_multimodal_conflict_in_2026_9_names_no_2026_3_key(tmp_path):
     with pytest.raises(ConfigError) as err:
-        _load(tmp_path, '{memory: {search: {provider: "openai", multimodal: {enabled: true}}}, agents: {entries: {main: {}}}}')
+        _load(tmp_path, '{memory: {search: {provider: "openai", multimodal: {enabled: true}}},'
+                        ' agents: {entries: {main: {}}}}')
     assert err.value.key == "memory.search.multimodal.enabled" and 'provider is "openai"' in str(err.value)
     assert "memorySearch" not in str(err.value), err.value
 
 
 # --- the range table applies to 2026.9's keys too -------------------------------------------------
 
-@pytest.mark.parametrize("where", ["memory: {search: {provider: 'none', %s}}, agents: {entries: {main: {}}}",
-                                   "memory: {search: {provider: 'none'}}, agents: {entries: {main: {memory: {search: {%s}}}}}"])
+TOP = "memory: {search: {provider: 'none', %s}}, agents: {entries: {main: {}}}"
+PER_AGENT = "memory: {search: {provider: 'none'}}, agents: {entries: {main: {memory: {search: {%s}}}}}"
+
+
+@pytest.mark.parametrize("where", [TOP, PER_AGENT])
 @pytest.mark.parametrize("setting, leaf, expected", [
     ("query: {maxResults: 5000}", "query.maxResults", "expected a number from 1 to 1,000, got 5000"),
     ("outputDimensionality: 100000000", "outputDimensionality", "expected a number from 1 to 16,384"),
@@ -144,5 +150,89 @@ def test_a_2026_9_value_outside_its_range_is_refused(tmp_path, where, setting, l
     """``memory.search.query.maxResults: 5000`` was taken: the table was only looked up for 2026.3's paths."""
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, "{" + where % setting + "}")
-    prefix = "memory.search" if where.startswith("memory: {search: {provider: 'none', ") else "agents.entries.main.memory.search"
+    prefix = "memory.search" if where == TOP else "agents.entries.main.memory.search"
     assert err.value.key == f"{prefix}.{leaf}" and expected in str(err.value), err.value
+
+
+# --- B5: a fractional value of an integer setting is refused, never truncated ---------------------
+
+def _integer_leaves(schema: dict, prefix: str) -> list[str]:
+    """Schema paths whose check turns a whole float into an int: the integer settings."""
+    from memindex.pipeline.config import ranges
+    from memindex.pipeline.config.settings import F, Ignored
+
+    out = []
+    for k, sub in schema.items():
+        path = f"{prefix}.{k}"
+        sub = sub.schema if isinstance(sub, Ignored) else sub
+        if isinstance(sub, dict):
+            out += _integer_leaves(sub, path)
+            continue
+        check = sub.check if isinstance(sub, F) else sub
+        lo = (ranges.bounds(path) or (None, None))[0]
+        try:
+            if type(check(path, float(max(1, math.ceil(lo or 0))))) is int:
+                out.append(path)
+        except Exception:  # noqa: BLE001 - not an integer's key
+            pass
+    return out
+
+
+def _integer_settings() -> list[str]:
+    from memindex.pipeline.config.settings import MEMORY, MEMORY_SEARCH
+
+    return _integer_leaves(MEMORY_SEARCH, "memory.search") + _integer_leaves(MEMORY, "memory")
+
+
+def _fractional(key: str) -> float:
+    """A fractional value inside ``key``'s range (so only its fraction is wrong)."""
+    from memindex.pipeline.config import ranges
+
+    lo, hi = ranges.bounds(key) or (None, None)
+    value = (lo or 0) + 1.5
+    assert hi is None or value < hi, key
+    return value
+
+
+def test_the_integer_settings_are_found():
+    keys = _integer_settings()
+    for key in ("memory.search.query.maxResults", "memory.search.chunking.tokens", "memory.search.chunking.overlap",
+                "memory.search.outputDimensionality", "memory.search.local.maxInputTokens",
+                "memory.qmd.update.interval", "memory.qmd.limits.maxResults"):
+        assert key in keys, keys
+
+
+@pytest.mark.parametrize("key", _integer_settings())
+def test_a_fractional_value_of_any_integer_setting_is_one_error_naming_it(tmp_path, key):
+    head, *rest = key.split(".")
+    node: dict = {}
+    leaf = node
+    for part in rest[:-1]:
+        leaf = leaf.setdefault(part, {})
+    value = _fractional(key)
+    leaf[rest[-1]] = value
+    cfg = {"memory": node, "agents": {"entries": {"main": {}}}}
+    cfg["memory"].setdefault("search", {}).setdefault("provider", "none")
+    if key == "memory.search.chunking.overlap":
+        cfg["memory"]["search"]["chunking"]["tokens"] = 400
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, json.dumps(cfg))
+    assert err.value.key == key and str(value) in str(err.value), err.value
+    assert "expected" in str(err.value) and "integer" in str(err.value) or "whole number" in str(err.value)
+
+
+def test_whole_floats_are_the_integer_and_fractions_through_the_cli_are_refused(tmp_path):
+    s = _load(tmp_path, '{memory: {search: {provider: "none", query: {maxResults: 3.0},'
+                        ' chunking: {tokens: 50.0, overlap: 5.0}}}, agents: {entries: {main: {}}}}')
+    assert (s.memory_search.query.max_results, s.chunk_tokens, s.chunk_overlap) == (3, 50, 5)
+    assert type(s.memory_search.query.max_results) is int
+    for setting, key, shown in (("query: {maxResults: 2.5}", "memory.search.query.maxResults", "2.5"),
+                                ("chunking: {tokens: 50.7, overlap: 0.5}", "memory.search.chunking.tokens", "50.7")):
+        out = _status(tmp_path, '{memory: {search: {provider: "none", %s}}, agents: {entries: {main: {}}}}' % setting)
+        assert out.returncode == 2 and f"{key}: expected an integer, got {shown}" in out.stderr, out.stderr
+    with pytest.raises(ConfigError) as err:  # a 2026.3 config the same
+        _load(tmp_path, '{agents: {defaults: {memorySearch: {chunking: {overlap: 0.5}}}}}')
+    assert err.value.key == "agents.defaults.memorySearch.chunking.overlap", err.value
+    with pytest.raises(ConfigError) as err:  # and memoryFlush's, by the same check
+        _load(tmp_path, '{agents: {defaults: {compaction: {memoryFlush: {softThresholdTokens: 4000.5}}}}}')
+    assert err.value.key == "agents.defaults.compaction.memoryFlush.softThresholdTokens", err.value

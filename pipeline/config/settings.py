@@ -56,31 +56,41 @@ def _bool(key: str, v: Any) -> bool:
     raise ConfigError(key, f"expected true or false, got {v!r}")
 
 
-def _clamped(what: str, convert: Callable[[Any], Any], lo: Any, hi: Any) -> Check:
-    """A number (not a bool, not NaN) converted by ``convert``, in its range (``ranges.RANGES``,
-    else [lo, hi])."""
+def _clamped(what: str, convert: Callable[[str, Any], Any], lo: Any, hi: Any) -> Check:
+    """A number (not a bool, not NaN) converted by ``convert(key, v)``, in its range
+    (``ranges.RANGES``, else [lo, hi])."""
 
     def check(key: str, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ConfigError(key, f"expected {what}, got {v!r}")
-        return convert(ranges.within(key, v, lo, hi))  # refused out of range (as written), never clamped
+        return convert(key, ranges.within(key, v, lo, hi))  # refused out of range (as written), never clamped
 
     return check
 
 
+def _whole(key: str, v: float, what: str = "an integer", written: Any = None) -> int:
+    """``v`` as the integer it is; a fractional number is refused, never truncated (``maxResults: 2.5``
+    gave 2 results, ``chunking.overlap: 0.5`` none). A whole float (JSON5 ``3.0``) is that integer.
+    ``written``: the value as the config wrote it, for the message (a duration's "0.5ms")."""
+    if isinstance(v, float) and not v.is_integer():
+        raise ConfigError(key, f"expected {what}, got {v if written is None else written!r}")
+    return int(v)
+
+
 def _int(lo: int | None = None, hi: int | None = None) -> Check:
-    return _clamped("an integer", int, lo, hi)
+    return _clamped("an integer", lambda key, v: _whole(key, v), lo, hi)
 
 
 def _num(lo: float | None = None, hi: float | None = None) -> Check:
-    return _clamped("a number", float, lo, hi)
+    return _clamped("a number", lambda _key, v: float(v), lo, hi)
 
 
 def _size(key: str, v: Any) -> int:
     """A vector size: a positive integer, never clamped (-5 clamped to 1 built a 1-dim index)."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(key, f"expected a positive integer (a vector size), got {v!r}")
-    return int(ranges.within(key, v))
+    what = "a positive integer (a vector size)"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1:
+        raise ConfigError(key, f"expected {what}, got {v!r}")
+    return _whole(key, ranges.within(key, v), what)
 
 
 def _url(key: str, v: Any) -> str | None:
@@ -169,14 +179,17 @@ def _qmd_paths(key: str, v: Any) -> list[dict[str, Any]]:
     return out
 
 
+_DURATION = "a duration like 5m, 30s or a whole number of ms"
+
+
 def _bad_duration(key: str, v: Any) -> int:
-    raise ConfigError(key, f"expected a duration like 5m, 30s or a number of ms, got {v!r}")
+    raise ConfigError(key, f"expected {_DURATION}, got {v!r}")
 
 
 def _duration_ms(key: str, v: Any) -> int:
     """OpenClaw durations: numbers are ms, strings like '5m', '30s', '1h'."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return int(ranges.within(key, v)) if math.isfinite(v) else _bad_duration(key, v)
+        return _whole(key, ranges.within(key, v), _DURATION) if math.isfinite(v) else _bad_duration(key, v)
     if isinstance(v, str):
         s = v.strip().lower()
         units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -184,12 +197,14 @@ def _duration_ms(key: str, v: Any) -> int:
             if s.endswith(unit):
                 try:
                     n = float(s[: -len(unit)]) * units[unit]
-                    return int(ranges.within(key, n)) if math.isfinite(n) else _bad_duration(key, v)
+                    if not math.isfinite(n):
+                        return _bad_duration(key, v)
+                    return _whole(key, ranges.within(key, n), _DURATION, v)
                 except ValueError:
                     break
         try:
             n = float(s)
-            return int(ranges.within(key, n)) if math.isfinite(n) else _bad_duration(key, v)
+            return _whole(key, ranges.within(key, n), _DURATION, v) if math.isfinite(n) else _bad_duration(key, v)
         except ValueError:
             pass
     return _bad_duration(key, v)
