@@ -236,3 +236,79 @@ def test_whole_floats_are_the_integer_and_fractions_through_the_cli_are_refused(
     with pytest.raises(ConfigError) as err:  # and memoryFlush's, by the same check
         _load(tmp_path, '{agents: {defaults: {compaction: {memoryFlush: {softThresholdTokens: 4000.5}}}}}')
     assert err.value.key == "agents.defaults.compaction.memoryFlush.softThresholdTokens", err.value
+
+
+# --- B3: hints name the keys of the config's own schema -------------------------------------------
+
+from memindex.pipeline.embeddings.hints import failure_hint  # noqa: E402
+from tests.conftest import module_server  # noqa: E402
+from tests.provider_server import ProviderServer  # noqa: E402
+
+server = module_server(ProviderServer)
+FAST = {"MEMINDEX_RETRY_BASE_DELAY_S": "0.01", "MEMINDEX_RETRY_ATTEMPTS": "1"}
+
+
+def _index(tmp_path: Path, cfg: dict, env: dict | None = None):
+    _write(tmp_path / "ws" / "memory" / "note.md", "# Note\nThe quokka runbook lives in the ops wiki.\n")
+    path = _write(tmp_path / "openclaw.json", cfg)
+    return run_cli("--config", str(path), "--state-dir", str(tmp_path / "state"), "index",
+                   env={"HOME": str(tmp_path), "OPENAI_API_KEY": "", **FAST, **(env or {})}, cwd=tmp_path,
+                   timeout=120)
+
+
+def _v9_cfg(tmp_path: Path, search: dict, agent_search: dict | None = None) -> dict:
+    entry: dict = {"workspace": str(tmp_path / "ws")}
+    if agent_search is not None:
+        entry["memory"] = {"search": agent_search}
+    return {"memory": {"search": search}, "agents": {"entries": {"main": entry}}}
+
+
+def test_a_third_party_base_url_without_its_key_names_only_remote_api_key_in_2026_9_spelling(tmp_path):
+    """It said "set memorySearch.remote.apiKey, models.providers.openai.apiKey or OPENAI_API_KEY": the
+    env key is never sent there, and memorySearch in a 2026.9 config is the mixed-schema error."""
+    top = _v9_cfg(tmp_path, {"provider": "openai", "remote": {"baseUrl": "http://127.0.0.1:18765/v1"}})
+    out = _index(tmp_path, top, {"OPENAI_API_KEY": "sk-env-never-sent"})
+    assert "warning: main: openai: no API key (set memory.search.remote.apiKey); keyword search only" in out.stderr, \
+        out.stderr
+    per_agent = _v9_cfg(tmp_path, {"provider": "openai"}, {"remote": {"baseUrl": "http://127.0.0.1:18765/v1"}})
+    out = _index(tmp_path, per_agent, {"OPENAI_API_KEY": "sk-env-never-sent"})
+    assert ("openai: no API key (set agents.entries.main.memory.search.remote.apiKey); keyword search only"
+            in out.stderr), out.stderr
+    # the provider's own endpoint: every place a key can come from, in 2026.9 spelling
+    out = _index(tmp_path, _v9_cfg(tmp_path, {"provider": "openai"}))
+    assert ("openai: no API key (set memory.search.remote.apiKey, models.providers.openai.apiKey or OPENAI_API_KEY)"
+            in out.stderr), out.stderr
+
+
+def test_a_rejected_key_hint_names_the_key_where_the_config_sets_it(tmp_path, server):
+    server.reset()
+    server.state.keys["openai"] = "sk-right"
+    remote = {"baseUrl": server.base("openai"), "apiKey": "sk-wrong"}
+    out = _index(tmp_path, _v9_cfg(tmp_path, {"provider": "openai", "fallback": "none", "remote": remote}))
+    line = next((ln for ln in out.stderr.splitlines() if ln.startswith("error: main:")), out.stderr)
+    assert "openai rejected the API key" in line and line.endswith("(check the API key: memory.search.remote.apiKey)"), \
+        out.stderr
+    out = _index(tmp_path, _v9_cfg(tmp_path, {"provider": "openai", "fallback": "none"}, {"remote": remote}))
+    line = next((ln for ln in out.stderr.splitlines() if ln.startswith("error: main:")), out.stderr)
+    assert line.endswith("(check the API key: agents.entries.main.memory.search.remote.apiKey)"), out.stderr
+
+
+def test_a_connection_hint_names_the_base_url_only_where_one_is_configured(tmp_path):
+    reason = "openai: request connection failed (https://api.openai.com/v1/embeddings): APIConnectionError"
+    own = _load(tmp_path, json.dumps(_v9_cfg(tmp_path, {"provider": "openai"})))
+    assert failure_hint(reason, "openai", own) == "the provider kept failing; check the network and openai's status"
+    proxied = _load(tmp_path, json.dumps(_v9_cfg(tmp_path, {"provider": "openai"},
+                                                 {"remote": {"baseUrl": "https://proxy.example/v1"}})))
+    assert failure_hint(reason, "openai", proxied) == ("the provider kept failing; check "
+                                                       "agents.entries.main.memory.search.remote.baseUrl and the "
+                                                       "provider's status")
+    via_models = _load(tmp_path, json.dumps({**_v9_cfg(tmp_path, {"provider": "openai"}),
+                                             "models": {"providers": {"openai": {"baseUrl": "https://p.example/v1"}}}}))
+    assert "check models.providers.openai.baseUrl and" in failure_hint(reason, "openai", via_models)
+    for hint in (failure_hint(r, "openai", proxied) for r in ("openai: model not found: x", "inconsistent vector dims",
+                                                              "openai: rate limited (429)")):
+        assert "memorySearch" not in hint and "memory.search." in hint, hint
+    # a 2026.3 config keeps the keys its docs name
+    old = _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "openai", '
+                          'remote: {baseUrl: "https://proxy.example/v1"}}}}}')
+    assert "check memorySearch.remote.baseUrl and" in failure_hint(reason, "openai", old)

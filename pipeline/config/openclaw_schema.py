@@ -325,6 +325,40 @@ def ms_keys(cfg: Mapping[str, Any], agent_id: str, base_key: str, agent_key: str
     return "memory.search", f"agents.entries.{raw}.memory.search"
 
 
+@dataclass(frozen=True)
+class SettingKeys:
+    """Where an agent's memory-search settings are written in its config, for the messages that
+    name one ("set ...", "check ..."): 2026.3's ``memorySearch.<leaf>`` (the short form the docs
+    use), 2026.9's ``memory.search.<leaf>``, or ``agents.entries.<id>.memory.search.<leaf>`` when
+    the agent's own block sets that leaf or the object holding it (``remote``)."""
+
+    base: str = "memorySearch"
+    agent: str | None = None  # the agent's own block (2026.9), when it has one
+    agent_set: frozenset[str] = frozenset()  # the dotted keys the agent's block sets, and their parents
+
+    def key(self, leaf: str) -> str:
+        parts = leaf.split(".")
+        own = self.agent is not None and any(".".join(parts[:i]) in self.agent_set for i in range(1, len(parts) + 1))
+        return f"{self.agent if own else self.base}.{leaf}"
+
+
+def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in tree.items():
+        out.append(f"{prefix}{k}")
+        if isinstance(v, dict):
+            out += _dotted(v, f"{prefix}{k}.")
+    return out
+
+
+def setting_keys(cfg: Mapping[str, Any], agent_id: str, agent_ms: Mapping[str, Any]) -> SettingKeys:
+    """The :class:`SettingKeys` of ``agent_id`` (``agent_ms``: the settings its own block sets)."""
+    if schema_of(cfg).version == V2026_3:
+        return SettingKeys()
+    base, agent = ms_keys(cfg, agent_id, "", "")
+    return SettingKeys(base, agent, frozenset(_dotted(agent_ms)))
+
+
 def agent_memory_key(cfg: Mapping[str, Any], agent_id: str) -> str | None:
     """The config key of the agent's own ``memory`` block, which only a 2026.9 config has
     (``agents.entries.<id>.memory``; None for 2026.3)."""

@@ -654,6 +654,8 @@ class AgentSettings:
     openclaw_store: Path | None = None  # where OpenClaw keeps its own index for this agent
     agent_dir: Path | None = None  # OpenClaw's agentDir: auth-profiles.json
     auth: dict[str, Any] = field(default_factory=dict)  # the config's auth and secrets blocks (auth profiles)
+    # Where this agent's memory-search keys are written, as the config spells them (for hints)
+    keys: openclaw_schema.SettingKeys = openclaw_schema.SettingKeys()
 
     def __repr__(self) -> str:
         # Runtimes log their settings objects and crash reporters capture locals: the dataclass
@@ -818,6 +820,7 @@ def resolve_agent(
             cfg, _str_or(entry.get("id"), agent_id), agent_id, state_dir, custom_oc))),
         agent_dir=_agent_dir(entry, agent_id, state_dir, env),
         auth={"auth": _subtree(cfg, "auth", "auth"), "secrets": _subtree(cfg, "secrets", "secrets")},
+        keys=openclaw_schema.setting_keys(cfg, agent_id, agent_ms),
     )
 
 
