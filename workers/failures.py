@@ -169,7 +169,7 @@ def note_failure(settings: Any, reason: str, paths: list[str], what: str) -> Non
     """Log a failure (at ERROR the first time this process sees the reason for this agent)
     and record it beside the agent's store for ``index`` and ``status``."""
     provider = provider_of(reason, settings)
-    hint = failure_hint(reason, provider)
+    hint = failure_hint(reason, provider, settings)
     agent = settings.agent_id if settings is not None else "-"
     with _seen_lock:
         first = (agent, reason) not in _seen

@@ -40,9 +40,8 @@ from memindex.pipeline.errors import ConfigError
 
 V2026_3 = "2026.3"
 V2026_9 = "2026.9"
-# Where normalize() leaves what it learnt; a key no OpenClaw config can hold (not a valid JSON5
-# identifier OpenClaw's schema knows), never validated as memory settings.
-SCHEMA_KEY = "$memindexSchema"
+# Where normalize() leaves what it learnt (defined beside paths.entry_key, which reads it).
+SCHEMA_KEY = paths.SCHEMA_KEY
 _VERSION = re.compile(r"^(\d{4})\.(\d{1,2})\.")
 
 
@@ -51,6 +50,9 @@ class Schema:
     version: str  # V2026_3 or V2026_9
     why: str  # the keys (or meta.lastTouchedVersion) that said so, for `status`
     owner: str | None = None  # the agent that inherits the default workspace (None: nobody)
+    # The config key of each (normalised) agents.list entry as the config spells it (2026.9:
+    # ``agents.entries.<id>``), for messages; empty: ``agents.list[<i>]`` (paths.entry_key).
+    entry_keys: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"OpenClaw {self.version} ({self.why})"
@@ -76,6 +78,11 @@ def _markers(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
                                                                    for e in agents.get("list") or []
                                                                    if isinstance(agents.get("list"), list))))
            if present]
+    # 2026.3's per-agent key inside a 2026.9 entry (2026.9 refuses it: "agents.entries.*.memorySearch moved
+    # to agents.entries.*.memory.search. Run openclaw doctor --fix"); it was read as the agent's settings.
+    entries = agents.get("entries")
+    old += [f"agents.entries.{i}.memorySearch" for i, e in (entries.items() if isinstance(entries, dict) else ())
+            if isinstance(e, dict) and "memorySearch" in e]
     return new, old
 
 
@@ -113,16 +120,20 @@ def _entries_as_list(entries: Any) -> list[Any]:
 
 
 def _memory_search(entry: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """``<entry>.memory.search`` taken out of ``entry`` (the rest of ``memory`` is OpenClaw's)."""
+    """``<entry>.memory.search`` taken out of ``entry`` when it is an object. The rest of the
+    agent's ``memory`` block (2026.9 allows only ``search`` there), and a ``search`` that is not an
+    object, stay in it for ``settings.resolve_agent`` to refuse, naming the key."""
     memory = entry.get("memory")
     if memory is None:
         return None
     if not isinstance(memory, dict):
         raise ConfigError(f"{key}.memory", f"expected an object, got {memory!r}")
     memory = dict(memory)
-    search: dict[str, Any] | None = memory.pop("search", None)
+    search = memory.get("search")
+    if isinstance(search, dict):
+        del memory["search"]
     entry["memory"] = memory
-    return search
+    return search if isinstance(search, dict) else None
 
 
 def _norm_id(raw: Any) -> str:
@@ -216,6 +227,8 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
             new_entries.append(original)
             continue
         e = dict(original)
+        if not isinstance(e.get("default", False), bool):  # (rewritten below: checked while it is the user's)
+            raise ConfigError(f"{key_of[id(original)]}.default", f"expected true or false, got {e['default']!r}")
         ms = _memory_search(e, key_of[id(original)])
         if ms is not None:
             e["memorySearch"] = ms
@@ -247,7 +260,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     if new_entries or has_roster:
         agents["list"] = new_entries
     out["agents"] = agents
-    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner)
+    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner, tuple(key_of[id(e)] for e in entries))
     return out
 
 
@@ -310,6 +323,55 @@ def ms_keys(cfg: Mapping[str, Any], agent_id: str, base_key: str, agent_key: str
     entries = [e for e in agents.get("list") or [] if isinstance(e, dict)]
     raw = next((e.get("id") for e in entries if _norm_id(e.get("id")) == agent_id), agent_id)
     return "memory.search", f"agents.entries.{raw}.memory.search"
+
+
+@dataclass(frozen=True)
+class SettingKeys:
+    """Where an agent's memory-search settings are written in its config, for the messages that
+    name one ("set ...", "check ..."): 2026.3's ``memorySearch.<leaf>`` (the short form the docs
+    use), 2026.9's ``memory.search.<leaf>``, or ``agents.entries.<id>.memory.search.<leaf>`` when
+    the agent's own block sets that leaf or the object holding it (``remote``)."""
+
+    base: str = "memorySearch"
+    agent: str | None = None  # the agent's own block (2026.9), when it has one
+    agent_set: frozenset[str] = frozenset()  # the dotted keys the agent's block sets, and their parents
+
+    def key(self, leaf: str) -> str:
+        parts = leaf.split(".")
+        own = self.agent is not None and any(".".join(parts[:i]) in self.agent_set for i in range(1, len(parts) + 1))
+        return f"{self.agent if own else self.base}.{leaf}"
+
+
+def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in tree.items():
+        out.append(f"{prefix}{k}")
+        if isinstance(v, dict):
+            out += _dotted(v, f"{prefix}{k}.")
+    return out
+
+
+def setting_keys(cfg: Mapping[str, Any], agent_id: str, agent_ms: Mapping[str, Any]) -> SettingKeys:
+    """The :class:`SettingKeys` of ``agent_id`` (``agent_ms``: the settings its own block sets)."""
+    if schema_of(cfg).version == V2026_3:
+        return SettingKeys()
+    base, agent = ms_keys(cfg, agent_id, "", "")
+    return SettingKeys(base, agent, frozenset(_dotted(agent_ms)))
+
+
+def agent_memory_key(cfg: Mapping[str, Any], agent_id: str) -> str | None:
+    """The config key of the agent's own ``memory`` block, which only a 2026.9 config has
+    (``agents.entries.<id>.memory``; None for 2026.3)."""
+    if schema_of(cfg).version == V2026_3:
+        return None
+    return ms_keys(cfg, agent_id, "", "")[1].removesuffix(".search")
+
+
+def reads_memory_search(cfg: Mapping[str, Any]) -> bool:
+    """Whether ``memory.search`` is a key this config can hold: a 2026.9 config's, or one without
+    2026.3's keys (where writing it makes the config 2026.9); for the "known:" list and "did you
+    mean" of an unknown key in ``memory``."""
+    return schema_of(cfg).version == V2026_9 or not _markers(cfg)[1]
 
 
 def binds_keys_to_destination(described: str) -> bool:

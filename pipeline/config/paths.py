@@ -152,6 +152,25 @@ def validate_agent_id(raw: str, key: str = "--agent") -> str:
     return normalize_agent_id(text)
 
 
+# Where openclaw_schema.normalize() leaves what it learnt (its Schema); a key no OpenClaw config can
+# hold (not a valid JSON5 identifier OpenClaw's schema knows), never validated as memory settings.
+# Defined here, below openclaw_schema, so that entry_key can read it.
+SCHEMA_KEY = "$memindexSchema"
+
+
+def entry_key(cfg: Mapping[str, Any], i: int) -> str:
+    """The config key of ``agents.list[i]`` as the config spells it: a 2026.9 config's
+    ``agents.entries.<id>`` (recorded by ``openclaw_schema.normalize``), else ``agents.list[<i>]``."""
+    keys: tuple[str, ...] = getattr(cfg.get(SCHEMA_KEY), "entry_keys", ())
+    return keys[i] if i < len(keys) else f"agents.list[{i}]"
+
+
+def _id_key(cfg: Mapping[str, Any], i: int) -> str:
+    """Where entry ``i``'s id is written: its ``id`` key, or (2026.9) the entry's own key."""
+    key = entry_key(cfg, i)
+    return f"{key}.id" if key.startswith("agents.list[") else key
+
+
 def agent_entries(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """listAgentEntries, with every entry's ``id`` checked (one ConfigError naming the key)."""
     agents = cfg.get("agents")
@@ -166,19 +185,19 @@ def agent_entries(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
         raise ConfigError("agents.list", f"expected a list, got {entries!r}")
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
-            raise ConfigError(f"agents.list[{i}]", f"expected an object, got {e!r}")
+            raise ConfigError(entry_key(cfg, i), f"expected an object, got {e!r}")
         if not isinstance(e.get("id"), str) or not e["id"].strip():
-            raise ConfigError(f"agents.list[{i}].id", "every agent needs a non-empty string id")
+            raise ConfigError(_id_key(cfg, i), "every agent needs a non-empty string id")
         if not isinstance(e.get("default", False), bool):
-            raise ConfigError(f"agents.list[{i}].default", f"expected true or false, got {e['default']!r}")
+            raise ConfigError(f"{entry_key(cfg, i)}.default", f"expected true or false, got {e['default']!r}")
     seen: dict[str, int] = {}
     for i, e in enumerate(entries):
         # Ids are compared normalised ("Main" is "main", "my.agent" is "my-agent"): two entries
         # with one id would be one agent, the second silently never indexed.
         first = seen.setdefault(normalize_agent_id(e["id"]), i)
         if first != i:
-            raise ConfigError(f"agents.list[{i}].id", f"{e['id']!r} is the same agent id as agents.list[{first}] "
-                                                      f"({entries[first]['id']!r}); give each agent its own id")
+            raise ConfigError(_id_key(cfg, i), f"{e['id']!r} is the same agent id as {entry_key(cfg, first)} "
+                                               f"({entries[first]['id']!r}); give each agent its own id")
     return entries
 
 
@@ -243,7 +262,7 @@ def agent_workspace(cfg: Mapping[str, Any], agent_id: str, state_dir: Path,
     """
     found = find_agent(cfg, agent_id)
     if found is not None:
-        own = _path_value(found[1].get("workspace"), f"agents.list[{found[0]}].workspace")
+        own = _path_value(found[1].get("workspace"), f"{entry_key(cfg, found[0])}.workspace")
         if own:
             return resolve_user_path(own, env)
     defaults = (cfg.get("agents") or {}).get("defaults") or {}

@@ -62,15 +62,19 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 # (key, key it must stay below): checked on an agent's merged memorySearch.
 RELATED: tuple[tuple[str, str], ...] = (("chunking.overlap", "chunking.tokens"),)
 
-# A full config path -> its table key: "agents.defaults.memorySearch.query.maxResults" and
-# "agents.list[2].memorySearch.query.maxResults" -> "memorySearch.query.maxResults".
-_TABLE_KEY = re.compile(r"^(?:agents\.(?:defaults|list\[\d+\])\.)?((?:memorySearch|memory)\..+)$")
+# A full config path -> its table key: "agents.defaults.memorySearch.query.maxResults",
+# "agents.list[2].memorySearch.query.maxResults" and OpenClaw 2026.9's "memory.search.query.maxResults"
+# and "agents.entries.<id>.memory.search.query.maxResults" -> "memorySearch.query.maxResults".
+_MS_KEY = re.compile(r"^(?:(?:agents\.(?:defaults|list\[\d+\])\.)?memorySearch"
+                     r"|(?:agents\.entries\..+\.)?memory\.search)\.(.+)$")
 
 
 def bounds(key: str) -> tuple[float | None, float | None] | None:
     """The table's range for a config path, or None when the table has none."""
-    m = _TABLE_KEY.match(key)
-    return RANGES.get(m.group(1)) if m else None
+    m = _MS_KEY.match(key)
+    if m:
+        return RANGES.get(f"memorySearch.{m.group(1)}")
+    return RANGES.get(key) if key.startswith("memory.") else None
 
 
 def within(key: str, value: Any, lo: float | None = None, hi: float | None = None) -> Any:

@@ -38,7 +38,7 @@ from memindex.pipeline.config.paths import default_state_dir as default_state_di
 from memindex.pipeline.config.paths import default_agent_id
 from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
 from memindex.pipeline.config.paths import (
-    agent_workspace, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
+    agent_workspace, entry_key, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
 )
 from memindex.pipeline.errors import ConfigError, UsageError, checked_call, require
 
@@ -56,31 +56,41 @@ def _bool(key: str, v: Any) -> bool:
     raise ConfigError(key, f"expected true or false, got {v!r}")
 
 
-def _clamped(what: str, convert: Callable[[Any], Any], lo: Any, hi: Any) -> Check:
-    """A number (not a bool, not NaN) converted by ``convert``, in its range (``ranges.RANGES``,
-    else [lo, hi])."""
+def _clamped(what: str, convert: Callable[[str, Any], Any], lo: Any, hi: Any) -> Check:
+    """A number (not a bool, not NaN) converted by ``convert(key, v)``, in its range
+    (``ranges.RANGES``, else [lo, hi])."""
 
     def check(key: str, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ConfigError(key, f"expected {what}, got {v!r}")
-        return convert(ranges.within(key, v, lo, hi))  # refused out of range (as written), never clamped
+        return convert(key, ranges.within(key, v, lo, hi))  # refused out of range (as written), never clamped
 
     return check
 
 
+def _whole(key: str, v: float, what: str = "an integer", written: Any = None) -> int:
+    """``v`` as the integer it is; a fractional number is refused, never truncated (``maxResults: 2.5``
+    gave 2 results, ``chunking.overlap: 0.5`` none). A whole float (JSON5 ``3.0``) is that integer.
+    ``written``: the value as the config wrote it, for the message (a duration's "0.5ms")."""
+    if isinstance(v, float) and not v.is_integer():
+        raise ConfigError(key, f"expected {what}, got {v if written is None else written!r}")
+    return int(v)
+
+
 def _int(lo: int | None = None, hi: int | None = None) -> Check:
-    return _clamped("an integer", int, lo, hi)
+    return _clamped("an integer", lambda key, v: _whole(key, v), lo, hi)
 
 
 def _num(lo: float | None = None, hi: float | None = None) -> Check:
-    return _clamped("a number", float, lo, hi)
+    return _clamped("a number", lambda _key, v: float(v), lo, hi)
 
 
 def _size(key: str, v: Any) -> int:
     """A vector size: a positive integer, never clamped (-5 clamped to 1 built a 1-dim index)."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(key, f"expected a positive integer (a vector size), got {v!r}")
-    return int(ranges.within(key, v))
+    what = "a positive integer (a vector size)"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1:
+        raise ConfigError(key, f"expected {what}, got {v!r}")
+    return _whole(key, ranges.within(key, v), what)
 
 
 def _url(key: str, v: Any) -> str | None:
@@ -169,14 +179,17 @@ def _qmd_paths(key: str, v: Any) -> list[dict[str, Any]]:
     return out
 
 
+_DURATION = "a duration like 5m, 30s or a whole number of ms"
+
+
 def _bad_duration(key: str, v: Any) -> int:
-    raise ConfigError(key, f"expected a duration like 5m, 30s or a number of ms, got {v!r}")
+    raise ConfigError(key, f"expected {_DURATION}, got {v!r}")
 
 
 def _duration_ms(key: str, v: Any) -> int:
     """OpenClaw durations: numbers are ms, strings like '5m', '30s', '1h'."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return int(ranges.within(key, v)) if math.isfinite(v) else _bad_duration(key, v)
+        return _whole(key, ranges.within(key, v), _DURATION) if math.isfinite(v) else _bad_duration(key, v)
     if isinstance(v, str):
         s = v.strip().lower()
         units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -184,12 +197,14 @@ def _duration_ms(key: str, v: Any) -> int:
             if s.endswith(unit):
                 try:
                     n = float(s[: -len(unit)]) * units[unit]
-                    return int(ranges.within(key, n)) if math.isfinite(n) else _bad_duration(key, v)
+                    if not math.isfinite(n):
+                        return _bad_duration(key, v)
+                    return _whole(key, ranges.within(key, n), _DURATION, v)
                 except ValueError:
                     break
         try:
             n = float(s)
-            return int(ranges.within(key, n)) if math.isfinite(n) else _bad_duration(key, v)
+            return _whole(key, ranges.within(key, n), _DURATION, v) if math.isfinite(n) else _bad_duration(key, v)
         except ValueError:
             pass
     return _bad_duration(key, v)
@@ -419,6 +434,10 @@ MEMORY: dict[str, Any] = {
     },
 }
 
+# An agent entry's own ``memory`` block (OpenClaw 2026.9's AgentEntrySchema: ``memory: {search}``,
+# strict): its ``search`` is taken out by openclaw_schema.normalize; anything else is refused.
+AGENT_MEMORY: dict[str, Any] = {"search": MEMORY_SEARCH}
+
 MEMORY_FLUSH: dict[str, Any] = {
     "enabled": F(True, _bool),
     "softThresholdTokens": F(DEFAULT_SOFT_THRESHOLD_TOKENS, _int(0)),
@@ -509,21 +528,33 @@ def _warn_ignored(ignored: list[str]) -> None:
 # The keys memindex reads around memorySearch. The rest of OpenClaw's config is OpenClaw's and
 # not validated here, but a near miss of one of these (``worspace``, ``memorysearch``,
 # ``agents.default``) silently falls back to a default: it gets a "did you mean".
-_AGENTS_KEYS = ("defaults", "list")
-_ENTRY_KEYS = ("id", "default", "workspace", "memorySearch")
-_DEFAULTS_KEYS = ("workspace", "memorySearch", "compaction")
+# Per schema (2026.3, 2026.9): a 2026.9 config is suggested its own keys, and the keys
+# openclaw_schema.normalize writes into it (the 2026.3 shape memindex reads) are never flagged.
+_AGENTS_KEYS = {openclaw_schema.V2026_3: ("defaults", "list"),
+                openclaw_schema.V2026_9: ("defaults", "entries", "ownership")}
+_ENTRY_KEYS = {openclaw_schema.V2026_3: ("id", "default", "workspace", "memorySearch"),
+               openclaw_schema.V2026_9: ("default", "workspace", "memory")}
+_DEFAULTS_KEYS = {openclaw_schema.V2026_3: ("workspace", "memorySearch", "compaction"),
+                  openclaw_schema.V2026_9: ("workspace", "compaction", "systemAgent")}
+_NORMALIZED = {"agents": ("list",), "entry": ("id", "memorySearch"), "defaults": ("memorySearch",)}
 
 
 def _warn_near_misses(cfg: Mapping[str, Any]) -> None:
     agents = cfg.get("agents")
     if not isinstance(agents, dict):
         return
-    found: list[tuple[str, Any, tuple[str, ...]]] = [("agents", k, _AGENTS_KEYS) for k in agents]
+    version = openclaw_schema.schema_of(cfg).version
+    made = _NORMALIZED if version == openclaw_schema.V2026_9 else {}
+
+    def keys(where: str, block: Mapping[str, Any], kind: str, known: tuple[str, ...]) -> list[Any]:
+        return [(where, k, known) for k in block if k not in made.get(kind, ())]
+
+    found: list[tuple[str, Any, tuple[str, ...]]] = keys("agents", agents, "agents", _AGENTS_KEYS[version])
     if isinstance(agents.get("defaults"), dict):
-        found += [("agents.defaults", k, _DEFAULTS_KEYS) for k in agents["defaults"]]
+        found += keys("agents.defaults", agents["defaults"], "defaults", _DEFAULTS_KEYS[version])
     for i, entry in enumerate(agents.get("list") or []):
         if isinstance(entry, dict):
-            found += [(f"agents.list[{i}]", k, _ENTRY_KEYS) for k in entry]
+            found += keys(entry_key(cfg, i), entry, "entry", _ENTRY_KEYS[version])
     for where, key, known in found:
         if not isinstance(key, str) or key in known:
             continue
@@ -571,12 +602,12 @@ def validate_multimodal(ms: Mapping[str, Any], key: str) -> None:
     provider, model, fallback = ms.get("provider"), ms.get("model") or "", ms.get("fallback")
     if provider != MULTIMODAL_PROVIDER:
         raise ConfigError(where, f'requires provider "{MULTIMODAL_PROVIDER}" and model "{MULTIMODAL_MODEL}" '
-                                 f'(memorySearch.provider is "{provider}")')
+                                 f'(provider is "{provider}")')
     if model != MULTIMODAL_MODEL:
-        raise ConfigError(where, f'requires model "{MULTIMODAL_MODEL}" (memorySearch.model is '
+        raise ConfigError(where, f'requires model "{MULTIMODAL_MODEL}" (model is '
                                  f'"{model or provider_spec(MULTIMODAL_PROVIDER).default_model + " (default)"}")')
     if fallback != "none":
-        raise ConfigError(where, f'requires fallback "none" (memorySearch.fallback is "{fallback}"); '
+        raise ConfigError(where, f'requires fallback "none" (fallback is "{fallback}"); '
                                  "a fallback model cannot embed images or audio")
     if not mm.get("modalities"):
         raise ConfigError(f"{key}.multimodal.modalities", 'expected at least one of "image", "audio", "all"')
@@ -623,6 +654,8 @@ class AgentSettings:
     openclaw_store: Path | None = None  # where OpenClaw keeps its own index for this agent
     agent_dir: Path | None = None  # OpenClaw's agentDir: auth-profiles.json
     auth: dict[str, Any] = field(default_factory=dict)  # the config's auth and secrets blocks (auth profiles)
+    # Where this agent's memory-search keys are written, as the config spells them (for hints)
+    keys: openclaw_schema.SettingKeys = openclaw_schema.SettingKeys()
 
     def __repr__(self) -> str:
         # Runtimes log their settings objects and crash reporters capture locals: the dataclass
@@ -723,7 +756,13 @@ def resolve_agent(
     ms["chunking"]["overlap"] = max(0, min(ms["chunking"]["overlap"], ms["chunking"]["tokens"] - 1))
     validate_multimodal(ms, agent_key if "multimodal" in agent_ms else base_key)
 
-    memory = _deep_merge(_defaults(MEMORY), _validate(MEMORY, _subtree(cfg, "memory", "memory"), "memory", ignored))
+    agent_memory_key = openclaw_schema.agent_memory_key(cfg, agent_id)
+    if found and agent_memory_key:  # what normalize left of the agent's memory block: nothing valid
+        _validate(AGENT_MEMORY, _subtree(entry, "memory", agent_memory_key), agent_memory_key, ignored)
+    # memory.search was moved into memorySearch by normalize; still a known key of the block.
+    memory_schema = {**MEMORY, "search": MEMORY_SEARCH} if openclaw_schema.reads_memory_search(cfg) else MEMORY
+    memory = _deep_merge(_defaults(MEMORY), _validate(memory_schema, _subtree(cfg, "memory", "memory"), "memory",
+                                                      ignored))
     compaction = _subtree(defaults, "compaction", "agents.defaults.compaction")
     flush_key = "agents.defaults.compaction.memoryFlush"
     flush = _deep_merge(_defaults(MEMORY_FLUSH),
@@ -781,6 +820,7 @@ def resolve_agent(
             cfg, _str_or(entry.get("id"), agent_id), agent_id, state_dir, custom_oc))),
         agent_dir=_agent_dir(entry, agent_id, state_dir, env),
         auth={"auth": _subtree(cfg, "auth", "auth"), "secrets": _subtree(cfg, "secrets", "secrets")},
+        keys=openclaw_schema.setting_keys(cfg, agent_id, agent_ms),
     )
 
 

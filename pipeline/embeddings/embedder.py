@@ -122,7 +122,8 @@ def _service(settings: AgentSettings) -> tuple[EmbeddingService | None, str]:
     # The provider API takes memorySearch in the config's shape (third-party providers read it).
     choice = select_provider(ms.to_dict(), settings.providers, os.environ, cache_dir=settings.state_dir / "models",
                              auth_profiles=_profile_keys(settings),
-                             destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema))
+                             destination_bound=openclaw_schema.binds_keys_to_destination(settings.config_schema),
+                             keys=settings.keys)
     service: EmbeddingService | None = None
     if choice.primary or choice.fallback:
         # lazy: numpy (validate) and tenacity (retry) only for an agent that embeds, never a keyword-only search

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from memindex.pipeline.config.openclaw_schema import SettingKeys
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.embeddings.endpoints import provider_config, remote_target
 
@@ -86,9 +87,31 @@ def _foreign_destination(provider_id: str, remote: Mapping[str, Any], providers_
     return not isinstance(own, str) or base.strip().rstrip("/") != own.strip().rstrip("/")
 
 
-def missing_key_message(provider_id: str) -> str:
-    spec = registry.get(provider_id)
-    cfg_name = spec.names_in_config()[0]
-    last = " or ".join(spec.env_vars) or f"an auth profile named {provider_id}"
-    return (f"{provider_id}: no API key (set memorySearch.remote.apiKey, "
-            f"models.providers.{cfg_name}.apiKey or {last})")
+def key_sources(provider_id: str | None, ms: Mapping[str, Any] | None = None,
+                providers_cfg: Mapping[str, Any] | None = None, *, destination_bound: bool = False,
+                keys: SettingKeys = SettingKeys()) -> str:
+    """Where a key for ``provider_id`` can be set, named as the config spells its keys (``keys``):
+    every message that says "set ..." or "check the API key: ..." words it here. With ``ms`` known,
+    a ``remote.baseUrl`` of someone else's under ``destination_bound`` (2026.9) takes only
+    ``remote.apiKey`` (resolve_api_key sends nothing else there), and ``remote.apiKey`` is named
+    only for the provider ``remote.*`` describes."""
+    remote_key = keys.key("remote.apiKey")
+    spec = registry.find(provider_id or "")
+    raw = ms.get("remote") if ms is not None else None
+    remote: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+    target = remote_target(ms) if ms is not None else provider_id
+    if spec is None or (ms is not None and target == provider_id and destination_bound
+                        and _foreign_destination(spec.id, remote, providers_cfg)):
+        return remote_key
+    places = [remote_key] if target in (spec.id, None) else []
+    places.append(f"models.providers.{spec.names_in_config()[0]}.apiKey")
+    last = " or ".join(spec.env_vars) or f"an auth profile named {spec.id}"
+    return f"{', '.join(places)} or {last}"
+
+
+def missing_key_message(provider_id: str, ms: Mapping[str, Any] | None = None,
+                        providers_cfg: Mapping[str, Any] | None = None, *, destination_bound: bool = False,
+                        keys: SettingKeys = SettingKeys()) -> str:
+    registry.get(provider_id)  # an unknown id is a ProviderError
+    sources = key_sources(provider_id, ms, providers_cfg, destination_bound=destination_bound, keys=keys)
+    return f"{provider_id}: no API key (set {sources})"

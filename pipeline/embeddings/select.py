@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from memindex.pipeline.config.openclaw_schema import SettingKeys
 from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.base import EmbeddingProvider, ProviderAuthError, ProviderError, ProviderKeyMissing
 from memindex.pipeline.embeddings.endpoints import fallback_provider, requested_provider, resolve_base_url, resolve_headers, resolve_model
@@ -48,12 +49,15 @@ def build_provider(
     as_fallback: bool = False,
     hf_base_url: str | None = None,
     destination_bound: bool = False,
+    keys: SettingKeys = SettingKeys(),
 ) -> EmbeddingProvider:
-    """One provider from settings. Missing key -> ProviderAuthError; other problems -> ProviderError."""
+    """One provider from settings. Missing key -> ProviderAuthError; other problems -> ProviderError.
+    ``keys``: how the config spells the keys a message names (``AgentSettings.keys``)."""
     spec = registry.get(provider_id)  # an unknown id is a ProviderError
     key = resolve_api_key(provider_id, ms, providers_cfg, env, auth_profiles, destination_bound)
     if spec.needs_key and not key:
-        raise ProviderKeyMissing(missing_key_message(provider_id))
+        raise ProviderKeyMissing(missing_key_message(provider_id, ms, providers_cfg,
+                                                     destination_bound=destination_bound, keys=keys))
     headers = resolve_headers(provider_id, ms, providers_cfg)
     _require_ascii(provider_id, key, headers)
     args = ProviderArgs(
@@ -97,6 +101,7 @@ def select_provider(
     auth_profiles: Mapping[str, str] | None = None,
     hf_base_url: str | None = None,
     destination_bound: bool = False,
+    keys: SettingKeys = SettingKeys(),
 ) -> ProviderChoice:
     """Primary + fallback for these settings (F3, reference §4.4). ``destination_bound``: OpenClaw
     2026.9's rule for a remote.baseUrl of someone else's (see keys.resolve_api_key)."""
@@ -105,7 +110,7 @@ def select_provider(
     def build(pid: str, as_fallback: bool = False) -> EmbeddingProvider:
         return build_provider(pid, ms, providers_cfg, env, cache_dir, as_fallback=as_fallback,
                               auth_profiles=auth_profiles, hf_base_url=hf_base_url,
-                              destination_bound=destination_bound)
+                              destination_bound=destination_bound, keys=keys)
 
     primary: EmbeddingProvider | None = None
     if requested == "none":  # OpenClaw's deliberate keyword-only search: no provider, no fallback

@@ -72,11 +72,11 @@ class OpenAIProvider(EmbeddingProvider):
             return [list(d.embedding) for d in data]
         except (AttributeError, TypeError, KeyError) as exc:
             raise InvalidVectorError(f"{self.id}: malformed response ({type(exc).__name__}): check "
-                                     "memorySearch.remote.baseUrl") from None
+                                     "its baseUrl") from None
 
     def _not_embeddings(self) -> InvalidVectorError:
         return InvalidVectorError(f"{self.id}: the response is not JSON embeddings (an HTML page?): "
-                                  "check memorySearch.remote.baseUrl")
+                                  "check its baseUrl")
 
     def status_error(self, exc: openai.APIStatusError) -> ProviderError:
         """Our error type for an SDK status error (shared with the batch client), redacted."""

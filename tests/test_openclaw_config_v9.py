@@ -1,0 +1,314 @@
+"""A 2026.9 config (``memory.search``, ``agents.entries.<id>``, per-agent ``memory`` blocks) is checked
+as strictly as a 2026.3 one, and every key an error or warning names is spelt as the config spells it.
+
+OpenClaw 2026.9.6's own schema (``dist/zod-schema.agent-runtime-*.mjs``): an agent entry is strict and
+its ``memory`` is ``{search: MemorySearchSchema}``, strict; ``agents.entries.*.memorySearch`` is a legacy
+key its doctor moves ("agents.entries.*.memorySearch moved to agents.entries.*.memory.search. Run
+"openclaw doctor --fix"").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from memindex.pipeline.config.settings import ConfigError, Context, load_settings
+from tests.conftest import run_cli
+
+
+def _write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _load(tmp_path: Path, text: str):
+    cfg = _write(tmp_path / "openclaw.json", text)
+    return load_settings(Context(config=str(cfg), state_dir=str(tmp_path / "state")), env={"HOME": str(tmp_path)})
+
+
+def _status(tmp_path: Path, text: str):
+    cfg = _write(tmp_path / "openclaw.json", text)
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    return run_cli("--config", str(cfg), "--state-dir", str(tmp_path / "state"), "status",
+                   env={"HOME": str(tmp_path)}, cwd=tmp_path, timeout=120)
+
+
+V9 = '{memory: {search: {provider: "none"}}, agents: {entries: {main: {workspace: "WS", %s}}}}'
+
+
+def _v9(tmp_path: Path, entry: str) -> str:
+    return V9.replace("WS", str(tmp_path / "ws")) % entry
+
+
+# --- B1: the per-agent memory block --------------------------------------------------------------
+
+@pytest.mark.parametrize("entry, key, message", [
+    ('memory: {serch: {provider: "local"}}', "agents.entries.main.memory.serch",
+     'unknown key; did you mean "search"? (known: search)'),
+    # 2026.9's agent memory block holds only search: citations is the top-level memory's
+    ('memory: {citations: "bogus"}', "agents.entries.main.memory.citations", "unknown key (known: search)"),
+    ('memory: {search: "none"}', "agents.entries.main.memory.search", "expected an object, got 'none'"),
+    ('memory: {search: {provder: "local"}}', "agents.entries.main.memory.search.provder",
+     'unknown key; did you mean "provider"?'),
+])
+def test_a_bad_per_agent_memory_block_is_one_error_naming_its_key(tmp_path, entry, key, message):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, _v9(tmp_path, entry))
+    assert err.value.key == key and message in str(err.value), err.value
+    out = _status(tmp_path, _v9(tmp_path, entry))
+    assert out.returncode == 2 and f"{key}: {message}" in out.stderr, (out.returncode, out.stderr)
+
+
+def test_a_valid_per_agent_memory_block_still_loads(tmp_path):
+    s = _load(tmp_path, _v9(tmp_path, 'memory: {search: {provider: "local", query: {maxResults: 3}}}'))
+    assert s.memory_search.provider == "local" and s.memory_search.query.max_results == 3
+
+
+# --- D5: memory.search is a known key of a 2026.9 memory block ------------------------------------
+
+def test_a_misspelt_memory_search_is_suggested_and_listed(tmp_path):
+    out = _status(tmp_path, '{memory: {serch: {provider: "none"}}, agents: {entries: {main: {}}}}')
+    assert out.returncode == 2, out.stderr
+    assert ('memory.serch: unknown key; did you mean "search"? (known: backend, citations, qmd, scope, search)'
+            in out.stderr), out.stderr
+
+
+def test_a_2026_3_config_is_not_sent_to_memory_search(tmp_path):
+    """With 2026.3's keys, memory.search would be a mixed-schema error: not suggested there."""
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none"}}}, memory: {serch: {}}}')
+    assert err.value.key == "memory.serch" and "search" not in str(err.value).split("(known:")[1], err.value
+
+
+# --- B2: 2026.3's memorySearch inside a 2026.9 agent entry ----------------------------------------
+
+def test_memory_search_of_2026_3_in_an_agent_entry_is_the_mixed_schema_error(tmp_path):
+    """It was read as the agent's settings (provider local over memory.search's none)."""
+    text = _v9(tmp_path, 'memorySearch: {provider: "local"}')
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, text)
+    assert err.value.key == "agents.entries.main.memorySearch", err.value
+    assert "is OpenClaw 2026.3's key" in str(err.value) and "run `openclaw doctor --fix`" in str(err.value)
+    out = _status(tmp_path, text)
+    assert out.returncode == 2, out.stderr
+    assert "agents.entries.main.memorySearch: is OpenClaw 2026.3's key" in out.stderr, out.stderr
+
+
+# --- B4: keys in errors and warnings are spelt as the 2026.9 config spells them ------------------
+
+def test_a_near_miss_in_a_2026_9_entry_names_its_entries_key(tmp_path, caplog):
+    """It said ``agents.list[0].wrkspace``, a key the config does not have."""
+    with caplog.at_level("WARNING", logger="memindex.config"):
+        _load(tmp_path, '{memory: {search: {provider: "none"}}, agents: {defaults: {systemAgnet: {agentId: "main"}},'
+                        ' entries: {main: {wrkspace: "/tmp"}, ops: {Memory: {}}}}}')
+    text = caplog.text
+    for where, want in (("agents.entries.main.wrkspace", "workspace"), ("agents.entries.ops.Memory", "memory"),
+                        ("agents.defaults.systemAgnet", "systemAgent")):
+        assert f"{where}: not a key memindex reads (did you mean {want}?)" in text, (where, text)
+    assert "agents.list" not in text and "memorySearch" not in text, text  # never 2026.3's keys, nor normalize's
+
+
+@pytest.mark.parametrize("agents, key", [
+    ('{entries: {main: {workspace: 42}}}', "agents.entries.main.workspace"),
+    ('{entries: {main: {default: "yes"}}}', "agents.entries.main.default"),
+    ('{entries: {main: "x"}}', "agents.entries.main"),
+    ('{entries: {Main: {}, main: {}}}', "agents.entries.main"),
+])
+def test_a_bad_2026_9_entry_is_named_by_its_entries_key(tmp_path, agents, key):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{memory: {search: {provider: "none"}}, agents: %s}' % agents)
+    assert err.value.key == key, err.value
+    assert "agents.list" not in str(err.value), err.value
+
+
+def test_a_multimodal_conflict_in_2026_9_names_no_2026_3_key(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{memory: {search: {provider: "openai", multimodal: {enabled: true}}},'
+                        ' agents: {entries: {main: {}}}}')
+    assert err.value.key == "memory.search.multimodal.enabled" and 'provider is "openai"' in str(err.value)
+    assert "memorySearch" not in str(err.value), err.value
+
+
+# --- the range table applies to 2026.9's keys too -------------------------------------------------
+
+TOP = "memory: {search: {provider: 'none', %s}}, agents: {entries: {main: {}}}"
+PER_AGENT = "memory: {search: {provider: 'none'}}, agents: {entries: {main: {memory: {search: {%s}}}}}"
+
+
+@pytest.mark.parametrize("where", [TOP, PER_AGENT])
+@pytest.mark.parametrize("setting, leaf, expected", [
+    ("query: {maxResults: 5000}", "query.maxResults", "expected a number from 1 to 1,000, got 5000"),
+    ("outputDimensionality: 100000000", "outputDimensionality", "expected a number from 1 to 16,384"),
+    ("query: {hybrid: {temporalDecay: {halfLifeDays: 100000}}}", "query.hybrid.temporalDecay.halfLifeDays",
+     "expected a number from 1 to 36,500"),
+])
+def test_a_2026_9_value_outside_its_range_is_refused(tmp_path, where, setting, leaf, expected):
+    """``memory.search.query.maxResults: 5000`` was taken: the table was only looked up for 2026.3's paths."""
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, "{" + where % setting + "}")
+    prefix = "memory.search" if where == TOP else "agents.entries.main.memory.search"
+    assert err.value.key == f"{prefix}.{leaf}" and expected in str(err.value), err.value
+
+
+# --- B5: a fractional value of an integer setting is refused, never truncated ---------------------
+
+def _integer_leaves(schema: dict, prefix: str) -> list[str]:
+    """Schema paths whose check turns a whole float into an int: the integer settings."""
+    from memindex.pipeline.config import ranges
+    from memindex.pipeline.config.settings import F, Ignored
+
+    out = []
+    for k, sub in schema.items():
+        path = f"{prefix}.{k}"
+        sub = sub.schema if isinstance(sub, Ignored) else sub
+        if isinstance(sub, dict):
+            out += _integer_leaves(sub, path)
+            continue
+        check = sub.check if isinstance(sub, F) else sub
+        lo = (ranges.bounds(path) or (None, None))[0]
+        try:
+            if type(check(path, float(max(1, math.ceil(lo or 0))))) is int:
+                out.append(path)
+        except Exception:  # noqa: BLE001 - not an integer's key
+            pass
+    return out
+
+
+def _integer_settings() -> list[str]:
+    from memindex.pipeline.config.settings import MEMORY, MEMORY_SEARCH
+
+    return _integer_leaves(MEMORY_SEARCH, "memory.search") + _integer_leaves(MEMORY, "memory")
+
+
+def _fractional(key: str) -> float:
+    """A fractional value inside ``key``'s range (so only its fraction is wrong)."""
+    from memindex.pipeline.config import ranges
+
+    lo, hi = ranges.bounds(key) or (None, None)
+    value = (lo or 0) + 1.5
+    assert hi is None or value < hi, key
+    return value
+
+
+def test_the_integer_settings_are_found():
+    keys = _integer_settings()
+    for key in ("memory.search.query.maxResults", "memory.search.chunking.tokens", "memory.search.chunking.overlap",
+                "memory.search.outputDimensionality", "memory.search.local.maxInputTokens",
+                "memory.qmd.update.interval", "memory.qmd.limits.maxResults"):
+        assert key in keys, keys
+
+
+@pytest.mark.parametrize("key", _integer_settings())
+def test_a_fractional_value_of_any_integer_setting_is_one_error_naming_it(tmp_path, key):
+    head, *rest = key.split(".")
+    node: dict = {}
+    leaf = node
+    for part in rest[:-1]:
+        leaf = leaf.setdefault(part, {})
+    value = _fractional(key)
+    leaf[rest[-1]] = value
+    cfg = {"memory": node, "agents": {"entries": {"main": {}}}}
+    cfg["memory"].setdefault("search", {}).setdefault("provider", "none")
+    if key == "memory.search.chunking.overlap":
+        cfg["memory"]["search"]["chunking"]["tokens"] = 400
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, json.dumps(cfg))
+    assert err.value.key == key and str(value) in str(err.value), err.value
+    assert "expected" in str(err.value) and "integer" in str(err.value) or "whole number" in str(err.value)
+
+
+def test_whole_floats_are_the_integer_and_fractions_through_the_cli_are_refused(tmp_path):
+    s = _load(tmp_path, '{memory: {search: {provider: "none", query: {maxResults: 3.0},'
+                        ' chunking: {tokens: 50.0, overlap: 5.0}}}, agents: {entries: {main: {}}}}')
+    assert (s.memory_search.query.max_results, s.chunk_tokens, s.chunk_overlap) == (3, 50, 5)
+    assert type(s.memory_search.query.max_results) is int
+    for setting, key, shown in (("query: {maxResults: 2.5}", "memory.search.query.maxResults", "2.5"),
+                                ("chunking: {tokens: 50.7, overlap: 0.5}", "memory.search.chunking.tokens", "50.7")):
+        out = _status(tmp_path, '{memory: {search: {provider: "none", %s}}, agents: {entries: {main: {}}}}' % setting)
+        assert out.returncode == 2 and f"{key}: expected an integer, got {shown}" in out.stderr, out.stderr
+    with pytest.raises(ConfigError) as err:  # a 2026.3 config the same
+        _load(tmp_path, '{agents: {defaults: {memorySearch: {chunking: {overlap: 0.5}}}}}')
+    assert err.value.key == "agents.defaults.memorySearch.chunking.overlap", err.value
+    with pytest.raises(ConfigError) as err:  # and memoryFlush's, by the same check
+        _load(tmp_path, '{agents: {defaults: {compaction: {memoryFlush: {softThresholdTokens: 4000.5}}}}}')
+    assert err.value.key == "agents.defaults.compaction.memoryFlush.softThresholdTokens", err.value
+
+
+# --- B3: hints name the keys of the config's own schema -------------------------------------------
+
+from memindex.pipeline.embeddings.hints import failure_hint  # noqa: E402
+from tests.conftest import module_server  # noqa: E402
+from tests.provider_server import ProviderServer  # noqa: E402
+
+server = module_server(ProviderServer)
+FAST = {"MEMINDEX_RETRY_BASE_DELAY_S": "0.01", "MEMINDEX_RETRY_ATTEMPTS": "1"}
+
+
+def _index(tmp_path: Path, cfg: dict, env: dict | None = None):
+    _write(tmp_path / "ws" / "memory" / "note.md", "# Note\nThe quokka runbook lives in the ops wiki.\n")
+    path = _write(tmp_path / "openclaw.json", cfg)
+    return run_cli("--config", str(path), "--state-dir", str(tmp_path / "state"), "index",
+                   env={"HOME": str(tmp_path), "OPENAI_API_KEY": "", **FAST, **(env or {})}, cwd=tmp_path,
+                   timeout=120)
+
+
+def _v9_cfg(tmp_path: Path, search: dict, agent_search: dict | None = None) -> dict:
+    entry: dict = {"workspace": str(tmp_path / "ws")}
+    if agent_search is not None:
+        entry["memory"] = {"search": agent_search}
+    return {"memory": {"search": search}, "agents": {"entries": {"main": entry}}}
+
+
+def test_a_third_party_base_url_without_its_key_names_only_remote_api_key_in_2026_9_spelling(tmp_path):
+    """It said "set memorySearch.remote.apiKey, models.providers.openai.apiKey or OPENAI_API_KEY": the
+    env key is never sent there, and memorySearch in a 2026.9 config is the mixed-schema error."""
+    top = _v9_cfg(tmp_path, {"provider": "openai", "remote": {"baseUrl": "http://127.0.0.1:18765/v1"}})
+    out = _index(tmp_path, top, {"OPENAI_API_KEY": "sk-env-never-sent"})
+    assert "warning: main: openai: no API key (set memory.search.remote.apiKey); keyword search only" in out.stderr, \
+        out.stderr
+    per_agent = _v9_cfg(tmp_path, {"provider": "openai"}, {"remote": {"baseUrl": "http://127.0.0.1:18765/v1"}})
+    out = _index(tmp_path, per_agent, {"OPENAI_API_KEY": "sk-env-never-sent"})
+    assert ("openai: no API key (set agents.entries.main.memory.search.remote.apiKey); keyword search only"
+            in out.stderr), out.stderr
+    # the provider's own endpoint: every place a key can come from, in 2026.9 spelling
+    out = _index(tmp_path, _v9_cfg(tmp_path, {"provider": "openai"}))
+    assert ("openai: no API key (set memory.search.remote.apiKey, models.providers.openai.apiKey or OPENAI_API_KEY)"
+            in out.stderr), out.stderr
+
+
+def test_a_rejected_key_hint_names_the_key_where_the_config_sets_it(tmp_path, server):
+    server.reset()
+    server.state.keys["openai"] = "sk-right"
+    remote = {"baseUrl": server.base("openai"), "apiKey": "sk-wrong"}
+    out = _index(tmp_path, _v9_cfg(tmp_path, {"provider": "openai", "fallback": "none", "remote": remote}))
+    line = next((ln for ln in out.stderr.splitlines() if ln.startswith("error: main:")), out.stderr)
+    assert "openai rejected the API key" in line and line.endswith("(check the API key: memory.search.remote.apiKey)"), \
+        out.stderr
+    out = _index(tmp_path, _v9_cfg(tmp_path, {"provider": "openai", "fallback": "none"}, {"remote": remote}))
+    line = next((ln for ln in out.stderr.splitlines() if ln.startswith("error: main:")), out.stderr)
+    assert line.endswith("(check the API key: agents.entries.main.memory.search.remote.apiKey)"), out.stderr
+
+
+def test_a_connection_hint_names_the_base_url_only_where_one_is_configured(tmp_path):
+    reason = "openai: request connection failed (https://api.openai.com/v1/embeddings): APIConnectionError"
+    own = _load(tmp_path, json.dumps(_v9_cfg(tmp_path, {"provider": "openai"})))
+    assert failure_hint(reason, "openai", own) == "the provider kept failing; check the network and openai's status"
+    proxied = _load(tmp_path, json.dumps(_v9_cfg(tmp_path, {"provider": "openai"},
+                                                 {"remote": {"baseUrl": "https://proxy.example/v1"}})))
+    assert failure_hint(reason, "openai", proxied) == ("the provider kept failing; check "
+                                                       "agents.entries.main.memory.search.remote.baseUrl and the "
+                                                       "provider's status")
+    via_models = _load(tmp_path, json.dumps({**_v9_cfg(tmp_path, {"provider": "openai"}),
+                                             "models": {"providers": {"openai": {"baseUrl": "https://p.example/v1"}}}}))
+    assert "check models.providers.openai.baseUrl and" in failure_hint(reason, "openai", via_models)
+    for hint in (failure_hint(r, "openai", proxied) for r in ("openai: model not found: x", "inconsistent vector dims",
+                                                              "openai: rate limited (429)")):
+        assert "memorySearch" not in hint and "memory.search." in hint, hint
+    # a 2026.3 config keeps the keys its docs name
+    old = _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "openai", '
+                          'remote: {baseUrl: "https://proxy.example/v1"}}}}}')
+    assert "check memorySearch.remote.baseUrl and" in failure_hint(reason, "openai", old)
