@@ -126,6 +126,12 @@ def test_status_and_health(local: str, indexed: Agent) -> None:
     ("GET", "/v1/status?agent=main&agent=other", None, 400, "bad_request"),
     ("GET", "/v1/status?bogus=1", None, 400, "bad_request"),  # was answered, as POST's unknown fields are not
     ("GET", "/v1/status?agent=main&agnet=ops", None, 400, "bad_request"),
+    # An empty agent is refused as the CLI's --agent "" is (it quietly meant the default agent)
+    ("POST", "/v1/search", {"query": "x", "agent": ""}, 400, "bad_request"),
+    ("POST", "/v1/search", {"query": "x", "agent": " ", "sessionKey": "agent:main:x"}, 400, "bad_request"),
+    ("POST", "/v1/get", {"path": "MEMORY.md", "agent": ""}, 400, "bad_request"),
+    ("GET", "/v1/status?agent=", None, 400, "bad_request"),
+    ("POST", "/v1/search", {"query": "x", "corpus": "MEMORY"}, 400, "bad_request"),
     ("GET", "/v1/search", None, 405, "method_not_allowed"),
     ("GET", "/nope", None, 404, "not_found"),
 ])
@@ -134,6 +140,10 @@ def test_errors_are_json_with_a_code(local: str, method: str, path: str, body, s
     r = httpx.request(method, f"{local}{path}", timeout=30, **send)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
+    if isinstance(body, dict) and body.get("agent") in ("", " ") or path.endswith("agent="):
+        assert "invalid agent id" in r.json()["error"]["message"], r.text
+    if isinstance(body, dict) and "corpus" in body:
+        assert r.json()["error"]["message"] == "corpus must be one of: memory, wiki, all, sessions", r.text
     if "bogus" in path or "agnet" in path:
         assert r.json()["error"]["message"] == \
             f"unknown query parameter(s) {'bogus' if 'bogus' in path else 'agnet'}; expected agent"
