@@ -210,6 +210,28 @@ def test_a_config_that_turns_invalid_is_a_tool_error_that_says_why(tmp_path: Pat
     asyncio.run(main())
 
 
+def test_a_config_that_is_not_json5_at_start_is_served_as_an_invalid_one(tmp_path: Path) -> None:
+    """trialB: a config that could not be parsed made `memindex mcp` exit 2 at start, where a bad
+    value (or a file broken while it runs) is a tool error saying why: now it starts, its tools
+    answer the config's error, and once the file is fixed they answer as usual."""
+    a = Agent(tmp_path / "a")
+    a.write("MEMORY.md", "# Memory\nThe VLAN plan.\n")
+    a.config_path.write_text("{ broken")
+    params = StdioServerParameters(command=sys.executable, args=[*cli_args(a), "mcp"], cwd=str(tmp_path))
+
+    async def main() -> None:
+        async with Client(params) as client:
+            for tool, args in (("memory_search", {"query": "VLAN"}), ("memory_status", {})):
+                res = await client.call_tool(tool, args)
+                text = res.content[0].text
+                assert res.is_error and text.startswith(f"{tool}: invalid config: ") and "JSON5" in text, text
+            a.write_config({})
+            res = await client.call_tool("memory_search", {"query": "VLAN"})
+            assert not res.is_error, res.content
+
+    asyncio.run(main())
+
+
 def test_stdio_from_the_null_device_ends_cleanly(tmp_path: Path) -> None:
     """helper-19: stdin from /dev/null (systemd, cron, nohup) crashed the server with a 79-line
     ExceptionGroup (the event loop cannot wait on the null device: EPERM), exit 1. Its EOF is the

@@ -212,6 +212,9 @@ class MemoryTools:
         """``agent_id``'s Context. The server's --workspace names its own agent's workspace; every
         other agent keeps the one its config gives it (applied to all, it poured one agent's
         files into the others' stores)."""
+        if self.base.agent_id is None:  # started while the config could not be loaded: own is the default agent
+            own = agent_id == self._agents()[1]  # (as the config reads now)
+            return Context(agent_id, self.base.config, self.base.state_dir, self.base.workspace if own else None)
         if agent_id == self.base.agent_id:
             return self.base
         return Context(agent_id, self.base.config, self.base.state_dir, None)
