@@ -21,7 +21,7 @@ from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.search.backend import SearchEngine, open_search
 from memindex.pipeline.config.paths import validate_agent_id
 from memindex.pipeline.errors import ConfigError, EnvError
-from memindex.producers.cli.agents import base_context, context_for
+from memindex.producers.cli.agents import base_context
 from memindex.producers.cli.runner import run_for_server
 from memindex.producers.cli.ops import Producers, metrics_port, start_producers
 from memindex.producers.cli.options import say, say_error
@@ -68,7 +68,8 @@ def _tools(args: argparse.Namespace, *, broken_ok: bool = True) -> MemoryTools:
             raise
         # The agent as --agent names it (checked as the CLI checks it), else the default agent, as
         # the config reads on each call once it loads.
-        base = context_for(args, validate_agent_id(args.agent) if args.agent is not None else None)
+        agent = validate_agent_id(args.agent) if args.agent is not None else None
+        base = Context(agent, args.config, args.state_dir, args.workspace)  # (context_for's, with no agent)
     # --agent confines the server to that agent; without it every configured agent is served.
     tools = MemoryTools(base, only=base.agent_id if args.agent else None)
     try:
