@@ -44,8 +44,16 @@ def checked_call(name: str) -> Callable[[F], F]:
 
         sig = inspect.signature(fn)
         params = [p for p in sig.parameters if p not in ("self", "cls")]
+        # The keywords the call can take: an unknown one is named first (Python's bind names the
+        # first missing argument instead, so flush_decision(foo=1) said "missing 'token_estimate'").
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+        named = {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
         def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            unknown = [k for k in kwargs if k not in named] if not takes_any else []
+            if unknown:
+                raise UsageError(f"{name}(): got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                                 f"it takes {', '.join(params)}")
             try:
                 sig.bind(*args, **kwargs)
             except TypeError as exc:

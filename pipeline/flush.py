@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from memindex.pipeline.errors import UsageError, checked_call, require
+from memindex.pipeline.errors import StoreError, UsageError, checked_call, require
 from memindex.pipeline.config.settings import DEFAULT_RESERVE_TOKENS_FLOOR, DEFAULT_SOFT_THRESHOLD_TOKENS
 
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -184,18 +184,40 @@ def flush_decision(
 
 
 @checked_call("load_session_entry")
-def load_session_entry(sessions_json_path: Path, session_key: str) -> dict[str, Any] | None:
-    """The session's entry in OpenClaw's ``sessions.json`` (what ``flush_decision`` reads), or None."""
+def load_session_entry(sessions_json_path: str | os.PathLike[str], session_key: str) -> dict[str, Any] | None:
+    """The session's entry in OpenClaw's ``sessions.json`` (what ``flush_decision`` reads), or None
+    (no such file, or no entry for the key). A file that cannot be read or is not JSON is a
+    ``StoreError`` naming it."""
+    path = _sessions_path(sessions_json_path)
     require("session_key", session_key, str)
-    return _entry(_read_sessions(Path(sessions_json_path)), session_key)
+    return _entry(_read_sessions(path), session_key)
+
+
+def _sessions_path(value: Any) -> Path:
+    """``sessions_json_path`` as a Path; a UsageError for anything else (None, a number: a TypeError
+    from pathlib deep inside), or for an empty path (the current directory)."""
+    require("sessions_json_path", value, (str, os.PathLike))
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text.strip() or "\x00" in text:
+        raise UsageError(f"sessions_json_path must be a non-empty path without NUL bytes, not {text!r}")
+    return Path(text)
 
 
 def _read_sessions(path: Path) -> Any:
-    """The parsed ``sessions.json``; None when there is none."""
+    """The parsed ``sessions.json``; None when there is none. One that cannot be read (a directory,
+    no permission) or is not JSON is a ``StoreError`` naming the file: it raised the OSError or
+    JSONDecodeError itself, outside the error tree. (Read as JSON, as ``mark_flushed`` writes it.)"""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StoreError(f"cannot read the sessions store {path}: {why}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:  # (json.JSONDecodeError)
+        raise StoreError(f"the sessions store {path} is not JSON: {exc}") from None
 
 
 def _entry(store: Any, session_key: str) -> dict[str, Any] | None:
@@ -227,7 +249,7 @@ def _atomic_write_json(path: Path, data: Any) -> None:
 
 @checked_call("mark_flushed")
 def mark_flushed(
-    sessions_json_path: Path,
+    sessions_json_path: str | os.PathLike[str],
     session_key: str,
     *,
     now: datetime | None = None,
@@ -238,10 +260,16 @@ def mark_flushed(
     ``compaction_count`` lets the caller pass a count that advanced while the
     flush turn ran (a compaction finished meanwhile); it is stored for both
     fields so the new cycle is not flushed again. Raises ``UsageError`` when
-    the session has no entry (no entry means no flush should have run).
+    the session has no entry (no entry means no flush should have run), and
+    ``StoreError`` naming the file when it cannot be read, is not JSON or
+    cannot be written.
     """
+    path = _sessions_path(sessions_json_path)
     require("session_key", session_key, str)
-    path = Path(sessions_json_path)
+    require("now", now, datetime, optional=True)
+    require("compaction_count", compaction_count, int, optional=True)
+    if compaction_count is not None and compaction_count < 0:
+        raise UsageError(f"compaction_count must be at least 0, not {compaction_count}")
     store = _read_sessions(path)
     entry = _entry(store, session_key)
     if entry is None:
@@ -253,4 +281,7 @@ def mark_flushed(
     entry[FIELD_FLUSH_COMPACTION_COUNT] = current
     stamp = now or datetime.now(timezone.utc)
     entry[FIELD_FLUSH_AT] = int(stamp.timestamp() * 1000)
-    _atomic_write_json(path, store)
+    try:
+        _atomic_write_json(path, store)
+    except OSError as exc:  # a read-only directory, a full disk
+        raise StoreError(f"cannot write the sessions store {path}: {exc.strerror or exc}") from None

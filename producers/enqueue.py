@@ -68,6 +68,11 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
     search is disabled is not indexed (``"disabled": 1``, nothing else).
     """
     require("ctx", ctx, Context)
+    # Checked before anything is queued: a force of another type was taken by its truth value,
+    # a progress that is not callable failed mid-sync, with the work already queued.
+    require("force", force, bool)
+    if progress is not None and not callable(progress):
+        raise UsageError(f"progress must be callable or None, not {type(progress).__name__}")
     require("timeout", timeout, (int, float), optional=True)
     if timeout is not None and not timeout >= 0:  # (NaN too)
         raise UsageError(f"timeout must be a number of seconds >= 0 or None, not {timeout!r}")

@@ -120,6 +120,9 @@ _last_lock = threading.Lock()
 def schedule_sync(settings: AgentSettings, reason: str) -> None:
     """``MemorySearch(schedule_sync=schedule_sync)``: enqueue, never wait."""
     require("settings", settings, AgentSettings)
+    # Checked here, where the caller is: a reason of another type was queued, and the worker then
+    # refused the message as "sent by another version of memindex".
+    require("reason", reason, str)
     key = str(settings.store_path)
     if reason == "search":
         with _last_lock:

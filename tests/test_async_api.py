@@ -327,3 +327,40 @@ def test_a_min_score_above_1_is_a_usage_error_in_process_too(agent: Agent) -> No
         with pytest.raises(memindex.UsageError, match="min_score must be at most 1"):
             engine.search("papaya", min_score=2)
         assert engine.search("papaya", min_score=-1.0).results
+
+
+def test_what_the_trial_found_accepted_is_refused_at_the_call(agent: Agent) -> None:
+    """trialB: schedule_sync(s, 5) was queued, and the worker then refused it as "sent by another
+    version of memindex"; sync_and_wait(force="yes") was taken by its truth value; engine.search("")
+    answered an empty SearchResponse where the CLI and the servers refuse the query; chat_type="bogus"
+    was taken silently; Context(agent_id="../x") was built and refused later by load_settings, as a
+    ConfigError. Each is a UsageError at the call, naming the argument."""
+    agent.write("memory/a.md", "papaya smoothie recipe\n")
+    agent.index()
+    s = agent.settings()
+    refused = [
+        (lambda: memindex.schedule_sync(s, 5), "reason must be str"),
+        (lambda: memindex.sync_and_wait(agent.ctx, force="yes"), "force must be bool"),
+        (lambda: memindex.sync_and_wait(agent.ctx, progress=5), "progress must be callable"),
+        (lambda: memindex.memory_search(s, ""), "the query is empty"),
+        (lambda: memindex.Context(agent_id="../x"), r"Context.agent_id: invalid agent id '\.\./x'"),
+        (lambda: memindex.Context(agent_id=""), "Context.agent_id: invalid agent id ''"),
+        (lambda: memindex.Context("a/b", state_dir=str(agent.state)), "invalid agent id 'a/b'"),
+    ]
+    with memindex.open_search(s) as engine:
+        refused += [
+            (lambda: engine.search(""), "the query is empty"),
+            (lambda: engine.search(" \n\t"), "the query is empty"),
+            (lambda: asyncio.run(engine.asearch("")), "the query is empty"),
+            (lambda: engine.search("papaya", chat_type="bogus"), "chat_type must be one of: direct, group, channel"),
+        ]
+        for call, said in refused:
+            with pytest.raises(memindex.UsageError, match=said):
+                call()
+        # the right arguments still answer
+        assert engine.search("papaya", chat_type="direct").results
+        assert engine.search("papaya", chat_type="Group").results is not None
+    assert memindex.Context(agent_id=" Main ").agent_id == " Main "  # (normalised where it is resolved)
+    assert memindex.load_settings(memindex.Context("Main", str(agent.config_path), str(agent.state))).agent_id == "main"
+    memindex.schedule_sync(s, "search")
+    assert memindex.sync_and_wait(agent.ctx, force=False, progress=lambda done, total: None)["to_index"] == 0

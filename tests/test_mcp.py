@@ -98,6 +98,23 @@ async def exercise(client: Client, a: Agent) -> None:
         assert res.is_error and said in res.content[0].text and "pydantic" not in res.content[0].text, bad
         assert res.content[0].text.startswith("memory_search: "), res.content[0].text
 
+    # A value outside an argument's set, and a null where the JSON API reads "not given": the SDK's
+    # schema check answered "1 validation error for memory_searchArguments ..." (pydantic's words).
+    for bad in ({"query": "VLAN", "corpus": "bogus"}, {"query": "VLAN", "corpus": "MEMORY"}):
+        res = await client.call_tool("memory_search", bad)
+        text = res.content[0].text
+        assert res.is_error and text == "memory_search: corpus must be one of: memory, wiki, all, sessions", bad
+    res = await client.call_tool("memory_search", {"query": "VLAN IoT", "corpus": "memory"})
+    assert not res.is_error and res.structured_content["results"], res.content
+    res = await client.call_tool("memory_index", {"force": None, "agent": "nobody"})  # (the agent: no sync here)
+    assert res.is_error and "unknown agent 'nobody'" in res.content[0].text, res.content
+    # An empty agent is refused as the CLI's --agent "" is (it meant the default agent, quietly).
+    for tool, args in (("memory_search", {"query": "VLAN", "agent": ""}), ("memory_status", {"agent": " "}),
+                       ("memory_search", {"query": "VLAN", "agent": "", "sessionKey": "agent:main:x"})):
+        res = await client.call_tool(tool, args)
+        assert res.is_error and "invalid agent id" in res.content[0].text, (args, res.content)
+        assert "pydantic" not in res.content[0].text
+
     # A misspelt argument is refused with the names expected, not dropped (it would mean the default).
     res = await client.call_tool("memory_search", {"query": "VLAN", "maxresults": 1})
     assert res.is_error and "unknown field(s) maxresults" in res.content[0].text
@@ -139,6 +156,8 @@ def test_stdio_tools_and_freshness(indexed: Agent, tmp_path: Path) -> None:
             assert res.structured_content["results"][0]["path"] == "memory/2026-03-02.md"
             res = await client.call_tool("memory_index", {"force": "yes"})
             assert res.is_error and "force must be true or false" in res.content[0].text
+            res = await client.call_tool("memory_index", {"force": None})  # null: not given, as the JSON API reads it
+            assert not res.is_error and res.structured_content["agentId"] == "main", res.content
 
     asyncio.run(main())
 
@@ -187,6 +206,28 @@ def test_a_config_that_turns_invalid_is_a_tool_error_that_says_why(tmp_path: Pat
                 res = await client.call_tool(tool, args)
                 text = res.content[0].text
                 assert res.is_error and "providr" in text and '"provider"' in text, text
+
+    asyncio.run(main())
+
+
+def test_a_config_that_is_not_json5_at_start_is_served_as_an_invalid_one(tmp_path: Path) -> None:
+    """trialB: a config that could not be parsed made `memindex mcp` exit 2 at start, where a bad
+    value (or a file broken while it runs) is a tool error saying why: now it starts, its tools
+    answer the config's error, and once the file is fixed they answer as usual."""
+    a = Agent(tmp_path / "a")
+    a.write("MEMORY.md", "# Memory\nThe VLAN plan.\n")
+    a.config_path.write_text("{ broken")
+    params = StdioServerParameters(command=sys.executable, args=[*cli_args(a), "mcp"], cwd=str(tmp_path))
+
+    async def main() -> None:
+        async with Client(params) as client:
+            for tool, args in (("memory_search", {"query": "VLAN"}), ("memory_status", {})):
+                res = await client.call_tool(tool, args)
+                text = res.content[0].text
+                assert res.is_error and text.startswith(f"{tool}: invalid config: ") and "JSON5" in text, text
+            a.write_config({})
+            res = await client.call_tool("memory_search", {"query": "VLAN"})
+            assert not res.is_error, res.content
 
     asyncio.run(main())
 

@@ -221,3 +221,52 @@ def test_wrong_arguments_are_usage_errors_naming_them():
     with pytest.raises(UsageError, match="session_entry"):
         flush_decision(10, WINDOW, {}, [], "rw", NOW)
 
+
+
+def test_a_wrong_path_or_option_is_a_usage_error_and_a_bad_sessions_file_a_store_error_naming_it(tmp_path):
+    """trialB: load_session_entry(None | 5, k) and mark_flushed(None, k) raised pathlib's TypeError,
+    a sessions.json that is not JSON its JSONDecodeError, a directory IsADirectoryError, and
+    mark_flushed(now="x") / (compaction_count="x") an AttributeError / TypeError: all outside the
+    error root. Wrong arguments are UsageErrors naming them; a file that cannot be read or parsed
+    (or written) is a StoreError naming the file, and the file is left as it was."""
+    import memindex
+
+    good = tmp_path / "sessions.json"
+    write_store(good, {"k": {"sessionId": "s", "compactionCount": 2}})
+    for bad in (None, 5, b"/tmp/x.json", ""):
+        with pytest.raises(memindex.UsageError, match="sessions_json_path"):
+            memindex.load_session_entry(bad, "k")
+        with pytest.raises(memindex.UsageError, match="sessions_json_path"):
+            memindex.mark_flushed(bad, "k")
+    for kw, name in (({"now": "x"}, "now"), ({"now": 1.5}, "now"), ({"compaction_count": "x"}, "compaction_count"),
+                     ({"compaction_count": True}, "compaction_count"), ({"compaction_count": -1}, "compaction_count")):
+        with pytest.raises(memindex.UsageError, match=name):
+            memindex.mark_flushed(good, "k", **kw)
+    assert json.loads(good.read_text()) == {"k": {"sessionId": "s", "compactionCount": 2}}  # untouched
+
+    not_json = tmp_path / "broken.json"
+    not_json.write_text("{")
+    for path, said in ((not_json, "is not JSON"), (tmp_path, "Is a directory")):
+        for call in (lambda: memindex.load_session_entry(path, "k"), lambda: memindex.mark_flushed(path, "k")):
+            with pytest.raises(memindex.StoreError, match=said) as exc:
+                call()
+            assert str(path) in str(exc.value) and isinstance(exc.value, memindex.MemindexError)
+    assert not_json.read_text() == "{"
+    # the right calls still answer; str paths as well as Paths
+    assert memindex.load_session_entry(str(good), "k") == {"sessionId": "s", "compactionCount": 2}
+    memindex.mark_flushed(str(good), "k", now=NOW, compaction_count=3)
+    assert memindex.load_session_entry(good, "k")["memoryFlushCompactionCount"] == 3
+
+
+def test_an_unknown_keyword_is_named_before_a_missing_argument():
+    """trialB: flush_decision(foo=1) said "missing a required argument: 'token_estimate'", not that
+    `foo` is no argument of it."""
+    import memindex
+
+    with pytest.raises(memindex.UsageError, match=r"^flush_decision\(\): got unexpected keyword argument\(s\) 'foo'; "
+                                                  r"it takes token_estimate, "):
+        memindex.flush_decision(foo=1)
+    with pytest.raises(memindex.UsageError, match="'foo'"):
+        memindex.mark_flushed("sessions.json", "k", foo=1)
+    with pytest.raises(memindex.UsageError, match="missing a required argument: 'token_estimate'"):
+        memindex.flush_decision()  # no unknown keyword: the missing one is still named

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from memindex.pipeline.config.settings import ConfigError, Context, load_settings, resolve_agent
+from memindex.pipeline.errors import UsageError
 from tests.conftest import Agent, run_cli, start_workers
 
 
@@ -91,7 +92,8 @@ def test_resolution_rule(mirrors, cfg, agent, extra, field, expected):
 
 @pytest.mark.parametrize("bad", ["../../x", "/abs", "a/b", "", " ", "..", "a\\b"])
 def test_path_like_agent_ids_are_refused(tmp_path, bad):
-    with pytest.raises(ConfigError, match="invalid agent id"):
+    # At the Context (a UsageError, as Context(state_dir="") is), before load_settings could look.
+    with pytest.raises(UsageError, match="invalid agent id"):
         load_settings(Context(bad, state_dir=str(tmp_path)), env={"HOME": str(tmp_path)})
     assert not (tmp_path / "memory").exists()
 

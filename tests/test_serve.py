@@ -126,6 +126,12 @@ def test_status_and_health(local: str, indexed: Agent) -> None:
     ("GET", "/v1/status?agent=main&agent=other", None, 400, "bad_request"),
     ("GET", "/v1/status?bogus=1", None, 400, "bad_request"),  # was answered, as POST's unknown fields are not
     ("GET", "/v1/status?agent=main&agnet=ops", None, 400, "bad_request"),
+    # An empty agent is refused as the CLI's --agent "" is (it quietly meant the default agent)
+    ("POST", "/v1/search", {"query": "x", "agent": ""}, 400, "bad_request"),
+    ("POST", "/v1/search", {"query": "x", "agent": " ", "sessionKey": "agent:main:x"}, 400, "bad_request"),
+    ("POST", "/v1/get", {"path": "MEMORY.md", "agent": ""}, 400, "bad_request"),
+    ("GET", "/v1/status?agent=", None, 400, "bad_request"),
+    ("POST", "/v1/search", {"query": "x", "corpus": "MEMORY"}, 400, "bad_request"),
     ("GET", "/v1/search", None, 405, "method_not_allowed"),
     ("GET", "/nope", None, 404, "not_found"),
 ])
@@ -134,6 +140,10 @@ def test_errors_are_json_with_a_code(local: str, method: str, path: str, body, s
     r = httpx.request(method, f"{local}{path}", timeout=30, **send)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
+    if isinstance(body, dict) and body.get("agent") in ("", " ") or path.endswith("agent="):
+        assert "invalid agent id" in r.json()["error"]["message"], r.text
+    if isinstance(body, dict) and "corpus" in body:
+        assert r.json()["error"]["message"] == "corpus must be one of: memory, wiki, all, sessions", r.text
     if "bogus" in path or "agnet" in path:
         assert r.json()["error"]["message"] == \
             f"unknown query parameter(s) {'bogus' if 'bogus' in path else 'agnet'}; expected agent"
@@ -285,6 +295,36 @@ def test_two_agents_workspace_override_confinement_ids_and_a_broken_config(tmp_p
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_config_that_is_not_json5_at_start_is_served_as_an_invalid_one(tmp_path: Path) -> None:
+    """trialB: `echo '{ broken' > openclaw.json; memindex serve` exited 2, where a bad value (or a
+    file broken while it runs) starts and answers config_error, /healthz 503 "while the config
+    cannot be loaded". Now both start alike, and a fixed file is served without a restart."""
+    a = Agent(tmp_path / "a")
+    a.write("MEMORY.md", "# Memory\nThe VLAN plan.\n")
+    a.config_path.write_text("{ broken")
+    proc, url = serve(a, tmp_path)
+    try:
+        h = httpx.get(f"{url}/healthz", timeout=30)
+        assert h.status_code == 503 and h.json() == {"ok": False, "error": "config_error"}, h.text
+        for r in (httpx.post(f"{url}/v1/search", json={"query": "VLAN"}, timeout=30),
+                  httpx.get(f"{url}/v1/status", timeout=30)):
+            assert r.status_code == 500 and r.json()["error"]["code"] == "config_error", r.text
+            assert "JSON5" in r.json()["error"]["message"] and str(a.config_path) in r.json()["error"]["message"]
+        a.write_config({})
+        assert httpx.get(f"{url}/healthz", timeout=30).json() == {"ok": True}
+        r = httpx.post(f"{url}/v1/get", json={"path": "MEMORY.md"}, timeout=30)
+        assert r.status_code == 200 and "VLAN" in r.json()["text"], r.text
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "warning: invalid config: " in err and "serving anyway" in err, err
+    # An --agent no config could make valid still stops the start, as on the CLI.
+    a.config_path.write_text("{ broken")
+    r = subprocess.run([sys.executable, *cli_args(a), "--agent", "../x", "serve", "--port", str(free_port())],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "invalid agent id" in r.stderr, r.stderr
 
 
 def test_an_agentless_call_follows_the_default_agent_as_the_config_reads_now(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from memindex.pipeline.config.paths import default_agent_id
 from memindex.pipeline.config.paths import list_agent_ids as list_agent_ids
 from memindex.pipeline.config.paths import (
     agent_workspace, entry_key, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
+    validate_agent_id,
 )
 from memindex.pipeline.errors import ConfigError, UsageError, checked_call, require
 
@@ -915,8 +916,17 @@ class Context:
                 # load_settings as an unknown agent, the two disagreeing about what an id is.
                 require(f"Context.{name}", value, str if name == "agent_id" else (str, os.PathLike), optional=True)
             text = os.fspath(value)
-            if name == "agent_id" or (name == "config" and text == NO_CONFIG):
-                continue  # an id is checked where it is resolved; NO_CONFIG is the pinned "no config file" marker
+            if name == "agent_id":
+                # The CLI's --agent check: one that names a path or nothing ("../x", "") was taken here
+                # and refused only by load_settings, as a ConfigError; whether it is configured is
+                # still decided where it is resolved.
+                try:
+                    validate_agent_id(text, "Context.agent_id")
+                except ConfigError as exc:
+                    raise UsageError(exc.detail) from None
+                continue
+            if name == "config" and text == NO_CONFIG:
+                continue  # NO_CONFIG is the pinned "no config file" marker
             if not str(text).strip() or "\x00" in str(text):
                 raise UsageError(f"Context.{name} must be a non-empty path without NUL bytes, not {text!r}")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Protocol, Self, runtime_checkable
 
 from memindex.pipeline.config.paths import normalize_agent_id
-from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.config.settings import CHAT_TYPES, AgentSettings
 from memindex.pipeline.embeddings import registry
 from memindex.pipeline.index.fingerprint import other_workspace
 from memindex.pipeline.index.session_text import valid_unicode
@@ -166,6 +166,13 @@ def check_search_args(query: Any, max_results: Any, min_score: Any, session_key:
     require("min_score", min_score, (int, float), optional=True)
     require("session_key", session_key, str, optional=True)
     require("chat_type", chat_type, str, optional=True)
+    # An empty query answered no results, the shape of "nothing recorded", where the CLI and the
+    # servers refuse it; a chat type no scope rule can name was taken silently (as no rule's).
+    if why := query_problem(query):
+        raise UsageError(why)
+    if chat_type is not None and chat_type.lower() not in CHAT_TYPES:
+        raise UsageError(f"chat_type must be one of: {', '.join(CHAT_TYPES)} (or None: from the session key), "
+                         f"not {chat_type!r}")
     if max_results is not None and max_results < 1:
         raise UsageError(f"max_results must be at least 1, not {max_results}")
     if min_score is not None and not math.isfinite(min_score):
@@ -181,9 +188,9 @@ def check_search_args(query: Any, max_results: Any, min_score: Any, session_key:
 
 
 def query_problem(query: str) -> str | None:
-    """Why a user's query is refused, or None: the CLI's QUERY and the servers' ``query`` say it in these
-    words (an empty query answered "No matches." there, 200 with no results here). In-process an empty
-    query is OpenClaw's: no results."""
+    """Why a query is refused, or None: the CLI's QUERY, the servers' ``query`` and the library's
+    ``search(query)`` (a ``UsageError``) say it in these words (an empty query answered "No matches."
+    on the CLI, 200 with no results on the servers, and an empty SearchResponse in-process)."""
     return None if query.strip() else "the query is empty; give the words to search for"
 
 

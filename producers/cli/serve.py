@@ -19,10 +19,12 @@ from memindex.pipeline.config import environ
 from memindex.pipeline.config.agents import PerSettings
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.search.backend import SearchEngine, open_search
+from memindex.pipeline.config.paths import validate_agent_id
+from memindex.pipeline.errors import ConfigError, EnvError
 from memindex.producers.cli.agents import base_context
 from memindex.producers.cli.runner import run_for_server
 from memindex.producers.cli.ops import Producers, metrics_port, start_producers
-from memindex.producers.cli.options import say_error
+from memindex.producers.cli.options import say, say_error
 from memindex.producers.serve import TOKEN_ENV, daemon
 from memindex.producers.serve.tools import MemoryTools, OperationError
 from memindex.workers.batch.backend import job_state_counts
@@ -51,12 +53,32 @@ def _token(args: argparse.Namespace) -> str | None:
     return "" if given else None  # "": one was given, blank (refused off loopback, and said so)
 
 
-def _tools(args: argparse.Namespace) -> MemoryTools:
-    """The memory tools, checked to serve at least one agent."""
-    base = base_context(args)
+def _tools(args: argparse.Namespace, *, broken_ok: bool = True) -> MemoryTools:
+    """The memory tools, checked to serve at least one agent. A config that cannot be loaded (not
+    JSON5, unreadable, a bad value) is served as one that turns bad while the server runs: every
+    call answers its error (config_error) and /healthz 503, until it is fixed; one warning line says
+    so now. A bad --agent (a flag of this command line, not the config) still stops the start, and
+    so does any config error without ``broken_ok``."""
+    try:
+        base = base_context(args)
+    except ConfigError as exc:
+        # --agent (an id no config can make valid, or one it does not list) and a MEMINDEX_* variable
+        # are this start's own arguments, not the config file: they still stop it.
+        if exc.key.startswith("-") or isinstance(exc, EnvError) or not broken_ok:
+            raise
+        # The agent as --agent names it (checked as the CLI checks it), else the default agent, as
+        # the config reads on each call once it loads.
+        agent = validate_agent_id(args.agent) if args.agent is not None else None
+        base = Context(agent, args.config, args.state_dir, args.workspace)  # (context_for's, with no agent)
     # --agent confines the server to that agent; without it every configured agent is served.
     tools = MemoryTools(base, only=base.agent_id if args.agent else None)
-    tools.agent_ids()  # a broken config fails here, at start, with the ConfigError line
+    try:
+        tools.agent_ids()
+    except ConfigError as exc:
+        if isinstance(exc, EnvError) or not broken_ok:
+            raise
+        say(f"{exc}; serving anyway: every call answers this error until the config is fixed",
+            prefix="warning")
     # A long-lived server: what start-up loaded (modules, config) is never garbage, and frozen it
     # is left out of full collections, which otherwise stall every request in flight.
     gc.collect()
@@ -95,9 +117,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     except OperationError as exc:
         say_error(f"{exc}")
         return 2
-    tools = _tools(args)
+    # --watch: the watcher needs the config to know what to watch, so one it cannot load stops the start.
+    tools = _tools(args, broken_ok=not args.watch)
     running: Producers | None = None
-    contexts = [tools.context(a) for a in tools.agent_ids()]
+    try:
+        contexts = [tools.context(a) for a in tools.agent_ids()]
+    except ConfigError:
+        contexts = []  # (the metrics' gauges: none until the config loads)
     args.metrics_port = metrics_port(args)
     if args.metrics_port:  # first: a busy port is said before anything has started
         serve_metrics(args.metrics_port, contexts, job_state_counts, queue_depth=depth, broker_full=full_probe())

@@ -153,8 +153,9 @@ def build_server(tools: MemoryTools) -> MCPServer:
     async def memory_status(agent: Agent = None) -> dict[str, Any]:
         return await _answer("memory_status", tools.status(agent=agent))
 
-    async def memory_index(agent: Agent = None, force: Annotated[bool, Field(
-            description="Rebuild the whole index, not only what changed.")] = False) -> dict[str, Any]:
+    # null is "not given" (false), as the JSON API reads it: typed plain bool, the SDK refused it in pydantic's words.
+    async def memory_index(agent: Agent = None, force: Annotated[bool | None, Field(
+            description="Rebuild the whole index, not only what changed.")] = None) -> dict[str, Any]:
         return await _answer("memory_index", tools.index(agent=agent, force=force))
 
     for fn, desc in ((memory_search, SEARCH_DESCRIPTION), (memory_get, GET_DESCRIPTION),

@@ -111,9 +111,19 @@ def check_arguments(data: dict[str, Any], fields: dict[str, str], required: str 
 
 
 def _wire(name: str, value: Any) -> Any:
-    """``value`` if None or of wire argument ``name``'s type and least value (``_WIRE_TYPES``)."""
+    """``value`` if None or of wire argument ``name``'s type and least value (``_WIRE_TYPES``), and
+    one of ``_WIRE_VALUES[name]`` where the argument has a fixed set."""
     kind, minimum = _WIRE_TYPES[name]
-    return _optional(value, name, kind, minimum=minimum)
+    value = _optional(value, name, kind, minimum=minimum)
+    allowed = _WIRE_VALUES.get(name)
+    if value is not None and allowed is not None and value not in allowed:
+        raise OperationError("bad_request", f"{name} must be one of: {', '.join(allowed)}")
+    return value
+
+
+# Wire arguments with a fixed set of values, checked with their type: over MCP the SDK's own check of
+# the schema's enum answered "1 validation error for memory_searchArguments ..." in pydantic's words.
+_WIRE_VALUES: dict[str, tuple[str, ...]] = {"corpus": CORPORA}
 
 
 def _optional(value: Any, name: str, kind: type | tuple[type, ...], *, minimum: float | None = None) -> Any:
@@ -183,7 +193,8 @@ class MemoryTools:
         agent = _wire("agent", agent)
         with refusals():
             ids = self.agent_ids()
-            if agent and agent.strip():
+            # An empty or blank id is refused as the CLI's --agent "" is (it quietly meant the default agent).
+            if agent is not None:
                 try:  # normalised as everywhere else ("Work" is "work"); a path-like id is refused
                     agent_id = validate_agent_id(agent, "agent")
                 except ConfigError as exc:  # a request argument, not the config: say it as one
@@ -201,6 +212,9 @@ class MemoryTools:
         """``agent_id``'s Context. The server's --workspace names its own agent's workspace; every
         other agent keeps the one its config gives it (applied to all, it poured one agent's
         files into the others' stores)."""
+        if self.base.agent_id is None:  # started while the config could not be loaded: own is the default agent
+            own = agent_id == self._agents()[1]  # (as the config reads now)
+            return Context(agent_id, self.base.config, self.base.state_dir, self.base.workspace if own else None)
         if agent_id == self.base.agent_id:
             return self.base
         return Context(agent_id, self.base.config, self.base.state_dir, None)
@@ -215,8 +229,6 @@ class MemoryTools:
             raise OperationError("bad_request", "query must be a string")
         opts = dict(max_results=_wire("maxResults", max_results), min_score=_wire("minScore", min_score),
                     session_key=_wire("sessionKey", session_key), corpus=_wire("corpus", corpus))
-        if corpus is not None and corpus not in CORPORA:
-            raise OperationError("bad_request", f"corpus must be one of: {', '.join(CORPORA)}")
         # What `memindex search` refuses, refused here in its words (both answered 200, no results).
         if why := query_problem(query):
             raise OperationError("bad_request", why)
@@ -244,10 +256,8 @@ class MemoryTools:
         one in an ``agent:<id>:...`` session key, else the default. A search naming one agent with
         another's session key is refused (it read the default agent's memory for any session)."""
         keyed = agent_from_key(session_key)
-        if keyed is None:
-            return agent
-        if not agent or not agent.strip():
-            return keyed
+        if keyed is None or agent is None:
+            return keyed if agent is None else agent  # (an empty agent is refused by ``settings``)
         try:
             same = validate_agent_id(agent, "agent") == validate_agent_id(keyed, "sessionKey")
         except ConfigError as exc:
