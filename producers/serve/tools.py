@@ -13,7 +13,6 @@ Payloads are exactly the in-process API's (``SearchResponse.as_dict()``,
 from __future__ import annotations
 
 import math
-import sqlite3
 import threading
 import time
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from memindex.pipeline.search.engine import min_score_problem, query_problem
 from memindex.pipeline.search.get import amemory_get
 from memindex.pipeline.search.scope import agent_from_key
 from memindex.pipeline.status import source_scan, status_entry
+from memindex.pipeline.store import db
 from memindex.producers.enqueue import sync_and_wait
 from memindex.producers.hooks import schedule_sync
 
@@ -46,7 +46,8 @@ def refusals() -> Iterator[None]:
         raise OperationError("config_error", str(exc), 500) from None
     except StoreError as exc:
         raise OperationError("store_error", str(exc), 503) from None
-    except (sqlite3.Error, OSError) as exc:  # the store file itself (unreadable, a directory, corrupt)
+    except (db.Error, OSError) as exc:  # the store file itself (unreadable, a directory, corrupt): the
+        # store's driver's errors (sqlean's are not the stdlib's: a damaged store answered 500 "internal")
         raise OperationError("store_error", f"cannot read the memory index: {type(exc).__name__}: {exc}", 503) \
             from None
     except MemindexError as exc:
