@@ -173,7 +173,7 @@ def _listening_on(port: int) -> set[str]:
     return found
 
 
-def test_the_metrics_port_is_loopback_unless_a_host_is_given_and_a_busy_one_is_one_line(tmp_path):
+def test_the_metrics_port_is_loopback_unless_a_host_is_given_and_a_busy_one_is_one_line(tmp_path, redis_server):
     """helper-62: `mcp --metrics-port P` listened on 0.0.0.0 with no token (the series name agents;
     `serve` refuses a non-loopback bind without one), and a port in use ended in a traceback."""
     import os
@@ -209,6 +209,17 @@ def test_the_metrics_port_is_loopback_unless_a_host_is_given_and_a_busy_one_is_o
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines() == [f"error: cannot serve metrics on 127.0.0.1:{port}: "
                                              "Address already in use"], r.stderr
+    # helper-20: a worker's busy port killed dramatiq's exposition process with a traceback (plain
+    # text under the JSON log format) while the worker ran on unmonitored: one line, exit 1, first.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "memindex", "worker", "--queues", "batch", "--processes", "1",
+                            "--threads", "1", "--metrics-port", str(port)], cwd=REPO, timeout=120,
+                           env=dict(env, MEMINDEX_BROKER_URL=redis_server.url), capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"], r.stderr
     r = subprocess.run([sys.executable, "-m", "memindex", "watch", "--metrics-port", "nine"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "expected [HOST:]PORT" in r.stderr, r.stderr

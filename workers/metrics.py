@@ -279,6 +279,23 @@ class QueueCollector:
         yield family
 
 
+def check_port(address: tuple[str, int]) -> None:
+    """``MetricsPortError`` unless ``address`` can be listened on now: ``memindex worker`` asks before
+    dramatiq starts, whose exposition process otherwise died of the busy port with a traceback while
+    the worker ran on unmonitored (every Procfile process given one ``MEMINDEX_METRICS_ADDRESS``)."""
+    import socket
+
+    host, port = address
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, where = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+            probe.bind(where)
+    except OSError as exc:
+        raise MetricsPortError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def serve_metrics(address: tuple[str, int], contexts: Iterable[Any] = (),
                   batch_states: Callable[[Any], dict[str, int]] | None = None,
                   queue_depth: Callable[[], dict[str, dict[str, int]]] | None = None,

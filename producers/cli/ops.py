@@ -54,7 +54,7 @@ from memindex.workers.broker import (
 from memindex.workers.lifecycle import BEAT_S, Heartbeat, pid_alive, processes
 from memindex.workers.logs import FORMAT_ENV, LEVEL_ENV
 from memindex.workers.messages import GROUP_FILES
-from memindex.workers.metrics import serve_metrics, worker_env
+from memindex.workers.metrics import check_port, serve_metrics, worker_env
 from memindex.workers.queues import claim_shard_count, depth
 from memindex.workers.supervisor import stop_with_supervisor
 
@@ -626,6 +626,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if flag:
             os.environ[var] = os.path.abspath(os.path.expanduser(flag))
     if args.metrics_port:
+        check_port(args.metrics_port)  # a busy port: this command's one line (MetricsPortError), before anything starts
         os.environ.update(worker_env(*args.metrics_port))
     # What another writer of the same store names while it waits for this one (dramatiq's child
     # would say "__main__.py").
