@@ -581,15 +581,18 @@ def test_files_deleted_while_indexing_are_not_counted_as_indexed(agent, server):
     assert sorted({r[1] for r in agent.store_rows()}) == [f"memory/2026-02-0{i + 1}.md" for i in range(3)]
 
 
-def test_an_empty_query_answers_nothing_and_names_the_indexs_provider(agent, server):
-    """It said provider "none" / mode "fts-only" for an index of openai vectors."""
+def test_an_empty_query_is_a_usage_error_and_embeds_nothing(agent, server):
+    """It answered an empty result naming provider "none" / mode "fts-only" for an index of openai
+    vectors; an empty query is now the UsageError the CLI, MCP and HTTP refuse it with (library.md)."""
+    from memindex.pipeline.errors import UsageError
+
     _notes(agent, 2)
     agent.memory_config(openai_cfg(server))
     agent.index()
     before = server.count("openai")
     for q in ("", "   "):
-        out = agent.search(q)
-        assert out["results"] == [] and out["provider"] == "openai" and out["mode"] == "hybrid", out
+        with pytest.raises(UsageError, match="the query is empty"):
+            agent.search(q)
     assert server.count("openai") == before  # nothing embedded for it
 
 

@@ -296,3 +296,50 @@ def test_sync_and_wait_says_a_timeout_and_files_that_failed(agent, fresh_server)
     fresh_server.always("openai", {"status": 401, "message": "bad key"})
     counts = memindex.sync_and_wait(agent.ctx, timeout=120)
     assert counts["to_index"] == 1 and counts["failed"] == 1, counts
+
+
+def test_an_interrupted_force_rebuild_is_finished_by_the_next_sync_not_dropped(agent, fresh_server):
+    """helper-20: the next ordinary sync (`index`, a `watch` tick) planned the live generation, and the
+    writer dropped the `--force` rebuild under way without a word; it is continued and promoted."""
+    import os
+    import subprocess
+
+    from memindex.pipeline.store.reader import open_reader
+
+    def state():
+        r = open_reader(agent.settings())
+        try:
+            return r.state()
+        finally:
+            r.close()
+
+    import signal
+
+    from tests.conftest import wait_for
+
+    cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
+        "provider": "openai", "fallback": "none", "remote": {"baseUrl": fresh_server.base("openai"),
+                                                              "apiKey": "sk-test-123"},
+        "cache": {"enabled": False}}}}})  # (the rebuild embeds again: there is time to stop it)
+    fresh_server.reset()
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=120).returncode == 0
+    assert (state().live_generation, state().building_generation) == (1, None)
+    fresh_server.always("openai", {"kind": "delay", "seconds": 3.0})
+    fresh_server.requests.clear()
+    proc = subprocess.Popen([*cmd, "--force"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:  # stopped once the rebuild's plan is written and its first embedding asked for
+        assert wait_for(lambda: state().building_generation == 2 and len(fresh_server.requests) >= 2, 60, step=0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert state().building_generation == 2, state()  # the rebuild, under way
+    fresh_server.reset()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    st = state()
+    assert (st.live_generation, st.building_generation) == (2, None), st
+    assert len(agent.search("lantern", max_results=50)["results"]) == 30

@@ -97,6 +97,11 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
     st = reader.state()
     if st.live_generation is None:
         gen, role = 1, "live"
+    elif (st.building_generation is not None and same_index(st.live_fingerprint, fp)
+          and same_index(st.building_fingerprint, fp) and not force):
+        # A rebuild of the live index as it is (`index --force`) under way: continued. Planned live,
+        # it was abandoned by the next ordinary sync (a `watch` tick, a search's sync) without a word.
+        gen, role = st.building_generation, "building"
     elif same_index(st.live_fingerprint, fp) and not force:
         gen, role = st.live_generation, "live"
         if st.live_fingerprint and "vectorDims" in st.live_fingerprint and "vectorDims" not in fp:
