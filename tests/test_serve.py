@@ -212,6 +212,17 @@ def test_a_loopback_server_answers_only_requests_addressed_to_a_loopback_name(lo
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST"):
         r = httpx.post(f"{local}/v1/get", content=body, headers={"Host": host}, timeout=30)
         assert r.status_code == 200 and "ER605" in r.json()["text"], host
+    # helper-19: any other web page could still make it run searches and syncs (a text/plain POST
+    # needs no preflight; it could not read the answers): its Origin is refused. A page served from
+    # loopback (a local UI, the MCP inspector) and runtimes (no Origin) are answered.
+    for origin in ("https://attacker.example", "null", "http://10.0.0.1:8080"):
+        for method, route in (("POST", "/v1/get"), ("POST", "/v1/search"), ("GET", "/v1/status")):
+            r = httpx.request(method, f"{local}{route}", content=body if method == "POST" else None, timeout=30,
+                              headers={"Origin": origin, "Content-Type": "text/plain"})
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_origin", (origin, route, r.text)
+    for origin in (f"http://localhost:{port}", "http://127.0.0.1:5173", "http://[::1]:6274"):
+        r = httpx.post(f"{local}/v1/get", content=body, headers={"Origin": origin}, timeout=30)
+        assert r.status_code == 200 and "ER605" in r.json()["text"], origin
 
 
 def test_two_agents_workspace_override_confinement_ids_and_a_broken_config(tmp_path: Path) -> None:

@@ -118,7 +118,10 @@ class LoopbackHosts:
 
     A web page can make its own host name resolve to 127.0.0.1 (DNS rebinding) and then read
     this API as same-origin; its requests still carry that name in ``Host``, so they are
-    refused (421, as the MCP SDK's transport does).
+    refused (421, as the MCP SDK's transport does). Any other page's requests carry its
+    ``Origin``: refused too (403). It could not read the answers (no CORS headers go out), but a
+    plain ``text/plain`` POST needs no preflight, so it could run searches and syncs on the
+    user's behalf. Runtimes and curl send no ``Origin``; a page served from loopback may.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -126,13 +129,26 @@ class LoopbackHosts:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            headers = dict(scope["headers"])
+            host = headers.get(b"host", b"").decode("latin-1")
             if not is_loopback(_host_name(host)):
                 err = OperationError("misdirected", f"Host {host!r} is not this loopback server's name "
                                                     "(use localhost or 127.0.0.1)", 421)
                 await _send_json(send, 421, err.as_dict())
                 return
+            origin = headers.get(b"origin")
+            if origin is not None and not is_loopback(_origin_host(origin.decode("latin-1"))):
+                err = OperationError("forbidden_origin", f"requests from web pages ({escaped(origin.decode('latin-1'))[:200]}) "
+                                                         "are refused: this server is for local runtimes", 403)
+                await _send_json(send, 403, err.as_dict())
+                return
         await self.app(scope, receive, send)
+
+
+def _origin_host(origin: str) -> str:
+    """``http://localhost:5173`` -> ``localhost``; ``null`` (a sandboxed or file: page) -> ``null``."""
+    rest = origin.split("://", 1)[1] if "://" in origin else origin
+    return _host_name(rest.split("/", 1)[0])
 
 
 def _host_name(host: str) -> str:
