@@ -139,6 +139,14 @@ def test_rejections_say_which_rule(ws, path, rule):
     assert rule in str(err.value)
 
 
+def test_a_refused_path_is_named_short(ws):
+    """helper-19: a 100 KB path came back whole in the error (and so in logs and the model's context)."""
+    for path in ("x/" * 50_000 + "a.md", "memory/" + "d" * 100_000 + "/"):
+        with pytest.raises(MemoryGetError) as err:
+            memory_get(ws.settings(), path)
+        assert len(str(err.value)) < 400 and f"({len(path):,} characters)" in str(err.value), str(err.value)[:500]
+
+
 def test_symlinks_refused(ws):
     os.symlink(ws.root / "secret.md", ws.workspace / "memory" / "link.md")
     outside = ws.root / "outside"

@@ -64,6 +64,16 @@ def _no_symlinks_between(root: Path, target: Path) -> bool:
     return True
 
 
+# A refused path is named in its error, which reaches logs and the model's context: a 100 KB
+# path came back whole in both.
+NAMED_CHARS = 200
+
+
+def _named(raw: str) -> str:
+    shown = repr(raw)
+    return shown if len(shown) <= NAMED_CHARS else f"{shown[:NAMED_CHARS]}… ({len(raw):,} characters)"
+
+
 def _resolve(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
     """Validate ``raw``: (absolute path, display path, the root it was vetted under: read below it),
     or raise MemoryGetError."""
@@ -77,13 +87,13 @@ def _resolve(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
     except UnicodeEncodeError:
         raise MemoryGetError("path rejected: not valid UTF-8") from None
     if raw.endswith(("/", os.sep)):  # normpath would drop the slash and read the file of that name
-        raise MemoryGetError(f"path rejected: {raw!r} names a directory (ends with '/'); give a .md file")
+        raise MemoryGetError(f"path rejected: {_named(raw)} names a directory (ends with '/'); give a .md file")
     ws = settings.workspace
     if raw.startswith("qmd/"):
         return _resolve_qmd_path(settings, raw)
     kind = media_kind_of(raw)
     if kind is not None:  # multimodal results are searchable, never returned as raw content (F17)
-        raise MemoryGetError(f"memory_get reads Markdown only; {raw} is an {kind} file "
+        raise MemoryGetError(f"memory_get reads Markdown only; {_named(raw)} is an {kind} file "
                              "(found through memory_search, not readable as text)")
     # Relative paths resolve against the workspace, absolute ones as given (as OpenClaw's
     # readFile does), so every path search returns reads back, ``../team/t.md`` from an
@@ -98,7 +108,7 @@ def _resolve(settings: AgentSettings, raw: str) -> tuple[Path, str, Path]:
     root = _memory_root(settings, candidate)
     if root is None:
         raise MemoryGetError(
-            f"path rejected: {raw!r} is outside the memory files (MEMORY.md, memory.md, memory/, extraPaths)"
+            f"path rejected: {_named(raw)} is outside the memory files (MEMORY.md, memory.md, memory/, extraPaths)"
         )
     if any(is_ignored_dir(p) for p in Path(os.path.relpath(candidate, root)).parts[:-1]):
         raise MemoryGetError("path rejected: inside an ignored directory")
@@ -175,7 +185,7 @@ def memory_get(settings: AgentSettings, path: str, from_line: int | None = None,
     try:
         return _read(settings, path, from_line, lines)
     except OSError as exc:  # a name too long, no permission: one error of ours, no absolute path
-        raise MemoryGetError(f"cannot read {path.strip()!r}: {exc.strerror or type(exc).__name__}") from None
+        raise MemoryGetError(f"cannot read {_named(path.strip())}: {exc.strerror or type(exc).__name__}") from None
 
 
 def _read(settings: AgentSettings, path: str, from_line: int | None, lines: int | None) -> MemoryGetResult:
