@@ -512,19 +512,19 @@ def test_a_mistyped_option_gets_the_commands_usage_and_a_suggestion(tmp_path):
         assert f"memindex {argv[0]}: error: " in out.stderr and says in out.stderr, (argv, out.stderr)
 
 
-def test_files_skipped_for_their_content_are_not_promised_a_retry(tmp_path):
+def test_files_skipped_for_their_content_are_not_promised_a_retry(agent):
     """The footer said "the next sync retries them" for files skipped for their content, which
     no sync retries until they change."""
     import io
-    from types import SimpleNamespace
 
     from memindex.pipeline.index.failures import failures_since
     from memindex.pipeline.index.records import FileRecord
     from memindex.producers.cli.failures import print_failures
     from memindex.workers.failures import note_record_failures
 
-    settings = SimpleNamespace(store_path=tmp_path / "main.sqlite", agent_id="main",
-                               memory_search=SimpleNamespace(provider="openai"))
+    agent.memory_config({"provider": "openai"})
+    settings = agent.settings()
+    settings.store_path.parent.mkdir(parents=True, exist_ok=True)
     recs = [FileRecord("sessions", "sessions/a.jsonl", "/x/a.jsonl", "error:TypeError", 1, 1, "session",
                        "could not be indexed (TypeError: boom); skipped"),
             FileRecord("memory", "memory/b.md", "/x/b.md", "h", 1, 1, "markdown",
