@@ -312,3 +312,50 @@ def test_a_connection_hint_names_the_base_url_only_where_one_is_configured(tmp_p
     old = _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "openai", '
                           'remote: {baseUrl: "https://proxy.example/v1"}}}}}')
     assert "check memorySearch.remote.baseUrl and" in failure_hint(reason, "openai", old)
+
+
+# --- what OpenClaw 2026.9 refuses in a config written for it is refused here too -------------------
+# (2026.9.6's `openclaw config validate`: `<root>: Unrecognized key: "memorySearch"`, `agents:
+# Unrecognized key: "list"`, `memory.search: Unrecognized key: "chunkSize"`; its doctor moves each.)
+
+DOCTOR = "run `openclaw doctor --fix` (2026.9) to move it"
+
+
+@pytest.mark.parametrize("text, key, message", [
+    # ignored: memory.search's provider none held, the top-level block said nothing
+    ('{memorySearch: {provider: "local"}, memory: {search: {provider: "none"}}, agents: {entries: {main: {}}}}',
+     "memorySearch", "moved to memory.search in OpenClaw 2026.9, which this config is written for "
+                     f"(agents.entries, memory.search); {DOCTOR}"),
+    ('{memorySearch: {provider: "local"}, meta: {lastTouchedVersion: "2026.9.6"}}',
+     "memorySearch", "moved to memory.search in OpenClaw 2026.9, which this config is written for "
+                     f"(meta.lastTouchedVersion 2026.9.6); {DOCTOR}"),
+    # replaced: the entries were the roster, the list's agents unknown without a word
+    ('{memory: {search: {provider: "none"}}, agents: {entries: {main: {}}, list: [{id: "work"}]}}',
+     "agents.list", "moved to agents.entries in OpenClaw 2026.9, and the config has agents.entries too (the list "
+                    "would be ignored): move its agents into agents.entries (`openclaw doctor --fix` keeps "
+                    "agents.entries and drops the list)"),
+    # were "unknown key; did you mean "chunking"?" and "unknown key (known: ...)", no word of the nested key
+    ('{memory: {search: {provider: "none", chunkSize: 300}}, agents: {entries: {main: {}}}}',
+     "memory.search.chunkSize", f"is a flat key OpenClaw 2026.9 refuses: use memory.search.chunking.tokens; {DOCTOR}"),
+    ('{memory: {search: {provider: "none", chunkOverlap: 20}}, agents: {entries: {main: {}}}}',
+     "memory.search.chunkOverlap",
+     f"is a flat key OpenClaw 2026.9 refuses: use memory.search.chunking.overlap; {DOCTOR}"),
+    ('{memory: {search: {provider: "none"}}, agents: {entries: {main: {memory: {search: {maxResults: 3}}}}}}',
+     "agents.entries.main.memory.search.maxResults",
+     f"is a flat key OpenClaw 2026.9 refuses: use agents.entries.main.memory.search.query.maxResults; {DOCTOR}"),
+])
+def test_a_key_openclaw_2026_9_refuses_is_one_error_naming_it_with_the_doctor_fix(tmp_path, text, key, message):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, text)
+    assert err.value.key == key and message in str(err.value), err.value
+    out = _status(tmp_path, text)
+    assert out.returncode == 2 and f"{key}: {message}" in out.stderr, (out.returncode, out.stderr)
+
+
+def test_the_2026_3_keys_stay_as_they_were_in_a_2026_3_config(tmp_path):
+    """Only a 2026.9 config is refused: 2026.3 keeps agents.list, and its flat keys are unknown keys."""
+    s = _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none"}}, list: [{id: "work"}]}}')
+    assert s.agent_id == "work"
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none", chunkSize: 300}}}}')
+    assert err.value.key == "agents.defaults.memorySearch.chunkSize" and "unknown key" in str(err.value), err.value

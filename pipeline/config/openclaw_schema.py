@@ -106,6 +106,37 @@ def detect(cfg: Mapping[str, Any]) -> Schema:
     return Schema(V2026_3, "no version-specific keys")
 
 
+# OpenClaw 2026.9's doctor moves these flat keys of a memory-search block to nested ones; its schema
+# refuses them (legacy-config-migrations.runtime.agents: "memory.search uses legacy flat chunkSize,
+# chunkOverlap, or maxResults fields. Run "openclaw doctor --fix""). 2026.3.31 refuses them too.
+LEGACY_FLAT_KEYS = {"chunkSize": "chunking.tokens", "chunkOverlap": "chunking.overlap", "maxResults": "query.maxResults"}
+DOCTOR = "run `openclaw doctor --fix` (2026.9)"
+
+
+def _refuse_2026_3_keys(cfg: Mapping[str, Any], schema: Schema) -> None:
+    """What OpenClaw 2026.9 refuses in a config written for it, and memindex would otherwise read
+    another way without a word: a top-level ``memorySearch`` (ignored), ``agents.list`` beside
+    ``agents.entries`` (replaced by the entries), the flat ``chunkSize``-style keys of a
+    ``memory.search`` block. Each is one error naming the key, with the doctor's fix."""
+    if "memorySearch" in cfg:
+        raise ConfigError("memorySearch", f"moved to memory.search in OpenClaw 2026.9, which this config is "
+                                          f"written for ({schema.why}); {DOCTOR} to move it")
+    agents = _obj(cfg.get("agents"))
+    if agents.get("list") is not None and agents.get("entries") is not None:
+        raise ConfigError("agents.list", "moved to agents.entries in OpenClaw 2026.9, and the config has agents.entries "
+                                         "too (the list would be ignored): move its agents into agents.entries "
+                                         "(`openclaw doctor --fix` keeps agents.entries and drops the list)")
+    blocks = [("memory.search", _obj(cfg.get("memory")).get("search"))]
+    entries = agents.get("entries")
+    blocks += [(f"agents.entries.{i}.memory.search", _obj(e.get("memory")).get("search"))
+               for i, e in (entries.items() if isinstance(entries, dict) else ()) if isinstance(e, dict)]
+    for key, block in blocks:
+        for flat, nested in LEGACY_FLAT_KEYS.items():
+            if isinstance(block, dict) and flat in block:
+                raise ConfigError(f"{key}.{flat}", f"is a flat key OpenClaw 2026.9 refuses: use {key}.{nested}; "
+                                                   f"{DOCTOR} to move it")
+
+
 def _entries_as_list(entries: Any) -> list[Any]:
     if not isinstance(entries, dict):
         raise ConfigError("agents.entries", f"expected an object keyed by agent id, got {entries!r}")
@@ -198,6 +229,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     schema = detect(cfg)
     if schema.version == V2026_3:
         return {**cfg, SCHEMA_KEY: schema}
+    _refuse_2026_3_keys(cfg, schema)
     out = copy.deepcopy(cfg)
     agents = _obj(out.get("agents"))
     if "agents" in out and not isinstance(out["agents"], dict):
