@@ -359,3 +359,44 @@ def test_the_2026_3_keys_stay_as_they_were_in_a_2026_3_config(tmp_path):
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none", chunkSize: 300}}}}')
     assert err.value.key == "agents.defaults.memorySearch.chunkSize" and "unknown key" in str(err.value), err.value
+
+
+# --- every message names the setting as the config spells it (AgentSettings.keys) -------------------
+
+def _run(tmp_path: Path, cfg: dict, *args: str, env: dict | None = None):
+    _write(tmp_path / "ws" / "memory" / "note.md", "# Note\nThe quokka runbook lives in the ops wiki.\n")
+    path = _write(tmp_path / "openclaw.json", cfg)
+    return run_cli("--config", str(path), "--state-dir", str(tmp_path / "state"), *args,
+                   env={"HOME": str(tmp_path), "MEMINDEX_STORE_PATH": "", **(env or {})}, cwd=tmp_path, timeout=120)
+
+
+def _v3_cfg(tmp_path: Path, search: dict) -> dict:
+    return {"agents": {"defaults": {"workspace": str(tmp_path / "ws"), "memorySearch": search}}}
+
+
+def _error_line(out) -> str:
+    return next((ln for ln in out.stderr.splitlines() if ln.startswith("error:")), out.stderr)
+
+
+@pytest.mark.parametrize("where, key", [
+    ("top", "memory.search.experimental.sessionMemory"),
+    ("agent", "agents.entries.main.memory.search.experimental.sessionMemory"),
+    ("2026.3", "memorySearch.experimental.sessionMemory")])
+def test_a_sessions_corpus_that_is_not_indexed_names_the_key_that_indexes_it(tmp_path, where, key):
+    """It said memorySearch.experimental.sessionMemory; and every 2026.9 agent read as setting it in
+    its own block (normalize writes its source policy into every entry)."""
+    off = {"rememberAcrossConversations": False}
+    cfg = (_v3_cfg(tmp_path, {"provider": "none"}) if where == "2026.3"
+           else _v9_cfg(tmp_path, {"provider": "none", **off}) if where == "top"
+           else _v9_cfg(tmp_path, {"provider": "none"}, {**off, "experimental": {"sessionMemory": False}}))
+    out = _run(tmp_path, cfg, "search", "--corpus", "sessions", "quokka")
+    assert out.returncode == 0, out.stderr
+    assert (f"note: sessions are not indexed for agent 'main' (session search needs {key} and \"sessions\" in "
+            "sources)") in out.stderr, out.stderr
+
+
+def test_only_what_the_agents_own_block_sets_is_named_as_its_key(tmp_path):
+    s = _load(tmp_path, json.dumps(_v9_cfg(tmp_path, {"provider": "none"}, {"query": {"maxResults": 3}})))
+    assert s.keys.key("query.maxResults") == "agents.entries.main.memory.search.query.maxResults"
+    for leaf in ("sources", "searchSources", "experimental.sessionMemory", "remote.apiKey"):
+        assert s.keys.key(leaf) == f"memory.search.{leaf}", leaf

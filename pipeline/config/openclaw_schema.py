@@ -53,6 +53,10 @@ class Schema:
     # The config key of each (normalised) agents.list entry as the config spells it (2026.9:
     # ``agents.entries.<id>``), for messages; empty: ``agents.list[<i>]`` (paths.entry_key).
     entry_keys: tuple[str, ...] = ()
+    # The dotted keys each entry's own ``memory.search`` set as the user wrote it (2026.9), aligned
+    # with entry_keys: normalize writes its source policy (``sources``, ``experimental``) into every
+    # entry, which the agent did not set (SettingKeys).
+    own_keys: tuple[frozenset[str], ...] = ()
 
     def describe(self) -> str:
         return f"OpenClaw {self.version} ({self.why})"
@@ -109,7 +113,8 @@ def detect(cfg: Mapping[str, Any]) -> Schema:
 # OpenClaw 2026.9's doctor moves these flat keys of a memory-search block to nested ones; its schema
 # refuses them (legacy-config-migrations.runtime.agents: "memory.search uses legacy flat chunkSize,
 # chunkOverlap, or maxResults fields. Run "openclaw doctor --fix""). 2026.3.31 refuses them too.
-LEGACY_FLAT_KEYS = {"chunkSize": "chunking.tokens", "chunkOverlap": "chunking.overlap", "maxResults": "query.maxResults"}
+LEGACY_FLAT_KEYS = {"chunkSize": "chunking.tokens", "chunkOverlap": "chunking.overlap",
+                    "maxResults": "query.maxResults"}
 DOCTOR = "run `openclaw doctor --fix` (2026.9)"
 
 
@@ -123,9 +128,10 @@ def _refuse_2026_3_keys(cfg: Mapping[str, Any], schema: Schema) -> None:
                                           f"written for ({schema.why}); {DOCTOR} to move it")
     agents = _obj(cfg.get("agents"))
     if agents.get("list") is not None and agents.get("entries") is not None:
-        raise ConfigError("agents.list", "moved to agents.entries in OpenClaw 2026.9, and the config has agents.entries "
-                                         "too (the list would be ignored): move its agents into agents.entries "
-                                         "(`openclaw doctor --fix` keeps agents.entries and drops the list)")
+        raise ConfigError("agents.list", "moved to agents.entries in OpenClaw 2026.9, and the config has "
+                                         "agents.entries too (the list would be ignored): move its agents into "
+                                         "agents.entries (`openclaw doctor --fix` keeps agents.entries and drops "
+                                         "the list)")
     blocks = [("memory.search", _obj(cfg.get("memory")).get("search"))]
     entries = agents.get("entries")
     blocks += [(f"agents.entries.{i}.memory.search", _obj(e.get("memory")).get("search"))
@@ -254,9 +260,11 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     defaults = dict(_obj(agents.get("defaults")))
     system = _obj(defaults.pop("systemAgent", None)).get("agentId")
     new_entries = []
+    own_keys: list[frozenset[str]] = []
     for original in entries:
         if not isinstance(original, dict):
             new_entries.append(original)
+            own_keys.append(frozenset())
             continue
         e = dict(original)
         if not isinstance(e.get("default", False), bool):  # (rewritten below: checked while it is the user's)
@@ -265,6 +273,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
         if ms is not None:
             e["memorySearch"] = ms
         new_entries.append(e)
+        own_keys.append(frozenset(_dotted(ms or {})))
     # The system agent is memindex's default agent (OpenClaw's ambient owner); a config without one
     # keeps 2026.3's rule (first entry) rather than OpenClaw's "pass --agent".
     chosen = _norm_id(system) if isinstance(system, str) and system.strip() else owner
@@ -292,7 +301,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     if new_entries or has_roster:
         agents["list"] = new_entries
     out["agents"] = agents
-    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner, tuple(key_of[id(e)] for e in entries))
+    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner, tuple(key_of[id(e)] for e in entries), tuple(own_keys))
     return out
 
 
@@ -384,11 +393,18 @@ def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 
 def setting_keys(cfg: Mapping[str, Any], agent_id: str, agent_ms: Mapping[str, Any]) -> SettingKeys:
-    """The :class:`SettingKeys` of ``agent_id`` (``agent_ms``: the settings its own block sets)."""
-    if schema_of(cfg).version == V2026_3:
+    """The :class:`SettingKeys` of ``agent_id`` (``agent_ms``: the settings its own block sets, as
+    resolved: of those, the ones the user wrote there, not normalize's source policy)."""
+    schema = schema_of(cfg)
+    if schema.version == V2026_3:
         return SettingKeys()
     base, agent = ms_keys(cfg, agent_id, "", "")
-    return SettingKeys(base, agent, frozenset(_dotted(agent_ms)))
+    agent_set = frozenset(_dotted(agent_ms))
+    entries = _list(_obj(cfg.get("agents")).get("list"))
+    at = next((i for i, e in enumerate(entries) if isinstance(e, dict) and _norm_id(e.get("id")) == agent_id), None)
+    if at is not None and at < len(schema.own_keys):
+        agent_set &= schema.own_keys[at]
+    return SettingKeys(base, agent, agent_set)
 
 
 def agent_memory_key(cfg: Mapping[str, Any], agent_id: str) -> str | None:
