@@ -379,6 +379,21 @@ def _error_line(out) -> str:
 
 
 @pytest.mark.parametrize("where, key", [
+    ("top", "memory.search.extraPaths"), ("agent", "agents.entries.main.memory.search.extraPaths"),
+    ("2026.3", "memorySearch.extraPaths")])
+def test_a_too_broad_extra_path_names_its_key(tmp_path, where, key):
+    """It said memorySearch.extraPaths in a 2026.9 config."""
+    search = {"provider": "none", "extraPaths": ["/"]}
+    cfg = (_v3_cfg(tmp_path, search) if where == "2026.3" else _v9_cfg(tmp_path, search) if where == "top"
+           else _v9_cfg(tmp_path, {"provider": "none"}, {"extraPaths": ["/"]}))
+    out = _run(tmp_path, cfg, "index")
+    assert out.returncode == 2, out.stderr
+    assert _error_line(out) == (f"error: invalid config: {key}: '/' is too broad (the filesystem root, the home "
+                                "directory or the state dir); name a narrower directory, or set "
+                                "MEMINDEX_ALLOW_BROAD_EXTRA_PATHS=1"), out.stderr
+
+
+@pytest.mark.parametrize("where, key", [
     ("top", "memory.search.experimental.sessionMemory"),
     ("agent", "agents.entries.main.memory.search.experimental.sessionMemory"),
     ("2026.3", "memorySearch.experimental.sessionMemory")])
