@@ -393,6 +393,56 @@ def test_a_too_broad_extra_path_names_its_key(tmp_path, where, key):
                                 "MEMINDEX_ALLOW_BROAD_EXTRA_PATHS=1"), out.stderr
 
 
+@pytest.mark.parametrize("where, setting", [
+    ("top", "memory.search.store.path"), ("agent", "agents.entries.main.memory.search.store.path"),
+    ("env", "MEMINDEX_STORE_PATH"), ("2026.3", "memorySearch.store.path")])
+def test_a_store_path_that_is_a_directory_names_the_setting_that_set_it(tmp_path, where, setting):
+    """It said "point memorySearch.store.path at a file" whatever set the path, in either schema."""
+    store = tmp_path / "storedir"
+    store.mkdir()
+    search = {"provider": "none", "store": {"path": str(store)}}
+    cfg = {"2026.3": _v3_cfg(tmp_path, search), "top": _v9_cfg(tmp_path, search),
+           "agent": _v9_cfg(tmp_path, {"provider": "none"}, {"store": {"path": str(store)}}),
+           "env": _v9_cfg(tmp_path, {"provider": "none"})}[where]
+    env = {"MEMINDEX_STORE_PATH": str(store)} if where == "env" else {}
+    line = (f"the store path {store} is a directory, not a SQLite file: point {setting} at a file "
+            "(e.g. {agentId}.sqlite) or move the directory")
+    out = _run(tmp_path, cfg, "index", env=env)
+    assert out.returncode == 1 and _error_line(out) == f"error: {line}", out.stderr
+    out = _run(tmp_path, cfg, "status", env=env)  # (the reader's open: the same setting)
+    assert f"problem:      {store}: {line}" in out.stdout, out.stdout
+
+
+def test_a_store_path_under_a_file_names_the_2026_9_key(tmp_path):
+    """It said "check --state-dir / memorySearch.store.path"."""
+    (tmp_path / "afile").write_text("x\n")
+    store = tmp_path / "afile" / "{agentId}.sqlite"
+    for cfg, key in ((_v9_cfg(tmp_path, {"provider": "none"}, {"store": {"path": str(store)}}),
+                      "agents.entries.main.memory.search.store.path"),
+                     (_v3_cfg(tmp_path, {"provider": "none", "store": {"path": str(store)}}), "memorySearch.store.path")):
+        out = _run(tmp_path, cfg, "index")
+        assert out.returncode == 1, out.stderr
+        assert _error_line(out) == (f"error: cannot write the store {tmp_path / 'afile' / 'main.sqlite'}: "
+                                    f"{tmp_path / 'afile'} is a file, not a directory (check --state-dir / {key})"), \
+            out.stderr
+
+
+def test_a_store_path_at_openclaw_2026_9s_index_is_not_said_to_be_its_key(tmp_path):
+    """2026.9 keeps its index in the agent database and refuses store.path: "memorySearch.store.path
+    is its key too" was 2026.3's reason, wrong in both words here."""
+    cfg = _v9_cfg(tmp_path, {"provider": "none", "store": {"path": "agents/{agentId}/agent/openclaw-agent.sqlite"}})
+    out = _run(tmp_path, cfg, "status")
+    assert out.returncode == 0, out.stderr
+    assert ("openclaw:     the same file is OpenClaw's index path (memory.search.store.path points memindex at it): "
+            "set MEMINDEX_STORE_PATH to a file of memindex's own") in out.stdout, out.stdout
+    [entry] = json.loads(_run(tmp_path, cfg, "status", "--json").stdout)
+    assert entry["status"]["openclawIndex"]["setting"] == "memory.search.store.path", entry["status"]
+    # 2026.3: the one key names both files, said as before
+    out = _run(tmp_path, _v3_cfg(tmp_path, {"provider": "none", "store": {"path": "memory/{agentId}.sqlite"}}), "status")
+    assert ("openclaw:     the same file is OpenClaw's index path (memorySearch.store.path is its key too): "
+            "set MEMINDEX_STORE_PATH to run memindex beside OpenClaw") in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize("where, key", [
     ("top", "memory.search.experimental.sessionMemory"),
     ("agent", "agents.entries.main.memory.search.experimental.sessionMemory"),

@@ -422,6 +422,13 @@ def reads_memory_search(cfg: Mapping[str, Any]) -> bool:
     return schema_of(cfg).version == V2026_9 or not _markers(cfg)[1]
 
 
+def reads_store_path(described: str) -> bool:
+    """Whether OpenClaw of the schema :meth:`Schema.describe` named keeps its own index at the
+    ``store.path`` memindex reads too: 2026.3's ``memorySearch.store.path`` is both; 2026.9 keeps its
+    index in the agent database and refuses the key."""
+    return described.startswith(f"OpenClaw {V2026_3} ")
+
+
 def binds_keys_to_destination(described: str) -> bool:
     """Whether the schema :meth:`Schema.describe` named sends provider keys (auth profiles,
     environment) only to the provider's own endpoint: 2026.9 does ("openai embedding credentials
