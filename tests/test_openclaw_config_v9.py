@@ -465,3 +465,18 @@ def test_only_what_the_agents_own_block_sets_is_named_as_its_key(tmp_path):
     assert s.keys.key("query.maxResults") == "agents.entries.main.memory.search.query.maxResults"
     for leaf in ("sources", "searchSources", "experimental.sessionMemory", "remote.apiKey"):
         assert s.keys.key(leaf) == f"memory.search.{leaf}", leaf
+
+
+@pytest.mark.parametrize("cfg_of, want", [
+    (lambda p: _v9_cfg(p, {"provider": "openai"}), "memory.search.remote.batch.enabled"),
+    (lambda p: _v9_cfg(p, {"provider": "openai", "remote": {"batch": {"enabled": True}}},
+                       {"remote": {"batch": {"enabled": False}}}),
+     "agents.entries.main.memory.search.remote.batch.enabled"),
+    (lambda p: _v3_cfg(p, {"provider": "openai"}),
+     "agents.defaults.memorySearch.remote.batch.enabled (or the agent's memorySearch.remote.batch.enabled)"),
+])
+def test_backfill_batch_with_batches_off_names_the_key_to_set(tmp_path, cfg_of, want):
+    """It said "set agents.defaults.memorySearch.remote.batch.enabled (or the agent's ...)" in 2026.9."""
+    out = _run(tmp_path, cfg_of(tmp_path), "backfill", "--batch")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == f"error: main: batch APIs are off; set {want} to true", out.stderr

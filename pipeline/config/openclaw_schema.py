@@ -382,6 +382,13 @@ class SettingKeys:
         own = self.agent is not None and any(".".join(parts[:i]) in self.agent_set for i in range(1, len(parts) + 1))
         return f"{self.agent if own else self.base}.{leaf}"
 
+    def to_set(self, leaf: str) -> str:
+        """Where to set ``leaf`` for this agent, for a message saying to: :meth:`key` (2026.9); a
+        2026.3 config's keys do not say which block sets it, so both of its blocks."""
+        if self.agent is None:
+            return f"agents.defaults.{self.base}.{leaf} (or the agent's {self.base}.{leaf})"
+        return self.key(leaf)
+
 
 def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
     out = []
