@@ -480,3 +480,33 @@ def test_backfill_batch_with_batches_off_names_the_key_to_set(tmp_path, cfg_of, 
     out = _run(tmp_path, cfg_of(tmp_path), "backfill", "--batch")
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip() == f"error: main: batch APIs are off; set {want} to true", out.stderr
+
+
+def test_a_compute_host_without_the_config_keeps_the_2026_9_rules(tmp_path, server, monkeypatch):
+    """A compute host that cannot read the config built its settings from the message alone, as a
+    2026.3 config's: its own OPENAI_API_KEY went to a remote.baseUrl 2026.9 never sends it to (the
+    file side refused), and its hints said memorySearch.*. The message carries the schema and keys."""
+    import msgspec
+
+    from memindex.pipeline.config.settings import pinned
+    from memindex.pipeline.embeddings.embedder import provider_info, reset_services
+    from memindex.workers.compute import compute_spec, settings_from_spec
+    from memindex.workers.wire import ComputeSpec
+
+    server.reset()
+    reset_services()
+    cfg = _v9_cfg(tmp_path, {"provider": "openai", "fallback": "none"},
+                  {"remote": {"baseUrl": server.base("openai")}})
+    settings = _load(tmp_path, json.dumps(cfg))
+    sent = msgspec.json.decode(msgspec.json.encode(compute_spec(settings)), type=ComputeSpec)  # as it travels
+    elsewhere = settings_from_spec(msgspec.structs.replace(sent, config=str(tmp_path / "not-on-this-host.json")),
+                                   pinned(settings))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-compute-env-never-sent")
+    assert provider_info(elsewhere)["reason"] == ("openai: no API key (set "
+                                                  "agents.entries.main.memory.search.remote.apiKey); keyword search only")
+    assert not server.log_for("openai")
+    assert elsewhere.keys == settings.keys and elsewhere.config_schema == settings.config_schema
+    # a message of an older sender (no schema, no keys) is read as before
+    old = settings_from_spec(msgspec.structs.replace(sent, config=None, config_schema="", keys=None), pinned(settings))
+    assert old.keys.key("remote.apiKey") == "memorySearch.remote.apiKey"
+    reset_services()
