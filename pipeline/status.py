@@ -11,7 +11,8 @@ from typing import Any
 from memindex.pipeline.display import escape_controls
 from memindex.pipeline.errors import StoreCorrupt, StoreError, checked_call, require
 from memindex.pipeline.store import db
-from memindex.pipeline.config.settings import AgentSettings
+from memindex.pipeline.config.openclaw_schema import reads_store_path
+from memindex.pipeline.config.settings import STORE_PATH_ENV, AgentSettings
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for, probe_timeout_s, provider_answered, provider_info
 from memindex.pipeline.index.sessions import discover_sessions, symlink_on_the_way
 from memindex.pipeline.index.workspace import (
@@ -363,10 +364,21 @@ def _openclaw_index(settings: AgentSettings) -> dict[str, Any] | None:
     """Where OpenClaw keeps its own index for this agent, when there is one (memindex never opens it)."""
     path = settings.openclaw_store
     if path == settings.store_path:  # 2026.3's memorySearch.store.path names OpenClaw's file too
-        return {"path": str(path), "sameFile": True}
+        return {"path": str(path), "sameFile": True, "setting": settings.store_setting}
     if path is None or not path.exists():
         return None
     return {"path": str(path), "bytes": path.stat().st_size}
+
+
+def _openclaw_line(oc: dict[str, Any], schema: str) -> str:
+    if not oc.get("sameFile"):
+        return f"openclaw:     {oc['path']}  (OpenClaw's own index; memindex never opens it)"
+    setting = oc.get("setting") or "memorySearch.store.path"
+    if setting != STORE_PATH_ENV and reads_store_path(schema):  # 2026.3: the one key names both files
+        return (f"openclaw:     the same file is OpenClaw's index path ({setting} is its key too): "
+                "set MEMINDEX_STORE_PATH to run memindex beside OpenClaw")
+    return (f"openclaw:     the same file is OpenClaw's index path ({setting} points memindex at it): "
+            "set MEMINDEX_STORE_PATH to a file of memindex's own")
 
 
 def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, index_error: str | None = None,
@@ -376,10 +388,7 @@ def format_status(s: dict[str, Any], *, probe: dict[str, Any] | None = None, ind
         f"workspace:    {s['workspace']}",
         f"sources:      {', '.join(s['sources'])}",
         f"store:        {s['store']}  (driver {s['driver']})",
-        *([f"openclaw:     {s['openclawIndex']['path']}  (OpenClaw's own index; memindex never opens it)"
-           if not s["openclawIndex"].get("sameFile") else
-           "openclaw:     the same file is OpenClaw's index path (memorySearch.store.path is its key too): "
-           "set MEMINDEX_STORE_PATH to run memindex beside OpenClaw"] if s.get("openclawIndex") else []),
+        *([_openclaw_line(s["openclawIndex"], s.get("configSchema") or "")] if s.get("openclawIndex") else []),
         *([f"config:       {s['configSchema']}"] if s.get("configSchema") else []),
         f"indexed:      {_indexed_files(s['files'] - s.get('skipped', 0), scan)}, {s['chunks']} chunks"
         + (f", {s['pending']} pending (queued by a sync; if none runs, `memindex index` takes them)"

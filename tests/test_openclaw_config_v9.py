@@ -312,3 +312,201 @@ def test_a_connection_hint_names_the_base_url_only_where_one_is_configured(tmp_p
     old = _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "openai", '
                           'remote: {baseUrl: "https://proxy.example/v1"}}}}}')
     assert "check memorySearch.remote.baseUrl and" in failure_hint(reason, "openai", old)
+
+
+# --- what OpenClaw 2026.9 refuses in a config written for it is refused here too -------------------
+# (2026.9.6's `openclaw config validate`: `<root>: Unrecognized key: "memorySearch"`, `agents:
+# Unrecognized key: "list"`, `memory.search: Unrecognized key: "chunkSize"`; its doctor moves each.)
+
+DOCTOR = "run `openclaw doctor --fix` (2026.9) to move it"
+
+
+@pytest.mark.parametrize("text, key, message", [
+    # ignored: memory.search's provider none held, the top-level block said nothing
+    ('{memorySearch: {provider: "local"}, memory: {search: {provider: "none"}}, agents: {entries: {main: {}}}}',
+     "memorySearch", "moved to memory.search in OpenClaw 2026.9, which this config is written for "
+                     f"(agents.entries, memory.search); {DOCTOR}"),
+    ('{memorySearch: {provider: "local"}, meta: {lastTouchedVersion: "2026.9.6"}}',
+     "memorySearch", "moved to memory.search in OpenClaw 2026.9, which this config is written for "
+                     f"(meta.lastTouchedVersion 2026.9.6); {DOCTOR}"),
+    # replaced: the entries were the roster, the list's agents unknown without a word
+    ('{memory: {search: {provider: "none"}}, agents: {entries: {main: {}}, list: [{id: "work"}]}}',
+     "agents.list", "moved to agents.entries in OpenClaw 2026.9, and the config has agents.entries too (the list "
+                    "would be ignored): move its agents into agents.entries (`openclaw doctor --fix` keeps "
+                    "agents.entries and drops the list)"),
+    # were "unknown key; did you mean "chunking"?" and "unknown key (known: ...)", no word of the nested key
+    ('{memory: {search: {provider: "none", chunkSize: 300}}, agents: {entries: {main: {}}}}',
+     "memory.search.chunkSize", f"is a flat key OpenClaw 2026.9 refuses: use memory.search.chunking.tokens; {DOCTOR}"),
+    ('{memory: {search: {provider: "none", chunkOverlap: 20}}, agents: {entries: {main: {}}}}',
+     "memory.search.chunkOverlap",
+     f"is a flat key OpenClaw 2026.9 refuses: use memory.search.chunking.overlap; {DOCTOR}"),
+    ('{memory: {search: {provider: "none"}}, agents: {entries: {main: {memory: {search: {maxResults: 3}}}}}}',
+     "agents.entries.main.memory.search.maxResults",
+     f"is a flat key OpenClaw 2026.9 refuses: use agents.entries.main.memory.search.query.maxResults; {DOCTOR}"),
+])
+def test_a_key_openclaw_2026_9_refuses_is_one_error_naming_it_with_the_doctor_fix(tmp_path, text, key, message):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, text)
+    assert err.value.key == key and message in str(err.value), err.value
+    out = _status(tmp_path, text)
+    assert out.returncode == 2 and f"{key}: {message}" in out.stderr, (out.returncode, out.stderr)
+
+
+def test_the_2026_3_keys_stay_as_they_were_in_a_2026_3_config(tmp_path):
+    """Only a 2026.9 config is refused: 2026.3 keeps agents.list, and its flat keys are unknown keys."""
+    s = _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none"}}, list: [{id: "work"}]}}')
+    assert s.agent_id == "work"
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none", chunkSize: 300}}}}')
+    assert err.value.key == "agents.defaults.memorySearch.chunkSize" and "unknown key" in str(err.value), err.value
+
+
+# --- every message names the setting as the config spells it (AgentSettings.keys) -------------------
+
+def _run(tmp_path: Path, cfg: dict, *args: str, env: dict | None = None):
+    _write(tmp_path / "ws" / "memory" / "note.md", "# Note\nThe quokka runbook lives in the ops wiki.\n")
+    path = _write(tmp_path / "openclaw.json", cfg)
+    return run_cli("--config", str(path), "--state-dir", str(tmp_path / "state"), *args,
+                   env={"HOME": str(tmp_path), "MEMINDEX_STORE_PATH": "", **(env or {})}, cwd=tmp_path, timeout=120)
+
+
+def _v3_cfg(tmp_path: Path, search: dict) -> dict:
+    return {"agents": {"defaults": {"workspace": str(tmp_path / "ws"), "memorySearch": search}}}
+
+
+def _error_line(out) -> str:
+    return next((ln for ln in out.stderr.splitlines() if ln.startswith("error:")), out.stderr)
+
+
+@pytest.mark.parametrize("where, key", [
+    ("top", "memory.search.extraPaths"), ("agent", "agents.entries.main.memory.search.extraPaths"),
+    ("2026.3", "memorySearch.extraPaths")])
+def test_a_too_broad_extra_path_names_its_key(tmp_path, where, key):
+    """It said memorySearch.extraPaths in a 2026.9 config."""
+    search = {"provider": "none", "extraPaths": ["/"]}
+    cfg = (_v3_cfg(tmp_path, search) if where == "2026.3" else _v9_cfg(tmp_path, search) if where == "top"
+           else _v9_cfg(tmp_path, {"provider": "none"}, {"extraPaths": ["/"]}))
+    out = _run(tmp_path, cfg, "index")
+    assert out.returncode == 2, out.stderr
+    assert _error_line(out) == (f"error: invalid config: {key}: '/' is too broad (the filesystem root, the home "
+                                "directory or the state dir); name a narrower directory, or set "
+                                "MEMINDEX_ALLOW_BROAD_EXTRA_PATHS=1"), out.stderr
+
+
+@pytest.mark.parametrize("where, setting", [
+    ("top", "memory.search.store.path"), ("agent", "agents.entries.main.memory.search.store.path"),
+    ("env", "MEMINDEX_STORE_PATH"), ("2026.3", "memorySearch.store.path")])
+def test_a_store_path_that_is_a_directory_names_the_setting_that_set_it(tmp_path, where, setting):
+    """It said "point memorySearch.store.path at a file" whatever set the path, in either schema."""
+    store = tmp_path / "storedir"
+    store.mkdir()
+    search = {"provider": "none", "store": {"path": str(store)}}
+    cfg = {"2026.3": _v3_cfg(tmp_path, search), "top": _v9_cfg(tmp_path, search),
+           "agent": _v9_cfg(tmp_path, {"provider": "none"}, {"store": {"path": str(store)}}),
+           "env": _v9_cfg(tmp_path, {"provider": "none"})}[where]
+    env = {"MEMINDEX_STORE_PATH": str(store)} if where == "env" else {}
+    line = (f"the store path {store} is a directory, not a SQLite file: point {setting} at a file "
+            "(e.g. {agentId}.sqlite) or move the directory")
+    out = _run(tmp_path, cfg, "index", env=env)
+    assert out.returncode == 1 and _error_line(out) == f"error: {line}", out.stderr
+    out = _run(tmp_path, cfg, "status", env=env)  # (the reader's open: the same setting)
+    assert f"problem:      {store}: {line}" in out.stdout, out.stdout
+
+
+def test_a_store_path_under_a_file_names_the_2026_9_key(tmp_path):
+    """It said "check --state-dir / memorySearch.store.path"."""
+    (tmp_path / "afile").write_text("x\n")
+    store = tmp_path / "afile" / "{agentId}.sqlite"
+    for cfg, key in ((_v9_cfg(tmp_path, {"provider": "none"}, {"store": {"path": str(store)}}),
+                      "agents.entries.main.memory.search.store.path"),
+                     (_v3_cfg(tmp_path, {"provider": "none", "store": {"path": str(store)}}), "memorySearch.store.path")):
+        out = _run(tmp_path, cfg, "index")
+        assert out.returncode == 1, out.stderr
+        assert _error_line(out) == (f"error: cannot write the store {tmp_path / 'afile' / 'main.sqlite'}: "
+                                    f"{tmp_path / 'afile'} is a file, not a directory (check --state-dir / {key})"), \
+            out.stderr
+
+
+def test_a_store_path_at_openclaw_2026_9s_index_is_not_said_to_be_its_key(tmp_path):
+    """2026.9 keeps its index in the agent database and refuses store.path: "memorySearch.store.path
+    is its key too" was 2026.3's reason, wrong in both words here."""
+    cfg = _v9_cfg(tmp_path, {"provider": "none", "store": {"path": "agents/{agentId}/agent/openclaw-agent.sqlite"}})
+    out = _run(tmp_path, cfg, "status")
+    assert out.returncode == 0, out.stderr
+    assert ("openclaw:     the same file is OpenClaw's index path (memory.search.store.path points memindex at it): "
+            "set MEMINDEX_STORE_PATH to a file of memindex's own") in out.stdout, out.stdout
+    [entry] = json.loads(_run(tmp_path, cfg, "status", "--json").stdout)
+    assert entry["status"]["openclawIndex"]["setting"] == "memory.search.store.path", entry["status"]
+    # 2026.3: the one key names both files, said as before
+    out = _run(tmp_path, _v3_cfg(tmp_path, {"provider": "none", "store": {"path": "memory/{agentId}.sqlite"}}), "status")
+    assert ("openclaw:     the same file is OpenClaw's index path (memorySearch.store.path is its key too): "
+            "set MEMINDEX_STORE_PATH to run memindex beside OpenClaw") in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("where, key", [
+    ("top", "memory.search.experimental.sessionMemory"),
+    ("agent", "agents.entries.main.memory.search.experimental.sessionMemory"),
+    ("2026.3", "memorySearch.experimental.sessionMemory")])
+def test_a_sessions_corpus_that_is_not_indexed_names_the_key_that_indexes_it(tmp_path, where, key):
+    """It said memorySearch.experimental.sessionMemory; and every 2026.9 agent read as setting it in
+    its own block (normalize writes its source policy into every entry)."""
+    off = {"rememberAcrossConversations": False}
+    cfg = (_v3_cfg(tmp_path, {"provider": "none"}) if where == "2026.3"
+           else _v9_cfg(tmp_path, {"provider": "none", **off}) if where == "top"
+           else _v9_cfg(tmp_path, {"provider": "none"}, {**off, "experimental": {"sessionMemory": False}}))
+    out = _run(tmp_path, cfg, "search", "--corpus", "sessions", "quokka")
+    assert out.returncode == 0, out.stderr
+    assert (f"note: sessions are not indexed for agent 'main' (session search needs {key} and \"sessions\" in "
+            "sources)") in out.stderr, out.stderr
+
+
+def test_only_what_the_agents_own_block_sets_is_named_as_its_key(tmp_path):
+    s = _load(tmp_path, json.dumps(_v9_cfg(tmp_path, {"provider": "none"}, {"query": {"maxResults": 3}})))
+    assert s.keys.key("query.maxResults") == "agents.entries.main.memory.search.query.maxResults"
+    for leaf in ("sources", "searchSources", "experimental.sessionMemory", "remote.apiKey"):
+        assert s.keys.key(leaf) == f"memory.search.{leaf}", leaf
+
+
+@pytest.mark.parametrize("cfg_of, want", [
+    (lambda p: _v9_cfg(p, {"provider": "openai"}), "memory.search.remote.batch.enabled"),
+    (lambda p: _v9_cfg(p, {"provider": "openai", "remote": {"batch": {"enabled": True}}},
+                       {"remote": {"batch": {"enabled": False}}}),
+     "agents.entries.main.memory.search.remote.batch.enabled"),
+    (lambda p: _v3_cfg(p, {"provider": "openai"}),
+     "agents.defaults.memorySearch.remote.batch.enabled (or the agent's memorySearch.remote.batch.enabled)"),
+])
+def test_backfill_batch_with_batches_off_names_the_key_to_set(tmp_path, cfg_of, want):
+    """It said "set agents.defaults.memorySearch.remote.batch.enabled (or the agent's ...)" in 2026.9."""
+    out = _run(tmp_path, cfg_of(tmp_path), "backfill", "--batch")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == f"error: main: batch APIs are off; set {want} to true", out.stderr
+
+
+def test_a_compute_host_without_the_config_keeps_the_2026_9_rules(tmp_path, server, monkeypatch):
+    """A compute host that cannot read the config built its settings from the message alone, as a
+    2026.3 config's: its own OPENAI_API_KEY went to a remote.baseUrl 2026.9 never sends it to (the
+    file side refused), and its hints said memorySearch.*. The message carries the schema and keys."""
+    import msgspec
+
+    from memindex.pipeline.config.settings import pinned
+    from memindex.pipeline.embeddings.embedder import provider_info, reset_services
+    from memindex.workers.compute import compute_spec, settings_from_spec
+    from memindex.workers.wire import ComputeSpec
+
+    server.reset()
+    reset_services()
+    cfg = _v9_cfg(tmp_path, {"provider": "openai", "fallback": "none"},
+                  {"remote": {"baseUrl": server.base("openai")}})
+    settings = _load(tmp_path, json.dumps(cfg))
+    sent = msgspec.json.decode(msgspec.json.encode(compute_spec(settings)), type=ComputeSpec)  # as it travels
+    elsewhere = settings_from_spec(msgspec.structs.replace(sent, config=str(tmp_path / "not-on-this-host.json")),
+                                   pinned(settings))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-compute-env-never-sent")
+    assert provider_info(elsewhere)["reason"] == ("openai: no API key (set "
+                                                  "agents.entries.main.memory.search.remote.apiKey); keyword search only")
+    assert not server.log_for("openai")
+    assert elsewhere.keys == settings.keys and elsewhere.config_schema == settings.config_schema
+    # a message of an older sender (no schema, no keys) is read as before
+    old = settings_from_spec(msgspec.structs.replace(sent, config=None, config_schema="", keys=None), pinned(settings))
+    assert old.keys.key("remote.apiKey") == "memorySearch.remote.apiKey"
+    reset_services()

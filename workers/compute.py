@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 
 from memindex.pipeline.config import environ
 from memindex.pipeline.config.agents import current_settings, settings_for
+from memindex.pipeline.config.openclaw_schema import SettingKeys
 from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings
 from memindex.pipeline.config.settings import AgentSettings, Context, default_memory
 from memindex.pipeline.embeddings.embedder import chunk_embedder_for
@@ -112,7 +113,9 @@ def _spec_of(settings: AgentSettings) -> ComputeSpec:
     return ComputeSpec(agent_id=settings.agent_id, workspace=str(settings.workspace),
                        state_dir=str(settings.state_dir), store=str(settings.store_path),
                        config=str(settings.config_path) if settings.config_path else None,
-                       memory_search=ms, providers=providers, memory=settings.memory.to_dict(), secrets=stripped)
+                       memory_search=ms, providers=providers, memory=settings.memory.to_dict(), secrets=stripped,
+                       config_schema=settings.config_schema,
+                       keys=(settings.keys.base, settings.keys.agent, tuple(sorted(settings.keys.agent_set))))
 
 
 def settings_from_spec(spec: ComputeSpec, ctx: Context, *, planned: bool = False) -> AgentSettings:
@@ -138,7 +141,9 @@ def settings_from_spec(spec: ComputeSpec, ctx: Context, *, planned: bool = False
                          True, MemorySearchSettings.from_dict(spec.memory_search),
                          MemorySettings.from_dict(spec.memory) if spec.memory else default_memory(),
                          copy.deepcopy(spec.providers),
-                         config_path=Path(spec.config) if spec.config else None)
+                         config_path=Path(spec.config) if spec.config else None, config_schema=spec.config_schema,
+                         keys=SettingKeys(spec.keys[0], spec.keys[1], frozenset(spec.keys[2])) if spec.keys
+                         else SettingKeys())
 
 
 # --- bounded messages -------------------------------------------------------------------------

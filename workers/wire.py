@@ -59,6 +59,12 @@ class ComputeSpec(msgspec.Struct):
     providers: dict[str, Any]
     memory: dict[str, Any]
     secrets: int = 0  # how many secret fields were left out
+    # The OpenClaw schema the config was read as (``AgentSettings.config_schema``: 2026.9 sends provider
+    # keys only to the provider's own endpoint) and how it spells the settings' keys (``AgentSettings.keys``
+    # as base, agent, agent-set keys), for a compute host that cannot read the config. Absent (a message
+    # of an older sender): 2026.3's.
+    config_schema: str = ""
+    keys: tuple[str, str | None, tuple[str, ...]] | None = None
 
 
 class Part(msgspec.Struct, array_like=True):

@@ -164,7 +164,8 @@ class Flag(Var):
 BROKER_URL = Var("MEMINDEX_BROKER_URL", "the Redis every process of a deployment shares (redis://, rediss://, "
                  "unix://); unset: the embedded broker, workers in the process")
 STORE_PATH = Var("MEMINDEX_STORE_PATH", "memindex's store path for every agent ({agentId}, ~; relative to the "
-                 "state dir), over memorySearch.store.path: to run beside OpenClaw's own index")
+                 "state dir), over the config's store.path (memorySearch.store.path; 2026.9: memory.search.store.path): "
+                 "to run beside OpenClaw's own index")
 WRITE_SHARDS = Number[int | None]("MEMINDEX_WRITE_SHARDS", "write shards (writer queues) of this deployment; the "
                                   "number the writers recorded in Redis wins", None, whole=True, minimum=1,
                                   default_note="1")

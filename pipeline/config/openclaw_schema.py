@@ -53,6 +53,10 @@ class Schema:
     # The config key of each (normalised) agents.list entry as the config spells it (2026.9:
     # ``agents.entries.<id>``), for messages; empty: ``agents.list[<i>]`` (paths.entry_key).
     entry_keys: tuple[str, ...] = ()
+    # The dotted keys each entry's own ``memory.search`` set as the user wrote it (2026.9), aligned
+    # with entry_keys: normalize writes its source policy (``sources``, ``experimental``) into every
+    # entry, which the agent did not set (SettingKeys).
+    own_keys: tuple[frozenset[str], ...] = ()
 
     def describe(self) -> str:
         return f"OpenClaw {self.version} ({self.why})"
@@ -104,6 +108,39 @@ def detect(cfg: Mapping[str, Any]) -> Schema:
     if m:
         return Schema(V2026_3, f"meta.lastTouchedVersion {touched}")
     return Schema(V2026_3, "no version-specific keys")
+
+
+# OpenClaw 2026.9's doctor moves these flat keys of a memory-search block to nested ones; its schema
+# refuses them (legacy-config-migrations.runtime.agents: "memory.search uses legacy flat chunkSize,
+# chunkOverlap, or maxResults fields. Run "openclaw doctor --fix""). 2026.3.31 refuses them too.
+LEGACY_FLAT_KEYS = {"chunkSize": "chunking.tokens", "chunkOverlap": "chunking.overlap",
+                    "maxResults": "query.maxResults"}
+DOCTOR = "run `openclaw doctor --fix` (2026.9)"
+
+
+def _refuse_2026_3_keys(cfg: Mapping[str, Any], schema: Schema) -> None:
+    """What OpenClaw 2026.9 refuses in a config written for it, and memindex would otherwise read
+    another way without a word: a top-level ``memorySearch`` (ignored), ``agents.list`` beside
+    ``agents.entries`` (replaced by the entries), the flat ``chunkSize``-style keys of a
+    ``memory.search`` block. Each is one error naming the key, with the doctor's fix."""
+    if "memorySearch" in cfg:
+        raise ConfigError("memorySearch", f"moved to memory.search in OpenClaw 2026.9, which this config is "
+                                          f"written for ({schema.why}); {DOCTOR} to move it")
+    agents = _obj(cfg.get("agents"))
+    if agents.get("list") is not None and agents.get("entries") is not None:
+        raise ConfigError("agents.list", "moved to agents.entries in OpenClaw 2026.9, and the config has "
+                                         "agents.entries too (the list would be ignored): move its agents into "
+                                         "agents.entries (`openclaw doctor --fix` keeps agents.entries and drops "
+                                         "the list)")
+    blocks = [("memory.search", _obj(cfg.get("memory")).get("search"))]
+    entries = agents.get("entries")
+    blocks += [(f"agents.entries.{i}.memory.search", _obj(e.get("memory")).get("search"))
+               for i, e in (entries.items() if isinstance(entries, dict) else ()) if isinstance(e, dict)]
+    for key, block in blocks:
+        for flat, nested in LEGACY_FLAT_KEYS.items():
+            if isinstance(block, dict) and flat in block:
+                raise ConfigError(f"{key}.{flat}", f"is a flat key OpenClaw 2026.9 refuses: use {key}.{nested}; "
+                                                   f"{DOCTOR} to move it")
 
 
 def _entries_as_list(entries: Any) -> list[Any]:
@@ -198,6 +235,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     schema = detect(cfg)
     if schema.version == V2026_3:
         return {**cfg, SCHEMA_KEY: schema}
+    _refuse_2026_3_keys(cfg, schema)
     out = copy.deepcopy(cfg)
     agents = _obj(out.get("agents"))
     if "agents" in out and not isinstance(out["agents"], dict):
@@ -222,9 +260,11 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     defaults = dict(_obj(agents.get("defaults")))
     system = _obj(defaults.pop("systemAgent", None)).get("agentId")
     new_entries = []
+    own_keys: list[frozenset[str]] = []
     for original in entries:
         if not isinstance(original, dict):
             new_entries.append(original)
+            own_keys.append(frozenset())
             continue
         e = dict(original)
         if not isinstance(e.get("default", False), bool):  # (rewritten below: checked while it is the user's)
@@ -233,6 +273,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
         if ms is not None:
             e["memorySearch"] = ms
         new_entries.append(e)
+        own_keys.append(frozenset(_dotted(ms or {})))
     # The system agent is memindex's default agent (OpenClaw's ambient owner); a config without one
     # keeps 2026.3's rule (first entry) rather than OpenClaw's "pass --agent".
     chosen = _norm_id(system) if isinstance(system, str) and system.strip() else owner
@@ -260,7 +301,7 @@ def normalize(cfg: dict[str, Any]) -> dict[str, Any]:
     if new_entries or has_roster:
         agents["list"] = new_entries
     out["agents"] = agents
-    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner, tuple(key_of[id(e)] for e in entries))
+    out[SCHEMA_KEY] = Schema(V2026_9, schema.why, owner, tuple(key_of[id(e)] for e in entries), tuple(own_keys))
     return out
 
 
@@ -341,6 +382,13 @@ class SettingKeys:
         own = self.agent is not None and any(".".join(parts[:i]) in self.agent_set for i in range(1, len(parts) + 1))
         return f"{self.agent if own else self.base}.{leaf}"
 
+    def to_set(self, leaf: str) -> str:
+        """Where to set ``leaf`` for this agent, for a message saying to: :meth:`key` (2026.9); a
+        2026.3 config's keys do not say which block sets it, so both of its blocks."""
+        if self.agent is None:
+            return f"agents.defaults.{self.base}.{leaf} (or the agent's {self.base}.{leaf})"
+        return self.key(leaf)
+
 
 def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
     out = []
@@ -352,11 +400,18 @@ def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 
 def setting_keys(cfg: Mapping[str, Any], agent_id: str, agent_ms: Mapping[str, Any]) -> SettingKeys:
-    """The :class:`SettingKeys` of ``agent_id`` (``agent_ms``: the settings its own block sets)."""
-    if schema_of(cfg).version == V2026_3:
+    """The :class:`SettingKeys` of ``agent_id`` (``agent_ms``: the settings its own block sets, as
+    resolved: of those, the ones the user wrote there, not normalize's source policy)."""
+    schema = schema_of(cfg)
+    if schema.version == V2026_3:
         return SettingKeys()
     base, agent = ms_keys(cfg, agent_id, "", "")
-    return SettingKeys(base, agent, frozenset(_dotted(agent_ms)))
+    agent_set = frozenset(_dotted(agent_ms))
+    entries = _list(_obj(cfg.get("agents")).get("list"))
+    at = next((i for i, e in enumerate(entries) if isinstance(e, dict) and _norm_id(e.get("id")) == agent_id), None)
+    if at is not None and at < len(schema.own_keys):
+        agent_set &= schema.own_keys[at]
+    return SettingKeys(base, agent, agent_set)
 
 
 def agent_memory_key(cfg: Mapping[str, Any], agent_id: str) -> str | None:
@@ -372,6 +427,13 @@ def reads_memory_search(cfg: Mapping[str, Any]) -> bool:
     2026.3's keys (where writing it makes the config 2026.9); for the "known:" list and "did you
     mean" of an unknown key in ``memory``."""
     return schema_of(cfg).version == V2026_9 or not _markers(cfg)[1]
+
+
+def reads_store_path(described: str) -> bool:
+    """Whether OpenClaw of the schema :meth:`Schema.describe` named keeps its own index at the
+    ``store.path`` memindex reads too: 2026.3's ``memorySearch.store.path`` is both; 2026.9 keeps its
+    index in the agent database and refuses the key."""
+    return described.startswith(f"OpenClaw {V2026_3} ")
 
 
 def binds_keys_to_destination(described: str) -> bool:

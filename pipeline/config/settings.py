@@ -669,6 +669,12 @@ class AgentSettings:
         return list(self.memory_search.sources)
 
     @property
+    def store_setting(self) -> str:
+        """The setting to change this agent's store path with, for messages: MEMINDEX_STORE_PATH when
+        it set the path, else the config's ``store.path`` key as the config spells it (``keys``)."""
+        return STORE_PATH_ENV if self.store_key == STORE_PATH_ENV else self.keys.key("store.path")
+
+    @property
     def sessions_dir(self) -> Path:
         return inside(self.state_dir / "agents", self.state_dir / "agents" / self.agent_id / "sessions", "--agent")
 

@@ -175,7 +175,7 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
     sync still lists the disk: one lstat per file, compared with the last listing's digest,
     index/unchanged.py).
     """
-    check_writable(settings.store_path)
+    check_writable(settings.store_path, settings.store_setting)
     reader = open_reader(settings)
     try:
         try:

@@ -343,7 +343,7 @@ def check_roots(settings: AgentSettings) -> None:
     for raw in settings.memory_search.extra_paths:
         p = expand_home(raw)
         if _too_broad(p if p.is_absolute() else ws / p, settings):
-            raise ConfigError("memorySearch.extraPaths",
+            raise ConfigError(settings.keys.key("extraPaths"),
                               f"{raw!r} is too broad (the filesystem root, the home directory or the "
                               f"state dir); name a narrower directory, or set {ALLOW_BROAD_ENV}=1")
 

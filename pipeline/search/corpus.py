@@ -34,7 +34,7 @@ def corpus_sources(settings: Any, corpus: str | None) -> tuple[list[str], str | 
     if corpus not in indexed:
         return [], (f"{corpus} are not indexed for agent {settings.agent_id!r}" if corpus == "sessions"
                     else f"the {corpus} corpus is not indexed for agent {settings.agent_id!r}") + (
-            " (session search needs memorySearch.experimental.sessionMemory and \"sessions\" in sources)"
+            f" (session search needs {settings.keys.key('experimental.sessionMemory')} and \"sessions\" in sources)"
             if corpus == "sessions" else "")
     return [corpus], None
 

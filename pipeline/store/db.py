@@ -59,11 +59,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def connect(path: Path | str, *, readonly: bool = False) -> Connection:
-    """Open a store. Writers get WAL; readers open ``mode=ro`` and never write."""
+def connect(path: Path | str, *, readonly: bool = False, setting: str = "the store path") -> Connection:
+    """Open a store. Writers get WAL; readers open ``mode=ro`` and never write. ``setting``: what
+    sets ``path``, as the agent's config spells it (``AgentSettings.store_setting``), for messages."""
     if Path(path).is_dir():  # SQLite says only "disk I/O error" (a traceback from `index`)
         raise StoreError(f"the store path {path} is a directory, not a SQLite file: point "
-                         "memorySearch.store.path at a file (e.g. {agentId}.sqlite) or move the directory")
+                         f"{setting} at a file (e.g. {{agentId}}.sqlite) or move the directory")
     if readonly:
         uri = f"file:{Path(path).as_posix()}?mode=ro"
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)

@@ -134,16 +134,16 @@ def nearest_existing(path: Path | str) -> Path | None:
     return p if p.exists() else next((d for d in p.parents if d.exists()), None)
 
 
-def check_writable(path: Path | str) -> None:
+def check_writable(path: Path | str, setting: str = "the store path") -> None:
     """Refuse early, with one clear line, when the store cannot be written (a read-only state dir):
-    otherwise every write would fail and be retried."""
+    otherwise every write would fail and be retried. ``setting``: as ``db.connect``'s."""
     p = Path(path)
     target = nearest_existing(p)
     if target is not None and target != p and not target.is_dir():
         # `--state-dir ~/notes.txt`: the file passed the writable check, and every write of a
         # whole sync was embedded first, then failed ("Not a directory"), blamed on a read-only dir.
         raise StoreError(f"cannot write the store {printable(str(p))}: {printable(str(target))} is a file, "
-                         "not a directory (check --state-dir / memorySearch.store.path)")
+                         f"not a directory (check --state-dir / {setting})")
     if target is not None and not os.access(target, os.W_OK):
         raise StoreError(f"cannot write the store {printable(str(p))}: {printable(str(target))} is read-only")
     if p.exists() and not os.access(p.parent, os.W_OK):  # SQLite's WAL and SHM files live beside it

@@ -49,8 +49,10 @@ ChunkRow = tuple[int, str, str, str, int, int, str, str]
 class StoreReader:
     """Read-only access to a store; one connection per thread, reopened if the file changes."""
 
-    def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None):
+    def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None,
+                 setting: str = "the store path"):
         self.path = Path(path)
+        self.setting = setting  # what sets the path, for messages (db.connect)
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
         self._local = threading.local()
@@ -72,7 +74,8 @@ class StoreReader:
             c.close()
             self._local.conn = None
         try:
-            c = db.connect(self.path, readonly=True)  # its PRAGMAs may already read a damaged file
+            # (its PRAGMAs may already read a damaged file)
+            c = db.connect(self.path, readonly=True, setting=self.setting)
         except db.DatabaseError as exc:
             if is_corruption(exc):
                 raise corrupt(self.path, exc) from None
@@ -561,6 +564,7 @@ def _sample_holding_every(c: db.Connection, ft: str, rank_by: str, every: str, s
 def open_reader(settings: Any) -> StoreReader:
     owner.open_own(settings)
     vec = settings.memory_search.store.vector
-    store = StoreReader(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path)
+    store = StoreReader(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
+                        setting=settings.store_setting)
     owner.opened(settings.store_path)
     return store

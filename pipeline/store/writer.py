@@ -208,8 +208,9 @@ class StoreWriter:
     cache_writes = True  # new vectors go into the embedding cache (cache.enabled; the writer sets it)
 
     def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None,
-                 wait_s: float | None = None):
+                 wait_s: float | None = None, setting: str = "the store path"):
         self.path = Path(path)
+        self.setting = setting  # what sets the path, for messages (db.connect)
         self._tables: dict[int, Tables] = {}  # (tables())
         self._lock_file = self._take_writer_lock(WRITER_WAIT_S if wait_s is None else wait_s)
         # Held (acknowledged, uncommitted) writes are marked beside the store while held: found at
@@ -290,7 +291,7 @@ class StoreWriter:
         try:
             conn = None
             try:
-                conn = db.connect(self.path)
+                conn = db.connect(self.path, setting=self.setting)
                 if store_problem(conn, self.path) is None:
                     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
                     conn.execute("BEGIN IMMEDIATE")  # fails at once on a read-only file or dir
@@ -302,7 +303,7 @@ class StoreWriter:
             if conn is not None:
                 conn.close()
             quarantine(self.path)
-            return db.connect(self.path)
+            return db.connect(self.path, setting=self.setting)
         except (OSError, db.OperationalError) as exc:
             raise StoreError(f"cannot write the store {printable(str(self.path))}: {exc} "
                              "(is the state dir read-only?)") from None
@@ -1055,6 +1056,6 @@ def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:
     owner.open_own(settings)
     vec = settings.memory_search.store.vector
     store = StoreWriter(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
-                       wait_s=wait_s)
+                       wait_s=wait_s, setting=settings.store_setting)
     owner.opened(settings.store_path)
     return store

@@ -29,8 +29,8 @@ POLL_S = 0.2
 
 def _batch_problem(settings: AgentSettings) -> str | None:
     if not settings.memory_search.remote.batch.enabled:
-        return (f"{settings.agent_id}: batch APIs are off; set agents.defaults.memorySearch.remote.batch.enabled "
-                "(or the agent's memorySearch.remote.batch.enabled) to true")
+        return (f"{settings.agent_id}: batch APIs are off; set {settings.keys.to_set('remote.batch.enabled')} "
+                "to true")
     provider = provider_info(settings)["provider"]
     if not registry.supports_batch(provider):
         *most, last = registry.batch_ids()
