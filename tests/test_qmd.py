@@ -372,6 +372,24 @@ def test_status_probe_reports_missing_qmd(ws):
     assert st["backend"] == "builtin" and st["fallback"]["kind"] == "missing"
 
 
+def test_the_servers_status_of_a_qmd_agent_holds_the_store_report_beside_the_backend(ws):
+    """helper-24: over MCP (the OpenClaw plugin's memory_status) a qmd agent's status was only
+    {backend, requestedBackend, fallback, qmd, agents}: OpenClaw printed "Indexed: 0 files", provider
+    none, while `memindex status` showed the store's files and the fallback."""
+    import asyncio
+
+    from memindex.pipeline.config.settings import Context
+    from memindex.producers.serve.tools import MemoryTools
+
+    ws.index()
+    configure(ws, command=str(ws.root / "no-such-qmd"))
+    tools = MemoryTools(Context(None, str(ws.config_path), str(ws.state), str(ws.workspace)))
+    st = asyncio.run(tools.status())
+    assert st["backend"] == "builtin" and st["requestedBackend"] == "qmd" and st["fallback"]["kind"] == "missing"
+    assert st["agentId"] == "main" and st["files"] == 2 and st["chunks"] >= 2 and st["scan"]["totalFiles"] == 2, st
+    assert "provider" in st and "workspaceDir" in st and st["agents"] == ["main"], st
+
+
 # --- limits -------------------------------------------------------------------------
 
 def test_limits(ws):

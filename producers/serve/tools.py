@@ -28,7 +28,8 @@ from memindex.pipeline.search.corpus import CORPORA
 from memindex.pipeline.search.engine import min_score_problem, query_problem
 from memindex.pipeline.search.get import amemory_get
 from memindex.pipeline.search.scope import agent_from_key
-from memindex.pipeline.status import source_scan, status_entry
+from memindex.pipeline.embeddings.embedder import provider_info
+from memindex.pipeline.status import index_status, source_scan, status_entry
 from memindex.pipeline.store import db
 from memindex.producers.enqueue import sync_and_wait
 from memindex.producers.hooks import schedule_sync
@@ -298,7 +299,12 @@ class MemoryTools:
         settings = self.settings(agent)
         with refusals():
             report = await run_in_pool(self.engine(settings).status, probe=True)
-            if "workspace" in report and "store" in report:  # the builtin store's report
-                entry = status_entry(report, scan=await run_in_pool(source_scan, settings))
-                report = {**entry["status"], "agentId": entry["agentId"], "scan": entry["scan"]}
+            if "workspace" not in report or "store" not in report:
+                # The qmd backend says what serves (backend, fallback, its collections); the builtin
+                # store's report goes beside it, as `memindex status` shows them: only those four
+                # keys reached OpenClaw's status (files, chunks, provider and agentId missing).
+                store = await run_in_pool(index_status, settings, provider_info(settings))
+                report = {**store, **report}
+            entry = status_entry(report, scan=await run_in_pool(source_scan, settings))
+            report = {**entry["status"], "agentId": entry["agentId"], "scan": entry["scan"]}
         return {**report, "agents": self.agent_ids()}
