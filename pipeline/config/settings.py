@@ -10,6 +10,7 @@ OpenClaw's camelCase keys so that docs, seeds and config read the same.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -668,10 +669,11 @@ class AgentSettings:
     def sources(self) -> list[str]:
         return list(self.memory_search.sources)
 
-    @property
+    @functools.cached_property
     def store_setting(self) -> str:
         """The setting to change this agent's store path with, for messages: MEMINDEX_STORE_PATH when
-        it set the path, else the config's ``store.path`` key as the config spells it (``keys``)."""
+        it set the path, else the config's ``store.path`` key as the config spells it (``keys``). Once
+        per settings object: every store open hands it on, for the error it may have to word."""
         return STORE_PATH_ENV if self.store_key == STORE_PATH_ENV else self.keys.key("store.path")
 
     @property
