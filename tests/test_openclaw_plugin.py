@@ -173,7 +173,8 @@ def _wrapper(tmp_path: Path, memdir: Path) -> tuple[Path, Path]:
     mode, script = tmp_path / "memindex-mode", tmp_path / "memindex-wrapper"
     script.write_text(f"""#!/bin/sh
 case "$(cat '{mode}' 2>/dev/null)" in
-  fail) echo "memindex: cannot open the memory index (test-made failure)" >&2; exit 3;;
+  fail) echo "2026-11-02 10:00:00,000 INFO memindex.sync: sync main: generation 1" >&2
+        echo "error: cannot open the memory index (test-made failure)" >&2; exit 3;;
   hang) exec sleep 3600;;
 esac
 exec '{sys.executable}' -m memindex "$@" --workspace '{memdir}'
@@ -245,6 +246,7 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
         assert time.monotonic() - started < deadline_ms / 1000 + 5
         assert down["results"] == [] and down["disabled"] is True and down["unavailable"] is True, down
         assert "test-made failure" in down["error"] and down["warning"] and down["action"], down
+        assert "INFO" not in down["error"], down  # memindex's reason, not its progress log
         failed = gw.invoke("memory_get", {"path": "MEMORY.md"})
         assert failed["text"] == "" and "test-made failure" in failed["error"], failed
 

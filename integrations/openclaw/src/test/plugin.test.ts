@@ -127,6 +127,31 @@ test("a child that never answers: the call ends at its deadline, flagged timedOu
   for (const s of reg.services) await s.stop();
 });
 
+test("memindex's failure reason quotes its stderr lines that say what went wrong, whole, not its INFO log", async () => {
+  // A start that logs progress, a warning and a traceback, then more progress, and is killed mid-line.
+  const info = (i: number) => `2026-12-04 16:00:0${i % 10},123 INFO memindex.sync: sync main: generation ${i} of the index`;
+  const script = `process.stderr.write(${JSON.stringify([info(1),
+    "2026-12-04 16:00:02,000 WARNING memindex.embed: provider local unavailable: no model file",
+    "Traceback (most recent call last):", '  File "/x/memindex/cli.py", line 3, in main', "    raise ValueError('x')",
+    "ValueError: the memory index is locked by another process",
+    ...Array.from({ length: 20 }, (_, i) => info(i + 2)), "2026-12-04 16:00:09,999 INFO memindex.sy"].join("\n"))}, () => process.exit(3));`;
+  // (a script file: the failure names the command line, which must not carry the log lines itself)
+  const dir = mkdtempSync(path.join(tmpdir(), "memindex-log-"));
+  writeFileSync(path.join(dir, "noisy.cjs"), script);
+  writeFileSync(path.join(dir, "quiet.cjs"), `process.stderr.write(${JSON.stringify(info(1) + "\n")}, () => process.exit(3));`);
+  const reg = load({ command: process.execPath, args: [path.join(dir, "noisy.cjs")], timeoutMs: 5000, startTimeoutMs: 5000 });
+  const res = await reg.tools.get("memory_search")!(ctx).execute("1", { query: "anything" });
+  const error: string = res.details.error;
+  assert.equal(res.details.unavailable, true);
+  assert.match(error, /stderr: 2026-12-04 16:00:02,000 WARNING memindex\.embed: provider local unavailable: no model file \| ValueError: the memory index is locked by another process$/, error);
+  assert.doesNotMatch(error, /INFO|memindex\.sy\b|File "/, error);
+  // A child that says nothing wrong: no stderr part at all.
+  const quiet = load({ command: process.execPath, args: [path.join(dir, "quiet.cjs")], timeoutMs: 5000, startTimeoutMs: 5000 });
+  const q = await quiet.tools.get("memory_search")!(ctx).execute("1", { query: "anything" });
+  assert.equal(q.details.unavailable, true);
+  assert.doesNotMatch(q.details.error, /stderr:/, q.details.error);
+});
+
 // Looked up on PATH by hand: OpenClaw's install scanner refuses a plugin folder whose files spawn
 // processes themselves (the MCP SDK's transport, in node_modules, is not scanned).
 function onPath(cmd: string): boolean {
