@@ -270,6 +270,32 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
                 break
             time.sleep(1)
         assert again["results"] and again["results"][0]["path"] == "memory/2026-11-02.md", again
+
+        # memindex alive but hung (stopped): the call ends at the deadline and the child is dropped
+        # (ended), so the next call starts a fresh one instead of timing out again, forever.
+        stopped = gw.memindex_children()
+        assert stopped, gw.tail()
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            hung = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router"})
+            assert hung["unavailable"] is True and f"within {deadline_ms} ms" in hung["error"], hung
+            assert time.monotonic() - started < deadline_ms / 1000 + 5
+            started = time.monotonic()
+            revived = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router"})
+            assert revived["results"] and revived["results"][0]["path"] == "memory/2026-11-02.md", revived
+            print(f"answered {time.monotonic() - started:.1f}s after the hung call by a fresh memindex")
+            end = time.monotonic() + 15
+            while any(pid in gw.memindex_children() for pid in stopped) and time.monotonic() < end:
+                time.sleep(0.2)
+            assert not any(pid in gw.memindex_children() for pid in stopped), "the hung memindex was left running"
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     finally:
         gw.stop()
     # The child is the gateway's: stopped with it.

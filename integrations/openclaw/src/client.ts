@@ -198,6 +198,14 @@ export class MemindexClient {
     return stdio;
   }
 
+  /** Drops a session that stopped answering and closes it (ending a stdio child) in the background. */
+  private abandon(client: Client, why: string): void {
+    if (this.client !== client) return;  // already dropped (it exited, or another call's deadline)
+    this.client = null;
+    this.log?.warn?.(`memindex: ${why}; closed it, the next call starts it again`);
+    void client.close().catch(() => {});
+  }
+
   private dropped(client: Client, why: string): void {
     if (this.client === client) {
       this.client = null;
@@ -229,14 +237,21 @@ export class MemindexClient {
     const onAbort = () => controller.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     let timer: NodeJS.Timeout | undefined;
+    const used: { client?: Client } = {};
     const expired = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
+        const why = this.failure(`${this.describe()} did not answer ${name} within ${deadline} ms`);
         controller.abort();
-        reject(new MemindexUnavailable(this.failure(`${this.describe()} did not answer ${name} within ${deadline} ms`), true));
+        // A memindex that is alive but not answering (hung, stopped) would time out every later call
+        // too: drop it, so the next call starts a fresh one. Closing ends a stdio child; calls still
+        // waiting on it fail over once to the new one, as when memindex exits. (A call still waiting
+        // for the start leaves that to the start's own deadline.)
+        if (used.client) this.abandon(used.client, why);
+        reject(new MemindexUnavailable(why, true));
       }, deadline);
     });
     try {
-      return await Promise.race([this.callOnce(name, args, controller.signal, optional, deadline), expired]);
+      return await Promise.race([this.callOnce(name, args, controller.signal, optional, deadline, used), expired]);
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
@@ -244,8 +259,9 @@ export class MemindexClient {
   }
 
   private async callOnce(name: string, args: Record<string, unknown>, signal: AbortSignal, optional: string[],
-                         deadline: number, retried = false): Promise<Record<string, unknown>> {
+                         deadline: number, used: { client?: Client }, retried = false): Promise<Record<string, unknown>> {
     const client = await this.connect();
+    used.client = client;
     const sent = { ...args };
     for (const arg of optional) if (!this.accepts(name, arg)) delete sent[arg];
     let result;
@@ -254,7 +270,7 @@ export class MemindexClient {
     } catch (err) {
       if (signal.aborted) throw new MemindexUnavailable(this.failure(`${name} was cancelled`), true);
       // The session ended under the call (memindex exited): once, on a fresh one (still within the deadline).
-      if (!retried && this.client !== client) return this.callOnce(name, args, signal, optional, deadline, true);
+      if (!retried && this.client !== client) return this.callOnce(name, args, signal, optional, deadline, used, true);
       throw new MemindexUnavailable(this.failure(`${this.describe()} failed ${name}`, err));
     }
     const structured = result.structuredContent as Record<string, unknown> | undefined;

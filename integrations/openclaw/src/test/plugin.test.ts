@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { accessSync, constants, mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { createPlugin } from "../index.js";
 import { parsePluginConfig } from "../client.js";
@@ -150,6 +151,56 @@ test("memindex's failure reason quotes its stderr lines that say what went wrong
   const q = await quiet.tools.get("memory_search")!(ctx).execute("1", { query: "anything" });
   assert.equal(q.details.unavailable, true);
   assert.doesNotMatch(q.details.error, /stderr:/, q.details.error);
+});
+
+// A scripted stand-in for `memindex mcp` (src/test/fake-memindex.ts).
+const FAKE = fileURLToPath(new URL("./fake-memindex.js", import.meta.url));
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+test("a child that is alive but stopped answering is dropped at the deadline; the next call starts a fresh one", async () => {
+  const reg = load({ command: process.execPath, args: [FAKE], timeoutMs: 1500, startTimeoutMs: 10000 });
+  const search = reg.tools.get("memory_search")!(ctx);
+  const first = await search.execute("1", { query: "loquat" });
+  assert.equal(first.details.results.length, 1, JSON.stringify(first.details));
+  const pid = (await reg.client.call("memory_status", {})).pid as number;
+  assert.ok(pid > 0);
+  process.kill(pid, "SIGSTOP");  // alive, hung
+  try {
+    // One call runs into the deadline; another, with a longer one, is on the same child meanwhile.
+    const t0 = Date.now();
+    const [hung, waiting] = await Promise.allSettled([
+      search.execute("2", { query: "loquat" }),
+      reg.client.call("memory_search", { query: "loquat" }, undefined, [], 15000),
+    ]);
+    assert.equal(hung.status, "fulfilled");
+    const h = (hung as PromiseFulfilledResult<any>).value.details;
+    assert.equal(h.unavailable, true);
+    assert.equal(h.timedOut, true);
+    assert.match(h.error, /within 1500 ms/);
+    // The waiting call failed over, once, to a fresh child (within its own deadline).
+    assert.equal(waiting.status, "fulfilled", String((waiting as PromiseRejectedResult).reason));
+    const w = (waiting as PromiseFulfilledResult<any>).value;
+    assert.notEqual(w.pid, pid);
+    assert.ok(Date.now() - t0 < 15000);
+    // And the next call is answered (by the fresh child) at once, not after another deadline.
+    const t1 = Date.now();
+    const next = await search.execute("3", { query: "loquat" });
+    assert.equal(next.details.results[0].path, "memory/2026-05-01.md", JSON.stringify(next.details));
+    assert.ok(Date.now() - t1 < 1500);
+    // The hung child was ended (closing the stdio session kills it).
+    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(alive(pid), false, "the hung child was left running");
+  } finally {
+    if (alive(pid)) process.kill(pid, "SIGKILL");
+    await reg.client.close();
+  }
 });
 
 // Looked up on PATH by hand: OpenClaw's install scanner refuses a plugin folder whose files spawn
