@@ -367,7 +367,14 @@ def test_memory_cli_speaks_for_memindex(tmp_path: Path) -> None:
     gw = Gateway("2026.9.6", tmp_path / "home", memdir, {"command": str(command), "startTimeoutMs": 120000,
                                                          "timeoutMs": 120000}, start=False)
     try:
-        indexed = gw.openclaw("memory", "index")
+        # Never indexed: the one-shot search builds the index itself (memindex only schedules it, and
+        # the command ends its child on exit) and answers, without the "being built" warning.
+        first = gw.openclaw("memory", "search", f"{NOTE_WORD} router")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "memory/2026-11-02.md" in first.stdout and "No matches" not in first.stdout, first.stdout + first.stderr
+        assert "being built" not in first.stdout + first.stderr, first.stdout + first.stderr
+
+        indexed = gw.openclaw("memory", "index", "--force")
         assert indexed.returncode == 0, indexed.stdout + indexed.stderr
         assert "Memory index updated (main): 1 files indexed" in indexed.stdout, indexed.stdout + indexed.stderr
 

@@ -203,6 +203,30 @@ test("a child that is alive but stopped answering is dropped at the deadline; th
   }
 });
 
+test("openclaw memory search on an agent never indexed builds its index and answers", async () => {
+  const client = load({ command: process.execPath, args: [FAKE], timeoutMs: 5000 }).client;
+  const pendingEnv = process.env.FAKE_MEMINDEX_MODE;
+  process.env.FAKE_MEMINDEX_MODE = "pending";
+  const { root, actions } = recorder();
+  const printed: string[] = [];
+  const errors: string[] = [];
+  addMemoryCommands(root, client, { log: (l) => printed.push(l), error: (l) => errors.push(l) });
+  try {
+    await actions.get("search")!("loquat crate", { agent: "work" });
+    assert.deepEqual(errors, []);  // no "being built" warning: it was built
+    assert.match(printed.join("\n"), /^0\.900 memory\/2026-05-01\.md:1-3\nThe loquat crate is blue\.$/);
+    await actions.get("search")!("loquat crate", { json: true });
+    const answered = JSON.parse(printed.pop()!);
+    assert.deepEqual(answered.calls, ["memory_search", "memory_index", "memory_search"]);
+    assert.equal(answered.results.length, 1);
+    assert.equal(answered.indexing, undefined);
+  } finally {
+    if (pendingEnv === undefined) delete process.env.FAKE_MEMINDEX_MODE;
+    else process.env.FAKE_MEMINDEX_MODE = pendingEnv;
+    await client.close();
+  }
+});
+
 // Looked up on PATH by hand: OpenClaw's install scanner refuses a plugin folder whose files spawn
 // processes themselves (the MCP SDK's transport, in node_modules, is not scanned).
 function onPath(cmd: string): boolean {
