@@ -203,6 +203,18 @@ test("a child that is alive but stopped answering is dropped at the deadline; th
   }
 });
 
+test("the memory runtime's status reports memindex's backend", async () => {
+  const reg = load({ command: process.execPath, args: [FAKE], timeoutMs: 5000, startTimeoutMs: 10000 });
+  try {
+    const { manager } = await reg.capability.runtime.getMemorySearchManager({ agentId: "main" });
+    assert.equal(manager.status().backend, "qmd");  // the fake's memory_status says qmd
+    assert.equal(manager.status().custom.engine, "memindex");
+    await manager.close();
+  } finally {
+    await reg.client.close();
+  }
+});
+
 test("openclaw memory search on an agent never indexed builds its index and answers", async () => {
   const client = load({ command: process.execPath, args: [FAKE], timeoutMs: 5000 }).client;
   const pendingEnv = process.env.FAKE_MEMINDEX_MODE;
