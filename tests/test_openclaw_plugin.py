@@ -173,7 +173,8 @@ def _wrapper(tmp_path: Path, memdir: Path) -> tuple[Path, Path]:
     mode, script = tmp_path / "memindex-mode", tmp_path / "memindex-wrapper"
     script.write_text(f"""#!/bin/sh
 case "$(cat '{mode}' 2>/dev/null)" in
-  fail) echo "memindex: cannot open the memory index (test-made failure)" >&2; exit 3;;
+  fail) echo "2026-11-02 10:00:00,000 INFO memindex.sync: sync main: generation 1" >&2
+        echo "error: cannot open the memory index (test-made failure)" >&2; exit 3;;
   hang) exec sleep 3600;;
 esac
 exec '{sys.executable}' -m memindex "$@" --workspace '{memdir}'
@@ -245,6 +246,7 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
         assert time.monotonic() - started < deadline_ms / 1000 + 5
         assert down["results"] == [] and down["disabled"] is True and down["unavailable"] is True, down
         assert "test-made failure" in down["error"] and down["warning"] and down["action"], down
+        assert "INFO" not in down["error"], down  # memindex's reason, not its progress log
         failed = gw.invoke("memory_get", {"path": "MEMORY.md"})
         assert failed["text"] == "" and "test-made failure" in failed["error"], failed
 
@@ -268,6 +270,32 @@ def test_memory_slot_through_the_gateway(version: str, tmp_path: Path) -> None:
                 break
             time.sleep(1)
         assert again["results"] and again["results"][0]["path"] == "memory/2026-11-02.md", again
+
+        # memindex alive but hung (stopped): the call ends at the deadline and the child is dropped
+        # (ended), so the next call starts a fresh one instead of timing out again, forever.
+        stopped = gw.memindex_children()
+        assert stopped, gw.tail()
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            hung = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router"})
+            assert hung["unavailable"] is True and f"within {deadline_ms} ms" in hung["error"], hung
+            assert time.monotonic() - started < deadline_ms / 1000 + 5
+            started = time.monotonic()
+            revived = gw.invoke("memory_search", {"query": f"{NOTE_WORD} router"})
+            assert revived["results"] and revived["results"][0]["path"] == "memory/2026-11-02.md", revived
+            print(f"answered {time.monotonic() - started:.1f}s after the hung call by a fresh memindex")
+            end = time.monotonic() + 15
+            while any(pid in gw.memindex_children() for pid in stopped) and time.monotonic() < end:
+                time.sleep(0.2)
+            assert not any(pid in gw.memindex_children() for pid in stopped), "the hung memindex was left running"
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     finally:
         gw.stop()
     # The child is the gateway's: stopped with it.
@@ -339,7 +367,14 @@ def test_memory_cli_speaks_for_memindex(tmp_path: Path) -> None:
     gw = Gateway("2026.9.6", tmp_path / "home", memdir, {"command": str(command), "startTimeoutMs": 120000,
                                                          "timeoutMs": 120000}, start=False)
     try:
-        indexed = gw.openclaw("memory", "index")
+        # Never indexed: the one-shot search builds the index itself (memindex only schedules it, and
+        # the command ends its child on exit) and answers, without the "being built" warning.
+        first = gw.openclaw("memory", "search", f"{NOTE_WORD} router")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "memory/2026-11-02.md" in first.stdout and "No matches" not in first.stdout, first.stdout + first.stderr
+        assert "being built" not in first.stdout + first.stderr, first.stdout + first.stderr
+
+        indexed = gw.openclaw("memory", "index", "--force")
         assert indexed.returncode == 0, indexed.stdout + indexed.stderr
         assert "Memory index updated (main): 1 files indexed" in indexed.stdout, indexed.stdout + indexed.stderr
 

@@ -151,7 +151,14 @@ export function addMemoryCommands(root: Command, client: MemindexClient, out: Ou
       const args: Json = { query, ...agentArg(opts) };
       if (num(opts.maxResults) !== undefined) args.maxResults = opts.maxResults;
       if (num(opts.minScore) !== undefined) args.minScore = opts.minScore;
-      const raw = await client.call("memory_search", args);
+      let raw = await client.call("memory_search", args);
+      // An agent never indexed: memindex schedules the build and answers at once, but this one-shot
+      // process ends the child when it exits, so the build would never run. Build it here (waiting,
+      // as `index` does) and ask once more.
+      if (!(Array.isArray(raw.results) && raw.results.length) && raw.indexing === "pending") {
+        await client.call("memory_index", agentArg(opts), undefined, [], INDEX_TIMEOUT_MS);
+        raw = await client.call("memory_search", args);
+      }
       if (opts.json) {
         out.log(JSON.stringify(raw, null, 2));
         return;

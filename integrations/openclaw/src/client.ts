@@ -6,6 +6,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+import { StringDecoder } from "node:string_decoder";
 
 export const DEFAULT_COMMAND = "memindex";
 export const DEFAULT_ARGS = ["mcp"];
@@ -14,8 +15,56 @@ export const DEFAULT_TIMEOUT_MS = 30_000;
 // How long a starting memindex may take to answer the MCP handshake (a cold Python start on a busy
 // machine takes seconds). Tool calls do not wait for it past their own deadline.
 export const DEFAULT_START_TIMEOUT_MS = 60_000;
-// How much of the child's stderr a failure quotes (its last lines say why it exited).
-const STDERR_TAIL_CHARS = 600;
+// How many of the child's stderr lines saying what went wrong a failure quotes (the last ones),
+// and how long a line it keeps of each.
+const STDERR_REASON_LINES = 4;
+const STDERR_LINE_CHARS = 300;
+// memindex's stderr lines that say something went wrong: a WARNING/ERROR/CRITICAL log line (text
+// "<asctime> LEVEL logger: message", or JSON), an `error: ...` line (also argparse's
+// "prog: error: ..."). Its INFO lines (sync progress) are not a reason.
+const LOG_PROBLEM = /^(?:\S+\s+){0,3}(?:WARNING|ERROR|CRITICAL|FATAL)\b|"level(?:name)?"\s*:\s*"(?:WARNING|ERROR|CRITICAL|FATAL)"/;
+const ERROR_LINE = /^(?:[\w.-]+(?: [\w.-]+)*: )?error:/i;
+
+/** Picks the reason lines out of a child's stderr, whole lines only: problem log lines, `error:`
+ *  lines, and a Python Traceback's last line (the exception), the last few of them. */
+export class StderrReasons {
+  private partial = "";
+  private inTraceback = false;
+  private lines: string[] = [];
+
+  push(chunk: string): void {
+    const parts = (this.partial + chunk).split(/\r?\n/);
+    this.partial = parts.pop() ?? "";
+    if (this.partial.length > 64 * 1024) this.partial = "";  // a runaway line: never quoted (not whole)
+    for (const line of parts) this.line(line);
+  }
+
+  private line(line: string): void {
+    if (this.inTraceback) {
+      if (/^\s/.test(line) || !line.trim()) return;  // the frames
+      this.inTraceback = false;
+      // "During handling of the above exception..." chains into another traceback
+      if (!/^(During handling|The above exception)/.test(line)) this.keep(line);
+      return;
+    }
+    if (/^Traceback \(most recent call last\):/.test(line)) {
+      this.inTraceback = true;
+      return;
+    }
+    if (LOG_PROBLEM.test(line) || ERROR_LINE.test(line.trim())) this.keep(line);
+  }
+
+  private keep(line: string): void {
+    const t = line.trim();
+    if (!t) return;
+    this.lines.push(t.length > STDERR_LINE_CHARS ? `${t.slice(0, STDERR_LINE_CHARS)}…` : t);
+    if (this.lines.length > STDERR_REASON_LINES) this.lines.shift();
+  }
+
+  get reasons(): string[] {
+    return [...this.lines];
+  }
+}
 
 export type PluginConfig = {
   command: string;
@@ -64,7 +113,7 @@ export type ToolSchema = { properties: Set<string> };
 export class MemindexClient {
   private client: Client | null = null;
   private connecting: Promise<Client> | null = null;
-  private stderrTail = "";
+  private stderr = new StderrReasons();
   private exitReason: string | null = null;
   private schemas = new Map<string, ToolSchema>();
   /** Set while a gateway runs the plugin's service: the child then serves every later call, and a
@@ -94,7 +143,7 @@ export class MemindexClient {
   }
 
   private async open(): Promise<Client> {
-    this.stderrTail = "";
+    this.stderr = new StderrReasons();
     this.exitReason = null;
     const transport = this.transport();
     const client = new Client({ name: "openclaw-memindex", version: "0.1.0" });
@@ -140,13 +189,21 @@ export class MemindexClient {
     if (stateDir) env.OPENCLAW_STATE_DIR = stateDir;
     if (configPath) env.OPENCLAW_CONFIG_PATH = configPath;
     const stdio = new StdioClientTransport({ command: this.config.command, args: this.config.args, env, stderr: "pipe" });
-    stdio.stderr?.on("data", (chunk: Buffer) => {
-      this.stderrTail = (this.stderrTail + chunk.toString("utf8")).slice(-STDERR_TAIL_CHARS);
-    });
+    const reasons = this.stderr;
+    const decoder = new StringDecoder("utf8");  // a character split across chunks stays whole
+    stdio.stderr?.on("data", (chunk: Buffer) => reasons.push(decoder.write(chunk)));
     stdio.onerror = (err) => {
       this.exitReason = err.message;
     };
     return stdio;
+  }
+
+  /** Drops a session that stopped answering and closes it (ending a stdio child) in the background. */
+  private abandon(client: Client, why: string): void {
+    if (this.client !== client) return;  // already dropped (it exited, or another call's deadline)
+    this.client = null;
+    this.log?.warn?.(`memindex: ${why}; closed it, the next call starts it again`);
+    void client.close().catch(() => {});
   }
 
   private dropped(client: Client, why: string): void {
@@ -156,13 +213,13 @@ export class MemindexClient {
     }
   }
 
-  /** "<what>: <error>; stderr: <its last lines>" — the reason a user can act on. */
+  /** "<what>: <error>: stderr: <its last lines saying what went wrong>" — the reason a user can act on. */
   private failure(what: string, err?: unknown): string {
     const parts = [what];
     const msg = err instanceof Error ? err.message : err !== undefined ? String(err) : this.exitReason;
     if (msg) parts.push(msg);
-    const tail = this.stderrTail.trim();
-    if (tail) parts.push(`stderr: ${tail.split("\n").slice(-4).join(" | ")}`);
+    const reasons = this.stderr.reasons;
+    if (reasons.length) parts.push(`stderr: ${reasons.join(" | ")}`);
     return parts.join(": ");
   }
 
@@ -180,14 +237,21 @@ export class MemindexClient {
     const onAbort = () => controller.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     let timer: NodeJS.Timeout | undefined;
+    const used: { client?: Client } = {};
     const expired = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
+        const why = this.failure(`${this.describe()} did not answer ${name} within ${deadline} ms`);
         controller.abort();
-        reject(new MemindexUnavailable(this.failure(`${this.describe()} did not answer ${name} within ${deadline} ms`), true));
+        // A memindex that is alive but not answering (hung, stopped) would time out every later call
+        // too: drop it, so the next call starts a fresh one. Closing ends a stdio child; calls still
+        // waiting on it fail over once to the new one, as when memindex exits. (A call still waiting
+        // for the start leaves that to the start's own deadline.)
+        if (used.client) this.abandon(used.client, why);
+        reject(new MemindexUnavailable(why, true));
       }, deadline);
     });
     try {
-      return await Promise.race([this.callOnce(name, args, controller.signal, optional, deadline), expired]);
+      return await Promise.race([this.callOnce(name, args, controller.signal, optional, deadline, used), expired]);
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
@@ -195,8 +259,9 @@ export class MemindexClient {
   }
 
   private async callOnce(name: string, args: Record<string, unknown>, signal: AbortSignal, optional: string[],
-                         deadline: number, retried = false): Promise<Record<string, unknown>> {
+                         deadline: number, used: { client?: Client }, retried = false): Promise<Record<string, unknown>> {
     const client = await this.connect();
+    used.client = client;
     const sent = { ...args };
     for (const arg of optional) if (!this.accepts(name, arg)) delete sent[arg];
     let result;
@@ -205,7 +270,7 @@ export class MemindexClient {
     } catch (err) {
       if (signal.aborted) throw new MemindexUnavailable(this.failure(`${name} was cancelled`), true);
       // The session ended under the call (memindex exited): once, on a fresh one (still within the deadline).
-      if (!retried && this.client !== client) return this.callOnce(name, args, signal, optional, deadline, true);
+      if (!retried && this.client !== client) return this.callOnce(name, args, signal, optional, deadline, used, true);
       throw new MemindexUnavailable(this.failure(`${this.describe()} failed ${name}`, err));
     }
     const structured = result.structuredContent as Record<string, unknown> | undefined;

@@ -174,7 +174,9 @@ export function createPlugin(api: Api) {
     }
     const providerStatus: Json = {
       ...status,
-      backend: "builtin",
+      // memindex's own backend (memory.backend: builtin, or qmd with the builtin index as fallback);
+      // OpenClaw's status type knows only these two.
+      backend: status.backend === "qmd" ? "qmd" : "builtin",
       custom: { ...(status.custom as Json | undefined), engine: "memindex",
         searchMode: status.mode ?? ((status.vector as Json | undefined)?.available ? "hybrid" : "fts-only") },
     };

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { accessSync, constants, mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { createPlugin } from "../index.js";
 import { parsePluginConfig } from "../client.js";
@@ -125,6 +126,117 @@ test("a child that never answers: the call ends at its deadline, flagged timedOu
   assert.equal(res.details.timeoutMs, 700);
   assert.match(res.details.error, /within 700 ms/);
   for (const s of reg.services) await s.stop();
+});
+
+test("memindex's failure reason quotes its stderr lines that say what went wrong, whole, not its INFO log", async () => {
+  // A start that logs progress, a warning and a traceback, then more progress, and is killed mid-line.
+  const info = (i: number) => `2026-12-04 16:00:0${i % 10},123 INFO memindex.sync: sync main: generation ${i} of the index`;
+  const script = `process.stderr.write(${JSON.stringify([info(1),
+    "2026-12-04 16:00:02,000 WARNING memindex.embed: provider local unavailable: no model file",
+    "Traceback (most recent call last):", '  File "/x/memindex/cli.py", line 3, in main', "    raise ValueError('x')",
+    "ValueError: the memory index is locked by another process",
+    ...Array.from({ length: 20 }, (_, i) => info(i + 2)), "2026-12-04 16:00:09,999 INFO memindex.sy"].join("\n"))}, () => process.exit(3));`;
+  // (a script file: the failure names the command line, which must not carry the log lines itself)
+  const dir = mkdtempSync(path.join(tmpdir(), "memindex-log-"));
+  writeFileSync(path.join(dir, "noisy.cjs"), script);
+  writeFileSync(path.join(dir, "quiet.cjs"), `process.stderr.write(${JSON.stringify(info(1) + "\n")}, () => process.exit(3));`);
+  const reg = load({ command: process.execPath, args: [path.join(dir, "noisy.cjs")], timeoutMs: 5000, startTimeoutMs: 5000 });
+  const res = await reg.tools.get("memory_search")!(ctx).execute("1", { query: "anything" });
+  const error: string = res.details.error;
+  assert.equal(res.details.unavailable, true);
+  assert.match(error, /stderr: 2026-12-04 16:00:02,000 WARNING memindex\.embed: provider local unavailable: no model file \| ValueError: the memory index is locked by another process$/, error);
+  assert.doesNotMatch(error, /INFO|memindex\.sy\b|File "/, error);
+  // A child that says nothing wrong: no stderr part at all.
+  const quiet = load({ command: process.execPath, args: [path.join(dir, "quiet.cjs")], timeoutMs: 5000, startTimeoutMs: 5000 });
+  const q = await quiet.tools.get("memory_search")!(ctx).execute("1", { query: "anything" });
+  assert.equal(q.details.unavailable, true);
+  assert.doesNotMatch(q.details.error, /stderr:/, q.details.error);
+});
+
+// A scripted stand-in for `memindex mcp` (src/test/fake-memindex.ts).
+const FAKE = fileURLToPath(new URL("./fake-memindex.js", import.meta.url));
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+test("a child that is alive but stopped answering is dropped at the deadline; the next call starts a fresh one", async () => {
+  const reg = load({ command: process.execPath, args: [FAKE], timeoutMs: 1500, startTimeoutMs: 10000 });
+  const search = reg.tools.get("memory_search")!(ctx);
+  const first = await search.execute("1", { query: "loquat" });
+  assert.equal(first.details.results.length, 1, JSON.stringify(first.details));
+  const pid = (await reg.client.call("memory_status", {})).pid as number;
+  assert.ok(pid > 0);
+  process.kill(pid, "SIGSTOP");  // alive, hung
+  try {
+    // One call runs into the deadline; another, with a longer one, is on the same child meanwhile.
+    const t0 = Date.now();
+    const [hung, waiting] = await Promise.allSettled([
+      search.execute("2", { query: "loquat" }),
+      reg.client.call("memory_search", { query: "loquat" }, undefined, [], 15000),
+    ]);
+    assert.equal(hung.status, "fulfilled");
+    const h = (hung as PromiseFulfilledResult<any>).value.details;
+    assert.equal(h.unavailable, true);
+    assert.equal(h.timedOut, true);
+    assert.match(h.error, /within 1500 ms/);
+    // The waiting call failed over, once, to a fresh child (within its own deadline).
+    assert.equal(waiting.status, "fulfilled", String((waiting as PromiseRejectedResult).reason));
+    const w = (waiting as PromiseFulfilledResult<any>).value;
+    assert.notEqual(w.pid, pid);
+    assert.ok(Date.now() - t0 < 15000);
+    // And the next call is answered (by the fresh child) at once, not after another deadline.
+    const t1 = Date.now();
+    const next = await search.execute("3", { query: "loquat" });
+    assert.equal(next.details.results[0].path, "memory/2026-05-01.md", JSON.stringify(next.details));
+    assert.ok(Date.now() - t1 < 1500);
+    // The hung child was ended (closing the stdio session kills it).
+    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(alive(pid), false, "the hung child was left running");
+  } finally {
+    if (alive(pid)) process.kill(pid, "SIGKILL");
+    await reg.client.close();
+  }
+});
+
+test("the memory runtime's status reports memindex's backend", async () => {
+  const reg = load({ command: process.execPath, args: [FAKE], timeoutMs: 5000, startTimeoutMs: 10000 });
+  try {
+    const { manager } = await reg.capability.runtime.getMemorySearchManager({ agentId: "main" });
+    assert.equal(manager.status().backend, "qmd");  // the fake's memory_status says qmd
+    assert.equal(manager.status().custom.engine, "memindex");
+    await manager.close();
+  } finally {
+    await reg.client.close();
+  }
+});
+
+test("openclaw memory search on an agent never indexed builds its index and answers", async () => {
+  const client = load({ command: process.execPath, args: [FAKE], timeoutMs: 5000 }).client;
+  const pendingEnv = process.env.FAKE_MEMINDEX_MODE;
+  process.env.FAKE_MEMINDEX_MODE = "pending";
+  const { root, actions } = recorder();
+  const printed: string[] = [];
+  const errors: string[] = [];
+  addMemoryCommands(root, client, { log: (l) => printed.push(l), error: (l) => errors.push(l) });
+  try {
+    await actions.get("search")!("loquat crate", { agent: "work" });
+    assert.deepEqual(errors, []);  // no "being built" warning: it was built
+    assert.match(printed.join("\n"), /^0\.900 memory\/2026-05-01\.md:1-3\nThe loquat crate is blue\.$/);
+    await actions.get("search")!("loquat crate", { json: true });
+    const answered = JSON.parse(printed.pop()!);
+    assert.deepEqual(answered.calls, ["memory_search", "memory_index", "memory_search"]);
+    assert.equal(answered.results.length, 1);
+    assert.equal(answered.indexing, undefined);
+  } finally {
+    if (pendingEnv === undefined) delete process.env.FAKE_MEMINDEX_MODE;
+    else process.env.FAKE_MEMINDEX_MODE = pendingEnv;
+    await client.close();
+  }
 });
 
 // Looked up on PATH by hand: OpenClaw's install scanner refuses a plugin folder whose files spawn
