@@ -26,6 +26,7 @@ from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.failures import failures_since
 from memindex.pipeline.store.reader import open_reader
+from memindex.pipeline.store.schema import STORE_ID_KEY
 from memindex.producers.dispatch import ProgressFn, pending_files
 from memindex.workers import embedded
 from memindex.workers.broker import is_embedded
@@ -49,12 +50,16 @@ class Backfill:
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # failures count from here
     refused: list[dict[str, Any]] = field(default_factory=list)  # dead letters a worker refused since the start (newest first)
     _refused_at: float = 0.0
+    store_id: str | None = None  # the store's id when the plan was made (None: no store yet)
+    replaced: bool = False  # set by ``wait``: the store was replaced under it (nothing it queued lands there)
 
 
-def _last_sync_marker(settings: AgentSettings) -> str | None:
+def _markers(settings: AgentSettings) -> tuple[str | None, str | None]:
+    """(the store's last_sync_at, its store id)."""
     reader = open_reader(settings)
     try:
-        return reader.state().extra.get("last_sync_at")
+        extra = reader.state().extra
+        return extra.get("last_sync_at"), extra.get(STORE_ID_KEY)
     finally:
         reader.close()
 
@@ -63,16 +68,21 @@ def enqueue(ctx: Context, *, force: bool = False, progress: ProgressFn | None = 
     """Plan one agent and enqueue all of its work; returns at once."""
     settings = settings_for(ctx)
     embedded.start()  # no-op on Redis
-    marker = _last_sync_marker(settings)
+    marker, store_id = _markers(settings)
     counts = run_sync(ctx, force=force, progress=progress)
     log.info("backfill %s: %d file(s) enqueued, %d to delete, %d unchanged", ctx.agent_id,
              counts["to_index"], counts["to_delete"], counts["unchanged"])
-    return Backfill(ctx, settings, counts, marker)
+    return Backfill(ctx, settings, counts, marker, store_id=store_id)
 
 
 def progress_of(b: Backfill) -> tuple[bool, int]:
-    """(plan recorded by the writer, files still pending)."""
-    landed = _last_sync_marker(b.settings) != b.plan_marker
+    """(plan recorded by the writer, files still pending). A store replaced since the plan (moved
+    aside as damaged, deleted) sets ``b.replaced``: its empty pending set is not this backfill done."""
+    marker, store_id = _markers(b.settings)
+    if b.store_id is not None and store_id != b.store_id:
+        b.replaced = True
+        return True, _total(b)
+    landed = marker != b.plan_marker
     return landed, pending_files(b.settings) if landed else _total(b)
 
 
@@ -89,6 +99,8 @@ def wait(b: Backfill, *, progress: ProgressFn | None = None, timeout: float | No
     last_change, last_pending, warned = time.monotonic(), None, False
     while True:
         landed, pending = progress_of(b)
+        if b.replaced:  # what it queued was for a store that is gone: said by the caller, never "done"
+            return False
         if progress is not None:
             progress(total - min(total, pending), total)
         if landed and (pending == 0 or pending <= _failed_since_start(b) + _refused_files(b)):

@@ -343,3 +343,36 @@ def test_an_interrupted_force_rebuild_is_finished_by_the_next_sync_not_dropped(a
     st = state()
     assert (st.live_generation, st.building_generation) == (2, None), st
     assert len(agent.search("lantern", max_results=50)["results"]) == 30
+
+
+def test_backfill_wait_says_when_the_store_it_waits_on_was_replaced(agent, fresh_server):
+    """helper-20: with its store moved aside under it (quarantined as damaged), `backfill --wait`
+    read the new, empty store's pending set and said "done in 1.4s" with 301 files never written."""
+    import os
+    import subprocess
+
+    from tests.conftest import wait_for
+
+    cmd = _thirty_notes_and_a_slow_provider(agent, fresh_server)
+    agent.write_config({"agents": {"defaults": {"workspace": str(agent.workspace), "memorySearch": {
+        "provider": "openai", "fallback": "none", "remote": {"baseUrl": fresh_server.base("openai"),
+                                                              "apiKey": "sk-test-123"},
+        "cache": {"enabled": False}}}}})  # (the rebuild embeds again: there is time to replace the store)
+    fresh_server.reset()
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=120).returncode == 0
+    fresh_server.always("openai", {"kind": "delay", "seconds": 3.0})
+    fresh_server.requests.clear()
+    store = agent.settings().store_path
+    backfill = [*cmd[:-1], "backfill", "--force", "--wait", "--timeout", "120"]
+    proc = subprocess.Popen(backfill, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert wait_for(lambda: len(fresh_server.requests) >= 2, 60, step=0.05)  # planned, embedding
+        for suffix in ("", "-wal", "-shm"):  # what quarantine() does
+            if os.path.exists(f"{store}{suffix}"):
+                os.replace(f"{store}{suffix}", f"{store}.corrupt-1{suffix}")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, (out, err)
+    assert "done in" not in out and "its store was replaced while it ran" in out + err, (out, err)

@@ -21,6 +21,7 @@ from memindex.pipeline.embeddings.embedder import provider_info
 from memindex.producers import backfill
 from memindex.producers.cli.agents import agent_contexts
 from memindex.producers.cli.batch import batch_report
+from memindex.producers.cli.options import say_error
 
 POLL_S = 0.2
 
@@ -87,6 +88,10 @@ def _wait_all(runs: list[backfill.Backfill], known: dict[str | None, set[str]], 
     while left:
         for b in list(left):
             landed, pending = backfill.progress_of(b)
+            if b.replaced:
+                say_error(f"{b.ctx.agent_id}: stopped: its store was replaced while it ran (moved aside as damaged, "
+                          "or deleted); `memindex index` plans it again")
+                return False
             report = batch_report(b.settings, limit=10_000)
             if landed and pending == 0:
                 left.remove(b)

@@ -347,7 +347,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             bar.close()
         ok = ok and done and not b.refused
         if not args.quiet:
-            state = "done" if done else f"timed out ({backfill.progress_of(b)[1]} still pending)"
+            state = ("done" if done else "stopped: its store was replaced while it ran (moved aside as damaged, "
+                     "or deleted); `memindex index` plans it again" if b.replaced
+                     else f"timed out ({backfill.progress_of(b)[1]} still pending)")
             print(f"{b.ctx.agent_id}: {state} in {time.monotonic() - started:.1f}s", flush=True)
         if b.refused:  # (said even with --quiet, as the failures below are)
             say_error(f"{b.ctx.agent_id}: {backfill.refused_line(b)}")
