@@ -334,10 +334,6 @@ DOCTOR = "run `openclaw doctor --fix` (2026.9) to move it"
      "agents.list", "moved to agents.entries in OpenClaw 2026.9, and the config has agents.entries too (the list "
                     "would be ignored): move its agents into agents.entries (`openclaw doctor --fix` keeps "
                     "agents.entries and drops the list)"),
-    # read as the roster, in a config OpenClaw 2026.9 refuses outright ("agents: Unrecognized key "list"")
-    ('{memory: {search: {provider: "none"}}, agents: {list: [{id: "work"}]}}',
-     "agents.list", f"moved to agents.entries in OpenClaw 2026.9, which this config is written for (memory.search); "
-                    f"{DOCTOR}"),
     # were "unknown key; did you mean "chunking"?" and "unknown key (known: ...)", no word of the nested key
     ('{memory: {search: {provider: "none", chunkSize: 300}}, agents: {entries: {main: {}}}}',
      "memory.search.chunkSize", f"is a flat key OpenClaw 2026.9 refuses: use memory.search.chunking.tokens; {DOCTOR}"),

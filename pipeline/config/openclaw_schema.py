@@ -132,9 +132,6 @@ def _refuse_2026_3_keys(cfg: Mapping[str, Any], schema: Schema) -> None:
                                          "agents.entries too (the list would be ignored): move its agents into "
                                          "agents.entries (`openclaw doctor --fix` keeps agents.entries and drops "
                                          "the list)")
-    if agents.get("list") is not None:  # (2026.9: "agents: Unrecognized key "list""; read here, it ran)
-        raise ConfigError("agents.list", f"moved to agents.entries in OpenClaw 2026.9, which this config is "
-                                         f"written for ({schema.why}); {DOCTOR} to move it")
     blocks = [("memory.search", _obj(cfg.get("memory")).get("search"))]
     entries = agents.get("entries")
     blocks += [(f"agents.entries.{i}.memory.search", _obj(e.get("memory")).get("search"))
