@@ -352,6 +352,13 @@ def test_a_key_openclaw_2026_9_refuses_is_one_error_naming_it_with_the_doctor_fi
     assert out.returncode == 2 and f"{key}: {message}" in out.stderr, (out.returncode, out.stderr)
 
 
+def test_an_agents_list_alone_in_a_2026_9_config_is_the_roster_as_openclaw_moves_it(tmp_path):
+    """OpenClaw 2026.9.6 loads it ("Moved agents.list to keyed agents.entries.", then answers): it is
+    not refused as the list beside agents.entries is (checked with the real CLI)."""
+    s = _load(tmp_path, '{memory: {search: {provider: "none"}}, agents: {list: [{id: "work"}]}}')
+    assert s.agent_id == "work"
+
+
 def test_the_2026_3_keys_stay_as_they_were_in_a_2026_3_config(tmp_path):
     """Only a 2026.9 config is refused: 2026.3 keeps agents.list, and its flat keys are unknown keys."""
     s = _load(tmp_path, '{agents: {defaults: {memorySearch: {provider: "none"}}, list: [{id: "work"}]}}')
