@@ -163,9 +163,7 @@ class FallbackSearch(AsyncSearch):
         if not check_scope(qmd_scope(self.settings), session_key, chat_type).allowed:
             resp.warning = "memory search is not allowed in this chat (scope rules)"
             return resp
-        query = (query or "").strip()
-        if not query:
-            return resp
+        query = query.strip()  # (never empty: check_search_args refused that)
         if self._qmd_due():
             try:
                 results = self.manager.search(query, max_results=max_results, min_score=min_score)

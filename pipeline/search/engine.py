@@ -420,7 +420,7 @@ class MemorySearch(AsyncSearch):
             self._schedule("search")
         # No scope check (``chat_type`` is only part of the shared backend signature): OpenClaw
         # applies ``scope`` to the QMD backend only (backend.py), never to the builtin store.
-        query = (query or "").strip()
+        query = query.strip()  # (never empty: check_search_args refused that)
         q = ms.query
         max_results = int(q.max_results if max_results is None else max_results)
         min_score = float(q.min_score if min_score is None else min_score)
@@ -451,8 +451,6 @@ class MemorySearch(AsyncSearch):
                 return resp
 
             self._describe_index(resp, snap.fingerprint)
-            if not query:  # nothing to look for; provider/model still say what the index holds
-                return resp
             hybrid = q.hybrid
             vw, tw = normalize_weights(hybrid.vector_weight, hybrid.text_weight)
             # A weight of 0 switches its arm off: its hits would only pad the list with score-0 entries.
