@@ -34,6 +34,13 @@ def require(name: str, value: object, kinds: type | tuple[type, ...], *, optiona
     raise UsageError(f"{name} must be {names}{' or None' if optional else ''}, not {type(value).__name__}")
 
 
+def require_path_text(name: str, text: object) -> None:
+    """Raise ``UsageError`` unless ``text`` (a path's ``os.fspath``) names something: an empty path is
+    the current directory (or, for a config, none at all) and a NUL byte no file."""
+    if not isinstance(text, str) or not text.strip() or "\x00" in text:
+        raise UsageError(f"{name} must be a non-empty path without NUL bytes, not {text!r}")
+
+
 def checked_call(name: str) -> Callable[[F], F]:
     """Decorate a public function or method so that a call its signature cannot take (an unknown
     keyword such as OpenClaw's ``maxResults``, a missing or an extra argument) is a ``UsageError``

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from memindex.pipeline.errors import StoreError, UsageError, checked_call, require
+from memindex.pipeline.errors import StoreError, UsageError, checked_call, require, require_path_text
 from memindex.pipeline.config.settings import DEFAULT_RESERVE_TOKENS_FLOOR, DEFAULT_SOFT_THRESHOLD_TOKENS
 
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -198,8 +198,7 @@ def _sessions_path(value: Any) -> Path:
     from pathlib deep inside), or for an empty path (the current directory)."""
     require("sessions_json_path", value, (str, os.PathLike))
     text = os.fspath(value)
-    if not isinstance(text, str) or not text.strip() or "\x00" in text:
-        raise UsageError(f"sessions_json_path must be a non-empty path without NUL bytes, not {text!r}")
+    require_path_text("sessions_json_path", text)
     return Path(text)
 
 

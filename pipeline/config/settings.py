@@ -42,7 +42,7 @@ from memindex.pipeline.config.paths import (
     agent_workspace, entry_key, expand_home, find_agent, inside, resolve_agent_id, resolve_user_path,
     validate_agent_id,
 )
-from memindex.pipeline.errors import ConfigError, UsageError, checked_call, require
+from memindex.pipeline.errors import ConfigError, UsageError, checked_call, require, require_path_text
 
 log = logging.getLogger("memindex.config")
 
@@ -935,8 +935,7 @@ class Context:
                 continue
             if name == "config" and text == NO_CONFIG:
                 continue  # NO_CONFIG is the pinned "no config file" marker
-            if not str(text).strip() or "\x00" in str(text):
-                raise UsageError(f"Context.{name} must be a non-empty path without NUL bytes, not {text!r}")
+            require_path_text(f"Context.{name}", str(text))
 
     def as_dict(self) -> dict[str, Any]:
         return {"agent_id": self.agent_id, "config": self.config, "state_dir": self.state_dir,
