@@ -373,7 +373,9 @@ class ChunkEmbedder:
 
     def _guarded(self, call: Callable[[], T]) -> T:
         out = guarded(breaker_for(self.settings), self.identity.provider_key, self.identity.provider, call)
-        provider_answered(self.settings, self.identity.provider_key)
+        # It answered: the searches' shared cooldown ends too (``provider_answered``; guarded has
+        # already closed this process's breaker).
+        query_breaker(self.settings).success(self.identity.provider_key)
         return out
 
     def _accept(self, result: Any) -> Any:
