@@ -64,7 +64,7 @@ def test_messages_are_json_any_version_can_read():
     from memindex.workers.broker import get_broker
 
     get_broker()  # installs the encoder
-    from memindex.workers.encoder import MessageEncoder
+    from memindex.workers.broker import MessageEncoder
 
     enc = dramatiq.get_encoder()
     assert isinstance(enc, MessageEncoder)

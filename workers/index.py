@@ -27,8 +27,7 @@ from memindex.workers.batch.actors import send_to_batch
 from memindex.workers.batch.route import batch_embedder_for
 from memindex.workers.compute import NOT_RETRIED, route_records, send_text_first
 from memindex.workers.messages import RETRY, request_resync
-from memindex.workers.wire import IndexFiles, IndexSessionDelta, WriteDeletes, WriteTouch, actor
-from memindex.workers.writer import send_write
+from memindex.workers.wire import IndexFiles, IndexSessionDelta, WriteDeletes, WriteTouch, actor, send
 
 log = logging.getLogger("memindex.index")
 
@@ -70,9 +69,9 @@ def index_files(msg: IndexFiles) -> None:
     if records or reference is not None:
         route_records(ctx, settings, generation, records, reference=reference)
     if touches:
-        send_write(settings, WriteTouch(ctx, generation, touches))
+        send(WriteTouch(ctx, generation, touches), store=settings.store_path)
     if vanished:
-        send_write(settings, WriteDeletes(ctx, generation, vanished))
+        send(WriteDeletes(ctx, generation, vanished), store=settings.store_path)
 
 
 def _reference_to_embed(settings: AgentSettings, embedder: CacheOnlyEmbedder | None) -> FileRecord | None:
@@ -95,7 +94,7 @@ def index_session_delta(msg: IndexSessionDelta) -> None:
     prepared = prepare_session_delta(settings, d, CacheOnlyEmbedder(full) if full is not None else None)
     rec = prepared.record
     if prepared.vanished:
-        send_write(settings, WriteDeletes(ctx, generation, [(d.source, d.path)]))
+        send(WriteDeletes(ctx, generation, [(d.source, d.path)]), store=settings.store_path)
     elif rec is not None:
         # An append extends exactly the indexed state; otherwise the file no longer extends it: a rewrite.
         if rec.base_hash is None:

@@ -24,7 +24,6 @@ from memindex.workers import flags, leases, queues
 from memindex.workers.broker import get_broker, is_embedded
 from memindex.workers.messages import GROUP_FILES, RETRY
 from memindex.workers.wire import IndexFiles, IndexSessionDelta, SyncAgent, WritePlan, actor, send
-from memindex.workers.writer import send_write
 
 log = logging.getLogger("memindex.sync")
 
@@ -43,7 +42,8 @@ def run_sync(ctx: Context, *, force: bool = False,
         log.info("sync of %s skipped: memory search is disabled for it", settings.agent_id)
         return {"generation": 0, "to_index": 0, "to_delete": 0, "unchanged": 0, "disabled": 1}
     plan, _ = plan_agent(settings, planning_identity(settings, force=force), force=force)
-    plan.send_reference = offer_reference(settings, plan)
+    # (a plan with work sends the reference texts with its first group)
+    plan.send_reference = not plan.has_work and offer_reference(settings, plan)
     return _dispatch(settings, msg, plan, progress)
 
 
@@ -67,8 +67,8 @@ def _dispatch(settings: AgentSettings, msg: Context, plan: SyncPlan,
     jobs = [j for j in plan.jobs if (j.source, j.path) not in queued] if queued else plan.jobs
     pending = [(j.source, j.path) for j in jobs]
     dims = plan.fingerprint.get("vectorDims")
-    send_write(settings, WritePlan(msg, plan.generation, plan.fingerprint, pending, list(plan.deletes),
-                                   planned_at=time.time_ns(), keep=sorted(queued)))
+    send(WritePlan(msg, plan.generation, plan.fingerprint, pending, list(plan.deletes),
+                   planned_at=time.time_ns(), keep=sorted(queued)), store=store)
     sent = 0
     for i, group in enumerate(_groups(jobs)):
         leases.grant(broker, store, plan.generation, group)  # before the send: a plan made meanwhile sees it
@@ -103,11 +103,14 @@ def _queued_elsewhere(store: Path, plan: SyncPlan) -> set[tuple[str, str]]:
     if not candidates:
         return set()
     broker = get_broker()
-    if queues.total_outstanding() == 0:
+    held = leases.held(broker, store, plan.generation, candidates)
+    # Only a lease found needs the queues asked (on Redis, several reads): one is stale unless
+    # its work is still queued or running.
+    if held and queues.total_outstanding() == 0:
         if is_embedded(broker):
             leases.forget_all(broker)  # (Redis leases expire; these would only pile up)
         return set()
-    return leases.held(broker, store, plan.generation, candidates)
+    return held
 
 
 def _groups(jobs: list[FileJob]) -> Iterator[list[FileJob]]:

@@ -23,6 +23,7 @@ again by the next sync (the Markdown is the source of truth).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Generic, Literal, TypeVar
 
 import dramatiq
@@ -33,7 +34,8 @@ from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta, TouchRecord
 from memindex.pipeline.store.core import FileKey
 from memindex.pipeline.store.vectors import pack
-from memindex.workers.broker import BATCH_QUEUE, EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, get_broker, installed, on_install
+from memindex.workers.broker import (BATCH_QUEUE, EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, get_broker, installed, on_install,
+                                     write_queue_for)
 
 
 class UndecodableMessage(MemindexError):
@@ -198,7 +200,7 @@ class BatchFinish(Payload):
 @dataclass(frozen=True)
 class Route:
     actor_name: str  # also what dead letters, logs and `queues` name the message by
-    queue: str  # its queue (a write payload may go to its store's shard instead: ``send(queue=)``)
+    queue: str  # its queue (a write payload goes to its store's shard instead: ``send(store=)``)
 
 
 _ROUTES: dict[type[Payload], Route] = {
@@ -285,10 +287,18 @@ def decode(kind: type[P], args: tuple[Any, ...] | list[Any], kwargs: dict[str, A
                                  "version of memindex; the next sync plans its files again") from None
 
 
-def send(payload: Payload, *, queue: str | None = None, delay_ms: int | None = None) -> dramatiq.Message[Any]:
-    """Enqueue ``payload`` for its actor (on ``queue`` instead of its own: a write shard), ``delay_ms``
-    later when given."""
+def send(payload: Payload, *, store: Path | str | None = None, queue: str | None = None,
+         delay_ms: int | None = None) -> dramatiq.Message[Any]:
+    """Enqueue ``payload`` for its actor, ``delay_ms`` later when given.
+
+    A write payload names its ``store``: it goes to the write queue (shard) that owns that store,
+    so one store's plan and writes stay in one FIFO queue (``broker.write_queue_for``). ``queue``
+    instead: a shard the sender already looked up (to wait for its backlog first)."""
     route = _ROUTES[type(payload)]
+    if store is not None:
+        if route.queue != WRITE_QUEUE:
+            raise ValueError(f"{type(payload).__name__} is no write payload: it has no store's queue")
+        queue = write_queue_for(str(store))
     message: dramatiq.Message[Any] = dramatiq.Message(queue_name=queue or route.queue, actor_name=route.actor_name,
                                                       args=encode(payload), kwargs={}, options={})
     return get_broker().enqueue(message, delay=delay_ms)

@@ -19,7 +19,7 @@ from memindex.pipeline.config.agents import settings_for
 from memindex.pipeline.config.settings import AgentSettings, Context
 from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.preparers import is_current, snapshot_writable
-from memindex.pipeline.index.records import FileRecord, TouchRecord
+from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
 from memindex.pipeline.store.core import FileKey
@@ -32,8 +32,8 @@ from memindex.workers.failures import note_failure, note_record_failures
 from memindex.workers.lifecycle import GroupCommit
 from memindex.workers.logs import WriteSummary
 from memindex.workers.messages import RETRY, request_resync
-from memindex.workers.wire import (Item, Payload, WriteDeletes, WriteFiles, WriteMode, WriteParts, WritePlan,
-                                   WriteReference, WriteSessionAppend, WriteTextFirst, WriteTouch, actor, send)
+from memindex.workers.wire import (Item, WriteDeletes, WriteFiles, WriteMode, WriteParts, WritePlan,
+                                   WriteReference, WriteSessionAppend, WriteTextFirst, WriteTouch, actor)
 
 log = logging.getLogger("memindex.writer")
 _summary = WriteSummary(log)  # a DEBUG line per transaction, an INFO summary per agent and period
@@ -58,18 +58,7 @@ def wait_for_writer(queue: str = WRITE_QUEUE) -> None:
     queues.wait_below(queue, WRITE_BACKLOG_MAX, WRITE_BACKLOG_WAIT_S, poll_s=0.02)
 
 
-def send_write(settings: AgentSettings, payload: Payload, *, backpressure: bool = False) -> None:
-    """Send a write payload to the write queue (shard) that owns ``settings``' store.
-
-    ``backpressure`` first waits (bounded) for that shard's backlog, as embedders do.
-    """
-    queue = write_queue_for(str(settings.store_path))
-    if backpressure:
-        wait_for_writer(queue)
-    send(payload, queue=queue)
-
-
-# Every write actor: the write queue (or its shard: ``wire.send(queue=)``), not retried on StoreError
+# Every write actor: the write queue (or its store's shard: ``wire.send(store=)``), not retried on StoreError
 # (above) nor for an agent no longer in the config, and taken before other messages by a thread that
 # consumes more than writes (WRITE_PRIORITY).
 WRITE_OPTIONS: dict[str, Any] = dict(time_limit=10 * 60_000, throws=(StoreError, UnknownAgent), priority=WRITE_PRIORITY,

@@ -51,6 +51,11 @@ class SyncPlan:
     # sender: search/reference.offer_reference, which this layer does not import).
     send_reference: bool = False
 
+    @property
+    def has_work(self) -> bool:
+        """Anything to index or delete (else only the writer's plan is sent)."""
+        return bool(self.jobs or self.deletes or self.session_deltas)
+
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:

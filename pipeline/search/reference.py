@@ -114,7 +114,7 @@ def offer_reference(settings: AgentSettings, plan: SyncPlan) -> bool:
     (they would not be stored), nor without a no-change mark to note the look in (an old store
     that cannot vouch for its rows)."""
     store = settings.store_path
-    if plan.jobs or plan.deletes or plan.session_deltas:  # (its first group carries them, if any)
+    if plan.has_work:  # (its first group carries them)
         return False
     if plan.unchanged >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
         return False
