@@ -165,9 +165,7 @@ def reset_services() -> None:
 
 
 def _identity(provider: EmbeddingProvider | None) -> EmbeddingIdentity:
-    if provider is None:  # (a service is built only with a provider)
-        return KEYWORD_ONLY
-    return EmbeddingIdentity(provider.id, provider.model, provider.fingerprint(), provider.dims)
+    return KEYWORD_ONLY if provider is None else provider.identity()  # (a service is built only with a provider)
 
 
 def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
