@@ -227,6 +227,9 @@ class EmbeddingProvider(ABC):
         """sha256 of what the vectors depend on: provider, model, endpoint, headers, dims.
 
         The API key is never part of it; neither are credential headers (``is_credential_header``).
+        What it reads is fixed once the provider is built (``select.build_provider`` sets
+        ``prefixes`` last), except through ``dims``: the service keeps its ``identity`` on that
+        (``EmbeddingService._settle``).
         """
         headers = sorted(
             [k.lower(), str(v)] for k, v in self.fingerprint_headers().items() if not is_credential_header(k)
