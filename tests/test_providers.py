@@ -39,8 +39,10 @@ from memindex.pipeline.embeddings.hints import failure_hint
 from memindex.pipeline.embeddings.http_errors import parse_retry_after, too_many_items
 from memindex.pipeline.embeddings.limits import estimate_tokens, split_to_limit
 from memindex.pipeline.embeddings.providers.local import llama_available
+from memindex.pipeline.embeddings.providers.hashing import HashProvider
 from memindex.pipeline.embeddings.providers.openai import OpenAIProvider
 from memindex.pipeline.embeddings.validate import validate_vectors
+from memindex.pipeline.index.fingerprint import KEYWORD_ONLY
 
 from conftest import module_server
 from provider_server import ProviderServer, fake_vector
@@ -592,6 +594,75 @@ def test_fallback_serves_when_primary_keeps_failing(server, policy, caplog):
     assert res2.fallback_used and server.count("openai") == n_openai
     # queries follow the index: by fingerprint they can still reach the primary's space
     assert svc.provider_for(svc.choice.fallback.fingerprint()).id == "gemini"
+
+
+# ---------------------------------------------------------------- the identity the service keeps
+# ``EmbeddingService.identity`` is kept, not derived per read (a plan reads it): after each change of
+# the active provider or its size it must equal one computed afresh from the active provider.
+
+
+def kept_is_fresh(svc: EmbeddingService) -> bool:
+    return svc.active_provider is not None and svc.identity == svc.active_provider.identity()
+
+
+def test_the_identity_follows_the_switch_to_the_fallback(server, policy):
+    server.always("openai", {"status": 500, "message": "down"})
+    svc = service_for(server, policy, "openai", fallback="gemini")
+    assert kept_is_fresh(svc) and svc.identity.provider == "openai"
+    svc.embed_documents(["alpha"])
+    assert kept_is_fresh(svc) and svc.identity.provider == "gemini" and svc.identity.dims == 768
+
+
+def test_the_identity_follows_a_probes_verdict(server, policy):
+    svc = service_for(server, policy, "openai", fallback="gemini")
+    svc.use_fallback(svc.choice.primary, ProviderTransientError("down"))
+    assert kept_is_fresh(svc) and svc.identity.provider == "gemini"
+
+
+def test_the_identity_follows_the_size_learnt_and_a_new_size(server, policy):
+    svc = service_for(server, policy, "openai")  # the fake server's endpoint: its size is learnt
+    assert kept_is_fresh(svc) and svc.identity.dims is None
+    svc.embed_documents(["a"])  # the first answer teaches it
+    assert kept_is_fresh(svc) and svc.identity.dims == 1536
+    server.state.dims["openai"] = 128
+    svc.follow_size(128, 5.0)  # a plan at another size (EmbeddingService.probe_dims)
+    assert kept_is_fresh(svc) and svc.identity.dims == 128
+
+
+class SizedWhileLoading(HashProvider):
+    """Learns its size while answering, as the local provider does from the model it loads (and
+    its fingerprint carries the size, as the hashing provider's does)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.dims = None  # (a HashProvider knows its size from the start)
+        self.fail = fail
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.dims = self.DEFAULT_DIMS
+        if self.fail:
+            raise InvalidVectorError("loaded, then failed")
+        return super().embed_documents(texts)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_identity_follows_a_size_the_provider_learns_itself(policy, fail):
+    svc = EmbeddingService(ProviderChoice(SizedWhileLoading(fail), None, "configured", "hash"),
+                           ConcurrencyLimiter(), retry=policy)
+    before = svc.identity
+    assert kept_is_fresh(svc) and before.dims is None
+    if fail:
+        with pytest.raises(InvalidVectorError):
+            svc.embed_documents(["a"])
+    else:
+        svc.embed_documents(["a"])
+    assert kept_is_fresh(svc) and svc.identity.dims == HashProvider.DEFAULT_DIMS
+    assert svc.identity.provider_key != before.provider_key
+
+
+def test_a_service_without_a_provider_is_keyword_only():
+    svc = EmbeddingService(ProviderChoice(None, None, "no provider", "auto"))
+    assert svc.identity == KEYWORD_ONLY
 
 
 @pytest.mark.parametrize("providers_cfg, what", [

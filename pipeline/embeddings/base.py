@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Self, TypedDict
 from memindex.pipeline.embeddings import registry, secrets
 from memindex.pipeline.embeddings.registry import ProviderArgs
 from memindex.pipeline.embeddings.prefixes import NONE as NO_PREFIXES, Prefixes
+from memindex.pipeline.index.fingerprint import EmbeddingIdentity
 # Re-exported: providers and callers import every provider error from here.
 from memindex.pipeline.errors import ProviderError as ProviderError
 
@@ -226,6 +227,9 @@ class EmbeddingProvider(ABC):
         """sha256 of what the vectors depend on: provider, model, endpoint, headers, dims.
 
         The API key is never part of it; neither are credential headers (``is_credential_header``).
+        What it reads is fixed once the provider is built (``select.build_provider`` sets
+        ``prefixes`` last), except through ``dims``: the service keeps its ``identity`` on that
+        (``EmbeddingService._settle``).
         """
         headers = sorted(
             [k.lower(), str(v)] for k, v in self.fingerprint_headers().items() if not is_credential_header(k)
@@ -242,6 +246,11 @@ class EmbeddingProvider(ABC):
             doc["prefixes"] = [self.prefixes.query, self.prefixes.document]
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+    def identity(self) -> EmbeddingIdentity:
+        """What an index embedded by this provider records of it: id, model, ``fingerprint()``
+        (its ``providerKey``) and the vector size known now."""
+        return EmbeddingIdentity(self.id, self.model, self.fingerprint(), self.dims)
 
     def auth_headers(self) -> dict[str, str]:
         """``Authorization: Bearer <key>`` (empty without a key), for clients that call the provider's

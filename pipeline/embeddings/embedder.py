@@ -164,15 +164,11 @@ def reset_services() -> None:
         _breakers.clear()
 
 
-def _identity(provider: EmbeddingProvider | None) -> EmbeddingIdentity:
-    if provider is None:  # (a service is built only with a provider)
-        return KEYWORD_ONLY
-    return EmbeddingIdentity(provider.id, provider.model, provider.fingerprint(), provider.dims)
-
-
 def identity_for(settings: AgentSettings) -> EmbeddingIdentity:
+    """What this agent embeds with now: its service's ``identity`` (kept up to date by the service
+    as its provider switches or learns its size), or KEYWORD_ONLY without a provider."""
     service, _ = _service(settings)
-    return _identity(service.active_provider if service is not None else None)
+    return service.identity if service is not None else KEYWORD_ONLY
 
 
 def follow_vector_size(settings: AgentSettings, planned: int | None) -> bool:
@@ -219,7 +215,7 @@ def planning_identity(settings: AgentSettings, *, force: bool = False, probe: bo
     if fp.get("providerKey") != ident.provider_key:
         fallback = _live_fallback(settings, fp)
         if fallback is not None and not probe:
-            return _identity(fallback)
+            return fallback.identity()
         if fallback is not None and _primary_still_failing(settings):
             return identity_for(settings)
     live = fp.get("vectorDims")
@@ -294,9 +290,9 @@ def provider_info(settings: AgentSettings) -> dict[str, Any]:
         return {"provider": "none", "model": "fts-only", "reason": f"provider error: {exc}", "error": str(exc)}
     if service is None or service.active_provider is None:
         return {"provider": "none", "model": "fts-only", "reason": reason}
-    p = service.active_provider
-    info = {"provider": p.id, "model": p.model, "reason": reason, "fallback": service.fallback_active,
-            "providerKey": p.fingerprint()}
+    ident = service.identity
+    info = {"provider": ident.provider, "model": ident.model, "reason": reason, "fallback": service.fallback_active,
+            "providerKey": ident.provider_key}
     if service.fallback_reason:
         info["fallbackReason"] = service.fallback_reason
     return info
@@ -315,7 +311,7 @@ class ChunkEmbedder:
     def __init__(self, settings: AgentSettings, service: EmbeddingService, *, cache: bool = True):
         self.settings = settings
         self.service = service
-        self.identity = _identity(service.active_provider)
+        self.identity = service.identity
         self.use_cache = cache
 
     def cached_vectors(self, hashes: Sequence[str]) -> dict[str, list[float]]:
@@ -369,7 +365,7 @@ class ChunkEmbedder:
         if self.identity.dims is None:
             self.identity = replace(self.identity, dims=planned)
         elif follow_vector_size(self.settings, planned):
-            self.identity = _identity(self.service.active_provider)
+            self.identity = self.service.identity
 
     def _guarded(self, call: Callable[[], T]) -> T:
         out = guarded(breaker_for(self.settings), self.identity.provider_key, self.identity.provider, call)

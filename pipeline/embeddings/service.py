@@ -21,6 +21,12 @@ using the fallback (one switch, as in the reference), so one index is never
 filled with vectors from two models. Every result says which provider served
 and whether it was the fallback. Queries never fall back on their own: a query
 vector must come from the provider that built the index (pass its fingerprint).
+
+``identity`` is what the service embeds with now (the active provider's
+``EmbeddingProvider.identity()``: id, model, fingerprint, vector size), the
+identity a plan records. It is kept, not derived per read: recomputed in
+``_settle`` wherever the active provider or its size can change (a switch to the
+fallback, every request, a size probe), so planning reads it as it stands.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from memindex.pipeline.embeddings.limits import HARD_MAX_INPUT_TOKENS, estimate_
 from memindex.pipeline.embeddings.retry import RetryPolicy, call_with_retry, embed_with_splitting, pack_batches
 from memindex.pipeline.embeddings.select import ProviderChoice
 from memindex.pipeline.embeddings.validate import l2_normalize, validate_vectors, weighted_mean
+from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +92,15 @@ class EmbeddingService:
         self.query_limiter: Limiter = default_limiter()
         self.retry = retry or RetryPolicy()
         self.normalize = normalize
-        self._lock = threading.Lock()
+        # Reentrant: a switch to the fallback settles the identity while it still holds it.
+        self._lock = threading.RLock()
         self._active = choice.primary or choice.fallback
         self._fallback_reason = choice.primary_error if choice.primary is None and choice.fallback else None
         self._size_lock = threading.Lock()  # held across a size probe (follow_size)
         self._size_checked: tuple[int, float] | None = None  # (planned size, when it was asked)
+        self.identity: EmbeddingIdentity = KEYWORD_ONLY  # set by _settle, the only writer
+        self._settled_on: tuple[EmbeddingProvider | None, int | None] | None = None  # what it was computed from
+        self._settle()
 
     # --- state ----------------------------------------------------------------
 
@@ -105,6 +116,20 @@ class EmbeddingService:
     def fallback_reason(self) -> str | None:
         return self._fallback_reason
 
+    def _settle(self) -> None:
+        """Recompute ``identity`` if the active provider, or its vector size, is not the one it was
+        computed from. Called wherever either can change: a switch to the fallback, after every
+        request (the first answer teaches a provider its size, here or in the provider itself: the
+        local one reads it from the model it loads), a size probe. Nothing else of a provider's
+        fingerprint changes once it is built (``EmbeddingProvider.fingerprint``)."""
+        with self._lock:
+            p = self._active
+            dims = p.dims if p is not None else None
+            if self._settled_on is not None and self._settled_on[0] is p and self._settled_on[1] == dims:
+                return  # nothing it depends on changed
+            self.identity = p.identity() if p is not None else KEYWORD_ONLY
+            self._settled_on = (p, dims)
+
     def use_fallback(self, failed: EmbeddingProvider, exc: ProviderError) -> None:
         """Use the fallback because ``failed`` failed with ``exc`` (a probe's verdict, which its
         caller reports: no "switched" line for an index that never left the fallback)."""
@@ -112,6 +137,7 @@ class EmbeddingService:
             if self.choice.fallback is not None and failed is not self.choice.fallback:
                 self._active = self.choice.fallback
                 self._fallback_reason = f"{failed.id} failed: {exc}"
+                self._settle()
 
     def _switch_to_fallback(self, failed: EmbeddingProvider, exc: ProviderError) -> EmbeddingProvider | None:
         fb = self.choice.fallback
@@ -123,6 +149,7 @@ class EmbeddingService:
             if self._active is not fb:
                 self._active = fb
                 self._fallback_reason = f"{failed.id} failed: {exc}"
+                self._settle()
                 log.warning("memory embeddings: switched to fallback provider (%s): %s", fb.id, self._fallback_reason)
             return fb
 
@@ -210,7 +237,10 @@ class EmbeddingService:
                     provider.dims = dims
                 return vecs
 
-            v = call_with_retry(attempt, self.retry, label=f"embeddings ({provider.id})")[0]
+            try:
+                v = call_with_retry(attempt, self.retry, label=f"embeddings ({provider.id})")[0]
+            finally:
+                self._settle()  # the first answer teaches the provider its size
             vectors.append(l2_normalize(v) if self.normalize else list(v))
         return self._result(provider, vectors)
 
@@ -241,7 +271,12 @@ class EmbeddingService:
                 provider.dims = dims
             return vecs
 
-        return call_with_retry(attempt, policy or self.retry, label=f"embeddings ({provider.id})")
+        try:
+            return call_with_retry(attempt, policy or self.retry, label=f"embeddings ({provider.id})")
+        finally:
+            # The request may have taught the provider its size: the first answer (above), or, the
+            # local provider, the model it loaded (even when its answer then failed).
+            self._settle()
 
     def probe_dims(self, timeout_s: float) -> int | None:
         """Ask the active provider once what size it answers now, and take that as its size.
@@ -257,6 +292,7 @@ class EmbeddingService:
         answered = len(self.embed_query("ping", timeout_s, any_size=True).vectors[0])
         if answered and provider.dims_learnt and provider.dims != answered:
             provider.dims = answered
+            self._settle()
         return provider.dims
 
     def follow_size(self, planned: int, timeout_s: float) -> None:
@@ -327,6 +363,9 @@ class EmbeddingService:
         worker = threading.Thread(target=run, name=f"embed-query-{provider.id}", daemon=True)
         worker.start()
         worker.join(timeout_s)
+        # A request still running settles when it ends; what it taught the provider so far (the
+        # local model's size, once loaded) counts now.
+        self._settle()
         if worker.is_alive():
             raise ProviderTransientError(f"memory embeddings query timed out after {timeout_s:g}s")
         if failed:
