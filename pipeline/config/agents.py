@@ -68,15 +68,18 @@ def planned_settings(ctx: Context) -> tuple[AgentSettings, Context]:
 
 
 def _current(ctx: Context) -> tuple[ConfigStamp, AgentSettings]:
-    mtime = config_stamp(ctx)
     with _lock:
         hit = _cache.get(ctx)
-        if hit is not None and hit[0] == mtime:
-            return hit
+    # Stamped before any read, so that a change made while the files are read is seen next time.
+    # A Context naming its files absolutely names those its held settings were read from: they are
+    # stamped as they are. Any other is resolved again (OPENCLAW_*, the home or the cwd may have moved it).
+    stamp = hit[1].config_stamp() if hit is not None and ctx.absolute else config_stamp(ctx)
+    if hit is not None and hit[0] == stamp:
+        return hit
     settings = load_settings(ctx)
     with _lock:
-        _cache[ctx] = (mtime, settings)
-    return mtime, settings
+        _cache[ctx] = (stamp, settings)
+    return stamp, settings
 
 
 T = TypeVar("T")
