@@ -117,7 +117,7 @@ def test_held_settings_know_the_files_their_config_was_read_from(tmp_path):
     # (The first read's stamp was taken before its includes were known: the next look reads again.)
     settings, msg = planned_settings(msg)
     again, msg2 = planned_settings(msg)
-    assert again is settings
+    assert again is settings and msg2 is msg
     later = part.stat().st_mtime_ns + 2_000_000_000
     part.write_text('{chunking: {tokens: 500}}', encoding="utf-8")
     os.utime(part, ns=(later, later))
