@@ -13,7 +13,7 @@ import msgspec
 
 from memindex.pipeline.config import agents
 from memindex.pipeline.config.agents import current_settings, planned_settings, settings_for
-from memindex.pipeline.config.settings import Context
+from memindex.pipeline.config.settings import Context, config_stamp
 from memindex.workers.compute import compute_spec, settings_from_spec
 from memindex.workers.wire import IndexFiles, decode, encode
 
@@ -98,3 +98,46 @@ def test_the_compute_spec_is_built_once_per_settings_object(tmp_path):
     newer, _ = planned_settings(msg)
     assert compute_spec(newer) is not spec and compute_spec(newer).memory_search["chunking"]["tokens"] == 500
     assert newer.digest() != settings.digest()
+
+
+def test_held_settings_know_the_files_their_config_was_read_from(tmp_path):
+    """The config's stamp is that of the files it was read from, an ``$include`` (missing or not)
+    among them: settings carry them, and a sync's next plan stamps them without resolving the
+    Context again; its pinned Context is the one held with them."""
+    part = tmp_path / "part.json5"
+    part.write_text('{chunking: {tokens: 300}}', encoding="utf-8")
+    cfg = tmp_path / "openclaw.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(tmp_path / "ws"), "memorySearch": {
+        "$include": "./part.json5"}}}}), encoding="utf-8")
+    (tmp_path / "state").mkdir()
+    ctx = Context("main", str(cfg), str(tmp_path / "state"))
+    settings, msg = planned_settings(ctx)
+    assert settings.config_includes == (part,)
+    assert settings.config_stamp() == config_stamp(ctx) == config_stamp(msg)
+    # (The first read's stamp was taken before its includes were known: the next look reads again.)
+    settings, msg = planned_settings(msg)
+    again, msg2 = planned_settings(msg)
+    assert again is settings and msg2 is msg
+    later = part.stat().st_mtime_ns + 2_000_000_000
+    part.write_text('{chunking: {tokens: 500}}', encoding="utf-8")
+    os.utime(part, ns=(later, later))
+    newer, msg3 = planned_settings(msg)
+    assert newer.memory_search.chunking.tokens == 500 and msg3.stamp != msg.stamp
+
+
+def test_a_context_resolved_through_the_environment_follows_it(tmp_path, monkeypatch):
+    """``Context()`` names the state dir ``OPENCLAW_STATE_DIR`` says now: a process whose environment
+    moves it gets the other state dir's settings (only an absolute Context keeps its files)."""
+    states = []
+    for name, tokens in (("a", 300), ("b", 500)):
+        state = tmp_path / name
+        state.mkdir()
+        (state / "openclaw.json").write_text(json.dumps({"agents": {"defaults": {
+            "workspace": str(state / "ws"), "memorySearch": {"chunking": {"tokens": tokens}}}}}), encoding="utf-8")
+        states.append(state)
+    monkeypatch.delenv("OPENCLAW_CONFIG_PATH", raising=False)
+    assert not Context().absolute and Context(config=str(states[0] / "openclaw.json"), state_dir=str(states[0])).absolute
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(states[0]))
+    assert current_settings(Context()).memory_search.chunking.tokens == 300
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(states[1]))
+    assert current_settings(Context()).memory_search.chunking.tokens == 500

@@ -3,6 +3,7 @@
 Workers receive a ``Context`` in every message and must not re-parse the
 JSON5 config for each one: settings are cached and reloaded only when the
 config file's (or an included file's, or the state dir's ``.env``) mtime or size changes.
+Each is held with the pinned Context a sync planned with them sends (``planned_settings``).
 
 A worker started with ``OPENCLAW_STATE_DIR`` or ``OPENCLAW_CONFIG_PATH`` serves
 that state dir and config only: ``check_message_context`` refuses a message
@@ -14,14 +15,23 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, Generic, Mapping, TypeVar
+from typing import Callable, Generic, Mapping, NamedTuple, TypeVar
 
 from memindex.pipeline.config.settings import (AgentSettings, ConfigStamp, Context, config_stamp, context_paths,
                                                load_settings, pinned)
 from memindex.pipeline.errors import ConfigError
 
+
+class _Held(NamedTuple):
+    """Settings as this process holds them."""
+
+    stamp: ConfigStamp  # the config files' when they were read (taken before the read)
+    settings: AgentSettings
+    message: Context  # ``pinned(settings, stamp)``: what a sync planned with them sends
+
+
 _lock = threading.Lock()
-_cache: dict[Context, tuple[ConfigStamp, AgentSettings]] = {}
+_cache: dict[Context, _Held] = {}
 
 
 class ContextMismatch(ConfigError):
@@ -47,36 +57,39 @@ def settings_for(ctx: Context) -> AgentSettings:
     if ctx.stamp is not None:
         with _lock:
             hit = _cache.get(ctx)
-        if hit is not None and hit[0] == ctx.stamp:
-            return hit[1]
-    return _current(ctx)[1]
+        if hit is not None and hit.stamp == ctx.stamp:
+            return hit.settings
+    return _current(ctx).settings
 
 
 def current_settings(ctx: Context) -> AgentSettings:
     """The settings ``ctx`` names as the config files are now, whatever its ``stamp`` says."""
-    return _current(ctx)[1]
+    return _current(ctx).settings
 
 
 def planned_settings(ctx: Context) -> tuple[AgentSettings, Context]:
     """For a sync: the settings as the config files are now (whatever ``ctx.stamp`` says) and the
     pinned Context its messages carry, stamped with them (``settings_for`` takes them from there)."""
-    stamp, settings = _current(ctx)
-    msg = pinned(settings, stamp)
+    held = _current(ctx)
     with _lock:  # its messages find them here in this process (the embedded broker) without a look
-        _cache[msg] = (stamp, settings)
-    return settings, msg
+        _cache[held.message] = held
+    return held.settings, held.message
 
 
-def _current(ctx: Context) -> tuple[ConfigStamp, AgentSettings]:
-    mtime = config_stamp(ctx)
+def _current(ctx: Context) -> _Held:
     with _lock:
-        hit = _cache.get(ctx)
-        if hit is not None and hit[0] == mtime:
-            return hit
+        held = _cache.get(ctx)
+    # Stamped before any read, so that a change made while the files are read is seen next time.
+    # A Context naming its files absolutely names those its held settings were read from: they are
+    # stamped as they are. Any other is resolved again (OPENCLAW_*, the home or the cwd may have moved it).
+    stamp = held.settings.config_stamp() if held is not None and ctx.absolute else config_stamp(ctx)
+    if held is not None and held.stamp == stamp:
+        return held
     settings = load_settings(ctx)
+    held = _Held(stamp, settings, pinned(settings, stamp))
     with _lock:
-        _cache[ctx] = (mtime, settings)
-    return mtime, settings
+        _cache[ctx] = held
+    return held
 
 
 T = TypeVar("T")

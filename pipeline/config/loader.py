@@ -252,17 +252,11 @@ def substitute_env(value: Any, env: Mapping[str, str], key: str = "",
     return value
 
 
-def config_files_stamp(path: Path | None, state_dir: Path) -> tuple[tuple[int, int] | None, ...]:
-    """(mtime, size) of the config, ``<state>/.env`` and the files the config's last load
-    included (None where a file is missing): any change means the config must be read again."""
-    out: list[tuple[int, int] | None] = []
-    for p in (path, state_dir / ".env", *(_included.get(path, ()) if path else ())):
-        try:
-            st = os.stat(p) if p else None
-            out.append((st.st_mtime_ns, st.st_size) if st else None)
-        except OSError:
-            out.append(None)
-    return tuple(out)
+def included_files(path: Path | None) -> tuple[Path, ...]:
+    """The files the last load of the config at ``path`` ``$include``d (also one missing then: its
+    appearing is a change), in the order read; none before its first load or without a config file.
+    Their stamps are part of the config's (``settings.config_stamp``)."""
+    return _included.get(path, ()) if path else ()
 
 
 def load_config(path: Path | None, state_dir: Path, env: MutableMapping[str, str],

@@ -30,7 +30,7 @@ from memindex.pipeline.embeddings.registry import ids as provider_ids
 from memindex.pipeline.config import environ, ranges
 from memindex.pipeline.config import defaults as D
 from memindex.pipeline.config import openclaw_schema
-from memindex.pipeline.config.loader import config_files_stamp, load_config, resolve_secret_refs
+from memindex.pipeline.config.loader import included_files, load_config, resolve_secret_refs
 from memindex.pipeline.config.records import MemorySettings, MemorySearchSettings, Record
 from memindex.pipeline.config.paths import DEFAULT_AGENT as DEFAULT_AGENT
 from memindex.pipeline.config.paths import LEGACY_NO_CONFIG, NO_CONFIG as NO_CONFIG
@@ -650,6 +650,9 @@ class AgentSettings:
     providers: dict[str, Any] = field(default_factory=dict)
     memory_flush: dict[str, Any] = field(default_factory=dict)
     config_path: Path | None = None
+    # Every file the config ``$include``d when these settings were read (one missing then too): with
+    # config_path and ``<state_dir>/.env``, the files whose change means a re-read (``config_stamp``).
+    config_includes: tuple[Path, ...] = ()
     config_schema: str = ""  # the OpenClaw schema the config was read as, for `status`
     store_key: str = "(default)"  # where store_path came from (a config key, MEMINDEX_STORE_PATH or the default)
     legacy_store: Path | None = None  # memindex's default store before it had its own name (migrated on open)
@@ -668,6 +671,11 @@ class AgentSettings:
     @property
     def sources(self) -> list[str]:
         return list(self.memory_search.sources)
+
+    def config_stamp(self) -> ConfigStamp:
+        """The stamp, as the files are now, of the config these settings were read from: what
+        ``config_stamp`` gives for a Context naming it, without resolving that Context again."""
+        return files_stamp(self.config_path, self.state_dir, self.config_includes)
 
     @functools.cached_property
     def store_setting(self) -> str:
@@ -718,12 +726,14 @@ def resolve_agent(
     state_dir: Path | None = None,
     workspace_override: str | os.PathLike[str] | None = None,
     config_path: Path | None = None,
+    config_includes: tuple[Path, ...] = (),
     env: Mapping[str, str] | None = None,
 ) -> AgentSettings:
     """Merge defaults ← agents.defaults.memorySearch ← agents.list[id].memorySearch.
 
     ``agent_id`` None is the configured default agent; an id that is not
-    configured is a ConfigError naming the configured ones.
+    configured is a ConfigError naming the configured ones. ``config_path``, ``config_includes``:
+    the files ``cfg`` was read from (none: a caller's own dict).
     """
     env = os.environ if env is None else env
     state_dir = resolve_user_path(state_dir, env) if state_dir else default_state_dir(env)
@@ -822,6 +832,7 @@ def resolve_agent(
         providers=providers,
         memory_flush=flush,
         config_path=config_path,
+        config_includes=config_includes,
         config_schema=openclaw_schema.schema_of(cfg).describe(),
         store_key=store_key,
         legacy_store=legacy_store,
@@ -889,8 +900,22 @@ def _refuse_shared_store(cfg: Mapping[str, Any], agent_id: str, store_path: Path
                                    "one SQLite file per agent: put {agentId} in the path")
 
 
-# (mtime ns, size) of the config, ``<state>/.env`` and each included file (None: missing): ``config_stamp``.
+# (mtime ns, size) of the config, ``<state>/.env`` and each included file (None: missing): ``files_stamp``.
 ConfigStamp = tuple[tuple[int, int] | None, ...]
+
+
+def files_stamp(config: Path | None, state_dir: Path, includes: tuple[Path, ...]) -> ConfigStamp:
+    """The one definition of a config's stamp: (mtime ns, size) of the config file (None: no file),
+    ``<state_dir>/.env`` and each file the config ``$include``s (None where a file is missing). Any
+    change means the config must be read again; a new ``$include`` is an edit of the file naming it."""
+    out: list[tuple[int, int] | None] = []
+    for p in (config, state_dir / ".env", *includes):
+        try:
+            st = os.stat(p) if p else None
+            out.append((st.st_mtime_ns, st.st_size) if st else None)
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -911,6 +936,14 @@ class Context:
     # message in flight finishes under the config it was planned with, the next sync resolves
     # afresh. Not part of what the Context names (equality, hash and repr leave it out).
     stamp: ConfigStamp | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def absolute(self) -> bool:
+        """Whether the config (or ``NO_CONFIG``) and the state dir are given as absolute paths, as
+        ``pinned`` gives them: then this Context names the same files in any process, cwd and
+        environment (any other is resolved against ``OPENCLAW_*``, the home and the cwd)."""
+        return (self.state_dir is not None and os.path.isabs(self.state_dir) and self.config is not None
+                and (self.config == NO_CONFIG or os.path.isabs(self.config)))
 
     def __post_init__(self) -> None:
         # A wrong value here picks another directory silently (7 -> "./7", b"x" -> "./b'x'", "" -> the
@@ -968,11 +1001,11 @@ def context_paths(ctx: Context, env: Mapping[str, str] | None = None) -> tuple[P
 
 
 def config_stamp(ctx: Context) -> ConfigStamp:
-    """What a long-running process compares to know the config ``ctx`` names changed: the config
-    file, ``<state>/.env`` and every file the config ``$include``s (one definition for the settings
-    cache, the watcher's reload and the servers' agent list)."""
+    """What a long-running process compares to know the config ``ctx`` names changed (the settings
+    cache, the watcher's reload, the servers' agent list): ``files_stamp`` of the files ``ctx``
+    resolves to now, with the includes of that config's last load."""
     state_dir, path = context_paths(ctx)
-    return config_files_stamp(path, state_dir)
+    return files_stamp(path, state_dir, included_files(path))
 
 
 def _check_env(env: Mapping[str, str] | None) -> None:
@@ -1002,7 +1035,7 @@ def load_settings(ctx: Context, env: Mapping[str, str] | None = None) -> AgentSe
     require("ctx", ctx, Context)
     cfg, state_dir, path, target = _load(ctx, env)
     return resolve_agent(cfg, ctx.agent_id, state_dir=state_dir, workspace_override=ctx.workspace,
-                         config_path=path, env=target)
+                         config_path=path, config_includes=included_files(path), env=target)
 
 
 def load_raw(ctx: Context, env: Mapping[str, str] | None = None) -> dict[str, Any]:

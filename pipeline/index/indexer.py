@@ -253,8 +253,9 @@ def collect_files(settings: AgentSettings) -> list[MemoryFile]:
 def iter_collect_files(settings: AgentSettings, facts: ListingFacts | None = None) -> Iterator[MemoryFile]:
     """``collect_files`` as a stream (what a sync of a huge workspace uses)."""
     if "memory" in settings.sources:
-        # + media under extraPaths (F17)
-        yield from iter_discover(settings, extra_kind=extra_kind_for(settings), facts=facts)
+        # + media under extraPaths (F17): only there, so with no extraPaths there is no media to look for
+        media = extra_kind_for(settings) if settings.memory_search.extra_paths else None
+        yield from iter_discover(settings, extra_kind=media, facts=facts)
     if "sessions" in settings.sources:
         from memindex.pipeline.index.sessions import discover_sessions  # lazy: an opt-in source
 

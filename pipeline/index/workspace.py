@@ -311,6 +311,8 @@ def _too_broad(p: Path, settings: AgentSettings) -> bool:
 
 
 def _allow_broad() -> bool:
+    """The opt-in a too-broad extraPaths entry needs; asked only about such an entry (a workspace
+    without one has nothing for it to allow)."""
     return environ.ALLOW_BROAD_EXTRA_PATHS.on()
 
 
@@ -318,11 +320,10 @@ def resolve_extra_paths(settings: AgentSettings) -> list[Path]:
     """The extraPaths entries as absolute paths; a too-broad one is left out unless opted in
     (``check_roots`` is what refuses it with an error)."""
     out: list[Path] = []
-    allow = _allow_broad()
     for raw in settings.memory_search.extra_paths:
         p = expand_home(raw)
         p = p if p.is_absolute() else settings.workspace / p
-        if allow or not _too_broad(p, settings):
+        if not _too_broad(p, settings) or _allow_broad():
             out.append(p)
     return out
 
@@ -338,11 +339,9 @@ def check_roots(settings: AgentSettings) -> None:
         raise WorkspaceError(f"workspace {display_path(str(ws))} does not exist{LEFT_UNCHANGED}")
     if not ws.is_dir():
         raise WorkspaceError(f"workspace {display_path(str(ws))} is not a directory{LEFT_UNCHANGED}")
-    if _allow_broad():
-        return
     for raw in settings.memory_search.extra_paths:
         p = expand_home(raw)
-        if _too_broad(p if p.is_absolute() else ws / p, settings):
+        if _too_broad(p if p.is_absolute() else ws / p, settings) and not _allow_broad():
             raise ConfigError(settings.keys.key("extraPaths"),
                               f"{raw!r} is too broad (the filesystem root, the home directory or the "
                               f"state dir); name a narrower directory, or set {ALLOW_BROAD_ENV}=1")
