@@ -72,7 +72,7 @@ def read_state(conn: db.Connection) -> StoreState:
     except db.OperationalError:
         return StoreState(None, None)
     except db.DatabaseError as exc:
-        raise corrupt(conn_path(conn), exc) from None
+        raise corrupt(db.conn_path(conn), exc) from None
     live = json.loads(rows[META_KEY]) if META_KEY in rows else None
     building = json.loads(rows[BUILDING_KEY]) if BUILDING_KEY in rows else None
     extra = {k: v for k, v in rows.items() if k not in (META_KEY, BUILDING_KEY)}
@@ -85,26 +85,8 @@ def read_state(conn: db.Connection) -> StoreState:
     )
 
 
-def conn_path(conn: db.Connection) -> str:
-    row = conn.execute("PRAGMA database_list").fetchone()
-    return row[2] if row else "?"
-
-
-def table_exists(conn: db.Connection, name: str) -> bool:
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE name = ? AND type IN ('table','view')", (name,)
-    ).fetchone() is not None
-
-
-def run_script(conn: db.Connection, script: str) -> None:
-    """Run DDL statement by statement: ``executescript`` would COMMIT an open transaction."""
-    for stmt in script.split(";"):
-        if stmt.strip():
-            conn.execute(stmt)
-
-
 def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFile]:
-    if not table_exists(conn, files_table(gen)):
+    if not db.table_exists(conn, files_table(gen)):
         return {}
     rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra FROM {files_table(gen)}").fetchall()
     if not rows:

@@ -17,7 +17,6 @@ from memindex.pipeline.store.core import (
     StoreState,
     read_indexed_files,
     read_state,
-    table_exists,
 )
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.health import (
@@ -123,7 +122,7 @@ class StoreReader:
                 for gen in sorted({g for g in (st.live_generation, st.building_generation) if g is not None}):
                     problems.extend(f"generation {gen}: {p}" for p in self._generation_problems(c, gen))
                 bad = c.execute("SELECT count(*) FROM embedding_cache WHERE length(embedding) != dims * 4"
-                                ).fetchone()[0] if table_exists(c, "embedding_cache") else 0
+                                ).fetchone()[0] if db.table_exists(c, "embedding_cache") else 0
                 if bad:
                     problems.append(f"{bad} cached embedding(s) whose length does not match their dims")
             except db.DatabaseError as exc:
@@ -132,7 +131,7 @@ class StoreReader:
 
     def _generation_problems(self, c: db.Connection, gen: int) -> list[str]:
         f, ct, ft, vt = files_table(gen), chunks_table(gen), fts_table(gen), vec_table(gen)
-        if not (table_exists(c, f) and table_exists(c, ct)):
+        if not (db.table_exists(c, f) and db.table_exists(c, ct)):
             return ["its tables are missing"]
         out: list[str] = []
 
@@ -145,13 +144,13 @@ class StoreReader:
               f"WHERE {f}.source = {ct}.source AND {f}.path = {ct}.path)", "chunk(s) of no indexed file")
         count(f"SELECT count(*) FROM {f} WHERE chunks != (SELECT count(*) FROM {ct} "
               f"WHERE {ct}.source = {f}.source AND {ct}.path = {f}.path)", "file(s) whose chunk count is wrong")
-        if table_exists(c, ft):
+        if db.table_exists(c, ft):
             count(f"SELECT count(*) FROM {ft} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan FTS row(s)")
             count(f"SELECT count(*) FROM {ct} WHERE rowid NOT IN (SELECT rowid FROM {ft})", "chunk(s) without an FTS row")
             wrong = terms.count_problems(c, gen)
             if wrong:
                 out.append(f"{wrong} term count(s) that differ from the FTS index")
-        if self.vector_error is None and table_exists(c, vt):
+        if self.vector_error is None and db.table_exists(c, vt):
             count(f"SELECT count(*) FROM {vt} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan vector row(s)")
         return out
 
@@ -177,7 +176,7 @@ class StoreReader:
 
     def table_exists(self, name: str) -> bool:
         c = self.conn()
-        return c is not None and table_exists(c, name)
+        return c is not None and db.table_exists(c, name)
 
     @contextmanager
     def snapshot(self) -> Iterator[ReadSnapshot]:
@@ -228,7 +227,7 @@ def _cache_rows(c: db.Connection, provider: Any, model: Any, provider_key: Any, 
                 hashes: Sequence[str]) -> Iterator[tuple[str, bytes]]:
     """(hash, packed vector) of the embedding cache's rows for ``hashes`` under one provider
     identity, of size ``dims`` (any size if None); nothing before the cache table exists."""
-    if not table_exists(c, "embedding_cache"):
+    if not db.table_exists(c, "embedding_cache"):
         return
     unique = list(dict.fromkeys(hashes))
     for i in range(0, len(unique), CACHE_LOOKUP_BATCH):
@@ -262,7 +261,7 @@ class ReadSnapshot:
         return self.state.live_fingerprint
 
     def table_exists(self, name: str) -> bool:
-        return self._conn is not None and table_exists(self._conn, name)
+        return self._conn is not None and db.table_exists(self._conn, name)
 
     def pending_count(self) -> int:
         """Files a sync announced for the live generation that are not written yet."""
@@ -516,7 +515,7 @@ class ReadSnapshot:
 
     def cache_entries(self) -> int:
         """Embeddings in the cache shared by all generations."""
-        if self._conn is None or not table_exists(self._conn, "embedding_cache"):
+        if self._conn is None or not db.table_exists(self._conn, "embedding_cache"):
             return 0
         return db.count(self._conn, "SELECT count(*) FROM embedding_cache")
 

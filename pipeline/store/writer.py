@@ -21,8 +21,6 @@ from memindex.pipeline.store.core import (
     StoreState,
     chunk_id,
     read_state,
-    run_script,
-    table_exists,
 )
 from memindex.pipeline.store import fts_totals
 from memindex.pipeline.store.health import (
@@ -252,7 +250,7 @@ class StoreWriter:
 
     def _open(self, vector_enabled: bool, extension_path: str | None) -> None:
         self.conn = self._open_checked()
-        run_script(self.conn, BASE_DDL)
+        db.run_script(self.conn, BASE_DDL)
         self.conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
@@ -467,7 +465,7 @@ class StoreWriter:
             )
 
     def _ensure_generation(self, gen: int) -> None:
-        run_script(self.conn, generation_ddl(gen))
+        db.run_script(self.conn, generation_ddl(gen))
         for stmt in files_version_ddl(gen):
             self.conn.execute(stmt)
         if self.fts_error is None:
@@ -584,7 +582,7 @@ class StoreWriter:
         return _Transaction(self)
 
     def generation_exists(self, gen: int) -> bool:
-        return table_exists(self.conn, self.tables(gen).files)
+        return db.table_exists(self.conn, self.tables(gen).files)
 
     def file_mtime(self, gen: int, source: str, path: str) -> int | None:
         """The mtime a file's row in ``gen`` was indexed at (None: no row)."""
@@ -791,7 +789,7 @@ class StoreWriter:
                 old += [r[0] for r in self.conn.execute(
                     f"SELECT rowid FROM {ct} WHERE source = ? AND path IN ({','.join('?' * len(part))})",
                     [source, *part])]
-        vec_exists = self.vector_error is None and table_exists(self.conn, vt)
+        vec_exists = self.vector_error is None and db.table_exists(self.conn, vt)
         for i in range(0, len(old), _SQL_IN_MAX):
             ids = old[i : i + _SQL_IN_MAX]
             marks = ",".join("?" * len(ids))
@@ -954,7 +952,7 @@ class StoreWriter:
             marks = ",".join("?" * len(rowids))
             if self.fts_error is None:
                 self._delete_fts(gen, rowids)
-            if self.vector_error is None and table_exists(self.conn, self.tables(gen).vec):
+            if self.vector_error is None and db.table_exists(self.conn, self.tables(gen).vec):
                 self.conn.execute(f"DELETE FROM {self.tables(gen).vec} WHERE rowid IN ({marks})", rowids)
             self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", rowids)
         self.conn.execute(f"DELETE FROM {self.tables(gen).files} WHERE source = ? AND path = ?", (source, path))
