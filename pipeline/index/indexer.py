@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
 from memindex.pipeline.index.media import extra_kind_for
-from memindex.pipeline.store.schema import VECTORS_QUEUED, embedding_pending, is_read_error
+from memindex.pipeline.store.schema import VECTORS_QUEUED, FileKey, embedding_pending, is_read_error
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.workspace import (
@@ -28,7 +28,7 @@ from memindex.pipeline.index.workspace import (
     resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
-from memindex.pipeline.store.core import FileKey, StoreState
+from memindex.pipeline.store.core import StoreState
 from memindex.pipeline.store.health import check_writable, confirmed_damage, disk_full, quarantine, store_full
 from memindex.pipeline.store.reader import StoreReader, open_reader
 

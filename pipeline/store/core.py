@@ -6,37 +6,20 @@ full."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from memindex.pipeline.errors import StoreError
 from memindex.pipeline.store import db
 from memindex.pipeline.store.health import corrupt
 from memindex.pipeline.store.schema import (
     BUILDING_KEY,
     LAST_PLAN_KEY,
     META_KEY,
+    FileKey,
     files_table,
 )
-
-FileKey = tuple[str, str]  # (source, path)
-
-# What makes one record unstorable however often it is retried (unlike a locked or full
-# disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
-# (surrogates), a constraint the record breaks, a number out of range.
-UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
-
-
-
-
-def chunk_id(source: str, path: str, seq: int, start: int, end: int, chunk_hash: str, model: str) -> str:
-    """Unique by construction: ``seq`` is the chunk's position in its file, so two chunks with
-    the same lines and text (pieces of one long line repeating itself) still differ."""
-    return hashlib.sha256(
-        f"{source}:{path}:{seq}:{start}:{end}:{chunk_hash}:{model}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class IndexedFile(NamedTuple):

@@ -12,7 +12,6 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from memindex.pipeline.store import db, owner, terms
 from memindex.pipeline.store.core import (
-    FileKey,
     IndexedFile,
     StoreState,
     read_indexed_files,
@@ -28,6 +27,7 @@ from memindex.pipeline.store.health import (
 from memindex.pipeline.store.schema import (
     EMBED_PENDING,
     VECTORS_QUEUED,
+    FileKey,
     chunks_table,
     files_table,
     fts_table,

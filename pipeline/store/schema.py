@@ -11,7 +11,10 @@ database files to orphan. The embedding cache is shared by all generations.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+
+FileKey = tuple[str, str]  # a files row's key, (source, path): its PRIMARY KEY below
 
 # 2: the FTS table is contentless (issue 19). The version is part of the index
 # fingerprint (index/fingerprint.py), so a store built at 1 is rebuilt into a new
@@ -76,6 +79,13 @@ def files_table(gen: int) -> str:
 
 def chunks_table(gen: int) -> str:
     return f"chunks_g{int(gen)}"
+
+
+def chunk_id(source: str, path: str, seq: int, start: int, end: int, chunk_hash: str, model: str) -> str:
+    """A chunks row's ``id``. Unique by construction: ``seq`` is the chunk's position in its file,
+    so two chunks with the same lines and text (pieces of one long line repeating itself) still differ."""
+    return hashlib.sha256(
+        f"{source}:{path}:{seq}:{start}:{end}:{chunk_hash}:{model}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def fts_table(gen: int) -> str:

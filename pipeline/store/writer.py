@@ -16,10 +16,7 @@ from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreError
 from memindex.pipeline.store import db, owner, terms
 from memindex.pipeline.store.core import (
-    UNSTORABLE,
-    FileKey,
     StoreState,
-    chunk_id,
     read_state,
 )
 from memindex.pipeline.store import fts_totals
@@ -43,7 +40,9 @@ from memindex.pipeline.store.schema import (
     LAST_PLAN_KEY,
     META_KEY,
     SCHEMA_VERSION,
+    FileKey,
     Tables,
+    chunk_id,
     drop_generation_sql,
     files_version_ddl,
     fts_config_sql,
@@ -54,6 +53,11 @@ from memindex.pipeline.store.schema import (
 from memindex.pipeline.store.vectors import is_valid, pack, unpack
 
 log = logging.getLogger("memindex.store")
+
+# What makes one record unstorable however often it is retried (unlike a locked or full
+# disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
+# (surrogates), a constraint the record breaks, a number out of range.
+UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
 
 
 # How long a writer waits for another process's writer of the same store before its write fails
