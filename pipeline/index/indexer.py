@@ -28,9 +28,8 @@ from memindex.pipeline.index.workspace import (
     resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
-from memindex.pipeline.store.core import StoreState
 from memindex.pipeline.store.health import check_writable, confirmed_damage, disk_full, quarantine, store_full
-from memindex.pipeline.store.reader import StoreReader, open_reader
+from memindex.pipeline.store.reader import StoreReader, StoreState, open_reader
 
 log = logging.getLogger("memindex.sync")
 

@@ -31,7 +31,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity, dumps, index_fingerprint
 from memindex.pipeline.index.session_text import TEXT_VERSION
 from memindex.pipeline.index.workspace import MemoryFile
-from memindex.pipeline.store.core import StoreState
+from memindex.pipeline.store.reader import StoreState
 from memindex.pipeline.store.schema import STORE_ID_KEY, files_version_key
 
 # Bumped whenever what the key covers changes: an old mark then never matches.

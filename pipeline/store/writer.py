@@ -15,10 +15,6 @@ from memindex.pipeline.config import environ
 from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreError
 from memindex.pipeline.store import db, owner, terms
-from memindex.pipeline.store.core import (
-    StoreState,
-    read_state,
-)
 from memindex.pipeline.store import fts_totals
 from memindex.pipeline.store.health import (
     is_corruption,
@@ -27,6 +23,7 @@ from memindex.pipeline.store.health import (
     store_full,
     store_problem,
 )
+from memindex.pipeline.store.reader import StoreState, read_state
 from memindex.pipeline.store.locks import (
     WriterLockTimeout,
     acquire_writer_lock,
