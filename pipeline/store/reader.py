@@ -16,7 +16,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
-from memindex.pipeline.store import db, owner, terms
+from memindex.pipeline.store import db, health, terms
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.health import (
     corrupt,
@@ -622,9 +622,9 @@ def _sample_holding_every(c: db.Connection, ft: str, rank_by: str, every: str, s
 
 
 def open_reader(settings: Any) -> StoreReader:
-    owner.open_own(settings)
+    health.open_own(settings)
     vec = settings.memory_search.store.vector
     store = StoreReader(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
                         setting=settings.store_setting)
-    owner.opened(settings.store_path)
+    health.opened(settings.store_path)
     return store

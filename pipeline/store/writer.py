@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from memindex.pipeline.config import environ
 from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreError
-from memindex.pipeline.store import db, owner, terms
+from memindex.pipeline.store import db, health, terms
 from memindex.pipeline.store import fts_totals
 from memindex.pipeline.store.health import (
     is_corruption,
@@ -1052,9 +1052,9 @@ class _Transaction:
 
 
 def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:
-    owner.open_own(settings)
+    health.open_own(settings)
     vec = settings.memory_search.store.vector
     store = StoreWriter(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
                        wait_s=wait_s, setting=settings.store_setting)
-    owner.opened(settings.store_path)
+    health.opened(settings.store_path)
     return store
