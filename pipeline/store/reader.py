@@ -29,7 +29,10 @@ from memindex.pipeline.store.schema import (
     EMBED_PENDING,
     LAST_PLAN_KEY,
     META_KEY,
+    UNREADABLE_SQL,
+    VECTORS_PENDING_SQL,
     VECTORS_QUEUED,
+    VECTORS_QUEUED_SQL,
     FileKey,
     chunks_table,
     files_table,
@@ -49,14 +52,19 @@ ChunkRow = tuple[int, str, str, str, int, int, str, str]
 
 
 class IndexedFile(NamedTuple):
-    """One indexed file's row. A tuple: a sync of a huge workspace builds one per file
-    (30,000 of them on every no-change resync), and a tuple is built in C."""
+    """One indexed file's row, with what its codes say decoded as it is read (schema.py's
+    ``*_SQL``), so a plan asks the row rather than decoding its error and hash again. A tuple: a
+    sync of a huge workspace builds one per file (30,000 of them on every no-change resync), and
+    a tuple is built in C. Only ``read_indexed_files`` builds them. The flags are SQLite's 0 or 1."""
 
     hash: str
     size: int
     mtime_ns: int
-    error: str | None = None
-    extra: str | None = None  # raw JSON (e.g. a session transcript's delta state)
+    error: str | None
+    extra: str | None  # raw JSON (e.g. a session transcript's delta state)
+    vectors_pending: bool  # stored keyword-only, its vectors still to come (error ``EMBED_PENDING``...)
+    vectors_queued: bool  # of those, written text-first with its vectors already queued (``VECTORS_QUEUED``)
+    unreadable: bool  # recorded unreadable (hash ``READ_ERROR`` and an errno): each plan checks it again
 
 
 @dataclass
@@ -95,9 +103,11 @@ def read_state(conn: db.Connection) -> StoreState:
 
 
 def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFile]:
-    if not db.table_exists(conn, files_table(gen)):
+    table = files_table(gen)
+    if not db.table_exists(conn, table):
         return {}
-    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra FROM {files_table(gen)}").fetchall()
+    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra, {VECTORS_PENDING_SQL}, "
+                        f"{VECTORS_QUEUED_SQL}, {UNREADABLE_SQL} FROM {table}").fetchall()
     if not rows:
         return {}
     # Built column-wise by C iterators (no Python code per row): a no-change sync of 30,000

@@ -51,9 +51,14 @@ def embedding_pending(error: str | None) -> bool:
     return error is not None and error.startswith(EMBED_PENDING)
 
 
-def is_read_error(file_hash: str) -> bool:
-    """Is this files-row hash one of a file recorded unreadable (``READ_ERROR`` and an errno)?"""
-    return file_hash.startswith(READ_ERROR) and file_hash[len(READ_ERROR):].isdigit()
+
+# What these codes say of a files row, in SQL (each 0 or 1): the reader decodes them as it reads
+# the rows (reader.IndexedFile), so a plan comparing 30,000 of them runs no Python per row for it.
+# A file whose vectors are still to come (``embedding_pending``), of those one whose vectors are
+# already queued, and a file recorded unreadable (``READ_ERROR`` and an errno, nothing else).
+VECTORS_PENDING_SQL = f"coalesce(instr(error, '{EMBED_PENDING}') = 1, 0)"
+VECTORS_QUEUED_SQL = f"coalesce(instr(error, '{VECTORS_QUEUED}') = 1, 0)"
+UNREADABLE_SQL = f"(hash GLOB '{READ_ERROR}[0-9]*' AND substr(hash, {len(READ_ERROR) + 1}) NOT GLOB '*[^0-9]*')"
 
 BASE_DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
