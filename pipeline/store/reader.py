@@ -29,6 +29,7 @@ from memindex.pipeline.store.schema import (
     EMBED_PENDING,
     LAST_PLAN_KEY,
     META_KEY,
+    STORE_ID_KEY,
     UNREADABLE_SQL,
     VECTORS_PENDING_SQL,
     VECTORS_QUEUED,
@@ -36,6 +37,7 @@ from memindex.pipeline.store.schema import (
     FileKey,
     chunks_table,
     files_table,
+    files_version_key,
     fts_table,
     pending_table,
     vec_table,
@@ -81,6 +83,18 @@ class StoreState:
     def last_plan_ns(self) -> int:
         """When the last plan the writer applied was made (0: none recorded)."""
         return int(self.extra.get(LAST_PLAN_KEY) or 0)
+
+    @property
+    def store_id(self) -> str | None:
+        """The random id the store was given when it was created: a store deleted and rebuilt is another."""
+        return self.extra.get(STORE_ID_KEY)
+
+    @property
+    def live_files_version(self) -> str | None:
+        """The live generation's file-row version (its triggers count every write of a row,
+        ``schema.files_version_ddl``); None without a live generation, or for one built before
+        the count existed."""
+        return None if self.live_generation is None else self.extra.get(files_version_key(self.live_generation))
 
 
 def read_state(conn: db.Connection) -> StoreState:
