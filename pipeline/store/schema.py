@@ -51,7 +51,6 @@ def embedding_pending(error: str | None) -> bool:
     return error is not None and error.startswith(EMBED_PENDING)
 
 
-
 # What these codes say of a files row, in SQL (each 0 or 1): the reader decodes them as it reads
 # the rows (reader.IndexedFile), so a plan comparing 30,000 of them runs no Python per row for it.
 # A file whose vectors are still to come (``embedding_pending``), of those one whose vectors are
