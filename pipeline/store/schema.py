@@ -57,7 +57,10 @@ def embedding_pending(error: str | None) -> bool:
 # already queued, and a file recorded unreadable (``READ_ERROR`` and an errno, nothing else).
 VECTORS_PENDING_SQL = f"coalesce(instr(error, '{EMBED_PENDING}') = 1, 0)"
 VECTORS_QUEUED_SQL = f"coalesce(instr(error, '{VECTORS_QUEUED}') = 1, 0)"
-UNREADABLE_SQL = f"(hash GLOB '{READ_ERROR}[0-9]*' AND substr(hash, {len(READ_ERROR) + 1}) NOT GLOB '*[^0-9]*')"
+# (A CASE, not an AND: SQLite ran the digits check over every content hash too, and reading 30,000
+# rows took twice as long.)
+UNREADABLE_SQL = (f"CASE WHEN hash GLOB '{READ_ERROR}[0-9]*' "
+                  f"THEN substr(hash, {len(READ_ERROR) + 1}) NOT GLOB '*[^0-9]*' ELSE 0 END")
 
 BASE_DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
