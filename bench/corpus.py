@@ -310,7 +310,7 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
     m["cli_inproc_p50"], m["cli_cpu_p50"] = pct(minp, 50), pct(mcpu, 50)
     if qcli:
         q["cli_p50"], q["cli_p95"], q["cli_cpu_p50"] = pct(qcli, 50), pct(qcli, 95), pct(qcpu, 50)
-    store = mroot / "state" / "memindex" / "main.sqlite"  # the default store path (owner.py)
+    store = mroot / "state" / "memindex" / "main.sqlite"  # the default store path (store/health.py)
     m["store_mb"] = dir_bytes(store.parent) / 1e6
     if qmd:
         q["store_mb"] = dir_bytes(qroot / "xdg-cache" / "qmd") / 1e6

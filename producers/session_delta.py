@@ -29,8 +29,8 @@ from memindex.pipeline.index.indexer import still_on_disk
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.sessions import KIND, SOURCE, discover_sessions, next_step
 from memindex.pipeline.index.workspace import indexed_path_filter
-from memindex.pipeline.store.core import FileKey, IndexedFile
-from memindex.pipeline.store.reader import open_reader
+from memindex.pipeline.store.reader import IndexedFile, open_reader
+from memindex.pipeline.store.schema import FileKey
 from memindex.producers.hooks import request_sync_once
 from memindex.workers import embedded
 from memindex.workers.wire import IndexFiles, IndexSessionDelta, send

@@ -264,7 +264,7 @@ def test_truncated_or_garbage_store_is_reported_and_rebuilt_by_index(agent):
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads the process's POSIX locks in /proc/locks")
 def test_telling_whose_a_store_is_keeps_the_locks_this_process_holds_on_it(agent, tmp_path):
     """helper-20: a sync worker moved a healthy store aside as damaged ("database disk image is
-    malformed") four times in two minutes, its embedding cache lost each time. owner.classify looked
+    malformed") four times in two minutes, its embedding cache lost each time. health.classify looked
     at the file through the stdlib's SQLite beside the store's sqlean: its close dropped the shared
     lock this process's open store connections held, SQLite never took it again, and the writer's
     next close deleted the WAL under them. A subprocess: this one's locks are not to be touched."""
@@ -273,7 +273,7 @@ def test_telling_whose_a_store_is_keeps_the_locks_this_process_holds_on_it(agent
     script = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from memindex.pipeline.store import db, owner
+        from memindex.pipeline.store import db, health
 
         path = Path({str(agent.settings().store_path)!r})
         ino = os.stat(path).st_ino
@@ -290,7 +290,7 @@ def test_telling_whose_a_store_is_keeps_the_locks_this_process_holds_on_it(agent
         reader.execute("SELECT count(*) FROM sqlite_master").fetchone()
         held = locks()
         assert held, "the reader holds no lock on the store file"
-        assert owner.classify(path) == owner.MEMINDEX  # a first look in this process: it reads the file
+        assert health.classify(path) == health.MEMINDEX  # a first look in this process: it reads the file
         assert locks() == held, (held, locks())
         print("kept", held)
     """)

@@ -283,6 +283,35 @@ def test_the_store_takes_vectors_as_floats_or_packed_bytes(tmp_path):
         w.close()
 
 
+def test_an_indexed_files_row_says_what_its_error_and_hash_codes_mean(tmp_path):
+    """The planner asks the row (reader.IndexedFile), decoded in its SELECT, not the codes again:
+    vectors still to come (and of those, already queued), a file recorded unreadable (an errno only)."""
+    from memindex.pipeline.store import db
+    from memindex.pipeline.store.reader import read_indexed_files
+    from memindex.pipeline.store.schema import EMBED_PENDING, READ_ERROR, VECTORS_QUEUED, generation_ddl
+
+    rows = {  # path: (hash, error) -> (vectors_pending, vectors_queued, unreadable)
+        "a": (("h", None), (False, False, False)),
+        "b": (("h", f"{EMBED_PENDING} (provider down)"), (True, False, False)),
+        "c": (("h", VECTORS_QUEUED), (True, True, False)),
+        "d": (("h", "Embedding pending"), (False, False, False)),
+        "e": ((f"{READ_ERROR}13", "unreadable: Permission denied"), (False, False, True)),
+        "f": ((f"{READ_ERROR}PermissionError", "could not prepare"), (False, False, False)),
+        "g": ((READ_ERROR, None), (False, False, False)),
+        "h": ((f"{READ_ERROR}13x", None), (False, False, False)),
+    }
+    conn = db.connect(tmp_path / "s.sqlite")
+    try:
+        db.run_script(conn, generation_ddl(1))
+        conn.executemany("INSERT INTO files_g1 (source, path, hash, size, mtime_ns, error, indexed_at) "
+                         "VALUES ('memory', ?, ?, 1, 1, ?, 0)", [(p, *row) for p, (row, _) in rows.items()])
+        got = read_indexed_files(conn, 1)
+    finally:
+        conn.close()
+    assert {k[1]: (bool(f.vectors_pending), bool(f.vectors_queued), bool(f.unreadable)) for k, f in got.items()} \
+        == {p: want for p, (_, want) in rows.items()}
+
+
 # --- the no-change mark (index/unchanged.py) -----------------------------------------
 
 def _mark_path(agent):

@@ -10,7 +10,7 @@ import pytest
 
 from memindex.pipeline.search.engine import MemorySearch
 from memindex.pipeline.store import db
-from memindex.pipeline.store.core import read_state
+from memindex.pipeline.store.reader import read_state
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.fts_text import build_match_query, content_terms
 from memindex.pipeline.store.reader import open_reader

@@ -20,7 +20,7 @@ from memindex.pipeline.errors import FallbackSwitched
 from memindex.pipeline.index.prepare import Prepared, unpreparable
 from memindex.pipeline.index.preparers import prepare_file
 from memindex.pipeline.index.records import FileRecord, TouchRecord
-from memindex.pipeline.store.core import FileKey
+from memindex.pipeline.store.schema import FileKey
 from memindex.pipeline.index.sessions import prepare_session_delta
 from memindex.pipeline.search.reference import REFERENCE_HASHES, reference_missing, reference_record
 from memindex.workers.batch.actors import send_to_batch

@@ -32,7 +32,7 @@ import msgspec
 from memindex.pipeline.config.settings import Context
 from memindex.pipeline.errors import MemindexError
 from memindex.pipeline.index.records import FileJob, FileRecord, SessionDelta, TouchRecord
-from memindex.pipeline.store.core import FileKey
+from memindex.pipeline.store.schema import FileKey
 from memindex.pipeline.store.vectors import pack
 from memindex.workers.broker import (BATCH_QUEUE, EMBED_QUEUE, SYNC_QUEUE, WRITE_QUEUE, get_broker, installed, on_install,
                                      write_queue_for)

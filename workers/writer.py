@@ -22,9 +22,8 @@ from memindex.pipeline.index.preparers import is_current, snapshot_writable
 from memindex.pipeline.index.records import FileRecord
 from memindex.pipeline.index.workspace import indexed_path_filter
 from memindex.pipeline.errors import StoreBusy, StoreError, UnknownAgent
-from memindex.pipeline.store.core import FileKey
 from memindex.pipeline.store.health import store_full
-from memindex.pipeline.store.schema import embedding_pending
+from memindex.pipeline.store.schema import FileKey, embedding_pending
 from memindex.pipeline.store.writer import StoreWriter, open_writer, same_space
 from memindex.workers import leases, queues
 from memindex.workers.broker import WRITE_QUEUE, get_broker, is_write_queue, write_queue_for

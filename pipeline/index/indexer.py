@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity, dumps, index_fingerprint, same_index
 from memindex.pipeline.index.media import extra_kind_for
-from memindex.pipeline.store.schema import VECTORS_QUEUED, embedding_pending, is_read_error
+from memindex.pipeline.store.schema import FileKey
 from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.records import FileJob, SessionDelta
 from memindex.pipeline.index.workspace import (
@@ -28,9 +28,8 @@ from memindex.pipeline.index.workspace import (
     resolve_extra_paths,
 )
 from memindex.pipeline.errors import StoreCorrupt
-from memindex.pipeline.store.core import FileKey, StoreState
 from memindex.pipeline.store.health import check_writable, confirmed_damage, disk_full, quarantine, store_full
-from memindex.pipeline.store.reader import StoreReader, open_reader
+from memindex.pipeline.store.reader import StoreReader, StoreState, open_reader
 
 log = logging.getLogger("memindex.sync")
 
@@ -138,12 +137,10 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
                 plan.session_deltas.append(step)
                 continue
             prev = None
-        vectors_error = (prev.error if prev is not None and embedding_pending(prev.error)
-                         and ident.provider != KEYWORD_ONLY.provider else None)
-        retry_vectors = vectors_error is not None
+        retry_vectors = prev is not None and prev.vectors_pending and ident.provider != KEYWORD_ONLY.provider
         if (prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and not force
                 and not retry_vectors):
-            if not is_read_error(prev.hash):
+            if not prev.unreadable:
                 plan.unchanged += 1
                 continue
             # Recorded unreadable: a chmod that fixes it changes neither size nor mtime, and the
@@ -154,8 +151,8 @@ def _plan_sync(settings: AgentSettings, reader: StoreReader, ident: EmbeddingIde
                 continue
         # A file still waiting for its vectors is re-read, not touched: same bytes, new work.
         # (Not one whose vectors are on their way: another plan queued it, and its lease says so.)
-        if (prev is not None and vectors_error is not None and prev.size == f.size
-                and prev.mtime_ns == f.mtime_ns and not force and not vectors_error.startswith(VECTORS_QUEUED)):
+        if (prev is not None and retry_vectors and prev.size == f.size
+                and prev.mtime_ns == f.mtime_ns and not force and not prev.vectors_queued):
             plan.retry_keys.add(key)
         plan.jobs.append(FileJob(f.source, f.path, str(f.abs_path), f.size, f.mtime_ns, f.kind,
                                  prev.hash if prev and not retry_vectors else None))

@@ -49,7 +49,7 @@ from memindex.pipeline.index.transcripts import (
     remap_lines,
     transcript_lines,
 )
-from memindex.pipeline.store.core import IndexedFile
+from memindex.pipeline.store.reader import IndexedFile
 from memindex.pipeline.index.workspace import ListingFacts, MemoryFile, display_path, name_problem
 
 log = logging.getLogger("memindex.sessions")

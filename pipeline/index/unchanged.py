@@ -31,8 +31,7 @@ from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.fingerprint import EmbeddingIdentity, dumps, index_fingerprint
 from memindex.pipeline.index.session_text import TEXT_VERSION
 from memindex.pipeline.index.workspace import MemoryFile
-from memindex.pipeline.store.core import StoreState
-from memindex.pipeline.store.schema import STORE_ID_KEY, files_version_key
+from memindex.pipeline.store.reader import StoreState
 
 # Bumped whenever what the key covers changes: an old mark then never matches.
 MARK_VERSION = 1
@@ -48,8 +47,7 @@ def store_key(settings: AgentSettings, ident: EmbeddingIdentity, st: StoreState)
     The index fingerprint carries the embedding identity (provider, model, endpoint, dims)."""
     if st.live_generation is None or st.building_generation is not None:
         return None
-    version = st.extra.get(files_version_key(st.live_generation))
-    store_id = st.extra.get(STORE_ID_KEY)
+    version, store_id = st.live_files_version, st.store_id
     if version is None or store_id is None:
         return None
     # TEXT_VERSION: rows cleaned under older transcript text rules are re-planned (sessions.stale_text);

@@ -1,4 +1,5 @@
-"""The one place that chooses the SQLite driver and loads sqlite-vec.
+"""The one place that chooses the SQLite driver and loads sqlite-vec, and the few helpers every
+connection to a store uses (which file it reads, whether a table exists, DDL run statement by statement).
 
 The stdlib ``sqlite3`` on many Python builds cannot load extensions, so we
 prefer ``sqlean`` (a drop-in ``sqlite3`` with extension loading and FTS5) and
@@ -52,6 +53,25 @@ def count(conn: Connection, sql: str, params: Sequence[object] = ()) -> int:
     are untyped: this is where a count becomes an ``int``."""
     row = conn.execute(sql, params).fetchone()
     return int(row[0] or 0) if row is not None else 0
+
+
+def conn_path(conn: Connection) -> str:
+    """The file ``conn`` reads ("?" when SQLite does not say), for messages."""
+    row = conn.execute("PRAGMA database_list").fetchone()
+    return row[2] if row else "?"
+
+
+def table_exists(conn: Connection, name: str) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = ? AND type IN ('table','view')", (name,)
+    ).fetchone() is not None
+
+
+def run_script(conn: Connection, script: str) -> None:
+    """Run DDL statement by statement: ``executescript`` would COMMIT an open transaction."""
+    for stmt in script.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
 
 
 def now_ms() -> int:

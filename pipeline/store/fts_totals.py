@@ -25,7 +25,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from memindex.pipeline.store.core import table_exists
+from memindex.pipeline.store import db
+
 
 __all__ = ["decode_varints", "encode_varint", "record_gone", "pending", "settle", "recount", "totals",
            "TOTALS_KEY"]
@@ -120,7 +121,7 @@ def _combine(a: list[int], b: list[int], sign: int) -> list[int]:
 def record_gone(conn: Any, ft: str, rowids: Sequence[int]) -> None:
     """Before ``DELETE FROM ft WHERE rowid IN rowids``, in the same transaction: remember what the
     deleted rows add to ``ft``'s totals, for :func:`settle` to take off after the commit."""
-    if not rowids or not table_exists(conn, f"{ft}_docsize"):
+    if not rowids or not db.table_exists(conn, f"{ft}_docsize"):
         return
     gone = _sizes(conn, ft, rowids)
     if not gone[0]:
@@ -158,7 +159,7 @@ def settle(conn: Any) -> int:
     with _own_transaction(conn):
         for key, value in conn.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?", _GONE_RANGE).fetchall():
             ft = key[len(GONE_PREFIX):]
-            if table_exists(conn, f"{ft}_data"):  # (a dropped generation's table: nothing to correct)
+            if db.table_exists(conn, f"{ft}_data"):  # (a dropped generation's table: nothing to correct)
                 values = totals(conn, ft)
                 if values:
                     _write_totals(conn, ft, _combine(values, [int(x) for x in str(value).split()], -1))
@@ -176,7 +177,7 @@ def recount(conn: Any, fts_tables: Sequence[str]) -> None:
         return
     with _own_transaction(conn):
         for ft in fts_tables:
-            if not (table_exists(conn, f"{ft}_docsize") and table_exists(conn, f"{ft}_data")):
+            if not (db.table_exists(conn, f"{ft}_docsize") and db.table_exists(conn, f"{ft}_data")):
                 continue
             values = totals(conn, ft)
             if not values:

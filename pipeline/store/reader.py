@@ -1,4 +1,8 @@
-"""Read-only access to a store (F6): searches, planning and ``status`` read while the writer writes (WAL)."""
+"""Read-only access to a store (F6): searches, planning and ``status`` read while the writer writes (WAL).
+
+Also what a store holds as both sides read it: its state (``StoreState``: the live generation and
+any rebuild, from ``meta``) and its indexed files (``IndexedFile``). ``writer.StoreWriter`` reads
+its own state with the same ``read_state``."""
 
 from __future__ import annotations
 
@@ -7,18 +11,12 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
-from memindex.pipeline.store import db, owner, terms
-from memindex.pipeline.store.core import (
-    FileKey,
-    IndexedFile,
-    StoreState,
-    read_indexed_files,
-    read_state,
-    table_exists,
-)
+from memindex.pipeline.store import db, health, terms
 from memindex.pipeline.store.fts_budget import FtsBudget
 from memindex.pipeline.store.health import (
     corrupt,
@@ -27,10 +25,19 @@ from memindex.pipeline.store.health import (
     unreadable,
 )
 from memindex.pipeline.store.schema import (
+    BUILDING_KEY,
     EMBED_PENDING,
+    LAST_PLAN_KEY,
+    META_KEY,
+    STORE_ID_KEY,
+    UNREADABLE_SQL,
+    VECTORS_PENDING_SQL,
     VECTORS_QUEUED,
+    VECTORS_QUEUED_SQL,
+    FileKey,
     chunks_table,
     files_table,
+    files_version_key,
     fts_table,
     pending_table,
     vec_table,
@@ -44,6 +51,83 @@ _MIN_ROWID = -(1 << 63)
 
 # A chunk as search reads it: (rowid, chunk id, path, source, start_line, end_line, text, kind).
 ChunkRow = tuple[int, str, str, str, int, int, str, str]
+
+
+class IndexedFile(NamedTuple):
+    """One indexed file's row, with what its codes say decoded as it is read (schema.py's
+    ``*_SQL``), so a plan asks the row rather than decoding its error and hash again. A tuple: a
+    sync of a huge workspace builds one per file (30,000 of them on every no-change resync), and
+    a tuple is built in C. Only ``read_indexed_files`` builds them. The flags are SQLite's 0 or 1."""
+
+    hash: str
+    size: int
+    mtime_ns: int
+    error: str | None
+    extra: str | None  # raw JSON (e.g. a session transcript's delta state)
+    vectors_pending: bool  # stored keyword-only, its vectors still to come (error ``EMBED_PENDING``...)
+    vectors_queued: bool  # of those, written text-first with its vectors already queued (``VECTORS_QUEUED``)
+    unreadable: bool  # recorded unreadable (hash ``READ_ERROR`` and an errno): each plan checks it again
+
+
+@dataclass
+class StoreState:
+    """What a reader sees: the live generation and any rebuild in progress."""
+
+    live_generation: int | None
+    live_fingerprint: dict[str, Any] | None
+    building_generation: int | None = None
+    building_fingerprint: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def last_plan_ns(self) -> int:
+        """When the last plan the writer applied was made (0: none recorded)."""
+        return int(self.extra.get(LAST_PLAN_KEY) or 0)
+
+    @property
+    def store_id(self) -> str | None:
+        """The random id the store was given when it was created: a store deleted and rebuilt is another."""
+        return self.extra.get(STORE_ID_KEY)
+
+    @property
+    def live_files_version(self) -> str | None:
+        """The live generation's file-row version (its triggers count every write of a row,
+        ``schema.files_version_ddl``); None without a live generation, or for one built before
+        the count existed."""
+        return None if self.live_generation is None else self.extra.get(files_version_key(self.live_generation))
+
+
+def read_state(conn: db.Connection) -> StoreState:
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except db.OperationalError:
+        return StoreState(None, None)
+    except db.DatabaseError as exc:
+        raise corrupt(db.conn_path(conn), exc) from None
+    live = json.loads(rows[META_KEY]) if META_KEY in rows else None
+    building = json.loads(rows[BUILDING_KEY]) if BUILDING_KEY in rows else None
+    extra = {k: v for k, v in rows.items() if k not in (META_KEY, BUILDING_KEY)}
+    return StoreState(
+        live_generation=live["generation"] if live else None,
+        live_fingerprint=live["fingerprint"] if live else None,
+        building_generation=building["generation"] if building else None,
+        building_fingerprint=building["fingerprint"] if building else None,
+        extra=extra,
+    )
+
+
+def read_indexed_files(conn: db.Connection, gen: int) -> dict[FileKey, IndexedFile]:
+    table = files_table(gen)
+    if not db.table_exists(conn, table):
+        return {}
+    rows = conn.execute(f"SELECT source, path, hash, size, mtime_ns, error, extra, {VECTORS_PENDING_SQL}, "
+                        f"{VECTORS_QUEUED_SQL}, {UNREADABLE_SQL} FROM {table}").fetchall()
+    if not rows:
+        return {}
+    # Built column-wise by C iterators (no Python code per row): a no-change sync of 30,000
+    # files reads all of them, and a per-row comprehension took twice as long.
+    cols = list(zip(*rows))
+    return dict(zip(zip(cols[0], cols[1]), map(tuple.__new__, repeat(IndexedFile), zip(*cols[2:]))))
 
 
 class StoreReader:
@@ -123,7 +207,7 @@ class StoreReader:
                 for gen in sorted({g for g in (st.live_generation, st.building_generation) if g is not None}):
                     problems.extend(f"generation {gen}: {p}" for p in self._generation_problems(c, gen))
                 bad = c.execute("SELECT count(*) FROM embedding_cache WHERE length(embedding) != dims * 4"
-                                ).fetchone()[0] if table_exists(c, "embedding_cache") else 0
+                                ).fetchone()[0] if db.table_exists(c, "embedding_cache") else 0
                 if bad:
                     problems.append(f"{bad} cached embedding(s) whose length does not match their dims")
             except db.DatabaseError as exc:
@@ -132,7 +216,7 @@ class StoreReader:
 
     def _generation_problems(self, c: db.Connection, gen: int) -> list[str]:
         f, ct, ft, vt = files_table(gen), chunks_table(gen), fts_table(gen), vec_table(gen)
-        if not (table_exists(c, f) and table_exists(c, ct)):
+        if not (db.table_exists(c, f) and db.table_exists(c, ct)):
             return ["its tables are missing"]
         out: list[str] = []
 
@@ -145,13 +229,13 @@ class StoreReader:
               f"WHERE {f}.source = {ct}.source AND {f}.path = {ct}.path)", "chunk(s) of no indexed file")
         count(f"SELECT count(*) FROM {f} WHERE chunks != (SELECT count(*) FROM {ct} "
               f"WHERE {ct}.source = {f}.source AND {ct}.path = {f}.path)", "file(s) whose chunk count is wrong")
-        if table_exists(c, ft):
+        if db.table_exists(c, ft):
             count(f"SELECT count(*) FROM {ft} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan FTS row(s)")
             count(f"SELECT count(*) FROM {ct} WHERE rowid NOT IN (SELECT rowid FROM {ft})", "chunk(s) without an FTS row")
             wrong = terms.count_problems(c, gen)
             if wrong:
                 out.append(f"{wrong} term count(s) that differ from the FTS index")
-        if self.vector_error is None and table_exists(c, vt):
+        if self.vector_error is None and db.table_exists(c, vt):
             count(f"SELECT count(*) FROM {vt} WHERE rowid NOT IN (SELECT rowid FROM {ct})", "orphan vector row(s)")
         return out
 
@@ -177,7 +261,7 @@ class StoreReader:
 
     def table_exists(self, name: str) -> bool:
         c = self.conn()
-        return c is not None and table_exists(c, name)
+        return c is not None and db.table_exists(c, name)
 
     @contextmanager
     def snapshot(self) -> Iterator[ReadSnapshot]:
@@ -228,7 +312,7 @@ def _cache_rows(c: db.Connection, provider: Any, model: Any, provider_key: Any, 
                 hashes: Sequence[str]) -> Iterator[tuple[str, bytes]]:
     """(hash, packed vector) of the embedding cache's rows for ``hashes`` under one provider
     identity, of size ``dims`` (any size if None); nothing before the cache table exists."""
-    if not table_exists(c, "embedding_cache"):
+    if not db.table_exists(c, "embedding_cache"):
         return
     unique = list(dict.fromkeys(hashes))
     for i in range(0, len(unique), CACHE_LOOKUP_BATCH):
@@ -262,7 +346,7 @@ class ReadSnapshot:
         return self.state.live_fingerprint
 
     def table_exists(self, name: str) -> bool:
-        return self._conn is not None and table_exists(self._conn, name)
+        return self._conn is not None and db.table_exists(self._conn, name)
 
     def pending_count(self) -> int:
         """Files a sync announced for the live generation that are not written yet."""
@@ -516,7 +600,7 @@ class ReadSnapshot:
 
     def cache_entries(self) -> int:
         """Embeddings in the cache shared by all generations."""
-        if self._conn is None or not table_exists(self._conn, "embedding_cache"):
+        if self._conn is None or not db.table_exists(self._conn, "embedding_cache"):
             return 0
         return db.count(self._conn, "SELECT count(*) FROM embedding_cache")
 
@@ -562,9 +646,9 @@ def _sample_holding_every(c: db.Connection, ft: str, rank_by: str, every: str, s
 
 
 def open_reader(settings: Any) -> StoreReader:
-    owner.open_own(settings)
+    health.open_own(settings)
     vec = settings.memory_search.store.vector
     store = StoreReader(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
                         setting=settings.store_setting)
-    owner.opened(settings.store_path)
+    health.opened(settings.store_path)
     return store

@@ -25,7 +25,6 @@ import threading
 from typing import Iterable, Sequence
 
 from memindex.pipeline.store import db
-from memindex.pipeline.store.core import table_exists
 from memindex.pipeline.store.fts_text import index_text
 from memindex.pipeline.store.schema import FTS_TOKENIZER, chunks_table, contexts_table, fts_table, terms_table
 
@@ -47,7 +46,7 @@ def fts_text(text: str, context: str) -> str:
 
 def keeps_counts(conn: db.Connection, gen: int) -> bool:
     """Whether generation ``gen`` has its term counts (created with it)."""
-    return table_exists(conn, terms_table(gen))
+    return db.table_exists(conn, terms_table(gen))
 
 
 def create_tables(conn: db.Connection, gen: int) -> None:

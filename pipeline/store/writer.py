@@ -14,16 +14,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from memindex.pipeline.config import environ
 from memindex.pipeline.display import printable
 from memindex.pipeline.errors import StoreBusy, StoreError
-from memindex.pipeline.store import db, owner, terms
-from memindex.pipeline.store.core import (
-    UNSTORABLE,
-    FileKey,
-    StoreState,
-    chunk_id,
-    read_state,
-    run_script,
-    table_exists,
-)
+from memindex.pipeline.store import db, health, terms
 from memindex.pipeline.store import fts_totals
 from memindex.pipeline.store.health import (
     is_corruption,
@@ -32,6 +23,7 @@ from memindex.pipeline.store.health import (
     store_full,
     store_problem,
 )
+from memindex.pipeline.store.reader import StoreState, read_state
 from memindex.pipeline.store.locks import (
     WriterLockTimeout,
     acquire_writer_lock,
@@ -45,7 +37,9 @@ from memindex.pipeline.store.schema import (
     LAST_PLAN_KEY,
     META_KEY,
     SCHEMA_VERSION,
+    FileKey,
     Tables,
+    chunk_id,
     drop_generation_sql,
     files_version_ddl,
     fts_config_sql,
@@ -56,6 +50,11 @@ from memindex.pipeline.store.schema import (
 from memindex.pipeline.store.vectors import is_valid, pack, unpack
 
 log = logging.getLogger("memindex.store")
+
+# What makes one record unstorable however often it is retried (unlike a locked or full
+# disk, which are OperationalErrors and retried): bad vectors, text SQLite refuses
+# (surrogates), a constraint the record breaks, a number out of range.
+UNSTORABLE = (StoreError, db.IntegrityError, UnicodeError, ValueError, OverflowError, TypeError)
 
 
 # How long a writer waits for another process's writer of the same store before its write fails
@@ -252,7 +251,7 @@ class StoreWriter:
 
     def _open(self, vector_enabled: bool, extension_path: str | None) -> None:
         self.conn = self._open_checked()
-        run_script(self.conn, BASE_DDL)
+        db.run_script(self.conn, BASE_DDL)
         self.conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
@@ -467,7 +466,7 @@ class StoreWriter:
             )
 
     def _ensure_generation(self, gen: int) -> None:
-        run_script(self.conn, generation_ddl(gen))
+        db.run_script(self.conn, generation_ddl(gen))
         for stmt in files_version_ddl(gen):
             self.conn.execute(stmt)
         if self.fts_error is None:
@@ -584,7 +583,7 @@ class StoreWriter:
         return _Transaction(self)
 
     def generation_exists(self, gen: int) -> bool:
-        return table_exists(self.conn, self.tables(gen).files)
+        return db.table_exists(self.conn, self.tables(gen).files)
 
     def file_mtime(self, gen: int, source: str, path: str) -> int | None:
         """The mtime a file's row in ``gen`` was indexed at (None: no row)."""
@@ -791,7 +790,7 @@ class StoreWriter:
                 old += [r[0] for r in self.conn.execute(
                     f"SELECT rowid FROM {ct} WHERE source = ? AND path IN ({','.join('?' * len(part))})",
                     [source, *part])]
-        vec_exists = self.vector_error is None and table_exists(self.conn, vt)
+        vec_exists = self.vector_error is None and db.table_exists(self.conn, vt)
         for i in range(0, len(old), _SQL_IN_MAX):
             ids = old[i : i + _SQL_IN_MAX]
             marks = ",".join("?" * len(ids))
@@ -954,7 +953,7 @@ class StoreWriter:
             marks = ",".join("?" * len(rowids))
             if self.fts_error is None:
                 self._delete_fts(gen, rowids)
-            if self.vector_error is None and table_exists(self.conn, self.tables(gen).vec):
+            if self.vector_error is None and db.table_exists(self.conn, self.tables(gen).vec):
                 self.conn.execute(f"DELETE FROM {self.tables(gen).vec} WHERE rowid IN ({marks})", rowids)
             self.conn.execute(f"DELETE FROM {ct} WHERE rowid IN ({marks})", rowids)
         self.conn.execute(f"DELETE FROM {self.tables(gen).files} WHERE source = ? AND path = ?", (source, path))
@@ -1053,9 +1052,9 @@ class _Transaction:
 
 
 def open_writer(settings: Any, *, wait_s: float | None = None) -> StoreWriter:
-    owner.open_own(settings)
+    health.open_own(settings)
     vec = settings.memory_search.store.vector
     store = StoreWriter(settings.store_path, vector_enabled=vec.enabled, extension_path=vec.extension_path,
                        wait_s=wait_s, setting=settings.store_setting)
-    owner.opened(settings.store_path)
+    health.opened(settings.store_path)
     return store
