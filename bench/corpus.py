@@ -271,7 +271,7 @@ def bench_scale(n: int, corpus: Path, root: Path, qmd: str | None, queries: list
                  [qmd or "", "collection", "add", str(corpus), "--name", "bench", "--mask", "**/*.md"]),
         "resync": (memindex_cmd(mroot, "index", "-q"), [qmd or "", "update"]),
         # Again: the first no-change sync compares every file row and leaves the no-change mark
-        # (index/unchanged.py); from the second on, a sync that finds nothing reads no rows.
+        # (the no-change mark in index/indexer.py); from the second on, a sync that finds nothing reads no rows.
         "resync2": (memindex_cmd(mroot, "index", "-q"), [qmd or "", "update"]),
     }
     m: dict[str, float] = {}

@@ -312,10 +312,10 @@ def test_an_indexed_files_row_says_what_its_error_and_hash_codes_mean(tmp_path):
         == {p: want for p, (_, want) in rows.items()}
 
 
-# --- the no-change mark (index/unchanged.py) -----------------------------------------
+# --- the no-change mark (the no-change mark in index/indexer.py) -----------------------------------------
 
 def _mark_path(agent):
-    from memindex.pipeline.index.unchanged import mark_path
+    from memindex.pipeline.index.indexer import mark_path
 
     return mark_path(agent.settings().store_path)
 

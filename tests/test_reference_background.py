@@ -176,8 +176,8 @@ def test_a_sync_with_nothing_to_index_brings_the_reference_to_a_small_store_that
     to leave it ranking on raw cosines until its next edit. Now that sync embeds them (one request),
     and the next no-change sync finds them and sends nothing: `index` (the CLI's planner) and a
     worker's sync (``run_sync``) alike."""
-    from memindex.pipeline.index.unchanged import mark_path
-    from memindex.pipeline.index.unchanged import read as read_mark
+    from memindex.pipeline.index.indexer import mark_path
+    from memindex.pipeline.index.indexer import read_mark
     from memindex.producers.dispatch import wait_idle
     from memindex.workers.sync import run_sync
 

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from memindex.pipeline.config.settings import AgentSettings
 from memindex.pipeline.index.chunking import sha256_hex
-from memindex.pipeline.index import unchanged
 from memindex.pipeline.index.fingerprint import KEYWORD_ONLY, EmbeddingIdentity
 from memindex.pipeline.index.records import ChunkRecord, FileRecord
 from memindex.pipeline.search.ranking import MIN_BACKGROUND
@@ -33,6 +32,7 @@ from memindex.pipeline.store.reader import open_reader
 
 if TYPE_CHECKING:  # (the type only: a search does not load the planner)
     from memindex.pipeline.index.indexer import SyncPlan
+
 
 log = logging.getLogger("memindex.sync")
 
@@ -106,19 +106,22 @@ def reference_missing(cached: dict[str, list[float]]) -> bool:
 def offer_reference(settings: AgentSettings, plan: SyncPlan) -> bool:
     """Should ``plan``, if it indexes and deletes nothing, send the reference texts alone
     (``SyncPlan.send_reference``: ``IndexFiles.reference`` with no jobs)? Looked at once per store state (noted in the no-change mark, whether they were found or
-    are now sent: ``unchanged.note_reference_checked``). True for a store of fewer than
+    are now sent: ``indexer.note_reference_checked``). True for a store of fewer than
     ``MIN_BACKGROUND`` files (more hold enough chunks for a background of their own, and are never
     read for this) whose live index has vectors and whose embedding cache lacks any of their
     vectors under its identity: a store indexed before they existed, or whose cache was pruned. Its
     search then ranks with them from that sync on, not from its next edit. Never with the cache off
     (they would not be stored), nor without a no-change mark to note the look in (an old store
     that cannot vouch for its rows)."""
+    # lazy: the planner's module, for its no-change mark; a search (which loads this one) does not load the planner
+    from memindex.pipeline.index.indexer import note_reference_checked, read_mark
+
     store = settings.store_path
     if plan.has_work:  # (its first group carries them)
         return False
     if plan.unchanged >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
         return False
-    mark = unchanged.read(store)
+    mark = read_mark(store)
     if mark is None or mark.get("referenceChecked"):
         return False
     try:
@@ -139,7 +142,7 @@ def offer_reference(settings: AgentSettings, plan: SyncPlan) -> bool:
         return False
     finally:
         reader.close()
-    unchanged.note_reference_checked(store)  # found or now sent: not looked at again in this state
+    note_reference_checked(store)  # found or now sent: not looked at again in this state
     return missing
 
 

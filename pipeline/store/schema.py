@@ -188,7 +188,7 @@ def files_version_ddl(gen: int) -> list[str]:
     """Triggers that count every insert, update and delete of a generation's file rows.
 
     The count (in ``meta``) is how a planner knows, without reading the rows, that they are
-    the ones it compared last time (index/unchanged.py). Triggers, not writer code: no write
+    the ones it compared last time (the no-change mark in index/indexer.py). Triggers, not writer code: no write
     path, present or future, can change a file row and forget to bump it. Each statement is
     run on its own (their bodies hold semicolons).
     """
