@@ -180,8 +180,8 @@ def plan_agent(settings: AgentSettings, ident: EmbeddingIdentity = KEYWORD_ONLY,
 
     Nothing to do means no file work, no rebuild, nothing left pending and the
     live fingerprint unchanged: then a sync need not touch the writer at all (a no-change
-    sync still lists the disk: one lstat per file, compared with the last listing's digest,
-    index/unchanged.py).
+    sync still lists the disk: one lstat per file, compared with the last listing's digest:
+    the no-change mark, at the end of this module).
     """
     check_writable(settings.store_path, settings.store_setting)
     reader = open_reader(settings)
