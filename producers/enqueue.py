@@ -83,7 +83,8 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
               "to_delete": len(plan.deletes), "unchanged": plan.unchanged}
     if plan.pending_sessions:
         counts["pending_sessions"] = plan.pending_sessions
-    plan.send_reference = _offer_reference(ctx, plan)
+    # (a plan with work sends the reference texts with its first group)
+    plan.send_reference = not plan.has_work and _offer_reference(ctx, plan)
     if noop and not plan.send_reference:
         return counts
     # lazy: the queue layer (dramatiq, the actors: ~0.2 s) loads only when a plan has work to send
@@ -93,9 +94,9 @@ def sync_and_wait(ctx: Context, *, force: bool = False, progress: ProgressFn | N
 
 
 def _offer_reference(ctx: Context, plan: SyncPlan) -> bool:
-    """A plan with nothing to do still goes to the queue when its small store lacks the search's
-    reference texts, once per store state (``search/reference.offer_reference``: no store read at
-    20 files or more)."""
+    """A plan with nothing to index or delete still goes to the queue when its small store lacks
+    the search's reference texts, once per store state (``search/reference.offer_reference``: no
+    store read at 20 files or more)."""
     # lazy: the search side's module (ranking, the store reader) only where a plan is made
     from memindex.pipeline.search.reference import offer_reference
 

@@ -33,7 +33,6 @@ from memindex.pipeline.store.reader import open_reader
 if TYPE_CHECKING:  # (the type only: a search does not load the planner)
     from memindex.pipeline.index.indexer import SyncPlan
 
-
 log = logging.getLogger("memindex.sync")
 
 # Varied on purpose (work, code, travel, family, health, money, home, hobbies, plans, people,
@@ -104,7 +103,8 @@ def reference_missing(cached: dict[str, list[float]]) -> bool:
 
 
 def offer_reference(settings: AgentSettings, plan: SyncPlan) -> bool:
-    """Should ``plan``, if it indexes and deletes nothing, send the reference texts alone
+    """Should ``plan``, which indexes and deletes nothing (its senders ask only then: a plan with
+    work sends the reference texts with its first group), send them alone
     (``SyncPlan.send_reference``: ``IndexFiles.reference`` with no jobs)? Looked at once per store state (noted in the no-change mark, whether they were found or
     are now sent: ``indexer.note_reference_checked``). True for a store of fewer than
     ``MIN_BACKGROUND`` files (more hold enough chunks for a background of their own, and are never
@@ -117,8 +117,6 @@ def offer_reference(settings: AgentSettings, plan: SyncPlan) -> bool:
     from memindex.pipeline.index.indexer import note_reference_checked, read_mark
 
     store = settings.store_path
-    if plan.has_work:  # (its first group carries them)
-        return False
     if plan.unchanged >= MIN_BACKGROUND or not settings.memory_search.cache.enabled:
         return False
     mark = read_mark(store)
