@@ -99,7 +99,7 @@ class EmbeddingService:
         self._size_lock = threading.Lock()  # held across a size probe (follow_size)
         self._size_checked: tuple[int, float] | None = None  # (planned size, when it was asked)
         self.identity: EmbeddingIdentity = KEYWORD_ONLY  # set by _settle, the only writer
-        self._settled_on: tuple[EmbeddingProvider | None, int | None] | None = None  # what it was computed from
+        self._identity_of: EmbeddingProvider | None = None  # the provider ``identity`` was computed from
         self._settle()
 
     # --- state ----------------------------------------------------------------
@@ -124,11 +124,10 @@ class EmbeddingService:
         fingerprint changes once it is built (``EmbeddingProvider.fingerprint``)."""
         with self._lock:
             p = self._active
-            dims = p.dims if p is not None else None
-            if self._settled_on is not None and self._settled_on[0] is p and self._settled_on[1] == dims:
-                return  # nothing it depends on changed
+            if p is self._identity_of and (p is None or p.dims == self.identity.dims):
+                return  # nothing it depends on changed (the size is the one it records)
             self.identity = p.identity() if p is not None else KEYWORD_ONLY
-            self._settled_on = (p, dims)
+            self._identity_of = p
 
     def use_fallback(self, failed: EmbeddingProvider, exc: ProviderError) -> None:
         """Use the fallback because ``failed`` failed with ``exc`` (a probe's verdict, which its
