@@ -385,7 +385,7 @@ def write_mark(store_path: Path, store: str, disk: str, count: int, pending_sess
     """Record an unchanged listing (best effort: a mark that cannot be written is only a cache miss).
     ``pending_sessions``: transcripts below the delta thresholds, which the next no-op plan reports."""
     _store_mark(store_path, {"store": store, "disk": disk, "files": count,
-                        **({"pendingSessions": pending_sessions} if pending_sessions else {})})
+                             **({"pendingSessions": pending_sessions} if pending_sessions else {})})
 
 
 def note_reference_checked(store_path: Path) -> None:

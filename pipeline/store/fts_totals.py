@@ -27,7 +27,6 @@ from typing import Any
 
 from memindex.pipeline.store import db
 
-
 __all__ = ["decode_varints", "encode_varint", "record_gone", "pending", "settle", "recount", "totals",
            "TOTALS_KEY"]
 
